@@ -1,0 +1,727 @@
+//! Fenced execution: start, claim, renew, release, the batch commit seam,
+//! failure classification and lifecycle validation.
+//!
+//! Every method is one short PostgreSQL transaction on one pooled
+//! connection, returned to the pool before the method returns; the engine
+//! keeps no state between calls beyond what the caller hands back in a
+//! [`Claim`]. The runtime (`backfill-actors`) drives these calls; it never
+//! sees SQL.
+
+use crate::key::{render_json, KeyError};
+use crate::lifecycle::{Action, State};
+use crate::repair::{bounded, BodyError, DefinitionError, RepairError, SelectionError, Validation};
+use crate::repair::{EncodedSource, Registry};
+use crate::store::{self, BackfillRow, Pool, StartValues, StoreError};
+use chrono::{DateTime, Utc};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bounded retry with exponential backoff (RT-2).
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Consecutive failed attempts after which a backfill is `failed`.
+    /// Default 5.
+    pub max_attempts: i32,
+    /// Backoff after the first failure, doubled per consecutive failure.
+    /// Default 1 s.
+    pub backoff_base: Duration,
+    /// Cap of the backoff. Default 60 s.
+    pub backoff_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Engine configuration. Defaults are production-sane; [`EngineConfig::validate`]
+/// rejects values that would break the contract (e.g. a zero lease).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// How long a claim lives without renewal (CLM-3). Default 30 s.
+    pub lease_ttl: Duration,
+    /// `statement_timeout` of each batch transaction (EX-5). Default 30 s.
+    pub statement_timeout: Duration,
+    /// `lock_timeout` of each batch transaction (EX-5). Default 5 s.
+    pub lock_timeout: Duration,
+    /// `statement_timeout` of validation and bound capture. Default 10 min.
+    pub validation_timeout: Duration,
+    /// Retry policy for execution errors.
+    pub retry: RetryPolicy,
+    /// Diagnostic build information recorded at registration (REG-2).
+    pub build_info: String,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(30),
+            statement_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(5),
+            validation_timeout: Duration::from_secs(600),
+            retry: RetryPolicy::default(),
+            build_info: concat!("backfill ", env!("CARGO_PKG_VERSION")).to_string(),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Reject configurations that cannot honour the contract.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let ms = |d: Duration| d.as_millis();
+        if ms(self.lease_ttl) < 100 {
+            return Err(EngineError::Config("lease_ttl must be at least 100ms".into()));
+        }
+        if ms(self.statement_timeout) == 0 || ms(self.lock_timeout) == 0 {
+            return Err(EngineError::Config(
+                "statement and lock timeouts must be positive (0 disables them in PostgreSQL)"
+                    .into(),
+            ));
+        }
+        if ms(self.validation_timeout) == 0 {
+            return Err(EngineError::Config("validation_timeout must be positive".into()));
+        }
+        if self.retry.max_attempts < 1 {
+            return Err(EngineError::Config("retry.max_attempts must be at least 1".into()));
+        }
+        if self.retry.backoff_base > self.retry.backoff_max {
+            return Err(EngineError::Config(
+                "retry.backoff_base must not exceed retry.backoff_max".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Errors of the engine layer.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No row for this stable ID.
+    #[error("unknown backfill {0:?}")]
+    UnknownBackfill(String),
+    /// This process has no definition for the ID (REG-4).
+    #[error("no local definition for backfill {0:?}")]
+    NoDefinition(String),
+    #[error(transparent)]
+    Definition(#[from] DefinitionError),
+    /// A stored bound or checkpoint is not of the local key type (REG-4:
+    /// fail closed). Nothing was changed.
+    #[error("backfill {id:?}: {error}")]
+    KeyMismatch { id: String, error: KeyError },
+    /// The repair's selection broke the batch contract (EX-3, EX-4); the
+    /// batch was rolled back before its mutation ran.
+    #[error("backfill {id:?}: {error}")]
+    Selection { id: String, error: SelectionError },
+    /// The repair returned an error; the transaction was rolled back.
+    #[error("backfill {id:?}: {error}")]
+    Repair { id: String, error: RepairError },
+    /// A stored state this process cannot interpret (REG-4).
+    #[error("backfill {0:?} has a state this process does not know")]
+    UnknownState(String),
+    /// Invalid configuration.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl EngineError {
+    /// How the runtime should record this error (RT-1). `None` means it
+    /// must not be recorded against the backfill at all: a key mismatch is
+    /// this process's problem (fail closed and leave the row alone).
+    pub fn classification(&self) -> Option<RepairError> {
+        match self {
+            EngineError::Repair { error, .. } => Some(error.clone()),
+            EngineError::Selection { error, .. } => Some(RepairError::Fatal(format!(
+                "the repair's key selection broke the batch contract: {error}"
+            ))),
+            EngineError::Store(e) if store::is_transient(e) => {
+                Some(RepairError::Retryable(e.to_string()))
+            }
+            EngineError::Store(e) => Some(RepairError::Fatal(e.to_string())),
+            EngineError::KeyMismatch { .. }
+            | EngineError::NoDefinition(_)
+            | EngineError::UnknownBackfill(_)
+            | EngineError::UnknownState(_)
+            | EngineError::Definition(_)
+            | EngineError::Config(_) => None,
+        }
+    }
+}
+
+/// What a claim is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// `running`: execute batches.
+    Execute,
+    /// `validating`: run lifecycle validation.
+    Validate,
+}
+
+/// A claim held by one worker: the fencing token every fenced write
+/// presents. A cache of PostgreSQL state with a trust window, never an
+/// authority.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub id: String,
+    pub worker: String,
+    pub generation: i64,
+    pub phase: Phase,
+    /// The previous owner whose expired claim this one took over (CLM-4).
+    pub takeover_from: Option<String>,
+    /// Lease expiry by PostgreSQL's clock at claim time.
+    pub lease_expires_at: DateTime<Utc>,
+    pub(crate) bound: Option<Vec<u8>>,
+    pub(crate) checkpoint: Option<Vec<u8>>,
+}
+
+impl Claim {
+    /// The committed checkpoint as JSON, as far as this claim knows.
+    pub fn checkpoint_json(&self) -> Option<serde_json::Value> {
+        self.checkpoint.as_deref().and_then(render_json)
+    }
+}
+
+/// The result of one batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOutcome {
+    /// Mutation and checkpoint committed together. `reached_bound` means the
+    /// row is now `validating` and the claim was released (VAL-1).
+    Committed { keys: usize, reached_bound: bool },
+    /// The fence rejected the batch (paused, taken over, lease expired): the
+    /// whole transaction rolled back (CLM-2).
+    Stale,
+}
+
+/// The result of recording an execution error (RT-1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureOutcome {
+    /// Durably recorded; the claim was released.
+    Recorded {
+        state: State,
+        attempts: i32,
+        next_attempt_at: Option<DateTime<Utc>>,
+    },
+    /// The claim was no longer ours; nothing recorded.
+    Stale,
+}
+
+/// The result of lifecycle validation (VAL-1..3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValidationRun {
+    /// Validation succeeded and the fenced completion committed.
+    Completed,
+    /// Validation failed; the row is `failed` or `blocked` with the detail.
+    Rejected { state: State, detail: String },
+    /// The fence rejected the result (paused or retried meanwhile).
+    Stale,
+}
+
+/// The result of an operator action.
+#[derive(Debug, Clone)]
+pub enum ActionOutcome {
+    /// The transition committed; the row after it.
+    Applied { prior: State, row: Box<BackfillRow> },
+    /// The row already is where the action leads (LC-3); nothing changed.
+    Converged(Box<BackfillRow>),
+    /// Not allowed from the current state (ADM-5); nothing changed.
+    Conflict(Box<BackfillRow>),
+}
+
+impl ActionOutcome {
+    /// The row as the action left it.
+    pub fn row(&self) -> &BackfillRow {
+        match self {
+            ActionOutcome::Applied { row, .. } => row,
+            ActionOutcome::Converged(row) | ActionOutcome::Conflict(row) => row,
+        }
+    }
+}
+
+/// Errors inside an engine transaction: anything here rolls it back.
+#[derive(Debug, thiserror::Error)]
+enum TxError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("stale")]
+    Stale,
+}
+
+impl From<diesel::result::Error> for TxError {
+    fn from(e: diesel::result::Error) -> Self {
+        TxError::Engine(EngineError::Store(StoreError::Database(e)))
+    }
+}
+
+impl From<StoreError> for TxError {
+    fn from(e: StoreError) -> Self {
+        TxError::Engine(EngineError::Store(e))
+    }
+}
+
+fn body_error(id: &str, error: BodyError) -> EngineError {
+    match error {
+        BodyError::Repair(error) => EngineError::Repair {
+            id: id.to_string(),
+            error,
+        },
+        BodyError::Selection(error) => EngineError::Selection {
+            id: id.to_string(),
+            error,
+        },
+        BodyError::Key(error) => EngineError::KeyMismatch {
+            id: id.to_string(),
+            error,
+        },
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn parse_state(row: &BackfillRow) -> Result<State, EngineError> {
+    row.state
+        .parse()
+        .map_err(|_| EngineError::UnknownState(row.id.clone()))
+}
+
+/// The fenced execution engine over one pool and one registry.
+#[derive(Clone)]
+pub struct Engine {
+    pool: Pool,
+    registry: Arc<Registry>,
+    config: Arc<EngineConfig>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("registry", &self.registry)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine over `pool` for the definitions in `registry`.
+    pub fn new(pool: Pool, registry: Registry, config: EngineConfig) -> Result<Self, EngineError> {
+        config.validate()?;
+        Ok(Self {
+            pool,
+            registry: Arc::new(registry),
+            config: Arc::new(config),
+        })
+    }
+
+    /// The pool this engine uses.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The local definitions.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Register (upsert) every local definition in one statement (REG-1,
+    /// REG-4). A process calls this before it claims anything.
+    pub async fn register(&self) -> Result<(), EngineError> {
+        let ids: Vec<String> = self.registry.iter().map(|r| r.id().to_string()).collect();
+        let descriptions: Vec<String> = self
+            .registry
+            .iter()
+            .map(|r| bounded(r.description()))
+            .collect();
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        store::backfill_register(&mut conn, &ids, &descriptions, &self.config.build_info).await?;
+        Ok(())
+    }
+
+    /// Read one backfill row.
+    pub async fn get(&self, id: &str) -> Result<BackfillRow, EngineError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        store::backfill_get(&mut conn, id)
+            .await?
+            .ok_or_else(|| EngineError::UnknownBackfill(id.to_string()))
+    }
+
+    /// Claim the next eligible backfill this process has a definition for,
+    /// skipping `exclude` (CLM-1). A new claim or a takeover after expiry
+    /// advances the generation. If the row's bound or checkpoint is not of
+    /// the local key type, the claim is rolled back and a typed
+    /// [`EngineError::KeyMismatch`] returned: nothing changes (REG-4).
+    pub async fn claim_next(
+        &self,
+        worker: &str,
+        exclude: &[String],
+    ) -> Result<Option<Claim>, EngineError> {
+        let ids = self.registry.ids();
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let ttl = millis(self.config.lease_ttl);
+        let registry = self.registry.clone();
+        let worker = worker.to_string();
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let result = conn
+            .transaction::<_, TxError, _>(async |conn| {
+                let Some(row) = store::backfill_claim(conn, &worker, &ids, exclude, ttl).await?
+                else {
+                    return Ok(None);
+                };
+                let def = registry
+                    .get(&row.id)
+                    .ok_or_else(|| EngineError::NoDefinition(row.id.clone()))?;
+                for stored in [row.bound.as_deref(), row.checkpoint.as_deref()]
+                    .into_iter()
+                    .flatten()
+                {
+                    def.check_key(stored)
+                        .map_err(|error| EngineError::KeyMismatch {
+                            id: row.id.clone(),
+                            error,
+                        })?;
+                }
+                let phase = match row.state.as_str() {
+                    "running" => Phase::Execute,
+                    "validating" => Phase::Validate,
+                    _ => return Err(EngineError::UnknownState(row.id.clone()).into()),
+                };
+                Ok(Some(Claim {
+                    id: row.id,
+                    worker: worker.clone(),
+                    generation: row.generation,
+                    phase,
+                    takeover_from: row.prior_owner,
+                    lease_expires_at: row.lease_expires_at,
+                    bound: row.bound,
+                    checkpoint: row.checkpoint,
+                }))
+            })
+            .await;
+        match result {
+            Ok(claim) => Ok(claim),
+            Err(TxError::Engine(e)) => Err(e),
+            Err(TxError::Stale) => Ok(None),
+        }
+    }
+
+    /// Renew the listed claims of `worker` in one statement; returns the
+    /// `(id, generation)` pairs that were renewed. A claim missing from the
+    /// answer is lost: its runner must stop (CLM-3).
+    pub async fn renew(
+        &self,
+        worker: &str,
+        claims: &[(String, i64)],
+    ) -> Result<Vec<(String, i64)>, EngineError> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = claims.iter().map(|(id, _)| id.clone()).collect();
+        let gens: Vec<i64> = claims.iter().map(|(_, g)| *g).collect();
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let rows = store::lease_renew(
+            &mut conn,
+            worker,
+            &ids,
+            &gens,
+            millis(self.config.lease_ttl),
+        )
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.id, r.generation)).collect())
+    }
+
+    /// Give a claim back (graceful shutdown). `false`: it was already gone.
+    pub async fn release(&self, claim: &Claim) -> Result<bool, EngineError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        Ok(store::lease_release(&mut conn, &claim.id, &claim.worker, claim.generation).await?)
+    }
+
+    /// Run one fenced batch (the commit seam, EX-6 and CLM-2): in ONE
+    /// transaction set the timeouts, select at most the batch limit of keys
+    /// in `(checkpoint, bound]`, check them (EX-3, EX-4), mutate, and advance
+    /// the checkpoint with the fence. Any failure rolls back both mutation
+    /// and checkpoint. On success the claim's checkpoint is updated.
+    pub async fn run_batch(&self, claim: &mut Claim) -> Result<BatchOutcome, EngineError> {
+        let def = self
+            .registry
+            .get(&claim.id)
+            .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?
+            .clone();
+        let Some(bound) = claim.bound.clone() else {
+            // A running row always has a bound (the table's CHECK); a claim
+            // without one is not ours to interpret.
+            return Err(EngineError::KeyMismatch {
+                id: claim.id.clone(),
+                error: KeyError::Malformed,
+            });
+        };
+        let (stmt_ms, lock_ms) = (
+            millis(self.config.statement_timeout),
+            millis(self.config.lock_timeout),
+        );
+        let id = claim.id.clone();
+        let worker = claim.worker.clone();
+        let generation = claim.generation;
+        let expected = claim.checkpoint.clone();
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let result = conn
+            .transaction::<_, TxError, _>(async |conn| {
+                store::batch_set_timeouts(conn, stmt_ms, lock_ms).await?;
+                let selected = def
+                    .select_and_mutate(conn, expected.as_deref(), &bound)
+                    .await
+                    .map_err(|e| body_error(&id, e))?;
+                // No key left in (checkpoint, bound]: the rest of the range
+                // needs nothing, so the checkpoint moves to the bound.
+                let (checkpoint, checkpoint_json) = match selected.last {
+                    Some(last) => last,
+                    None => (
+                        bound.clone(),
+                        render_json(&bound).unwrap_or(serde_json::Value::Null),
+                    ),
+                };
+                let state = store::checkpoint_advance(
+                    conn,
+                    &id,
+                    &worker,
+                    generation,
+                    expected.as_deref(),
+                    &checkpoint,
+                    &checkpoint_json,
+                    selected.keys as i64,
+                )
+                .await?
+                .ok_or(TxError::Stale)?;
+                Ok((checkpoint, selected.keys, state == "validating"))
+            })
+            .await;
+        match result {
+            Ok((checkpoint, keys, reached_bound)) => {
+                claim.checkpoint = Some(checkpoint);
+                Ok(BatchOutcome::Committed {
+                    keys,
+                    reached_bound,
+                })
+            }
+            Err(TxError::Stale) => Ok(BatchOutcome::Stale),
+            Err(TxError::Engine(e)) => Err(e),
+        }
+    }
+
+    /// Durably record a classified execution error and drop the claim
+    /// (RT-1, RT-2). Fenced by the claim.
+    pub async fn record_failure(
+        &self,
+        claim: &Claim,
+        error: &RepairError,
+    ) -> Result<FailureOutcome, EngineError> {
+        let retry = &self.config.retry;
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let row = store::backfill_record_failure(
+            &mut conn,
+            &claim.id,
+            &claim.worker,
+            claim.generation,
+            error.kind(),
+            &error.message(),
+            retry.max_attempts,
+            millis(retry.backoff_base),
+            millis(retry.backoff_max),
+        )
+        .await?;
+        Ok(match row {
+            None => FailureOutcome::Stale,
+            Some(row) => FailureOutcome::Recorded {
+                state: row
+                    .state
+                    .parse()
+                    .map_err(|_| EngineError::UnknownState(claim.id.clone()))?,
+                attempts: row.attempts,
+                next_attempt_at: row.next_attempt_at,
+            },
+        })
+    }
+
+    /// Lifecycle validation of a claimed `validating` row (VAL-1..3): the
+    /// definition's validation and the fenced completion (or rejection)
+    /// run in ONE transaction, so a stale validator cannot complete a
+    /// paused or retried run. Repair errors roll back and are returned for
+    /// [`Engine::record_failure`].
+    pub async fn validate_claimed(&self, claim: &Claim) -> Result<ValidationRun, EngineError> {
+        let def = self
+            .registry
+            .get(&claim.id)
+            .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?
+            .clone();
+        let (stmt_ms, lock_ms) = (
+            millis(self.config.validation_timeout),
+            millis(self.config.lock_timeout),
+        );
+        let claim = claim.clone();
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let result = conn
+            .transaction::<_, TxError, _>(async |conn| {
+                store::batch_set_timeouts(conn, stmt_ms, lock_ms).await?;
+                let verdict = def
+                    .validate(conn, claim.bound.as_deref())
+                    .await
+                    .map_err(|e| body_error(&claim.id, e))?;
+                let (id, worker, generation) = (&claim.id, &claim.worker, claim.generation);
+                match verdict {
+                    Validation::Success => {
+                        if store::validation_complete(conn, id, worker, generation).await? {
+                            Ok(ValidationRun::Completed)
+                        } else {
+                            Err(TxError::Stale)
+                        }
+                    }
+                    Validation::Failure(ref detail) | Validation::Blocked(ref detail) => {
+                        let state = if matches!(verdict, Validation::Blocked(_)) {
+                            State::Blocked
+                        } else {
+                            State::Failed
+                        };
+                        let detail = bounded(detail.as_str());
+                        if store::validation_reject(conn, id, worker, generation, state.as_str(), &detail)
+                            .await?
+                        {
+                            Ok(ValidationRun::Rejected { state, detail })
+                        } else {
+                            Err(TxError::Stale)
+                        }
+                    }
+                }
+            })
+            .await;
+        match result {
+            Ok(run) => Ok(run),
+            Err(TxError::Stale) => Ok(ValidationRun::Stale),
+            Err(TxError::Engine(e)) => Err(e),
+        }
+    }
+
+    /// `start` (CONTRACT section 3) in its own transaction.
+    pub async fn start(&self, id: &str) -> Result<ActionOutcome, EngineError> {
+        self.act(id, Action::Start).await
+    }
+
+    /// `pause` in its own transaction.
+    pub async fn pause(&self, id: &str) -> Result<ActionOutcome, EngineError> {
+        self.act(id, Action::Pause).await
+    }
+
+    /// `resume` in its own transaction.
+    pub async fn resume(&self, id: &str) -> Result<ActionOutcome, EngineError> {
+        self.act(id, Action::Resume).await
+    }
+
+    /// `retry` in its own transaction.
+    pub async fn retry(&self, id: &str) -> Result<ActionOutcome, EngineError> {
+        self.act(id, Action::Retry).await
+    }
+
+    async fn act(&self, id: &str, action: Action) -> Result<ActionOutcome, EngineError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let id = id.to_string();
+        conn.transaction::<_, TxError, _>(async |conn| Ok(self.act_in(conn, &id, action).await?))
+            .await
+            .map_err(|e| match e {
+                TxError::Engine(e) => e,
+                TxError::Stale => EngineError::UnknownBackfill(id.clone()),
+            })
+    }
+
+    /// Perform a lifecycle action inside the caller's transaction (the admin
+    /// layer adds its audit row and idempotency record to the same one).
+    /// Locks the row first, so the prior state is exact and concurrent
+    /// actions on one ID serialize. `start` captures the bound with the
+    /// local definition in this same transaction (CONTRACT section 3). No
+    /// action changes bound or checkpoint or selects `completed` (LC-4).
+    pub async fn act_in(
+        &self,
+        conn: &mut AsyncPgConnection,
+        id: &str,
+        action: Action,
+    ) -> Result<ActionOutcome, EngineError> {
+        let row = store::backfill_lock(conn, id)
+            .await?
+            .ok_or_else(|| EngineError::UnknownBackfill(id.to_string()))?;
+        let prior = parse_state(&row)?;
+        if !action.sources().contains(&prior) {
+            return Ok(if action.converged().contains(&prior) {
+                ActionOutcome::Converged(Box::new(row))
+            } else {
+                ActionOutcome::Conflict(Box::new(row))
+            });
+        }
+        let after = match action {
+            Action::Start => self.start_in(conn, id).await?,
+            Action::Pause => store::backfill_pause(conn, id).await?,
+            Action::Resume => store::backfill_reactivate(conn, id, &["paused"], false).await?,
+            Action::Retry => {
+                store::backfill_reactivate(conn, id, &["blocked", "failed"], true).await?
+            }
+            Action::Validate => None,
+        };
+        // The row is locked, so the fenced UPDATE cannot miss; if it did,
+        // report the current state rather than a transition.
+        Ok(match after {
+            Some(row) => ActionOutcome::Applied {
+                prior,
+                row: Box::new(row),
+            },
+            None => ActionOutcome::Conflict(Box::new(row)),
+        })
+    }
+
+    async fn start_in(
+        &self,
+        conn: &mut AsyncPgConnection,
+        id: &str,
+    ) -> Result<Option<BackfillRow>, EngineError> {
+        let def = self
+            .registry
+            .get(id)
+            .ok_or_else(|| EngineError::NoDefinition(id.to_string()))?;
+        store::batch_set_timeouts(
+            conn,
+            millis(self.config.validation_timeout),
+            millis(self.config.lock_timeout),
+        )
+        .await?;
+        let source = def.capture(conn).await.map_err(|e| body_error(id, e))?;
+        let key_type = def.key_type();
+        let values = match &source {
+            EncodedSource::Empty => StartValues {
+                bound: None,
+                bound_json: None,
+                key_type: &key_type,
+                source_rows: Some(0),
+            },
+            EncodedSource::Bounded {
+                upper,
+                upper_json,
+                rows,
+            } => StartValues {
+                bound: Some(upper),
+                bound_json: Some(upper_json),
+                key_type: &key_type,
+                source_rows: *rows,
+            },
+        };
+        Ok(store::backfill_start(conn, id, values).await?)
+    }
+}

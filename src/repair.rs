@@ -1,0 +1,593 @@
+//! The [`Repair`] trait developers implement, and the [`Registry`] of local
+//! definitions a process reconciles before it claims anything (REG-4).
+//!
+//! A repair is application code. It owns its own SQL over its own tables
+//! (selection, mutation, validation); the engine owns everything about
+//! progress: it hands the repair the transaction's connection, checks what
+//! the selection returned against the batch limit and the key range, and
+//! commits the mutation together with the checkpoint (EX-6).
+
+use crate::key::{Key, KeyError};
+use async_trait::async_trait;
+use diesel_async::AsyncPgConnection;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Longest operator-facing diagnostic, in bytes (AUD-2).
+pub const MAX_DIAGNOSTIC_BYTES: usize = 512;
+
+/// Truncate a diagnostic to [`MAX_DIAGNOSTIC_BYTES`] on a char boundary.
+pub fn bounded(message: impl Into<String>) -> String {
+    let mut message = message.into();
+    if message.len() > MAX_DIAGNOSTIC_BYTES {
+        let mut cut = MAX_DIAGNOSTIC_BYTES - 3;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    message
+}
+
+/// What `start` found when it captured the source set (EX-1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSet<K> {
+    /// Nothing to repair: the backfill goes straight to `validating`.
+    Empty,
+    /// Work up to and including `upper`. `rows` is the size of the set when
+    /// the definition can count it cheaply; `None` shows progress as unknown.
+    Bounded { upper: K, rows: Option<i64> },
+}
+
+/// The outcome of a repair's validation (VAL-4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Validation {
+    /// The postcondition holds over the whole range up to the bound.
+    Success,
+    /// The postcondition does not hold; the message is a bounded, redacted
+    /// diagnostic for the operator (no row values).
+    Failure(String),
+    /// The postcondition cannot be checked because a prerequisite is unmet
+    /// (e.g. a column is missing); leads to `blocked`, not `failed` (VAL-3).
+    Blocked(String),
+}
+
+/// An error a repair returns, classified so the engine can record it durably
+/// before it counts as handled (RT-1).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RepairError {
+    /// Transient: the batch is retried after a bounded backoff.
+    #[error("retryable: {0}")]
+    Retryable(String),
+    /// An unmet prerequisite or data invariant that needs the operator; the
+    /// message must say what to do (bounded, no row values).
+    #[error("blocked: {0}")]
+    Blocked(String),
+    /// Not worth retrying: the backfill goes to `failed`.
+    #[error("fatal: {0}")]
+    Fatal(String),
+}
+
+impl RepairError {
+    /// Stable vocabulary used in the database and in metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RepairError::Retryable(_) => "retryable",
+            RepairError::Blocked(_) => "blocked",
+            RepairError::Fatal(_) => "fatal",
+        }
+    }
+
+    /// The bounded diagnostic.
+    pub fn message(&self) -> String {
+        match self {
+            RepairError::Retryable(m) | RepairError::Blocked(m) | RepairError::Fatal(m) => {
+                bounded(m.as_str())
+            }
+        }
+    }
+}
+
+/// Database errors raised by a repair's own SQL are classified by kind, and
+/// their text is replaced by a fixed description: a raw PostgreSQL message
+/// can carry row values or SQL (AUD-2).
+impl From<diesel::result::Error> for RepairError {
+    fn from(error: diesel::result::Error) -> Self {
+        crate::store::classify(&error)
+    }
+}
+
+/// A data repair, defined in application code.
+///
+/// Implementations must be deterministic functions of the database: every
+/// process that registers the same [`Repair::id`] runs the same behaviour
+/// (REG-3). Different behaviour needs a new stable ID.
+///
+/// # Example
+///
+/// A repair that fills `email_norm` for every existing row of `items`, keyed
+/// by the bigint primary key:
+///
+/// ```
+/// use backfill::repair::{Repair, RepairError, SourceSet, Validation};
+/// use backfill::{async_trait, AsyncPgConnection};
+/// use diesel::sql_types::{BigInt, Nullable};
+/// use diesel::QueryableByName;
+/// use diesel_async::RunQueryDsl;
+///
+/// pub struct NormalizeEmail;
+///
+/// #[derive(QueryableByName)]
+/// struct Id {
+///     #[diesel(sql_type = BigInt)]
+///     id: i64,
+/// }
+///
+/// #[derive(QueryableByName)]
+/// struct MaxId {
+///     #[diesel(sql_type = Nullable<BigInt>)]
+///     max: Option<i64>,
+/// }
+///
+/// #[derive(QueryableByName)]
+/// struct Count {
+///     #[diesel(sql_type = BigInt)]
+///     n: i64,
+/// }
+///
+/// #[async_trait]
+/// impl Repair for NormalizeEmail {
+///     type Key = i64;
+///
+///     fn id(&self) -> &'static str {
+///         "items.normalize-email.v1"
+///     }
+///
+///     fn batch_limit(&self) -> u32 {
+///         1000
+///     }
+///
+///     async fn capture_bound(
+///         &self,
+///         conn: &mut AsyncPgConnection,
+///     ) -> Result<SourceSet<i64>, RepairError> {
+///         let row: MaxId = diesel::sql_query("SELECT max(id) AS max FROM items")
+///             .get_result(conn)
+///             .await?;
+///         Ok(match row.max {
+///             None => SourceSet::Empty,
+///             Some(upper) => SourceSet::Bounded { upper, rows: None },
+///         })
+///     }
+///
+///     async fn select_keys(
+///         &self,
+///         conn: &mut AsyncPgConnection,
+///         after: Option<&i64>,
+///         bound: &i64,
+///         limit: u32,
+///     ) -> Result<Vec<i64>, RepairError> {
+///         let rows: Vec<Id> = diesel::sql_query(
+///             "SELECT id FROM items WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3",
+///         )
+///         .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+///         .bind::<BigInt, _>(*bound)
+///         .bind::<BigInt, _>(i64::from(limit))
+///         .load(conn)
+///         .await?;
+///         Ok(rows.into_iter().map(|r| r.id).collect())
+///     }
+///
+///     async fn mutate(
+///         &self,
+///         conn: &mut AsyncPgConnection,
+///         keys: &[i64],
+///     ) -> Result<(), RepairError> {
+///         diesel::sql_query("UPDATE items SET email_norm = lower(email) WHERE id = ANY($1)")
+///             .bind::<diesel::sql_types::Array<BigInt>, _>(keys)
+///             .execute(conn)
+///             .await?;
+///         Ok(())
+///     }
+///
+///     async fn validate(
+///         &self,
+///         conn: &mut AsyncPgConnection,
+///         bound: Option<&i64>,
+///     ) -> Result<Validation, RepairError> {
+///         let bad: Count = diesel::sql_query(
+///             "SELECT count(*) AS n FROM items \
+///              WHERE id <= $1 AND email_norm IS DISTINCT FROM lower(email)",
+///         )
+///         .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
+///         .get_result(conn)
+///         .await?;
+///         Ok(if bad.n == 0 {
+///             Validation::Success
+///         } else {
+///             Validation::Failure(format!("{} rows up to the bound are not normalized", bad.n))
+///         })
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Repair: Send + Sync + 'static {
+    /// The ordering key: checkpoint and bound are values of this type (EX-2).
+    type Key: Key;
+
+    /// The stable ID: 1-128 characters of `[a-z0-9._-]`, never reused for
+    /// different behaviour (REG-3).
+    fn id(&self) -> &'static str;
+
+    /// Diagnostic description (REG-2: last write wins, never a fence).
+    fn description(&self) -> &'static str {
+        ""
+    }
+
+    /// Maximum keys per batch (EX-4). The engine rejects a selection that
+    /// returns more.
+    fn batch_limit(&self) -> u32;
+
+    /// Capture the finite source set once, at `start` (EX-1). Runs inside
+    /// the transaction that moves the row to `running`.
+    async fn capture_bound(
+        &self,
+        conn: &mut AsyncPgConnection,
+    ) -> Result<SourceSet<Self::Key>, RepairError>;
+
+    /// Up to `limit` keys strictly after `after` (or from the start when
+    /// `None`) and at most `bound`, in ascending key order (EX-3).
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&Self::Key>,
+        bound: &Self::Key,
+        limit: u32,
+    ) -> Result<Vec<Self::Key>, RepairError>;
+
+    /// Apply the repair to exactly `keys`, on the batch's transaction. The
+    /// engine commits this together with the checkpoint or not at all (EX-6).
+    async fn mutate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        keys: &[Self::Key],
+    ) -> Result<(), RepairError>;
+
+    /// Check the postcondition over the whole range up to `bound` (`None`
+    /// for an empty source set) by reading PostgreSQL (VAL-2). Must be
+    /// read-only: explicit validation runs it on `completed` rows (VAL-5).
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&Self::Key>,
+    ) -> Result<Validation, RepairError>;
+}
+
+/// Why a definition or a stored key is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DefinitionError {
+    /// The stable ID is empty, too long, or has characters outside
+    /// `[a-z0-9._-]`.
+    #[error("invalid stable ID {0:?}: use 1-128 characters of [a-z0-9._-]")]
+    InvalidId(String),
+    /// Two definitions in one process claim the same stable ID.
+    #[error("stable ID {0:?} is registered twice in this process")]
+    DuplicateId(String),
+    /// A batch limit of zero cannot make progress.
+    #[error("repair {0:?} declares a batch limit of 0")]
+    ZeroBatchLimit(String),
+}
+
+/// Validate a stable ID: 1-128 characters of `[a-z0-9._-]`.
+pub fn validate_id(id: &str) -> Result<(), DefinitionError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'_' || b == b'-'
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(DefinitionError::InvalidId(bounded(id.chars().take(140).collect::<String>())))
+    }
+}
+
+/// A source set in the stored encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EncodedSource {
+    Empty,
+    Bounded {
+        upper: Vec<u8>,
+        upper_json: serde_json::Value,
+        rows: Option<i64>,
+    },
+}
+
+/// What a batch selection produced, after the engine checked it.
+#[derive(Debug, Clone)]
+pub(crate) struct SelectedBatch {
+    /// Number of keys mutated.
+    pub keys: usize,
+    /// Encoding and rendering of the greatest key, when any key was selected.
+    pub last: Option<(Vec<u8>, serde_json::Value)>,
+}
+
+/// A selection that broke the batch contract (EX-3, EX-4). The engine
+/// rejects the batch before the mutation runs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectionError {
+    /// More keys than the declared batch limit.
+    #[error("selection returned {got} keys, the batch limit is {limit}")]
+    OverLimit { got: usize, limit: u32 },
+    /// Keys not strictly ascending (duplicates or wrong order).
+    #[error("selection returned keys out of order or repeated at position {0}")]
+    NotAscending(usize),
+    /// A key at or before the checkpoint.
+    #[error("selection returned a key at or before the checkpoint")]
+    NotAfterCheckpoint,
+    /// A key after the bound.
+    #[error("selection returned a key after the bound")]
+    AfterBound,
+}
+
+/// Errors of the erased batch body.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    #[error(transparent)]
+    Repair(#[from] RepairError),
+    #[error(transparent)]
+    Selection(#[from] SelectionError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+/// Check a selection against the batch contract: at most `limit` keys,
+/// strictly ascending, all in `(after, bound]`.
+pub(crate) fn check_selection<K: Key>(
+    keys: &[K],
+    after: Option<&K>,
+    bound: &K,
+    limit: u32,
+) -> Result<(), SelectionError> {
+    if keys.len() > limit as usize {
+        return Err(SelectionError::OverLimit {
+            got: keys.len(),
+            limit,
+        });
+    }
+    for (i, pair) in keys.windows(2).enumerate() {
+        if pair[0] >= pair[1] {
+            return Err(SelectionError::NotAscending(i + 1));
+        }
+    }
+    if let (Some(first), Some(after)) = (keys.first(), after) {
+        if first <= after {
+            return Err(SelectionError::NotAfterCheckpoint);
+        }
+    }
+    if let Some(last) = keys.last() {
+        if last > bound {
+            return Err(SelectionError::AfterBound);
+        }
+    }
+    Ok(())
+}
+
+/// The object-safe face of a [`Repair`]: keys cross it in their stored
+/// encoding, so the engine and the runtime never need the key type.
+#[async_trait]
+pub(crate) trait DynRepair: Send + Sync {
+    fn id(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    fn key_type(&self) -> String;
+    fn batch_limit(&self) -> u32;
+    /// Fail closed (REG-4) when a stored key is not of this definition's type.
+    fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError>;
+    async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError>;
+    async fn select_and_mutate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+    ) -> Result<SelectedBatch, BodyError>;
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&[u8]>,
+    ) -> Result<Validation, BodyError>;
+}
+
+struct Erased<R>(R);
+
+#[async_trait]
+impl<R: Repair> DynRepair for Erased<R> {
+    fn id(&self) -> &'static str {
+        self.0.id()
+    }
+    fn description(&self) -> &'static str {
+        self.0.description()
+    }
+    fn key_type(&self) -> String {
+        R::Key::type_name()
+    }
+    fn batch_limit(&self) -> u32 {
+        self.0.batch_limit()
+    }
+    fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError> {
+        R::Key::from_bytes(bytes).map(|_| ())
+    }
+
+    async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError> {
+        Ok(match self.0.capture_bound(conn).await? {
+            SourceSet::Empty => EncodedSource::Empty,
+            SourceSet::Bounded { upper, rows } => EncodedSource::Bounded {
+                upper: upper.to_bytes(),
+                upper_json: upper.to_json(),
+                rows,
+            },
+        })
+    }
+
+    async fn select_and_mutate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+    ) -> Result<SelectedBatch, BodyError> {
+        let after = after.map(R::Key::from_bytes).transpose()?;
+        let bound = R::Key::from_bytes(bound)?;
+        let limit = self.0.batch_limit();
+        let keys = self
+            .0
+            .select_keys(conn, after.as_ref(), &bound, limit)
+            .await?;
+        // EX-3/EX-4 enforced here, on the production path: a repair cannot
+        // widen a batch or step outside (checkpoint, bound].
+        check_selection(&keys, after.as_ref(), &bound, limit)?;
+        if keys.is_empty() {
+            return Ok(SelectedBatch {
+                keys: 0,
+                last: None,
+            });
+        }
+        self.0.mutate(conn, &keys).await?;
+        let last = keys.last().map(|k| (k.to_bytes(), k.to_json()));
+        Ok(SelectedBatch {
+            keys: keys.len(),
+            last,
+        })
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&[u8]>,
+    ) -> Result<Validation, BodyError> {
+        let bound = bound.map(R::Key::from_bytes).transpose()?;
+        Ok(self.0.validate(conn, bound.as_ref()).await?)
+    }
+}
+
+/// The local definitions of one process, keyed by stable ID.
+///
+/// Built once at startup and immutable afterwards, so "the complete required
+/// set is registered before the gate is first evaluated" (CFG-2) holds by
+/// construction.
+#[derive(Default, Clone)]
+pub struct Registry {
+    repairs: BTreeMap<&'static str, Arc<dyn DynRepair>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.repairs.keys()).finish()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a definition. The stable ID is validated here, before anything
+    /// reaches the database.
+    pub fn register<R: Repair>(&mut self, repair: R) -> Result<&mut Self, DefinitionError> {
+        let id = repair.id();
+        validate_id(id)?;
+        if repair.batch_limit() == 0 {
+            return Err(DefinitionError::ZeroBatchLimit(id.to_string()));
+        }
+        if self.repairs.contains_key(id) {
+            return Err(DefinitionError::DuplicateId(id.to_string()));
+        }
+        self.repairs.insert(id, Arc::new(Erased(repair)));
+        Ok(self)
+    }
+
+    /// Builder form of [`Registry::register`].
+    pub fn with<R: Repair>(mut self, repair: R) -> Result<Self, DefinitionError> {
+        self.register(repair)?;
+        Ok(self)
+    }
+
+    /// The stable IDs this process can work on.
+    pub fn ids(&self) -> Vec<String> {
+        self.repairs.keys().map(|s| s.to_string()).collect()
+    }
+
+    /// Whether this process has a definition for `id`.
+    pub fn contains(&self, id: &str) -> bool {
+        self.repairs.contains_key(id)
+    }
+
+    /// Number of definitions.
+    pub fn len(&self) -> usize {
+        self.repairs.len()
+    }
+
+    /// Whether there are no definitions.
+    pub fn is_empty(&self) -> bool {
+        self.repairs.is_empty()
+    }
+
+    /// Key type name of a definition.
+    pub fn key_type(&self, id: &str) -> Option<String> {
+        self.repairs.get(id).map(|r| r.key_type())
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<&Arc<dyn DynRepair>> {
+        self.repairs.get(id)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<dyn DynRepair>> {
+        self.repairs.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_ids_are_validated() {
+        assert!(validate_id("events.author-norm_v1").is_ok());
+        assert!(validate_id(&"a".repeat(128)).is_ok());
+        for bad in ["", "Upper", "with space", "semi;colon", &"a".repeat(129)] {
+            assert!(matches!(
+                validate_id(bad),
+                Err(DefinitionError::InvalidId(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn selection_contract_is_checked() {
+        assert!(check_selection(&[2i64, 3], Some(&1), &3, 2).is_ok());
+        assert_eq!(
+            check_selection(&[2i64, 3, 4], Some(&1), &9, 2),
+            Err(SelectionError::OverLimit { got: 3, limit: 2 })
+        );
+        assert_eq!(
+            check_selection(&[3i64, 2], None, &9, 5),
+            Err(SelectionError::NotAscending(1))
+        );
+        assert_eq!(
+            check_selection(&[1i64, 2], Some(&1), &9, 5),
+            Err(SelectionError::NotAfterCheckpoint)
+        );
+        assert_eq!(
+            check_selection(&[8i64, 10], None, &9, 5),
+            Err(SelectionError::AfterBound)
+        );
+    }
+
+    #[test]
+    fn diagnostics_are_bounded_on_char_boundaries() {
+        let long = "é".repeat(400);
+        let b = bounded(long);
+        assert!(b.len() <= MAX_DIAGNOSTIC_BYTES);
+        assert!(b.ends_with("..."));
+    }
+}

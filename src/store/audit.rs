@@ -1,0 +1,169 @@
+//! Statements over `backfill_audit` (AUD-1) and `backfill_request` (ADM-4).
+
+use super::StoreError;
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{BigInt, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::QueryableByName;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::Value;
+
+/// One audit record to write. Every text is bounded by the table's CHECKs.
+#[derive(Debug, Clone, Default)]
+pub struct NewAudit<'a> {
+    pub backfill_id: &'a str,
+    pub action: &'a str,
+    pub actor: Option<&'a str>,
+    pub authority: &'a str,
+    pub correlation: Option<&'a str>,
+    pub prior_state: Option<&'a str>,
+    pub resulting_state: Option<&'a str>,
+    pub generation: Option<i64>,
+    pub outcome: &'a str,
+    pub detail: Option<&'a str>,
+}
+
+/// A stored audit record.
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+pub struct AuditRow {
+    #[diesel(sql_type = BigInt)]
+    pub seq: i64,
+    #[diesel(sql_type = Timestamptz)]
+    pub at: DateTime<Utc>,
+    #[diesel(sql_type = Text)]
+    pub backfill_id: String,
+    #[diesel(sql_type = Text)]
+    pub action: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub actor: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub authority: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub correlation: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub prior_state: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub resulting_state: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub generation: Option<i64>,
+    #[diesel(sql_type = Text)]
+    pub outcome: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub detail: Option<String>,
+}
+
+/// Append one audit record, in the caller's transaction: an accepted change
+/// and its audit row commit together or not at all (AUD-1).
+pub async fn audit_insert(
+    conn: &mut AsyncPgConnection,
+    audit: &NewAudit<'_>,
+) -> Result<i64, StoreError> {
+    #[derive(QueryableByName)]
+    struct Seq {
+        #[diesel(sql_type = BigInt)]
+        seq: i64,
+    }
+    let row: Seq = diesel::sql_query(
+        "INSERT INTO backfill_audit (backfill_id, action, actor, authority, correlation, \
+             prior_state, resulting_state, generation, outcome, detail) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq",
+    )
+    .bind::<Text, _>(audit.backfill_id)
+    .bind::<Text, _>(audit.action)
+    .bind::<Nullable<Text>, _>(audit.actor)
+    .bind::<Text, _>(audit.authority)
+    .bind::<Nullable<Text>, _>(audit.correlation)
+    .bind::<Nullable<Text>, _>(audit.prior_state)
+    .bind::<Nullable<Text>, _>(audit.resulting_state)
+    .bind::<Nullable<BigInt>, _>(audit.generation)
+    .bind::<Text, _>(audit.outcome)
+    .bind::<Nullable<Text>, _>(audit.detail)
+    .get_result(conn)
+    .await?;
+    Ok(row.seq)
+}
+
+/// A page of audit records, newest first, optionally for one backfill and
+/// strictly before `before` (a `seq`). No lock.
+pub async fn audit_list(
+    conn: &mut AsyncPgConnection,
+    backfill_id: Option<&str>,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<AuditRow>, StoreError> {
+    Ok(diesel::sql_query(
+        "SELECT seq, at, backfill_id, action, actor, authority, correlation, prior_state, \
+             resulting_state, generation, outcome, detail \
+         FROM backfill_audit \
+         WHERE ($1::text IS NULL OR backfill_id = $1) AND ($2::bigint IS NULL OR seq < $2) \
+         ORDER BY seq DESC LIMIT $3",
+    )
+    .bind::<Nullable<Text>, _>(backfill_id)
+    .bind::<Nullable<BigInt>, _>(before)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+/// A stored idempotent response.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct RequestRow {
+    #[diesel(sql_type = Text)]
+    pub backfill_id: String,
+    #[diesel(sql_type = Text)]
+    pub action: String,
+    #[diesel(sql_type = Integer)]
+    pub status: i32,
+    #[diesel(sql_type = Jsonb)]
+    pub response: Value,
+}
+
+/// Take the transaction-scoped advisory lock of one idempotency key, so
+/// concurrent duplicates of one logical request run one at a time and the
+/// later ones find the first one's stored response (ADM-4).
+pub async fn request_lock(conn: &mut AsyncPgConnection, key: &str) -> Result<(), StoreError> {
+    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended('backfill-request:' || $1, 0))")
+        .bind::<Text, _>(key)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Read the stored response of an idempotency key. No lock (callers hold
+/// [`request_lock`]).
+pub async fn request_get(
+    conn: &mut AsyncPgConnection,
+    key: &str,
+) -> Result<Option<RequestRow>, StoreError> {
+    let rows: Vec<RequestRow> = diesel::sql_query(
+        "SELECT backfill_id, action, status, response FROM backfill_request \
+         WHERE idempotency_key = $1",
+    )
+    .bind::<Text, _>(key)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().next())
+}
+
+/// Store the response of an idempotency key, in the same transaction as the
+/// action it answers.
+pub async fn request_insert(
+    conn: &mut AsyncPgConnection,
+    key: &str,
+    backfill_id: &str,
+    action: &str,
+    status: i32,
+    response: &Value,
+) -> Result<(), StoreError> {
+    diesel::sql_query(
+        "INSERT INTO backfill_request (idempotency_key, backfill_id, action, status, response) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind::<Text, _>(key)
+    .bind::<Text, _>(backfill_id)
+    .bind::<Text, _>(action)
+    .bind::<Integer, _>(status)
+    .bind::<Jsonb, _>(response)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,597 @@
+//! Statements over the `backfill` table: registration, lifecycle
+//! transitions, claims and the fenced checkpoint advance.
+//!
+//! Lifecycle transitions are enforced twice in PostgreSQL: by each UPDATE's
+//! WHERE clause (a disallowed source state matches zero rows) and by the
+//! `backfill_guard` trigger, which rejects any UPDATE that breaks the
+//! lifecycle table, moves the bound or the checkpoint backward, or touches a
+//! completed row (LC-1, LC-4, REG-5).
+
+use super::StoreError;
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Array, BigInt, Binary, Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::QueryableByName;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::Value;
+
+/// Every column of a backfill row, plus the database clock at read time so
+/// callers judge lease expiry by PostgreSQL time (CLM-3), never their own.
+const COLUMNS: &str = "id, state, bound, bound_json, empty_source, checkpoint, checkpoint_json, \
+     key_type, source_rows, generation, owner, lease_expires_at, attempts, next_attempt_at, \
+     last_error_kind, last_error, last_error_at, rows_done, batches_done, validation_outcome, \
+     validation_detail, validated_at, description, build_info, registered_at, updated_at, \
+     started_at, completed_at, clock_timestamp() AS db_now";
+
+/// One backfill row as stored.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct BackfillRow {
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    #[diesel(sql_type = Text)]
+    pub state: String,
+    #[diesel(sql_type = Nullable<Binary>)]
+    pub bound: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub bound_json: Option<Value>,
+    #[diesel(sql_type = Bool)]
+    pub empty_source: bool,
+    #[diesel(sql_type = Nullable<Binary>)]
+    pub checkpoint: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub checkpoint_json: Option<Value>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub key_type: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub source_rows: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    pub generation: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub owner: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_error_kind: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_error: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub last_error_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = BigInt)]
+    pub rows_done: i64,
+    #[diesel(sql_type = BigInt)]
+    pub batches_done: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub validation_outcome: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub validation_detail: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub validated_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub description: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub build_info: Option<String>,
+    #[diesel(sql_type = Timestamptz)]
+    pub registered_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    pub updated_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub started_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub completed_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Timestamptz)]
+    pub db_now: DateTime<Utc>,
+}
+
+/// What a successful claim returns: everything a runner needs so that no
+/// batch has to re-read the row.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ClaimRow {
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    #[diesel(sql_type = Text)]
+    pub state: String,
+    #[diesel(sql_type = BigInt)]
+    pub generation: i64,
+    #[diesel(sql_type = Nullable<Binary>)]
+    pub bound: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Binary>)]
+    pub checkpoint: Option<Vec<u8>>,
+    #[diesel(sql_type = Bool)]
+    pub empty_source: bool,
+    #[diesel(sql_type = Timestamptz)]
+    pub lease_expires_at: DateTime<Utc>,
+    /// The owner whose expired claim this one replaced (a takeover), if any.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub prior_owner: Option<String>,
+}
+
+/// A renewed claim.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct RenewedRow {
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    #[diesel(sql_type = BigInt)]
+    pub generation: i64,
+}
+
+/// The state a fenced write left behind.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct StateRow {
+    #[diesel(sql_type = Text)]
+    pub state: String,
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
+/// Upsert the definitions of this process (REG-1, REG-2): one row per
+/// stable ID, whatever the order or number of registering processes.
+/// Metadata is last-write-wins and touches nothing else. No lock beyond the
+/// insert's; no fence (metadata is never a fence, CLM-5).
+pub async fn backfill_register(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+    descriptions: &[String],
+    build_info: &str,
+) -> Result<(), StoreError> {
+    diesel::sql_query(
+        "INSERT INTO backfill (id, description, build_info) \
+         SELECT d.id, NULLIF(d.description, ''), NULLIF($3, '') \
+         FROM unnest($1::text[], $2::text[]) AS d(id, description) \
+         ON CONFLICT (id) DO UPDATE SET description = EXCLUDED.description, \
+             build_info = EXCLUDED.build_info, updated_at = now() \
+         WHERE backfill.description IS DISTINCT FROM EXCLUDED.description \
+            OR backfill.build_info IS DISTINCT FROM EXCLUDED.build_info",
+    )
+    .bind::<Array<Text>, _>(ids)
+    .bind::<Array<Text>, _>(descriptions)
+    .bind::<Text, _>(build_info)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Read one row. No lock.
+pub async fn backfill_get(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+) -> Result<Option<BackfillRow>, StoreError> {
+    Ok(
+        diesel::sql_query(format!("SELECT {COLUMNS} FROM backfill WHERE id = $1"))
+            .bind::<Text, _>(id)
+            .get_result(conn)
+            .await
+            .map(Some)
+            .or_else(not_found)?,
+    )
+}
+
+/// Read a page of rows ordered by ID, strictly after `after`. No lock.
+pub async fn backfill_list(
+    conn: &mut AsyncPgConnection,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<BackfillRow>, StoreError> {
+    Ok(diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM backfill WHERE $1::text IS NULL OR id > $1 ORDER BY id LIMIT $2"
+    ))
+    .bind::<Nullable<Text>, _>(after)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+/// Read the rows of the given IDs (readiness). No lock.
+pub async fn backfill_get_many(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+) -> Result<Vec<BackfillRow>, StoreError> {
+    Ok(diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM backfill WHERE id = ANY($1) ORDER BY id"
+    ))
+    .bind::<Array<Text>, _>(ids)
+    .load(conn)
+    .await?)
+}
+
+/// Lock one row `FOR UPDATE` for the rest of the caller's transaction, so an
+/// action reads the prior state it will transition from and concurrent
+/// actions on the same ID serialize (ADM-4).
+pub async fn backfill_lock(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+) -> Result<Option<BackfillRow>, StoreError> {
+    Ok(diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM backfill WHERE id = $1 FOR UPDATE"
+    ))
+    .bind::<Text, _>(id)
+    .get_result(conn)
+    .await
+    .map(Some)
+    .or_else(not_found)?)
+}
+
+/// The captured source set, in stored form.
+pub struct StartValues<'a> {
+    pub bound: Option<&'a [u8]>,
+    pub bound_json: Option<&'a Value>,
+    pub key_type: &'a str,
+    pub source_rows: Option<i64>,
+}
+
+/// `start`: `pending` -> `running` (or `validating` for an empty source set,
+/// EX-1) with the bound captured, in the caller's transaction. Fence: the
+/// row must still be `pending`, so a second start matches zero rows and can
+/// never recapture the bound. Advances the generation.
+pub async fn backfill_start(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    values: StartValues<'_>,
+) -> Result<Option<BackfillRow>, StoreError> {
+    Ok(diesel::sql_query(format!(
+        "UPDATE backfill SET \
+             state = CASE WHEN $2::bytea IS NULL THEN 'validating' ELSE 'running' END, \
+             bound = $2, bound_json = $3, empty_source = ($2::bytea IS NULL), key_type = $4, \
+             source_rows = $5, generation = generation + 1, attempts = 0, \
+             next_attempt_at = NULL, started_at = now(), updated_at = now() \
+         WHERE id = $1 AND state = 'pending' \
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<Text, _>(id)
+    .bind::<Nullable<Binary>, _>(values.bound)
+    .bind::<Nullable<Jsonb>, _>(values.bound_json)
+    .bind::<Text, _>(values.key_type)
+    .bind::<Nullable<BigInt>, _>(values.source_rows)
+    .get_result(conn)
+    .await
+    .map(Some)
+    .or_else(not_found)?)
+}
+
+/// Claim the next eligible backfill among `ids` (this process's definitions,
+/// REG-4) that is not in `exclude`: a `running` row past its retry backoff or
+/// a `validating` row, with no claim or an expired one (by PostgreSQL's
+/// clock, CLM-3). Locks: `FOR UPDATE SKIP LOCKED` on the candidate, so
+/// concurrent claimers never wait on or double-claim a row (CLM-1). Advances
+/// the generation, which fences out any previous owner (CLM-4). The
+/// candidate is chosen in a CTE with `LIMIT 1` (never `IN (subquery)`,
+/// which can re-run the subquery and claim every row).
+pub async fn backfill_claim(
+    conn: &mut AsyncPgConnection,
+    worker: &str,
+    ids: &[String],
+    exclude: &[String],
+    ttl_ms: i64,
+) -> Result<Option<ClaimRow>, StoreError> {
+    Ok(diesel::sql_query(
+        "WITH candidate AS ( \
+             SELECT id, owner AS prior_owner FROM backfill \
+             WHERE id = ANY($2) AND NOT (id = ANY($3)) \
+               AND state IN ('running', 'validating') \
+               AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp()) \
+               AND (owner IS NULL OR lease_expires_at <= clock_timestamp()) \
+             ORDER BY next_attempt_at NULLS FIRST, updated_at, id \
+             LIMIT 1 \
+             FOR UPDATE SKIP LOCKED) \
+         UPDATE backfill b SET owner = $1, \
+             lease_expires_at = clock_timestamp() + $4 * interval '1 millisecond', \
+             generation = b.generation + 1, next_attempt_at = NULL, updated_at = now() \
+         FROM candidate c WHERE b.id = c.id \
+         RETURNING b.id, b.state, b.generation, b.bound, b.checkpoint, b.empty_source, \
+             b.lease_expires_at, c.prior_owner",
+    )
+    .bind::<Text, _>(worker)
+    .bind::<Array<Text>, _>(ids)
+    .bind::<Array<Text>, _>(exclude)
+    .bind::<BigInt, _>(ttl_ms)
+    .get_result(conn)
+    .await
+    .map(Some)
+    .or_else(not_found)?)
+}
+
+/// Renew every listed claim this worker holds, in one statement. Fence:
+/// same owner, same generation and a lease that has not expired yet by
+/// PostgreSQL's clock; a claim missing from the result is lost (CLM-3).
+pub async fn lease_renew(
+    conn: &mut AsyncPgConnection,
+    worker: &str,
+    ids: &[String],
+    generations: &[i64],
+    ttl_ms: i64,
+) -> Result<Vec<RenewedRow>, StoreError> {
+    Ok(diesel::sql_query(
+        "UPDATE backfill b SET \
+             lease_expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
+         FROM unnest($2::text[], $3::bigint[]) AS h(id, generation) \
+         WHERE b.id = h.id AND b.generation = h.generation AND b.owner = $1 \
+           AND b.lease_expires_at > clock_timestamp() \
+         RETURNING b.id, b.generation",
+    )
+    .bind::<Text, _>(worker)
+    .bind::<Array<Text>, _>(ids)
+    .bind::<Array<BigInt>, _>(generations)
+    .bind::<BigInt, _>(ttl_ms)
+    .load(conn)
+    .await?)
+}
+
+/// Give a claim back (graceful shutdown), so another process can continue
+/// at once. Fence: same owner and generation; `false` means the claim was
+/// already gone. State, bound and checkpoint are untouched.
+pub async fn lease_release(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    worker: &str,
+    generation: i64,
+) -> Result<bool, StoreError> {
+    let n = diesel::sql_query(
+        "UPDATE backfill SET owner = NULL, lease_expires_at = NULL, updated_at = now() \
+         WHERE id = $1 AND owner = $2 AND generation = $3",
+    )
+    .bind::<Text, _>(id)
+    .bind::<Text, _>(worker)
+    .bind::<BigInt, _>(generation)
+    .execute(conn)
+    .await?;
+    Ok(n == 1)
+}
+
+/// Bound the current transaction (EX-5): `SET LOCAL statement_timeout` and
+/// `lock_timeout`, passed as parameters through `set_config(.., true)`.
+pub async fn batch_set_timeouts(
+    conn: &mut AsyncPgConnection,
+    statement_timeout_ms: i64,
+    lock_timeout_ms: i64,
+) -> Result<(), StoreError> {
+    diesel::sql_query(
+        "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)",
+    )
+    .bind::<Text, _>(statement_timeout_ms.to_string())
+    .bind::<Text, _>(lock_timeout_ms.to_string())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The fence and the progress of one batch, as the last statement of the
+/// batch transaction (CLM-2, EX-6). Matches only if the row is `running`,
+/// the generation and owner are the caller's, the lease has not expired by
+/// `clock_timestamp()` (the transaction's `now()` is its start, which is too
+/// early), the checkpoint is still the one the batch started from, and the
+/// new checkpoint is greater than it and at most the bound (EX-3). When the
+/// new checkpoint equals the bound the row enters `validating` and the claim
+/// is released (VAL-1). Takes the row lock until commit, so a concurrent
+/// pause either committed first (zero rows here) or waits for this commit.
+/// `None` = stale: the caller must roll back the whole transaction.
+#[allow(clippy::too_many_arguments)]
+pub async fn checkpoint_advance(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    worker: &str,
+    generation: i64,
+    expected: Option<&[u8]>,
+    checkpoint: &[u8],
+    checkpoint_json: &Value,
+    rows: i64,
+) -> Result<Option<String>, StoreError> {
+    #[derive(QueryableByName)]
+    struct Advanced {
+        #[diesel(sql_type = Text)]
+        state: String,
+    }
+    let row: Option<Advanced> = diesel::sql_query(
+        "UPDATE backfill SET checkpoint = $5, checkpoint_json = $6, \
+             rows_done = rows_done + $7, batches_done = batches_done + 1, attempts = 0, \
+             state = CASE WHEN $5 = bound THEN 'validating' ELSE state END, \
+             owner = CASE WHEN $5 = bound THEN NULL ELSE owner END, \
+             lease_expires_at = CASE WHEN $5 = bound THEN NULL ELSE lease_expires_at END, \
+             updated_at = now() \
+         WHERE id = $1 AND state = 'running' AND owner = $2 AND generation = $3 \
+           AND lease_expires_at > clock_timestamp() \
+           AND checkpoint IS NOT DISTINCT FROM $4 \
+           AND $5 > coalesce(checkpoint, ''::bytea) AND $5 <= bound \
+         RETURNING state",
+    )
+    .bind::<Text, _>(id)
+    .bind::<Text, _>(worker)
+    .bind::<BigInt, _>(generation)
+    .bind::<Nullable<Binary>, _>(expected)
+    .bind::<Binary, _>(checkpoint)
+    .bind::<Jsonb, _>(checkpoint_json)
+    .bind::<BigInt, _>(rows)
+    .get_result(conn)
+    .await
+    .map(Some)
+    .or_else(not_found)?;
+    Ok(row.map(|r| r.state))
+}
+
+/// Record a classified execution error durably (RT-1) and drop the claim.
+/// `kind` is `retryable`, `blocked` or `fatal`: retryable stays in its state
+/// with `next_attempt_at` pushed out by exponential backoff (base doubled per
+/// consecutive attempt, capped) until `max_attempts` is reached, then
+/// `failed` (RT-2); blocked goes to `blocked`; fatal to `failed`. Fence:
+/// owner, generation and unexpired lease; `None` = stale, nothing recorded.
+#[allow(clippy::too_many_arguments)]
+pub async fn backfill_record_failure(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    worker: &str,
+    generation: i64,
+    kind: &str,
+    message: &str,
+    max_attempts: i32,
+    backoff_base_ms: i64,
+    backoff_max_ms: i64,
+) -> Result<Option<StateRow>, StoreError> {
+    Ok(diesel::sql_query(
+        "UPDATE backfill SET \
+             attempts = CASE WHEN $4 = 'retryable' THEN attempts + 1 ELSE attempts END, \
+             state = CASE WHEN $4 = 'blocked' THEN 'blocked' \
+                          WHEN $4 = 'fatal' THEN 'failed' \
+                          WHEN attempts + 1 >= $6 THEN 'failed' \
+                          ELSE state END, \
+             next_attempt_at = CASE WHEN $4 = 'retryable' AND attempts + 1 < $6 \
+                 THEN clock_timestamp() + least($7 * power(2, attempts), $8) * interval '1 millisecond' \
+                 ELSE NULL END, \
+             owner = NULL, lease_expires_at = NULL, \
+             last_error_kind = $4, last_error = $5, last_error_at = now(), updated_at = now() \
+         WHERE id = $1 AND owner = $2 AND generation = $3 \
+           AND state IN ('running', 'validating') AND lease_expires_at > clock_timestamp() \
+         RETURNING state, attempts, next_attempt_at",
+    )
+    .bind::<Text, _>(id)
+    .bind::<Text, _>(worker)
+    .bind::<BigInt, _>(generation)
+    .bind::<Text, _>(kind)
+    .bind::<Text, _>(message)
+    .bind::<Integer, _>(max_attempts)
+    .bind::<BigInt, _>(backoff_base_ms)
+    .bind::<BigInt, _>(backoff_max_ms)
+    .get_result(conn)
+    .await
+    .map(Some)
+    .or_else(not_found)?)
+}
+
+/// Fenced completion (VAL-3): `validating` -> `completed` after successful
+/// validation, as the last statement of the validation transaction. Fence:
+/// state `validating`, owner, generation and unexpired lease by
+/// `clock_timestamp()`; a paused or retried run has a new generation and
+/// matches nothing. `false` = stale.
+pub async fn validation_complete(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    worker: &str,
+    generation: i64,
+) -> Result<bool, StoreError> {
+    let n = diesel::sql_query(
+        "UPDATE backfill SET state = 'completed', owner = NULL, lease_expires_at = NULL, \
+             validation_outcome = 'success', validation_detail = NULL, validated_at = now(), \
+             completed_at = now(), updated_at = now() \
+         WHERE id = $1 AND state = 'validating' AND owner = $2 AND generation = $3 \
+           AND lease_expires_at > clock_timestamp()",
+    )
+    .bind::<Text, _>(id)
+    .bind::<Text, _>(worker)
+    .bind::<BigInt, _>(generation)
+    .execute(conn)
+    .await?;
+    Ok(n == 1)
+}
+
+/// Fenced rejection (VAL-3): `validating` -> `failed` (or `blocked` when the
+/// validation names an unmet prerequisite) with the bounded diagnostic.
+/// Same fence as [`validation_complete`]. `false` = stale.
+pub async fn validation_reject(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    worker: &str,
+    generation: i64,
+    to_state: &str,
+    detail: &str,
+) -> Result<bool, StoreError> {
+    let n = diesel::sql_query(
+        "UPDATE backfill SET state = $4, owner = NULL, lease_expires_at = NULL, \
+             validation_outcome = 'failure', validation_detail = $5, validated_at = now(), \
+             last_error_kind = 'validation', last_error = $5, last_error_at = now(), \
+             updated_at = now() \
+         WHERE id = $1 AND state = 'validating' AND owner = $2 AND generation = $3 \
+           AND lease_expires_at > clock_timestamp() AND $4 IN ('failed', 'blocked')",
+    )
+    .bind::<Text, _>(id)
+    .bind::<Text, _>(worker)
+    .bind::<BigInt, _>(generation)
+    .bind::<Text, _>(to_state)
+    .bind::<Text, _>(detail)
+    .execute(conn)
+    .await?;
+    Ok(n == 1)
+}
+
+/// `pause`: `running`/`validating` -> `paused`, advancing the generation and
+/// dropping the claim in one statement, so every in-flight batch or
+/// validation of the old generation fails its fence at commit (CT-5).
+/// Waits on the row lock of a batch that is committing. `None` = the row was
+/// not in a pausable state.
+pub async fn backfill_pause(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+) -> Result<Option<BackfillRow>, StoreError> {
+    Ok(diesel::sql_query(format!(
+        "UPDATE backfill SET state = 'paused', generation = generation + 1, owner = NULL, \
+             lease_expires_at = NULL, updated_at = now() \
+         WHERE id = $1 AND state IN ('running', 'validating') \
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<Text, _>(id)
+    .get_result(conn)
+    .await
+    .map(Some)
+    .or_else(not_found)?)
+}
+
+/// `resume` (from `paused`) and `retry` (from `blocked`/`failed`): back to
+/// `running`, or to `validating` when the checkpoint already reached the
+/// bound or the source set was empty. Claims nothing; the bound and the
+/// checkpoint are untouched (LC-4, RT-3); retry also clears the attempt
+/// count and backoff. Advances the generation so that nothing issued before
+/// the action can commit after it. `None` = not in a source state.
+pub async fn backfill_reactivate(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    from_states: &[&str],
+    reset_attempts: bool,
+) -> Result<Option<BackfillRow>, StoreError> {
+    let from: Vec<String> = from_states.iter().map(|s| s.to_string()).collect();
+    Ok(diesel::sql_query(format!(
+        "UPDATE backfill SET \
+             state = CASE WHEN empty_source OR checkpoint = bound THEN 'validating' \
+                          ELSE 'running' END, \
+             generation = generation + 1, next_attempt_at = NULL, \
+             attempts = CASE WHEN $3 THEN 0 ELSE attempts END, updated_at = now() \
+         WHERE id = $1 AND state = ANY($2) AND state IN ('paused', 'blocked', 'failed') \
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<Text, _>(id)
+    .bind::<Array<Text>, _>(from)
+    .bind::<Bool, _>(reset_attempts)
+    .get_result(conn)
+    .await
+    .map(Some)
+    .or_else(not_found)?)
+}
+
+/// Persist the bounded outcome of an explicit validation (VAL-7). Touches
+/// only the validation columns: never lifecycle, bound, checkpoint,
+/// generation or claim (VAL-5). No fence: it is a record, not a transition.
+pub async fn validation_record(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    outcome: &str,
+    detail: Option<&str>,
+) -> Result<bool, StoreError> {
+    let n = diesel::sql_query(
+        "UPDATE backfill SET validation_outcome = $2, validation_detail = $3, \
+             validated_at = now() \
+         WHERE id = $1",
+    )
+    .bind::<Text, _>(id)
+    .bind::<Text, _>(outcome)
+    .bind::<Nullable<Text>, _>(detail)
+    .execute(conn)
+    .await?;
+    Ok(n == 1)
+}
+
+fn not_found<T>(error: diesel::result::Error) -> Result<Option<T>, diesel::result::Error> {
+    match error {
+        diesel::result::Error::NotFound => Ok(None),
+        other => Err(other),
+    }
+}

@@ -1,0 +1,115 @@
+//! The only place in the project that writes SQL for the backfill tables.
+//!
+//! One named function per statement, named `<entity>_<verb>`; each doc
+//! comment states the locks it takes and the fence it applies. Every fenced
+//! write returns zero rows as a typed outcome (`None`/`false`/[`Fence::Stale`]),
+//! never ignored. Repairs run their own SQL over their own tables; they never
+//! see these tables.
+
+mod audit;
+mod backfill;
+mod pool;
+
+pub use audit::*;
+pub use backfill::*;
+pub use pool::{build_pool, run_embedded, run_migrations, Pool, PooledConn, MIGRATIONS};
+
+use crate::repair::RepairError;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+
+/// Errors of the store layer. `Display` is redacted (AUD-2): raw database
+/// messages can carry row values or SQL, so only a classification is shown.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A statement failed.
+    #[error("database error: {}", describe(.0))]
+    Database(#[from] DieselError),
+    /// No connection could be had from the pool.
+    #[error("database pool error: {0}")]
+    Pool(String),
+    /// Embedded migrations failed.
+    #[error("migration error: {0}")]
+    Migration(String),
+    /// A stored value this process cannot interpret (REG-4: fail closed).
+    #[error("stored value cannot be interpreted: {0}")]
+    Corrupt(String),
+}
+
+impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for StoreError {
+    fn from(error: bb8::RunError<diesel_async::pooled_connection::PoolError>) -> Self {
+        match error {
+            bb8::RunError::TimedOut => StoreError::Pool("timed out waiting for a connection".into()),
+            bb8::RunError::User(_) => StoreError::Pool("could not open a connection".into()),
+        }
+    }
+}
+
+/// A bounded, redacted description of a database error.
+pub fn describe(error: &DieselError) -> String {
+    match error {
+        DieselError::DatabaseError(kind, info) => {
+            let message = info.message();
+            let what = match kind {
+                DatabaseErrorKind::UniqueViolation => "unique violation",
+                DatabaseErrorKind::ForeignKeyViolation => "foreign key violation",
+                DatabaseErrorKind::NotNullViolation => "not-null violation",
+                DatabaseErrorKind::CheckViolation => "check violation",
+                DatabaseErrorKind::SerializationFailure => "serialization failure",
+                DatabaseErrorKind::ReadOnlyTransaction => "read-only transaction",
+                DatabaseErrorKind::ClosedConnection => "connection closed",
+                _ if message.contains("statement timeout") => "statement timeout",
+                _ if message.contains("lock timeout") => "lock timeout",
+                _ if message.contains("deadlock") => "deadlock detected",
+                _ if message.contains("canceling statement") => "statement cancelled",
+                _ if message.contains("does not exist") => "missing relation, column or function",
+                _ => "database error",
+            };
+            match info.constraint_name() {
+                Some(c) if c.len() <= 63 => format!("{what} (constraint {c})"),
+                _ => what.to_string(),
+            }
+        }
+        DieselError::NotFound => "row not found".into(),
+        DieselError::RollbackTransaction => "transaction rolled back".into(),
+        DieselError::BrokenTransactionManager => "broken transaction state".into(),
+        DieselError::DeserializationError(_) => "cannot decode a returned value".into(),
+        DieselError::SerializationError(_) => "cannot encode a parameter".into(),
+        _ => "database client error".into(),
+    }
+}
+
+/// Classify a database error raised by a repair's SQL (RT-1): transient
+/// conditions are retryable, a missing relation or column is an unmet
+/// prerequisite (blocked), and everything else is fatal.
+pub fn classify(error: &DieselError) -> RepairError {
+    let text = describe(error);
+    let retryable = match error {
+        DieselError::DatabaseError(kind, _) => matches!(
+            kind,
+            DatabaseErrorKind::SerializationFailure | DatabaseErrorKind::ClosedConnection
+        ) || matches!(
+            text.as_str(),
+            "statement timeout" | "lock timeout" | "deadlock detected" | "statement cancelled"
+        ),
+        DieselError::BrokenTransactionManager => true,
+        _ => false,
+    };
+    if retryable {
+        RepairError::Retryable(text)
+    } else if text.starts_with("missing relation") {
+        RepairError::Blocked(format!(
+            "{text}: the repair's schema prerequisite is not in place; apply the migration, then retry"
+        ))
+    } else {
+        RepairError::Fatal(text)
+    }
+}
+
+/// Whether a store error is a transient database condition.
+pub fn is_transient(error: &StoreError) -> bool {
+    match error {
+        StoreError::Database(e) => matches!(classify(e), RepairError::Retryable(_)),
+        StoreError::Pool(_) => true,
+        _ => false,
+    }
+}
