@@ -76,7 +76,9 @@ impl EngineConfig {
     pub fn validate(&self) -> Result<(), EngineError> {
         let ms = |d: Duration| d.as_millis();
         if ms(self.lease_ttl) < 100 {
-            return Err(EngineError::Config("lease_ttl must be at least 100ms".into()));
+            return Err(EngineError::Config(
+                "lease_ttl must be at least 100ms".into(),
+            ));
         }
         if ms(self.statement_timeout) == 0 || ms(self.lock_timeout) == 0 {
             return Err(EngineError::Config(
@@ -85,10 +87,14 @@ impl EngineConfig {
             ));
         }
         if ms(self.validation_timeout) == 0 {
-            return Err(EngineError::Config("validation_timeout must be positive".into()));
+            return Err(EngineError::Config(
+                "validation_timeout must be positive".into(),
+            ));
         }
         if self.retry.max_attempts < 1 {
-            return Err(EngineError::Config("retry.max_attempts must be at least 1".into()));
+            return Err(EngineError::Config(
+                "retry.max_attempts must be at least 1".into(),
+            ));
         }
         if self.retry.backoff_base > self.retry.backoff_max {
             return Err(EngineError::Config(
@@ -595,8 +601,15 @@ impl Engine {
                             State::Failed
                         };
                         let detail = bounded(detail.as_str());
-                        if store::validation_reject(conn, id, worker, generation, state.as_str(), &detail)
-                            .await?
+                        if store::validation_reject(
+                            conn,
+                            id,
+                            worker,
+                            generation,
+                            state.as_str(),
+                            &detail,
+                        )
+                        .await?
                         {
                             Ok(ValidationRun::Rejected { state, detail })
                         } else {
@@ -633,7 +646,8 @@ impl Engine {
         self.act(id, Action::Retry).await
     }
 
-    async fn act(&self, id: &str, action: Action) -> Result<ActionOutcome, EngineError> {
+    /// Perform `action` in its own transaction.
+    pub async fn act(&self, id: &str, action: Action) -> Result<ActionOutcome, EngineError> {
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
         let id = id.to_string();
         conn.transaction::<_, TxError, _>(async |conn| Ok(self.act_in(conn, &id, action).await?))

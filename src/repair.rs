@@ -289,7 +289,9 @@ pub fn validate_id(id: &str) -> Result<(), DefinitionError> {
     if ok {
         Ok(())
     } else {
-        Err(DefinitionError::InvalidId(bounded(id.chars().take(140).collect::<String>())))
+        Err(DefinitionError::InvalidId(bounded(
+            id.chars().take(140).collect::<String>(),
+        )))
     }
 }
 
@@ -381,7 +383,6 @@ pub(crate) trait DynRepair: Send + Sync {
     fn id(&self) -> &'static str;
     fn description(&self) -> &'static str;
     fn key_type(&self) -> String;
-    fn batch_limit(&self) -> u32;
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
     fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError>;
     async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError>;
@@ -410,9 +411,6 @@ impl<R: Repair> DynRepair for Erased<R> {
     }
     fn key_type(&self) -> String {
         R::Key::type_name()
-    }
-    fn batch_limit(&self) -> u32 {
-        self.0.batch_limit()
     }
     fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError> {
         R::Key::from_bytes(bytes).map(|_| ())

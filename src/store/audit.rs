@@ -121,10 +121,12 @@ pub struct RequestRow {
 /// concurrent duplicates of one logical request run one at a time and the
 /// later ones find the first one's stored response (ADM-4).
 pub async fn request_lock(conn: &mut AsyncPgConnection, key: &str) -> Result<(), StoreError> {
-    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended('backfill-request:' || $1, 0))")
-        .bind::<Text, _>(key)
-        .execute(conn)
-        .await?;
+    diesel::sql_query(
+        "SELECT pg_advisory_xact_lock(hashtextextended('backfill-request:' || $1, 0))",
+    )
+    .bind::<Text, _>(key)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

@@ -38,7 +38,9 @@ pub enum StoreError {
 impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for StoreError {
     fn from(error: bb8::RunError<diesel_async::pooled_connection::PoolError>) -> Self {
         match error {
-            bb8::RunError::TimedOut => StoreError::Pool("timed out waiting for a connection".into()),
+            bb8::RunError::TimedOut => {
+                StoreError::Pool("timed out waiting for a connection".into())
+            }
             bb8::RunError::User(_) => StoreError::Pool("could not open a connection".into()),
         }
     }
@@ -84,13 +86,15 @@ pub fn describe(error: &DieselError) -> String {
 pub fn classify(error: &DieselError) -> RepairError {
     let text = describe(error);
     let retryable = match error {
-        DieselError::DatabaseError(kind, _) => matches!(
-            kind,
-            DatabaseErrorKind::SerializationFailure | DatabaseErrorKind::ClosedConnection
-        ) || matches!(
-            text.as_str(),
-            "statement timeout" | "lock timeout" | "deadlock detected" | "statement cancelled"
-        ),
+        DieselError::DatabaseError(kind, _) => {
+            matches!(
+                kind,
+                DatabaseErrorKind::SerializationFailure | DatabaseErrorKind::ClosedConnection
+            ) || matches!(
+                text.as_str(),
+                "statement timeout" | "lock timeout" | "deadlock detected" | "statement cancelled"
+            )
+        }
         DieselError::BrokenTransactionManager => true,
         _ => false,
     };

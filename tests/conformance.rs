@@ -1,0 +1,913 @@
+//! Conformance tests of the durable core against a real PostgreSQL, through
+//! the production store and engine (CONTRACT section 11).
+//!
+//! Index (each test's doc comment names the guard whose removal fails it):
+//! - CT-1  claim race and takeover: `ct01_*`
+//! - CT-2  bounded batches, range checks, timeouts: `ct02_*`
+//! - CT-3  rollback of mutation and checkpoint together: `ct03_*`
+//! - CT-4  restart from PostgreSQL state: `ct04_*`
+//! - CT-5  stale owners rejected at commit: `ct05_*`
+//! - CT-7  validation gates completion: `ct07_*`
+//! - CT-8  bounded failure and operator retry: `ct08_*`
+//! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
+//!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
+//!
+//! Races are forced with gates (a channel between the repair's mutation and
+//! the batch's commit) and with a second connection holding row locks;
+//! nothing here sleeps to make a race happen.
+
+mod support;
+
+use backfill::engine::{ActionOutcome, FailureOutcome, RetryPolicy, ValidationRun};
+use backfill::repair::{DefinitionError, RepairError, SelectionError};
+use backfill::{Action, BatchOutcome, Engine, EngineConfig, EngineError, Phase, Registry, State};
+use diesel_async::{AsyncConnection, RunQueryDsl};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use support::repairs::*;
+use support::{test_db, TestDb};
+
+const ID: &str = "items.counter";
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        lease_ttl: Duration::from_secs(30),
+        statement_timeout: Duration::from_secs(10),
+        lock_timeout: Duration::from_millis(300),
+        validation_timeout: Duration::from_secs(10),
+        retry: RetryPolicy {
+            max_attempts: 3,
+            backoff_base: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(5),
+        },
+        build_info: "test".into(),
+    }
+}
+
+fn counter_engine(db: &TestDb, limit: u32, hooks: &Arc<Hooks>) -> Engine {
+    let registry = Registry::new()
+        .with(Counter::new(ID, limit, hooks.clone()))
+        .expect("valid definition");
+    Engine::new(db.pool.clone(), registry, config()).expect("engine")
+}
+
+/// A database with `rows` items, the counter registered and started.
+async fn started(rows: i64, limit: u32) -> (TestDb, Engine, Arc<Hooks>) {
+    let db = test_db().await;
+    db.exec(&items_sql(rows)).await;
+    let hooks = Hooks::new();
+    let engine = counter_engine(&db, limit, &hooks);
+    engine.register().await.expect("register");
+    assert!(matches!(
+        engine.start(ID).await.expect("start"),
+        ActionOutcome::Applied { .. }
+    ));
+    (db, engine, hooks)
+}
+
+async fn count_n(db: &TestDb, n: i32) -> i64 {
+    db.scalar(&format!("SELECT count(*) AS v FROM items WHERE n = {n}"))
+        .await
+}
+
+async fn state(engine: &Engine) -> State {
+    engine
+        .get(ID)
+        .await
+        .expect("row")
+        .state
+        .parse()
+        .expect("state")
+}
+
+/// Claim, run batches and validate until nothing is claimable.
+async fn drive(engine: &Engine, worker: &str) {
+    for _ in 0..1000 {
+        let Some(mut claim) = engine.claim_next(worker, &[]).await.expect("claim") else {
+            return;
+        };
+        match claim.phase {
+            Phase::Execute => loop {
+                match engine.run_batch(&mut claim).await {
+                    Ok(BatchOutcome::Committed {
+                        reached_bound: false,
+                        ..
+                    }) => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        let class = e.classification().expect("recordable");
+                        engine.record_failure(&claim, &class).await.expect("record");
+                        break;
+                    }
+                }
+            },
+            Phase::Validate => {
+                if let Err(e) = engine.validate_claimed(&claim).await {
+                    let class = e.classification().expect("recordable");
+                    engine.record_failure(&claim, &class).await.expect("record");
+                }
+            }
+        }
+    }
+    panic!("drive did not settle");
+}
+
+// ---------------------------------------------------------------- CT-1
+
+/// CT-1: eight workers race for one row; exactly one claim wins and the
+/// generation advances once. After expiry a second worker takes over at the
+/// committed checkpoint and the first owner's next batch is rejected.
+/// Guards: `FOR UPDATE SKIP LOCKED` + the unexpired-owner condition of
+/// `backfill_claim` (two winners), the generation/owner fence of
+/// `checkpoint_advance` (the stale batch would commit and count twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ct01_claim_race_has_one_owner_and_takeover_keeps_checkpoint() {
+    let (db, engine, _hooks) = started(30, 10).await;
+    let gen0 = engine.get(ID).await.unwrap().generation;
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(8));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (engine, barrier) = (engine.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            engine.claim_next(&format!("w{i}"), &[]).await.unwrap()
+        }));
+    }
+    let mut claims = Vec::new();
+    for t in tasks {
+        claims.extend(t.await.unwrap());
+    }
+    assert_eq!(claims.len(), 1, "exactly one worker owns the backfill");
+    let mut first = claims.pop().unwrap();
+    assert_eq!(first.generation, gen0 + 1);
+    assert_eq!(first.takeover_from, None);
+
+    assert_eq!(
+        engine.run_batch(&mut first).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        }
+    );
+
+    db.expire_lease(ID).await;
+    let mut second = engine.claim_next("w-other", &[]).await.unwrap().unwrap();
+    assert_eq!(second.generation, gen0 + 2);
+    assert_eq!(second.takeover_from.as_deref(), Some(first.worker.as_str()));
+    assert_eq!(second.checkpoint_json(), Some(serde_json::json!(10)));
+
+    assert_eq!(
+        engine.run_batch(&mut first).await.unwrap(),
+        BatchOutcome::Stale
+    );
+    assert_eq!(count_n(&db, 1).await, 10, "the stale batch rolled back");
+
+    while let BatchOutcome::Committed {
+        reached_bound: false,
+        ..
+    } = engine.run_batch(&mut second).await.unwrap()
+    {}
+    drive(&engine, "w-other").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(
+        count_n(&db, 1).await,
+        30,
+        "every item repaired exactly once"
+    );
+}
+
+// ---------------------------------------------------------------- CT-2
+
+/// CT-2: a source set larger than one batch advances by at most the batch
+/// limit per transaction, and the checkpoint follows the last key.
+/// Guard: the limit passed to the selection and checked by the engine.
+#[tokio::test]
+async fn ct02_batches_advance_at_most_the_limit_per_transaction() {
+    let (db, engine, _hooks) = started(25, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    for (expected_done, expected_cp) in [(10, 10), (20, 20)] {
+        let out = engine.run_batch(&mut claim).await.unwrap();
+        assert_eq!(
+            out,
+            BatchOutcome::Committed {
+                keys: 10,
+                reached_bound: false
+            }
+        );
+        assert_eq!(count_n(&db, 1).await, expected_done);
+        let row = engine.get(ID).await.unwrap();
+        assert_eq!(row.checkpoint_json, Some(serde_json::json!(expected_cp)));
+        assert_eq!(row.rows_done, expected_done);
+    }
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 5,
+            reached_bound: true
+        }
+    );
+    assert_eq!(state(&engine).await, State::Validating);
+}
+
+/// CT-2 / EX-4: a selection returning more keys than the limit is a typed
+/// error and changes nothing (no mutation, no checkpoint, no state).
+/// Guard: the engine's count check in `check_selection`.
+#[tokio::test]
+async fn ct02_over_limit_selection_is_rejected_and_changes_nothing() {
+    let (db, engine, hooks) = started(25, 10).await;
+    hooks.select_mode.store(SELECT_OVER_LIMIT, Ordering::SeqCst);
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let before = engine.get(ID).await.unwrap();
+    let err = engine.run_batch(&mut claim).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Selection {
+                error: SelectionError::OverLimit { got: 11, limit: 10 },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(count_n(&db, 0).await, 25);
+    let after = engine.get(ID).await.unwrap();
+    assert_eq!(after.checkpoint, None);
+    assert_eq!(after.state, "running");
+    assert_eq!(after.generation, before.generation);
+}
+
+/// CT-2 / EX-3 / EX-7: rows inserted above the bound after `start` are never
+/// touched; a selection that crosses the bound is rejected and rolled back.
+/// Guards: the engine's range check and `$5 <= bound` in the fence.
+#[tokio::test]
+async fn ct02_rows_above_the_bound_are_never_touched() {
+    let (db, engine, hooks) = started(20, 15).await;
+    db.exec("INSERT INTO items (id) SELECT g FROM generate_series(21, 30) g")
+        .await;
+    hooks
+        .select_mode
+        .store(SELECT_IGNORE_BOUND, Ordering::SeqCst);
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    engine.run_batch(&mut claim).await.unwrap();
+    let err = engine.run_batch(&mut claim).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Selection {
+                error: SelectionError::AfterBound,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE id > 15 AND n > 0")
+            .await,
+        0
+    );
+    hooks.select_mode.store(SELECT_NORMAL, Ordering::SeqCst);
+    assert!(engine.release(&claim).await.unwrap());
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE id > 20 AND n > 0")
+            .await,
+        0
+    );
+    assert_eq!(engine.get(ID).await.unwrap().bound_json, Some(20.into()));
+}
+
+/// CT-2 / EX-3: a selection that repeats the checkpoint key is rejected
+/// (it would apply the mutation twice). Guard: the strictly-after check.
+#[tokio::test]
+async fn ct02_selection_repeating_the_checkpoint_is_rejected() {
+    let (db, engine, hooks) = started(20, 5).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    engine.run_batch(&mut claim).await.unwrap();
+    hooks
+        .select_mode
+        .store(SELECT_REPEAT_CHECKPOINT, Ordering::SeqCst);
+    let err = engine.run_batch(&mut claim).await.unwrap_err();
+    assert!(matches!(
+        err,
+        EngineError::Selection {
+            error: SelectionError::NotAfterCheckpoint,
+            ..
+        }
+    ));
+    assert_eq!(count_n(&db, 2).await, 0);
+    assert_eq!(count_n(&db, 1).await, 5);
+}
+
+/// CT-2 / EX-5: a batch blocked on a row lock hits the per-batch
+/// `lock_timeout`, is classified retryable and rolls back mutation and
+/// checkpoint. Guard: `batch_set_timeouts` in the batch transaction (without
+/// it the batch waits for the lock holder forever).
+#[tokio::test]
+async fn ct02_lock_timeout_rolls_back_mutation_and_checkpoint() {
+    let (db, engine, _hooks) = started(20, 10).await;
+    let mut blocker = db.connect().await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    diesel::sql_query("SELECT id FROM items WHERE id = 5 FOR UPDATE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(20), engine.run_batch(&mut claim))
+        .await
+        .expect("the batch must be bounded by lock_timeout")
+        .unwrap_err();
+    assert!(
+        matches!(err.classification(), Some(RepairError::Retryable(ref m)) if m.contains("lock timeout")),
+        "{err:?}"
+    );
+    assert_eq!(count_n(&db, 0).await, 20);
+    assert_eq!(engine.get(ID).await.unwrap().checkpoint, None);
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    assert!(matches!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed { keys: 10, .. }
+    ));
+}
+
+// ---------------------------------------------------------------- CT-3
+
+/// CT-3: the repair fails after its mutation ran; mutation and checkpoint
+/// both roll back. Guard: the single transaction around mutation and
+/// checkpoint (a mutation committed on its own would leave n = 1).
+#[tokio::test]
+async fn ct03_error_after_mutation_rolls_back_mutation_and_checkpoint() {
+    let (db, engine, hooks) = started(20, 10).await;
+    *hooks.fail_after_mutate.lock() = Some(RepairError::Fatal("boom".into()));
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let err = engine.run_batch(&mut claim).await.unwrap_err();
+    assert!(matches!(err, EngineError::Repair { .. }));
+    assert_eq!(count_n(&db, 0).await, 20);
+    assert_eq!(engine.get(ID).await.unwrap().checkpoint, None);
+}
+
+/// CT-3: the checkpoint write itself fails (the backfill row is locked by a
+/// second session, so the fenced UPDATE hits `lock_timeout`) after the
+/// mutation ran: the mutation rolls back with it. Guard: mutation and
+/// checkpoint in ONE transaction (written separately, n would be 1).
+#[tokio::test]
+async fn ct03_checkpoint_failure_rolls_back_the_mutation() {
+    let (db, engine, _hooks) = started(20, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let mut blocker = db.connect().await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    diesel::sql_query(format!(
+        "SELECT id FROM backfill WHERE id = '{ID}' FOR UPDATE"
+    ))
+    .execute(&mut blocker)
+    .await
+    .unwrap();
+    // Bounded: if the checkpoint were written outside the batch transaction
+    // (without its lock_timeout) this would wait on the blocker forever.
+    let result = tokio::time::timeout(Duration::from_secs(10), engine.run_batch(&mut claim)).await;
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    assert_eq!(
+        count_n(&db, 1).await,
+        0,
+        "mutation rolled back with the checkpoint"
+    );
+    let err = result.expect("batch bounded by lock_timeout").unwrap_err();
+    assert!(matches!(err, EngineError::Store(_)), "{err:?}");
+    assert!(matches!(
+        err.classification(),
+        Some(RepairError::Retryable(_))
+    ));
+    assert_eq!(engine.get(ID).await.unwrap().checkpoint, None);
+}
+
+// ---------------------------------------------------------------- CT-4
+
+/// CT-4: the worker is terminated mid-transaction (its future dropped after
+/// the mutation ran, before commit); a fresh engine on a fresh pool takes
+/// over and rebuilds progress from PostgreSQL without recapturing the bound.
+/// Guard: the atomic batch (a committed mutation without checkpoint would be
+/// applied twice: n = 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ct04_termination_mid_batch_then_fresh_engine_resumes() {
+    let (db, engine, hooks) = started(30, 10).await;
+    let bound_before = engine.get(ID).await.unwrap().bound;
+    let mut gate = hooks.gate_after_mutate();
+    let mut claim = engine.claim_next("doomed", &[]).await.unwrap().unwrap();
+    let task = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.run_batch(&mut claim).await }
+    });
+    gate.reached().await;
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    drop(engine);
+    hooks.clear_gates();
+
+    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    let registry = Registry::new()
+        .with(Counter::new(ID, 10, hooks.clone()))
+        .unwrap();
+    let fresh = Engine::new(pool, registry, config()).unwrap();
+    fresh.register().await.unwrap();
+    db.expire_lease(ID).await;
+    drive(&fresh, "fresh").await;
+    let row = fresh.get(ID).await.unwrap();
+    assert_eq!(row.state, "completed");
+    assert_eq!(row.bound, bound_before, "bound never recaptured");
+    assert_eq!(count_n(&db, 1).await, 30);
+}
+
+/// CT-4: termination right after a batch commit; a fresh engine resumes
+/// strictly after the committed checkpoint. Guard: the checkpoint carried in
+/// the claim from PostgreSQL (resuming from worker memory or from the start
+/// would make n = 2).
+#[tokio::test]
+async fn ct04_termination_after_commit_resumes_from_checkpoint() {
+    let (db, engine, hooks) = started(30, 10).await;
+    let mut claim = engine.claim_next("doomed", &[]).await.unwrap().unwrap();
+    engine.run_batch(&mut claim).await.unwrap();
+    let bound_before = engine.get(ID).await.unwrap().bound;
+    drop(claim);
+    drop(engine);
+
+    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    let registry = Registry::new()
+        .with(Counter::new(ID, 10, hooks.clone()))
+        .unwrap();
+    let fresh = Engine::new(pool, registry, config()).unwrap();
+    db.expire_lease(ID).await;
+    let claim = fresh.claim_next("fresh", &[]).await.unwrap().unwrap();
+    assert_eq!(claim.checkpoint_json(), Some(serde_json::json!(10)));
+    assert_eq!(claim.takeover_from.as_deref(), Some("doomed"));
+    fresh.release(&claim).await.unwrap();
+    drive(&fresh, "fresh").await;
+    let row = fresh.get(ID).await.unwrap();
+    assert_eq!(row.state, "completed");
+    assert_eq!(row.bound, bound_before);
+    assert_eq!(count_n(&db, 1).await, 30);
+}
+
+/// CT-4: termination during validation; validation is repeated by a fresh
+/// engine and completes. Guard: completion only inside the fenced validation
+/// transaction (a dropped validator completes nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ct04_termination_during_validation_is_repeated_after_restart() {
+    let (db, engine, hooks) = started(10, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    engine.run_batch(&mut claim).await.unwrap();
+    let mut gate = hooks.gate_in_validate();
+    let vclaim = engine.claim_next("doomed", &[]).await.unwrap().unwrap();
+    assert_eq!(vclaim.phase, Phase::Validate);
+    let task = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.validate_claimed(&vclaim).await }
+    });
+    gate.reached().await;
+    task.abort();
+    let _ = task.await;
+    hooks.clear_gates();
+    assert_eq!(state(&engine).await, State::Validating);
+
+    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    let registry = Registry::new()
+        .with(Counter::new(ID, 10, hooks.clone()))
+        .unwrap();
+    let fresh = Engine::new(pool, registry, config()).unwrap();
+    db.expire_lease(ID).await;
+    drive(&fresh, "fresh").await;
+    assert_eq!(state(&fresh).await, State::Completed);
+}
+
+// ---------------------------------------------------------------- CT-5
+
+/// CT-5: pause commits while a batch is between mutation and commit; the
+/// batch's fence fails and mutation and checkpoint roll back. Resume
+/// continues from the checkpoint. Guard: state/generation in the fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ct05_pause_rejects_in_flight_batch() {
+    let (db, engine, hooks) = started(20, 10).await;
+    let mut gate = hooks.gate_after_mutate();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let task = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.run_batch(&mut claim).await }
+    });
+    gate.reached().await;
+    assert!(matches!(
+        engine.pause(ID).await.unwrap(),
+        ActionOutcome::Applied {
+            prior: State::Running,
+            ..
+        }
+    ));
+    gate.release();
+    assert_eq!(task.await.unwrap().unwrap(), BatchOutcome::Stale);
+    hooks.clear_gates();
+    assert_eq!(count_n(&db, 1).await, 0);
+    assert_eq!(state(&engine).await, State::Paused);
+    assert!(engine.claim_next("w", &[]).await.unwrap().is_none());
+
+    assert!(matches!(
+        engine.pause(ID).await.unwrap(),
+        ActionOutcome::Converged(_)
+    ));
+    assert!(matches!(
+        engine.resume(ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 20);
+}
+
+/// CT-5: the lease expires (by PostgreSQL's clock) while a batch is in
+/// flight; the commit is rejected. Guard: `lease_expires_at >
+/// clock_timestamp()` in the fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ct05_lease_expiry_rejects_in_flight_batch() {
+    let (db, engine, hooks) = started(20, 10).await;
+    let mut gate = hooks.gate_after_mutate();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let task = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.run_batch(&mut claim).await }
+    });
+    gate.reached().await;
+    db.expire_lease(ID).await;
+    gate.release();
+    assert_eq!(task.await.unwrap().unwrap(), BatchOutcome::Stale);
+    assert_eq!(count_n(&db, 1).await, 0);
+}
+
+/// CT-5: a takeover by the SAME worker ID (a restarted process keeps its
+/// hostname-based ID) while the old batch is in flight. Owner, lease and
+/// checkpoint all still match; only the generation tells the old batch from
+/// the new claim. Guard: `generation = $3` in the fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ct05_takeover_by_same_worker_id_rejects_in_flight_batch() {
+    let (db, engine, hooks) = started(20, 10).await;
+    let mut gate = hooks.gate_after_mutate();
+    let mut old = engine.claim_next("host-a", &[]).await.unwrap().unwrap();
+    let task = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.run_batch(&mut old).await }
+    });
+    gate.reached().await;
+    db.expire_lease(ID).await;
+    let new = engine.claim_next("host-a", &[]).await.unwrap().unwrap();
+    gate.release();
+    assert_eq!(task.await.unwrap().unwrap(), BatchOutcome::Stale);
+    hooks.clear_gates();
+    assert_eq!(count_n(&db, 1).await, 0);
+    let mut new = new;
+    while let BatchOutcome::Committed {
+        reached_bound: false,
+        ..
+    } = engine.run_batch(&mut new).await.unwrap()
+    {}
+    assert_eq!(count_n(&db, 1).await, 20);
+    assert_eq!(count_n(&db, 2).await, 0);
+}
+
+/// CT-5 / VAL-3: pause while validation is in flight; the validator's
+/// completion is rejected and the row stays paused. Guard: the fence of
+/// `validation_complete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ct05_pause_rejects_in_flight_validation() {
+    let (_db, engine, hooks) = started(10, 10).await;
+    drive_until_validating(&engine).await;
+    let mut gate = hooks.gate_in_validate();
+    let vclaim = engine.claim_next("v", &[]).await.unwrap().unwrap();
+    let task = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.validate_claimed(&vclaim).await }
+    });
+    gate.reached().await;
+    engine.pause(ID).await.unwrap();
+    gate.release();
+    assert_eq!(task.await.unwrap().unwrap(), ValidationRun::Stale);
+    let row = engine.get(ID).await.unwrap();
+    assert_eq!(row.state, "paused");
+    assert!(row.completed_at.is_none());
+}
+
+async fn drive_until_validating(engine: &Engine) {
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    while let BatchOutcome::Committed {
+        reached_bound: false,
+        ..
+    } = engine.run_batch(&mut claim).await.unwrap()
+    {}
+    assert_eq!(state(engine).await, State::Validating);
+}
+
+// ---------------------------------------------------------------- CT-7
+
+/// CT-7 / VAL-1..3: reaching the bound enters `validating`, never
+/// `completed`; a validation failure is durable and repeatable; operator
+/// retry revalidates; only success reaches `completed`, which is immutable.
+/// Guards: `validating` (not `completed`) in `checkpoint_advance`; the
+/// `backfill_guard` trigger for immutability.
+#[tokio::test]
+async fn ct07_only_successful_validation_completes() {
+    let (db, engine, _hooks) = started(10, 10).await;
+    drive_until_validating(&engine).await;
+    assert!(engine.get(ID).await.unwrap().completed_at.is_none());
+
+    db.exec("UPDATE items SET n = 2 WHERE id = 3").await;
+    for _ in 0..2 {
+        let claim = engine.claim_next("v", &[]).await.unwrap().unwrap();
+        let run = engine.validate_claimed(&claim).await.unwrap();
+        assert!(
+            matches!(run, ValidationRun::Rejected { state: State::Failed, ref detail } if detail.contains("1 items")),
+            "{run:?}"
+        );
+        let row = engine.get(ID).await.unwrap();
+        assert_eq!(row.state, "failed");
+        assert_eq!(row.validation_outcome.as_deref(), Some("failure"));
+        assert!(engine.claim_next("v", &[]).await.unwrap().is_none());
+        assert!(matches!(
+            engine.retry(ID).await.unwrap(),
+            ActionOutcome::Applied { .. }
+        ));
+        assert_eq!(state(&engine).await, State::Validating);
+    }
+    db.exec("UPDATE items SET n = 1 WHERE id = 3").await;
+    drive(&engine, "v").await;
+    let row = engine.get(ID).await.unwrap();
+    assert_eq!(row.state, "completed");
+    assert_eq!(row.validation_outcome.as_deref(), Some("success"));
+
+    for action in [Action::Start, Action::Pause, Action::Retry, Action::Resume] {
+        assert!(matches!(
+            engine.act(ID, action).await.unwrap(),
+            ActionOutcome::Conflict(_)
+        ));
+    }
+    let mut conn = db.connect().await;
+    let direct = diesel::sql_query(format!(
+        "UPDATE backfill SET state = 'running' WHERE id = '{ID}'"
+    ))
+    .execute(&mut conn)
+    .await;
+    assert!(
+        direct.is_err(),
+        "the database itself keeps completed immutable"
+    );
+}
+
+/// CT-7 / EX-1: an empty source set goes straight to `validating` after
+/// `start`, and validation completes it.
+#[tokio::test]
+async fn ct07_empty_source_set_goes_straight_to_validating() {
+    let (_db, engine, _hooks) = started(0, 10).await;
+    let row = engine.get(ID).await.unwrap();
+    assert_eq!(row.state, "validating");
+    assert!(row.empty_source);
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+}
+
+// ---------------------------------------------------------------- CT-8
+
+/// CT-8 / RT-1 / RT-2: a persistent retryable error is recorded with backoff
+/// each time and ends in `failed` after `max_attempts`, never a hot loop;
+/// operator retry keeps bound and checkpoint. Guard: the attempts bound in
+/// `backfill_record_failure`.
+#[tokio::test]
+async fn ct08_persistent_retryable_errors_end_in_failed_and_retry_keeps_progress() {
+    let (db, engine, hooks) = started(30, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    engine.run_batch(&mut claim).await.unwrap();
+    *hooks.fail_after_mutate.lock() = Some(RepairError::Retryable("flaky".into()));
+    let before = engine.get(ID).await.unwrap();
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let err = engine.run_batch(&mut claim).await.unwrap_err();
+        let outcome = engine
+            .record_failure(&claim, &err.classification().unwrap())
+            .await
+            .unwrap();
+        outcomes.push(outcome.clone());
+        if let FailureOutcome::Recorded {
+            state: State::Running,
+            next_attempt_at,
+            ..
+        } = outcome
+        {
+            assert!(next_attempt_at.is_some(), "retry is scheduled with backoff");
+            // Wait for the (millisecond) backoff by PostgreSQL's clock.
+            claim = loop {
+                if let Some(c) = engine.claim_next("w", &[]).await.unwrap() {
+                    break c;
+                }
+                tokio::task::yield_now().await;
+            };
+        }
+    }
+    assert!(matches!(
+        outcomes.last(),
+        Some(FailureOutcome::Recorded {
+            state: State::Failed,
+            attempts: 3,
+            ..
+        })
+    ));
+    let failed = engine.get(ID).await.unwrap();
+    assert_eq!(failed.state, "failed");
+    assert_eq!(failed.last_error_kind.as_deref(), Some("retryable"));
+    assert_eq!(failed.checkpoint, before.checkpoint);
+    assert!(engine.claim_next("w", &[]).await.unwrap().is_none());
+
+    *hooks.fail_after_mutate.lock() = None;
+    assert!(matches!(
+        engine.retry(ID).await.unwrap(),
+        ActionOutcome::Applied {
+            prior: State::Failed,
+            ..
+        }
+    ));
+    let retried = engine.get(ID).await.unwrap();
+    assert_eq!(retried.state, "running");
+    assert_eq!(retried.attempts, 0);
+    assert_eq!(retried.bound, before.bound);
+    assert_eq!(retried.checkpoint, before.checkpoint);
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 30);
+}
+
+/// CT-8 / RT-1: a blocked error goes to `blocked` with its bounded
+/// diagnostic at once (no retries); retry keeps the checkpoint.
+#[tokio::test]
+async fn ct08_blocked_error_is_durable_with_diagnostic() {
+    let (_db, engine, hooks) = started(30, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    engine.run_batch(&mut claim).await.unwrap();
+    let long = format!("add the column first; {}", "x".repeat(2000));
+    *hooks.fail_after_mutate.lock() = Some(RepairError::Blocked(long));
+    let err = engine.run_batch(&mut claim).await.unwrap_err();
+    let outcome = engine
+        .record_failure(&claim, &err.classification().unwrap())
+        .await
+        .unwrap();
+    assert!(matches!(
+        outcome,
+        FailureOutcome::Recorded {
+            state: State::Blocked,
+            ..
+        }
+    ));
+    let row = engine.get(ID).await.unwrap();
+    let diag = row.last_error.unwrap();
+    assert!(diag.starts_with("add the column first"));
+    assert!(diag.len() <= 512, "diagnostics are bounded");
+    assert_eq!(row.checkpoint_json, Some(serde_json::json!(10)));
+    *hooks.fail_after_mutate.lock() = None;
+    engine.retry(ID).await.unwrap();
+    assert_eq!(
+        engine.get(ID).await.unwrap().checkpoint_json,
+        Some(serde_json::json!(10))
+    );
+}
+
+// ------------------------------------------------ REG, LC-1, EX-2, bad input
+
+/// REG-1 / REG-2: two processes register the same ID (different metadata)
+/// concurrently and repeatedly: one row, metadata last-write-wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reg01_registration_converges_on_one_row() {
+    let db = test_db().await;
+    db.exec(&items_sql(5)).await;
+    let a = counter_engine(&db, 10, &Hooks::new());
+    let b = counter_engine(&db, 10, &Hooks::new());
+    let (ra, rb) = tokio::join!(a.register(), b.register());
+    ra.unwrap();
+    rb.unwrap();
+    a.register().await.unwrap();
+    assert_eq!(db.scalar("SELECT count(*) AS v FROM backfill").await, 1);
+    a.start(ID).await.unwrap();
+    b.register().await.unwrap();
+    let row = a.get(ID).await.unwrap();
+    assert_eq!(
+        row.state, "running",
+        "registration never resets a started row"
+    );
+}
+
+/// Bad input: an invalid stable ID is a typed error before anything reaches
+/// the database.
+#[tokio::test]
+async fn reg_invalid_stable_id_is_a_typed_error() {
+    let err = Registry::new()
+        .with(Counter::new("Not Valid!", 10, Hooks::new()))
+        .unwrap_err();
+    assert!(matches!(err, DefinitionError::InvalidId(_)));
+    let err = Registry::new()
+        .with(Counter::new("zero", 0, Hooks::new()))
+        .unwrap_err();
+    assert!(matches!(err, DefinitionError::ZeroBatchLimit(_)));
+}
+
+/// REG-4: a process whose definition has a different key type than the
+/// stored bound fails closed with a typed error and changes nothing; a
+/// process without the definition never claims the row.
+#[tokio::test]
+async fn reg04_wrong_key_type_fails_closed_and_missing_definition_never_claims() {
+    let (db, engine, _hooks) = started(10, 10).await;
+    let before = engine.get(ID).await.unwrap();
+    let other = Engine::new(
+        db.pool.clone(),
+        Registry::new().with(TextKeyed { id: ID }).unwrap(),
+        config(),
+    )
+    .unwrap();
+    let err = other.claim_next("other", &[]).await.unwrap_err();
+    assert!(matches!(err, EngineError::KeyMismatch { .. }), "{err:?}");
+    let after = engine.get(ID).await.unwrap();
+    assert_eq!(after.generation, before.generation);
+    assert_eq!(after.owner, None);
+
+    let stranger = Engine::new(
+        db.pool.clone(),
+        Registry::new()
+            .with(Counter::new("something.else", 10, Hooks::new()))
+            .unwrap(),
+        config(),
+    )
+    .unwrap();
+    assert!(stranger
+        .claim_next("stranger", &[])
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(engine.get(ID).await.unwrap().generation, before.generation);
+}
+
+/// LC-1 / LC-4: the database rejects transitions outside the lifecycle
+/// table, bound changes and backward checkpoints, whatever code runs them.
+/// Guard: the `backfill_guard` trigger.
+#[tokio::test]
+async fn lc01_database_rejects_transitions_outside_the_table() {
+    let (db, engine, _hooks) = started(20, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    engine.run_batch(&mut claim).await.unwrap();
+    let mut conn = db.connect().await;
+    for sql in [
+        "UPDATE backfill SET state = 'completed', owner = NULL, lease_expires_at = NULL",
+        "UPDATE backfill SET state = 'pending', owner = NULL, lease_expires_at = NULL",
+        "UPDATE backfill SET bound = bound || '\\x00'::bytea",
+        "UPDATE backfill SET checkpoint = NULL",
+        "UPDATE backfill SET generation = generation - 1",
+        "DELETE FROM backfill",
+    ] {
+        assert!(
+            diesel::sql_query(sql).execute(&mut conn).await.is_err(),
+            "{sql} must be rejected"
+        );
+    }
+    conn.transaction::<_, diesel::result::Error, _>(async |c| {
+        diesel::sql_query("SELECT 1").execute(c).await.map(|_| ())
+    })
+    .await
+    .unwrap();
+}
+
+/// EX-2: a compound `(created_at, id)` key over many ties neither skips
+/// nor repeats a row.
+#[tokio::test]
+async fn ex02_compound_key_with_ties_neither_skips_nor_repeats() {
+    let db = test_db().await;
+    db.exec(&events_sql(100)).await;
+    let engine = Engine::new(
+        db.pool.clone(),
+        Registry::new().with(CompoundCounter { limit: 7 }).unwrap(),
+        config(),
+    )
+    .unwrap();
+    engine.register().await.unwrap();
+    engine.start("events.compound-counter").await.unwrap();
+    drive(&engine, "w").await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM events WHERE n = 1")
+            .await,
+        100
+    );
+    let row = engine.get("events.compound-counter").await.unwrap();
+    assert_eq!(row.state, "completed");
+    assert_eq!(row.key_type.as_deref(), Some("(timestamptz, bigint)"));
+}

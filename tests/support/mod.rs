@@ -1,0 +1,219 @@
+//! Test support: one fresh PostgreSQL database per test.
+//!
+//! The server is `DATABASE_URL` when set; otherwise a throwaway cluster is
+//! started from the machine's own PostgreSQL binaries (initdb + pg_ctl, as
+//! the `postgres` user when running as root); otherwise the test fails
+//! loudly. A test that needs PostgreSQL never silently skips.
+
+#![allow(dead_code)]
+
+pub mod repairs;
+
+use backfill::store::{self, Pool};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// A database created for one test, with the framework's migrations applied.
+pub struct TestDb {
+    pub url: String,
+    pub name: String,
+    pub pool: Pool,
+}
+
+impl TestDb {
+    /// A fresh connection outside the pool (for barriers: a second session
+    /// that holds locks while the code under test runs).
+    pub async fn connect(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(&self.url)
+            .await
+            .expect("connect to the test database")
+    }
+
+    /// Run one SQL statement (test setup and inspection only; production
+    /// SQL lives in src/store).
+    pub async fn exec(&self, sql: &str) {
+        let mut conn = self.pool.get().await.expect("pool");
+        conn.batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Query one bigint.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct V {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            v: i64,
+        }
+        let mut conn = self.pool.get().await.expect("pool");
+        let row: V = diesel::sql_query(sql)
+            .get_result(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        row.v
+    }
+
+    /// Query one text (NULL as None).
+    pub async fn text(&self, sql: &str) -> Option<String> {
+        #[derive(diesel::QueryableByName)]
+        struct V {
+            #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+            v: Option<String>,
+        }
+        let mut conn = self.pool.get().await.expect("pool");
+        let row: V = diesel::sql_query(sql)
+            .get_result(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        row.v
+    }
+
+    /// Make a claim's lease expire now, as if its owner stopped renewing
+    /// long ago (simulates the passage of PostgreSQL time, CLM-3).
+    pub async fn expire_lease(&self, id: &str) {
+        self.exec(&format!(
+            "UPDATE backfill SET lease_expires_at = clock_timestamp() - interval '1 second' \
+             WHERE id = '{id}' AND owner IS NOT NULL"
+        ))
+        .await;
+    }
+}
+
+/// The server every test database is created on.
+pub fn server_url() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => throwaway_cluster().unwrap_or_else(|e| {
+            panic!(
+                "tests need PostgreSQL: set DATABASE_URL, or install the PostgreSQL server \
+                 binaries (initdb, pg_ctl) so a throwaway cluster can be started: {e}"
+            )
+        }),
+    })
+}
+
+/// Replace the database name of a `postgres://` URL.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map(|i| i + scheme_end)
+        .unwrap_or(base.len());
+    let mut out = format!("{}/{}", &base[..path_start], name);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// Create a fresh database with the framework's migrations.
+pub async fn test_db() -> TestDb {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let name = format!(
+        "bft_{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst),
+        rand::random::<u32>()
+    );
+    let server = server_url();
+    let mut admin = AsyncPgConnection::establish(server)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to the test server: {e}"));
+    diesel::sql_query(format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .expect("create test database");
+    let url = with_database(server, &name);
+    store::run_migrations(&url).await.expect("migrations");
+    let pool = store::build_pool(&url, 8).await.expect("pool");
+    TestDb { url, name, pool }
+}
+
+fn find_pg_bin(tool: &str) -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin").join(tool))
+        .filter(|p| p.exists())
+        .collect();
+    candidates.sort();
+    candidates.pop()
+}
+
+fn throwaway_cluster() -> Result<String, String> {
+    let initdb = find_pg_bin("initdb").ok_or("initdb not found under /usr/lib/postgresql")?;
+    let pg_ctl = find_pg_bin("pg_ctl").ok_or("pg_ctl not found")?;
+    let dir = std::env::temp_dir().join(format!("backfill-test-pg-{}", std::process::id()));
+    let data = dir.join("data");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let as_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    if as_root {
+        Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir)
+            .status()
+            .map_err(|e| e.to_string())?;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let run = |program: &Path, args: Vec<String>| -> Result<(), String> {
+        let status = if as_root {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(program)
+                .args(&args)
+                .status()
+        } else {
+            Command::new(program).args(&args).status()
+        }
+        .map_err(|e| e.to_string())?;
+        status
+            .success()
+            .then_some(())
+            .ok_or_else(|| format!("{} failed: {status}", program.display()))
+    };
+    run(
+        &initdb,
+        vec![
+            "-A".into(),
+            "trust".into(),
+            "--no-sync".into(),
+            "-U".into(),
+            "postgres".into(),
+            "-D".into(),
+            data.display().to_string(),
+        ],
+    )?;
+    run(
+        &pg_ctl,
+        vec![
+            "-D".into(),
+            data.display().to_string(),
+            "-l".into(),
+            dir.join("log").display().to_string(),
+            "-w".into(),
+            "-o".into(),
+            format!(
+                "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off -c max_connections=300",
+                dir.display()
+            ),
+            "start".into(),
+        ],
+    )?;
+    Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+}

@@ -1,0 +1,418 @@
+//! Repairs used by the conformance tests, with barriers ("gates") between
+//! mutation and commit and inside validation, so races are forced by
+//! channels, never by sleeps.
+
+use backfill::repair::{Repair, RepairError, SourceSet, Validation};
+use backfill::{async_trait, AsyncPgConnection};
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Array, BigInt, Nullable, Timestamptz};
+use diesel::QueryableByName;
+use diesel_async::RunQueryDsl;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use tokio::sync::{mpsc, Semaphore};
+
+/// A barrier the code under test reaches and waits at until the test
+/// releases it.
+pub struct Gate {
+    reached: mpsc::UnboundedSender<()>,
+    go: Arc<Semaphore>,
+}
+
+/// The test's side of a [`Gate`].
+pub struct GateHandle {
+    reached: mpsc::UnboundedReceiver<()>,
+    go: Arc<Semaphore>,
+}
+
+impl GateHandle {
+    /// Wait until the code under test is at the gate.
+    pub async fn reached(&mut self) {
+        tokio::time::timeout(std::time::Duration::from_secs(30), self.reached.recv())
+            .await
+            .expect("the code under test never reached the gate")
+            .expect("gate dropped");
+    }
+    /// Let it continue.
+    pub fn release(&self) {
+        self.go.add_permits(1);
+    }
+}
+
+pub fn gate() -> (Gate, GateHandle) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let go = Arc::new(Semaphore::new(0));
+    (
+        Gate {
+            reached: tx,
+            go: go.clone(),
+        },
+        GateHandle { reached: rx, go },
+    )
+}
+
+impl Gate {
+    async fn pass(&self) {
+        let _ = self.reached.send(());
+        self.go
+            .acquire()
+            .await
+            .expect("gate semaphore closed")
+            .forget();
+    }
+}
+
+/// How the selection misbehaves (to prove the engine's EX-3/EX-4 checks).
+pub const SELECT_NORMAL: u8 = 0;
+pub const SELECT_OVER_LIMIT: u8 = 1;
+pub const SELECT_IGNORE_BOUND: u8 = 2;
+pub const SELECT_REPEAT_CHECKPOINT: u8 = 3;
+
+/// Knobs shared between a test and its repair.
+#[derive(Default)]
+pub struct Hooks {
+    /// Passed after the mutation ran, before the checkpoint advance.
+    pub after_mutate: Mutex<Option<Arc<Gate>>>,
+    /// Passed inside validation, before the verdict.
+    pub in_validate: Mutex<Option<Arc<Gate>>>,
+    /// Returned after every mutation (persistent error) when set.
+    pub fail_after_mutate: Mutex<Option<RepairError>>,
+    /// Returned by validation when set.
+    pub fail_validate: Mutex<Option<RepairError>>,
+    /// One of the `SELECT_*` modes.
+    pub select_mode: AtomicU8,
+}
+
+impl Hooks {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+    pub fn gate_after_mutate(&self) -> GateHandle {
+        let (g, h) = gate();
+        *self.after_mutate.lock() = Some(Arc::new(g));
+        h
+    }
+    pub fn gate_in_validate(&self) -> GateHandle {
+        let (g, h) = gate();
+        *self.in_validate.lock() = Some(Arc::new(g));
+        h
+    }
+    pub fn clear_gates(&self) {
+        *self.after_mutate.lock() = None;
+        *self.in_validate.lock() = None;
+    }
+}
+
+#[derive(QueryableByName)]
+struct Id {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+#[derive(QueryableByName)]
+struct Span {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    max: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// SQL to create and fill the `items` table with ids 1..=rows, n = 0.
+pub fn items_sql(rows: i64) -> String {
+    format!(
+        "CREATE TABLE items (id bigint PRIMARY KEY, n integer NOT NULL DEFAULT 0); \
+         INSERT INTO items (id) SELECT g FROM generate_series(1, {rows}) g"
+    )
+}
+
+/// The non-idempotent counter repair: `n = n + 1` for every item up to the
+/// bound. Its validation requires every `n` to be exactly 1, so a batch
+/// applied twice (or a mutation committed without its checkpoint) shows.
+pub struct Counter {
+    pub id: &'static str,
+    pub limit: u32,
+    pub hooks: Arc<Hooks>,
+}
+
+impl Counter {
+    pub fn new(id: &'static str, limit: u32, hooks: Arc<Hooks>) -> Self {
+        Self { id, limit, hooks }
+    }
+}
+
+#[async_trait]
+impl Repair for Counter {
+    type Key = i64;
+
+    fn id(&self) -> &'static str {
+        self.id
+    }
+
+    fn description(&self) -> &'static str {
+        "test: n = n + 1 on every item"
+    }
+
+    fn batch_limit(&self) -> u32 {
+        self.limit
+    }
+
+    async fn capture_bound(
+        &self,
+        conn: &mut AsyncPgConnection,
+    ) -> Result<SourceSet<i64>, RepairError> {
+        let span: Span = diesel::sql_query("SELECT max(id) AS max, count(*) AS n FROM items")
+            .get_result(conn)
+            .await?;
+        Ok(match span.max {
+            None => SourceSet::Empty,
+            Some(upper) => SourceSet::Bounded {
+                upper,
+                rows: Some(span.n),
+            },
+        })
+    }
+
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        let after = after.copied().unwrap_or(i64::MIN);
+        let mode = AtomicU8::load(&self.hooks.select_mode, Ordering::SeqCst);
+        let (sql, limit) = match mode {
+            SELECT_OVER_LIMIT => (
+                "SELECT id FROM items WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3",
+                i64::from(limit) + 1,
+            ),
+            SELECT_IGNORE_BOUND => (
+                "SELECT id FROM items WHERE id > $1 AND $2 = $2 ORDER BY id LIMIT $3",
+                i64::from(limit),
+            ),
+            SELECT_REPEAT_CHECKPOINT => (
+                "SELECT id FROM items WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3",
+                i64::from(limit),
+            ),
+            _ => (
+                "SELECT id FROM items WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3",
+                i64::from(limit),
+            ),
+        };
+        let rows: Vec<Id> = diesel::sql_query(sql)
+            .bind::<BigInt, _>(after)
+            .bind::<BigInt, _>(*bound)
+            .bind::<BigInt, _>(limit)
+            .load(conn)
+            .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        diesel::sql_query("UPDATE items SET n = n + 1 WHERE id = ANY($1)")
+            .bind::<Array<BigInt>, _>(keys)
+            .execute(conn)
+            .await?;
+        let gate = self.hooks.after_mutate.lock().clone();
+        if let Some(gate) = gate {
+            gate.pass().await;
+        }
+        let fail = self.hooks.fail_after_mutate.lock().clone();
+        match fail {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&i64>,
+    ) -> Result<Validation, RepairError> {
+        let gate = self.hooks.in_validate.lock().clone();
+        if let Some(gate) = gate {
+            gate.pass().await;
+        }
+        if let Some(error) = self.hooks.fail_validate.lock().clone() {
+            return Err(error);
+        }
+        let bad: Count =
+            diesel::sql_query("SELECT count(*) AS n FROM items WHERE id <= $1 AND n <> 1")
+                .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
+                .get_result(conn)
+                .await?;
+        Ok(if bad.n == 0 {
+            Validation::Success
+        } else {
+            Validation::Failure(format!("{} items up to the bound do not have n = 1", bad.n))
+        })
+    }
+}
+
+/// Same stable ID as a [`Counter`] but a text key: a process with this
+/// definition must fail closed on a row whose bound is a bigint (REG-4).
+pub struct TextKeyed {
+    pub id: &'static str,
+}
+
+#[async_trait]
+impl Repair for TextKeyed {
+    type Key = String;
+    fn id(&self) -> &'static str {
+        self.id
+    }
+    fn batch_limit(&self) -> u32 {
+        10
+    }
+    async fn capture_bound(
+        &self,
+        _conn: &mut AsyncPgConnection,
+    ) -> Result<SourceSet<String>, RepairError> {
+        Ok(SourceSet::Bounded {
+            upper: "zzz".into(),
+            rows: None,
+        })
+    }
+    async fn select_keys(
+        &self,
+        _conn: &mut AsyncPgConnection,
+        _after: Option<&String>,
+        _bound: &String,
+        _limit: u32,
+    ) -> Result<Vec<String>, RepairError> {
+        Ok(vec![])
+    }
+    async fn mutate(
+        &self,
+        _conn: &mut AsyncPgConnection,
+        _keys: &[String],
+    ) -> Result<(), RepairError> {
+        Ok(())
+    }
+    async fn validate(
+        &self,
+        _conn: &mut AsyncPgConnection,
+        _bound: Option<&String>,
+    ) -> Result<Validation, RepairError> {
+        Ok(Validation::Success)
+    }
+}
+
+/// SQL to create `events` with `rows` rows over few distinct timestamps, so
+/// many rows tie on `created_at` (EX-2).
+pub fn events_sql(rows: i64) -> String {
+    format!(
+        "CREATE TABLE events (created_at timestamptz NOT NULL, id bigint NOT NULL, \
+             n integer NOT NULL DEFAULT 0, PRIMARY KEY (created_at, id)); \
+         INSERT INTO events (created_at, id) \
+         SELECT timestamptz '2026-01-01' + ((g % 3) * interval '1 hour'), g \
+         FROM generate_series(1, {rows}) g"
+    )
+}
+
+#[derive(QueryableByName)]
+struct EventKey {
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+/// A non-idempotent repair keyed by the compound `(created_at, id)`.
+pub struct CompoundCounter {
+    pub limit: u32,
+}
+
+#[async_trait]
+impl Repair for CompoundCounter {
+    type Key = (DateTime<Utc>, i64);
+
+    fn id(&self) -> &'static str {
+        "events.compound-counter"
+    }
+
+    fn batch_limit(&self) -> u32 {
+        self.limit
+    }
+
+    async fn capture_bound(
+        &self,
+        conn: &mut AsyncPgConnection,
+    ) -> Result<SourceSet<Self::Key>, RepairError> {
+        let rows: Vec<EventKey> = diesel::sql_query(
+            "SELECT created_at, id FROM events ORDER BY created_at DESC, id DESC LIMIT 1",
+        )
+        .load(conn)
+        .await?;
+        Ok(match rows.into_iter().next() {
+            None => SourceSet::Empty,
+            Some(k) => SourceSet::Bounded {
+                upper: (k.created_at, k.id),
+                rows: None,
+            },
+        })
+    }
+
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&Self::Key>,
+        bound: &Self::Key,
+        limit: u32,
+    ) -> Result<Vec<Self::Key>, RepairError> {
+        let rows: Vec<EventKey> = diesel::sql_query(
+            "SELECT created_at, id FROM events \
+             WHERE ($1 OR (created_at, id) > ($2, $3)) AND (created_at, id) <= ($4, $5) \
+             ORDER BY created_at, id LIMIT $6",
+        )
+        .bind::<diesel::sql_types::Bool, _>(after.is_none())
+        .bind::<Timestamptz, _>(after.map(|k| k.0).unwrap_or(bound.0))
+        .bind::<BigInt, _>(after.map(|k| k.1).unwrap_or(0))
+        .bind::<Timestamptz, _>(bound.0)
+        .bind::<BigInt, _>(bound.1)
+        .bind::<BigInt, _>(i64::from(limit))
+        .load(conn)
+        .await?;
+        Ok(rows.into_iter().map(|k| (k.created_at, k.id)).collect())
+    }
+
+    async fn mutate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        keys: &[Self::Key],
+    ) -> Result<(), RepairError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.1).collect();
+        let ts: Vec<DateTime<Utc>> = keys.iter().map(|k| k.0).collect();
+        diesel::sql_query(
+            "UPDATE events e SET n = n + 1 FROM unnest($1::timestamptz[], $2::bigint[]) AS k(c, i) \
+             WHERE e.created_at = k.c AND e.id = k.i",
+        )
+        .bind::<Array<Timestamptz>, _>(ts)
+        .bind::<Array<BigInt>, _>(ids)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        _bound: Option<&Self::Key>,
+    ) -> Result<Validation, RepairError> {
+        let bad: Count = diesel::sql_query("SELECT count(*) AS n FROM events WHERE n <> 1")
+            .get_result(conn)
+            .await?;
+        Ok(if bad.n == 0 {
+            Validation::Success
+        } else {
+            Validation::Failure(format!("{} events do not have n = 1", bad.n))
+        })
+    }
+}
