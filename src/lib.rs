@@ -10,6 +10,7 @@ pub mod engine;
 pub mod key;
 pub mod lifecycle;
 pub mod repair;
+pub mod runtime;
 pub mod store;
 
 pub use async_trait::async_trait;

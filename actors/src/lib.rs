@@ -1,1 +1,214 @@
-//! placeholder
+//! `backfill-actors`: the actix runtime of backfill.
+//!
+//! A [`supervisor::Supervisor`] per process claims work and spawns one
+//! [`runner::Runner`] per claimed backfill ID, a
+//! [`lease_renewer::LeaseRenewer`] keeps every claim of the process alive,
+//! and a [`validator::Validator`] runs lifecycle validation.
+//!
+//! The runtime is generic over the narrow [`Backend`] trait, which the
+//! `backfill` crate implements over its engine (River's driver/domain
+//! split). This crate knows stable IDs, generations, timings and outcomes;
+//! it never sees SQL or a connection, and its state is a cache of
+//! PostgreSQL's with a trust window, never an authority.
+
+pub mod lease_renewer;
+pub mod runner;
+pub mod supervisor;
+pub mod validator;
+
+use async_trait::async_trait;
+use std::time::{Duration, Instant};
+
+/// What the runtime needs to know about a claim. The claim itself is an
+/// opaque fencing token owned by the backend.
+pub trait ClaimInfo: Clone + Send + Sync + Unpin + 'static {
+    /// The stable ID.
+    fn id(&self) -> &str;
+    /// The fencing generation of this claim.
+    fn generation(&self) -> i64;
+    /// Whether the claim is for lifecycle validation (`validating`) rather
+    /// than batch execution (`running`).
+    fn is_validation(&self) -> bool;
+    /// The previous owner whose expired claim this one took over.
+    fn takeover_from(&self) -> Option<&str>;
+}
+
+/// The outcome of one batch step, after the backend made it durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// Mutation and checkpoint committed together. `reached_bound`: the row
+    /// is now `validating` and the claim was released.
+    Committed { keys: usize, reached_bound: bool },
+    /// The fence rejected the batch (paused, taken over, lease expired).
+    Stale,
+    /// The batch failed; the error was classified and recorded durably
+    /// (RT-1) and the claim released. `state` is the resulting lifecycle
+    /// state, `kind` the classification, `message` a bounded diagnostic.
+    Recorded {
+        state: String,
+        kind: String,
+        message: String,
+        attempts: i32,
+    },
+    /// The backend cannot interpret this backfill (REG-4: fail closed):
+    /// nothing was changed; the runtime stops and stops claiming the ID.
+    FailClosed { message: String },
+}
+
+/// The outcome of lifecycle validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValidationOutcome {
+    /// Fenced completion committed.
+    Completed,
+    /// Validation failed; the row is `failed` or `blocked`.
+    Rejected { state: String, detail: String },
+    /// Fence rejected the result.
+    Stale,
+    /// Validation errored; recorded durably like a batch failure.
+    Recorded {
+        state: String,
+        kind: String,
+        message: String,
+        attempts: i32,
+    },
+    /// Cannot interpret the row (REG-4).
+    FailClosed { message: String },
+}
+
+/// A backend call that could not be made durable (e.g. the database is
+/// unreachable). The runtime stops the affected work and lets the lease
+/// expire; PostgreSQL keeps whatever was committed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BackendError(pub String);
+
+/// The narrow interface the runtime drives. Every method is one or a few
+/// short PostgreSQL transactions in the implementation.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// The fencing token of a claim.
+    type Claim: ClaimInfo;
+
+    /// Register (upsert) every local definition (REG-1). Called before the
+    /// first claim (REG-4).
+    async fn register(&self) -> Result<(), BackendError>;
+
+    /// Claim the next eligible backfill this process has a definition for,
+    /// skipping `exclude`. `Ok(Err(id))`: the row `id` cannot be
+    /// interpreted by this process; nothing changed (REG-4).
+    async fn claim_next(
+        &self,
+        worker: &str,
+        exclude: &[String],
+    ) -> Result<Result<Option<Self::Claim>, String>, BackendError>;
+
+    /// Run one fenced batch, recording any failure durably before
+    /// returning.
+    async fn step(&self, claim: &mut Self::Claim) -> Result<StepOutcome, BackendError>;
+
+    /// Run lifecycle validation with fenced completion, recording any
+    /// error durably before returning.
+    async fn validate(&self, claim: &Self::Claim) -> Result<ValidationOutcome, BackendError>;
+
+    /// Renew the listed `(id, generation)` claims of `worker`; returns the
+    /// ones renewed. Missing ones are lost.
+    async fn renew(
+        &self,
+        worker: &str,
+        claims: &[(String, i64)],
+    ) -> Result<Vec<(String, i64)>, BackendError>;
+
+    /// Give a claim back (graceful shutdown).
+    async fn release(&self, claim: &Self::Claim) -> Result<bool, BackendError>;
+}
+
+/// Runtime configuration. Defaults follow the contract's expectations:
+/// renew well inside the lease, stop trusting a claim before it can have
+/// expired.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// This process's worker ID (the claim owner). Default: `worker-<pid>`.
+    pub worker_id: String,
+    /// Lease TTL the backend grants per claim/renewal. Default 30 s. Must
+    /// match the backend's configuration.
+    pub lease_ttl: Duration,
+    /// Renewal cadence. Default `lease_ttl / 3`.
+    pub renew_interval: Duration,
+    /// How often the supervisor looks for claimable work (NOTIFY and admin
+    /// wake-ups come on top; they are hints only). Default 1 s.
+    pub poll_interval: Duration,
+    /// Maximum runners (claims) at once in this process. Default 4.
+    pub max_concurrent_runners: usize,
+    /// How long shutdown waits for in-flight batches. Default 10 s.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        let lease_ttl = Duration::from_secs(30);
+        Self {
+            worker_id: format!("worker-{}", std::process::id()),
+            lease_ttl,
+            renew_interval: lease_ttl / 3,
+            poll_interval: Duration::from_secs(1),
+            max_concurrent_runners: 4,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// An invalid runtime configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid runtime configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl RuntimeConfig {
+    /// A configuration with `lease_ttl` and the renew interval derived
+    /// from it.
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self.renew_interval = ttl / 3;
+        self
+    }
+
+    /// Reject configurations that would let a claim expire while its owner
+    /// still trusts it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.worker_id.is_empty() || self.worker_id.len() > 128 {
+            return Err(ConfigError("worker_id must be 1-128 bytes".into()));
+        }
+        if self.lease_ttl < Duration::from_millis(100) {
+            return Err(ConfigError("lease_ttl must be at least 100ms".into()));
+        }
+        if self.renew_interval.is_zero() || self.renew_interval * 2 > self.lease_ttl {
+            return Err(ConfigError(
+                "renew_interval must be positive and at most half the lease_ttl".into(),
+            ));
+        }
+        if self.poll_interval.is_zero() {
+            return Err(ConfigError("poll_interval must be positive".into()));
+        }
+        if self.max_concurrent_runners == 0 {
+            return Err(ConfigError(
+                "max_concurrent_runners must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How long after a claim or renewal request was *sent* the holder may
+    /// still trust it: three quarters of the TTL. PostgreSQL computed the
+    /// expiry after the request was sent, so the real lease outlives this
+    /// window even with a slow round trip (the trust window of River's
+    /// elector).
+    pub fn trust_window(&self) -> Duration {
+        self.lease_ttl * 3 / 4
+    }
+
+    /// The instant until which a claim requested at `sent` is trusted.
+    pub fn trusted_until(&self, sent: Instant) -> Instant {
+        sent + self.trust_window()
+    }
+}
+
+pub use supervisor::{RuntimeHandle, Supervisor};

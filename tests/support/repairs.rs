@@ -139,11 +139,24 @@ pub struct Counter {
     pub id: &'static str,
     pub limit: u32,
     pub hooks: Arc<Hooks>,
+    /// The table it repairs (`items` unless set).
+    pub table: &'static str,
 }
 
 impl Counter {
     pub fn new(id: &'static str, limit: u32, hooks: Arc<Hooks>) -> Self {
-        Self { id, limit, hooks }
+        Self {
+            id,
+            limit,
+            hooks,
+            table: "items",
+        }
+    }
+
+    /// The same repair over another table with the `items` shape.
+    pub fn on_table(mut self, table: &'static str) -> Self {
+        self.table = table;
+        self
     }
 }
 
@@ -167,9 +180,12 @@ impl Repair for Counter {
         &self,
         conn: &mut AsyncPgConnection,
     ) -> Result<SourceSet<i64>, RepairError> {
-        let span: Span = diesel::sql_query("SELECT max(id) AS max, count(*) AS n FROM items")
-            .get_result(conn)
-            .await?;
+        let span: Span = diesel::sql_query(format!(
+            "SELECT max(id) AS max, count(*) AS n FROM {}",
+            self.table
+        ))
+        .get_result(conn)
+        .await?;
         Ok(match span.max {
             None => SourceSet::Empty,
             Some(upper) => SourceSet::Bounded {
@@ -206,7 +222,7 @@ impl Repair for Counter {
                 i64::from(limit),
             ),
         };
-        let rows: Vec<Id> = diesel::sql_query(sql)
+        let rows: Vec<Id> = diesel::sql_query(sql.replace("items", self.table))
             .bind::<BigInt, _>(after)
             .bind::<BigInt, _>(*bound)
             .bind::<BigInt, _>(limit)
@@ -216,10 +232,13 @@ impl Repair for Counter {
     }
 
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        diesel::sql_query("UPDATE items SET n = n + 1 WHERE id = ANY($1)")
-            .bind::<Array<BigInt>, _>(keys)
-            .execute(conn)
-            .await?;
+        diesel::sql_query(format!(
+            "UPDATE {} SET n = n + 1 WHERE id = ANY($1)",
+            self.table
+        ))
+        .bind::<Array<BigInt>, _>(keys)
+        .execute(conn)
+        .await?;
         let gate = self.hooks.after_mutate.lock().clone();
         if let Some(gate) = gate {
             gate.pass().await;
@@ -243,11 +262,13 @@ impl Repair for Counter {
         if let Some(error) = self.hooks.fail_validate.lock().clone() {
             return Err(error);
         }
-        let bad: Count =
-            diesel::sql_query("SELECT count(*) AS n FROM items WHERE id <= $1 AND n <> 1")
-                .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
-                .get_result(conn)
-                .await?;
+        let bad: Count = diesel::sql_query(format!(
+            "SELECT count(*) AS n FROM {} WHERE id <= $1 AND n <> 1",
+            self.table
+        ))
+        .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
+        .get_result(conn)
+        .await?;
         Ok(if bad.n == 0 {
             Validation::Success
         } else {

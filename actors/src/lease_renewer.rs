@@ -1,0 +1,152 @@
+//! The lease renewer: one per process.
+//!
+//! The supervisor sends [`Track`] when it hands a claim to a holder (a
+//! runner or the validator) and [`Untrack`] when the holder exits. Every
+//! `renew_interval` the renewer renews all tracked claims in ONE backend
+//! call and tells each holder, with a [`LeaseStatus`], either how long it
+//! may still trust its claim or that the claim is lost (CLM-3). A failed
+//! renewal sends nothing: the holder's trust window simply runs out before
+//! the lease can have expired in PostgreSQL.
+
+use crate::{Backend, RuntimeConfig};
+use actix::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Start renewing a claim for `holder`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Track {
+    pub id: String,
+    pub generation: i64,
+    pub holder: Recipient<LeaseStatus>,
+}
+
+/// Stop renewing a claim (its holder exited).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Untrack {
+    pub id: String,
+    pub generation: i64,
+}
+
+/// Renew now instead of waiting for the next tick (tests, shutdown).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RenewNow;
+
+/// Sent by the renewer to a claim's holder.
+#[derive(Message, Debug, Clone, PartialEq, Eq)]
+#[rtype(result = "()")]
+pub enum LeaseStatus {
+    /// Renewed; the holder may trust the claim until `trusted_until`.
+    Renewed {
+        generation: i64,
+        trusted_until: Instant,
+    },
+    /// PostgreSQL no longer lets this claim renew (expired, taken over,
+    /// paused): the holder must not start another batch.
+    Lost { generation: i64 },
+}
+
+/// The renewer actor.
+pub struct LeaseRenewer<B: Backend> {
+    backend: Arc<B>,
+    config: RuntimeConfig,
+    claims: HashMap<String, (i64, Recipient<LeaseStatus>)>,
+    in_flight: bool,
+}
+
+impl<B: Backend> LeaseRenewer<B> {
+    /// A renewer for the claims of `config.worker_id`.
+    pub fn new(backend: Arc<B>, config: RuntimeConfig) -> Self {
+        Self {
+            backend,
+            config,
+            claims: HashMap::new(),
+            in_flight: false,
+        }
+    }
+
+    /// One renewal round: renew every tracked claim in one backend call.
+    fn run_once(&mut self, ctx: &mut Context<Self>) {
+        if self.in_flight || self.claims.is_empty() {
+            return;
+        }
+        self.in_flight = true;
+        let pairs: Vec<(String, i64)> = self
+            .claims
+            .iter()
+            .map(|(id, (generation, _))| (id.clone(), *generation))
+            .collect();
+        let backend = self.backend.clone();
+        let worker = self.config.worker_id.clone();
+        let sent = Instant::now();
+        let fut = async move {
+            let result = backend.renew(&worker, &pairs).await;
+            (pairs, result)
+        };
+        ctx.spawn(fut.into_actor(self).map(move |(pairs, result), act, _| {
+            act.in_flight = false;
+            let renewed = match result {
+                Ok(renewed) => renewed,
+                Err(error) => {
+                    tracing::warn!(event = "renew_failed", worker = %act.config.worker_id, error = %error.0, "lease renewal failed; holders stop when their trust window ends");
+                    return;
+                }
+            };
+            let trusted_until = act.config.trusted_until(sent);
+            for (id, generation) in pairs {
+                let Some((current, holder)) = act.claims.get(&id) else {
+                    continue;
+                };
+                if *current != generation {
+                    continue;
+                }
+                if renewed.iter().any(|(r, g)| *r == id && *g == generation) {
+                    tracing::debug!(event = "claim_renewed", backfill = %id, generation);
+                    holder.do_send(LeaseStatus::Renewed {
+                        generation,
+                        trusted_until,
+                    });
+                } else {
+                    tracing::warn!(event = "claim_lost", backfill = %id, generation, worker = %act.config.worker_id);
+                    holder.do_send(LeaseStatus::Lost { generation });
+                    act.claims.remove(&id);
+                }
+            }
+        }));
+    }
+}
+
+impl<B: Backend> Actor for LeaseRenewer<B> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(self.config.renew_interval, |act, ctx| act.run_once(ctx));
+    }
+}
+
+impl<B: Backend> Handler<Track> for LeaseRenewer<B> {
+    type Result = ();
+    fn handle(&mut self, msg: Track, _ctx: &mut Self::Context) {
+        self.claims.insert(msg.id, (msg.generation, msg.holder));
+    }
+}
+
+impl<B: Backend> Handler<Untrack> for LeaseRenewer<B> {
+    type Result = ();
+    fn handle(&mut self, msg: Untrack, _ctx: &mut Self::Context) {
+        if matches!(self.claims.get(&msg.id), Some((g, _)) if *g == msg.generation) {
+            self.claims.remove(&msg.id);
+        }
+    }
+}
+
+impl<B: Backend> Handler<RenewNow> for LeaseRenewer<B> {
+    type Result = ();
+    fn handle(&mut self, _msg: RenewNow, ctx: &mut Self::Context) {
+        self.run_once(ctx);
+    }
+}

@@ -1,0 +1,201 @@
+//! The runner: one per claimed backfill ID in `running`.
+//!
+//! Spawned by the supervisor with a claim; loops fenced batches through
+//! [`Backend::step`]. Between batches (never during one) it observes
+//! [`Stop`] from the supervisor and [`LeaseStatus`] from the lease renewer,
+//! and its own trust window: after seeing stop intent, a lost lease or an
+//! expired trust window it starts no further batch (EX-5). It tells the
+//! supervisor why it ended with [`RunnerExited`] (`do_send`, upward).
+
+use crate::lease_renewer::LeaseStatus;
+use crate::supervisor::{ExitReason, RunnerExited};
+use crate::{Backend, ClaimInfo, RuntimeConfig, StepOutcome};
+use actix::prelude::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Stop after the current batch and give the claim back (shutdown).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Stop;
+
+/// Run the next batch (sent by the runner to itself).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct NextBatch;
+
+/// The runner actor.
+pub struct Runner<B: Backend> {
+    backend: Arc<B>,
+    id: String,
+    generation: i64,
+    /// `None` while a batch owns the claim.
+    claim: Option<B::Claim>,
+    trusted_until: Instant,
+    supervisor: Recipient<RunnerExited>,
+    stopping: bool,
+    lost: bool,
+    busy: bool,
+    batches: u64,
+    keys: u64,
+}
+
+impl<B: Backend> Runner<B> {
+    /// A runner for `claim`, whose claim request was sent at `sent`.
+    pub fn new(
+        backend: Arc<B>,
+        config: RuntimeConfig,
+        claim: B::Claim,
+        sent: Instant,
+        supervisor: Recipient<RunnerExited>,
+    ) -> Self {
+        Self {
+            backend,
+            id: claim.id().to_string(),
+            generation: claim.generation(),
+            claim: Some(claim),
+            trusted_until: config.trusted_until(sent),
+            supervisor,
+            stopping: false,
+            lost: false,
+            busy: false,
+            batches: 0,
+            keys: 0,
+        }
+    }
+
+    fn exit(&mut self, ctx: &mut Context<Self>, reason: ExitReason) {
+        self.supervisor.do_send(RunnerExited {
+            id: self.id.clone(),
+            generation: self.generation,
+            reason,
+            batches: self.batches,
+            keys: self.keys,
+        });
+        ctx.stop();
+    }
+
+    /// Give the claim back, then exit (graceful shutdown).
+    fn release_and_exit(&mut self, ctx: &mut Context<Self>) {
+        let Some(claim) = self.claim.clone() else {
+            return;
+        };
+        let backend = self.backend.clone();
+        self.busy = true;
+        ctx.spawn(
+            async move { backend.release(&claim).await }
+                .into_actor(self)
+                .map(|result, act, ctx| {
+                    let released = matches!(result, Ok(true));
+                    tracing::info!(event = "claim_released", backfill = %act.id, generation = act.generation, released);
+                    act.exit(ctx, ExitReason::Stopped);
+                }),
+        );
+    }
+
+    fn next(&mut self, ctx: &mut Context<Self>) {
+        if self.busy {
+            return;
+        }
+        if self.stopping {
+            return self.release_and_exit(ctx);
+        }
+        if self.lost {
+            return self.exit(ctx, ExitReason::LeaseLost);
+        }
+        if Instant::now() >= self.trusted_until {
+            tracing::warn!(event = "claim_untrusted", backfill = %self.id, generation = self.generation, "trust window ended without a renewal; stopping before the lease can expire");
+            return self.exit(ctx, ExitReason::LeaseLost);
+        }
+        let Some(mut claim) = self.claim.take() else {
+            return;
+        };
+        self.busy = true;
+        let backend = self.backend.clone();
+        let fut = async move {
+            let started = Instant::now();
+            let outcome = backend.step(&mut claim).await;
+            (claim, outcome, started.elapsed())
+        };
+        ctx.spawn(fut.into_actor(self).map(|(claim, outcome, took), act, ctx| {
+            act.busy = false;
+            act.claim = Some(claim);
+            let duration_ms = took.as_millis() as u64;
+            match outcome {
+                Ok(StepOutcome::Committed { keys, reached_bound }) => {
+                    act.batches += 1;
+                    act.keys += keys as u64;
+                    tracing::info!(event = "batch_committed", backfill = %act.id, generation = act.generation, keys, duration_ms);
+                    if reached_bound {
+                        tracing::info!(event = "validating", backfill = %act.id, batches = act.batches, keys = act.keys);
+                        act.exit(ctx, ExitReason::ReachedBound);
+                    } else {
+                        ctx.notify(NextBatch);
+                    }
+                }
+                Ok(StepOutcome::Stale) => {
+                    tracing::warn!(event = "stale_owner_rejected", backfill = %act.id, generation = act.generation, duration_ms, "the fence rejected this batch; it rolled back");
+                    act.exit(ctx, ExitReason::Stale);
+                }
+                Ok(StepOutcome::Recorded { state, kind, message, attempts }) => {
+                    match state.as_str() {
+                        "blocked" => tracing::warn!(event = "blocked", backfill = %act.id, generation = act.generation, kind = %kind, diagnostic = %message),
+                        "failed" => tracing::error!(event = "failed", backfill = %act.id, generation = act.generation, kind = %kind, attempts, diagnostic = %message),
+                        _ => tracing::warn!(event = "backoff_scheduled", backfill = %act.id, generation = act.generation, kind = %kind, attempts, diagnostic = %message),
+                    }
+                    act.exit(ctx, ExitReason::Recorded { state });
+                }
+                Ok(StepOutcome::FailClosed { message }) => {
+                    tracing::error!(event = "fail_closed", backfill = %act.id, diagnostic = %message);
+                    act.exit(ctx, ExitReason::FailClosed);
+                }
+                Err(error) => {
+                    tracing::error!(event = "backend_error", backfill = %act.id, error = %error.0);
+                    act.exit(ctx, ExitReason::BackendError);
+                }
+            }
+        }));
+    }
+}
+
+impl<B: Backend> Actor for Runner<B> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.notify(NextBatch);
+    }
+}
+
+impl<B: Backend> Handler<Stop> for Runner<B> {
+    type Result = ();
+    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
+        self.stopping = true;
+        self.next(ctx);
+    }
+}
+
+impl<B: Backend> Handler<NextBatch> for Runner<B> {
+    type Result = ();
+    fn handle(&mut self, _msg: NextBatch, ctx: &mut Self::Context) {
+        self.next(ctx);
+    }
+}
+
+impl<B: Backend> Handler<LeaseStatus> for Runner<B> {
+    type Result = ();
+    fn handle(&mut self, msg: LeaseStatus, ctx: &mut Self::Context) {
+        match msg {
+            LeaseStatus::Renewed {
+                generation,
+                trusted_until,
+            } if generation == self.generation => {
+                self.trusted_until = self.trusted_until.max(trusted_until);
+            }
+            LeaseStatus::Lost { generation } if generation == self.generation => {
+                self.lost = true;
+                self.next(ctx);
+            }
+            _ => {}
+        }
+    }
+}

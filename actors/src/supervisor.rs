@@ -1,0 +1,420 @@
+//! The supervisor: one per process.
+//!
+//! Registers the local definitions before it claims anything (REG-4), then
+//! on every poll tick and every [`Wake`] (a hint: NOTIFY, an admin action)
+//! claims eligible backfills up to `max_concurrent_runners` and hands each
+//! claim to a holder: a [`Runner`] per `running` ID, or the [`Validator`]
+//! for a `validating` one, tracking it with the [`LeaseRenewer`]. Holders
+//! report back with [`RunnerExited`] / [`ValidationFinished`]. [`Shutdown`]
+//! drains: no new claims, runners stop after their in-flight batch and
+//! release their claims, within the grace period.
+
+use crate::lease_renewer::{LeaseRenewer, Track, Untrack};
+use crate::runner::{Runner, Stop};
+use crate::validator::{Validate, ValidationFinished, Validator};
+use crate::{Backend, ClaimInfo, ConfigError, RuntimeConfig};
+use actix::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// Look for claimable work now (a hint; losing it changes nothing).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Wake;
+
+/// Why a runner ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitReason {
+    /// The checkpoint reached the bound; the row is `validating`.
+    ReachedBound,
+    /// The fence rejected a batch (paused, taken over, expired).
+    Stale,
+    /// The lease renewal failed or the trust window ended.
+    LeaseLost,
+    /// An error was recorded durably; `state` is the resulting state.
+    Recorded { state: String },
+    /// The row cannot be interpreted by this process (REG-4).
+    FailClosed,
+    /// Stopped on request; the claim was given back.
+    Stopped,
+    /// The backend failed; the lease will expire.
+    BackendError,
+}
+
+/// Sent by a runner when it ends.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct RunnerExited {
+    pub id: String,
+    pub generation: i64,
+    pub reason: ExitReason,
+    pub batches: u64,
+    pub keys: u64,
+}
+
+/// Drain and stop claiming. Resolves when every holder ended or the grace
+/// period passed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+/// A snapshot of what this process holds (for hosts and tests; the
+/// authority is PostgreSQL).
+#[derive(Message)]
+#[rtype(result = "SupervisorStatus")]
+pub struct Status;
+
+/// What [`Status`] answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SupervisorStatus {
+    pub registered: bool,
+    pub draining: bool,
+    /// `(id, generation, is_validation)` of every held claim.
+    pub held: Vec<(String, i64, bool)>,
+    /// IDs this process refuses to claim (REG-4 fail closed).
+    pub excluded: Vec<String>,
+}
+
+enum Holder<B: Backend> {
+    Runner(Addr<Runner<B>>),
+    Validation,
+}
+
+struct Held<B: Backend> {
+    generation: i64,
+    holder: Holder<B>,
+}
+
+/// The supervisor actor.
+pub struct Supervisor<B: Backend> {
+    backend: Arc<B>,
+    config: RuntimeConfig,
+    renewer: Option<Addr<LeaseRenewer<B>>>,
+    validator: Option<Addr<Validator<B>>>,
+    held: HashMap<String, Held<B>>,
+    excluded: Vec<String>,
+    registered: bool,
+    registering: bool,
+    claiming: bool,
+    draining: bool,
+    drain_waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl<B: Backend> Supervisor<B> {
+    /// A supervisor over `backend`.
+    pub fn new(backend: Arc<B>, config: RuntimeConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            backend,
+            config,
+            renewer: None,
+            validator: None,
+            held: HashMap::new(),
+            excluded: Vec::new(),
+            registered: false,
+            registering: false,
+            claiming: false,
+            draining: false,
+            drain_waiters: Vec::new(),
+        })
+    }
+
+    fn register(&mut self, ctx: &mut Context<Self>) {
+        if self.registering || self.registered {
+            return;
+        }
+        self.registering = true;
+        let backend = self.backend.clone();
+        ctx.spawn(
+            async move { backend.register().await }
+                .into_actor(self)
+                .map(|result, act, ctx| {
+                    act.registering = false;
+                    match result {
+                        Ok(()) => {
+                            act.registered = true;
+                            tracing::info!(event = "registered", worker = %act.config.worker_id);
+                            act.tick(ctx);
+                        }
+                        Err(error) => {
+                            tracing::error!(event = "register_failed", error = %error.0, "will retry on the next poll");
+                        }
+                    }
+                }),
+        );
+    }
+
+    /// One claim round: fill free capacity with claims.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        if self.draining || self.claiming {
+            return;
+        }
+        if !self.registered {
+            return self.register(ctx);
+        }
+        let free = self
+            .config
+            .max_concurrent_runners
+            .saturating_sub(self.held.len());
+        if free == 0 {
+            return;
+        }
+        self.claiming = true;
+        let backend = self.backend.clone();
+        let worker = self.config.worker_id.clone();
+        let mut exclude = self.excluded.clone();
+        exclude.extend(self.held.keys().cloned());
+        let fut = async move {
+            let mut claims = Vec::new();
+            let mut refused = Vec::new();
+            let mut error = None;
+            while claims.len() < free {
+                let sent = Instant::now();
+                match backend.claim_next(&worker, &exclude).await {
+                    Ok(Ok(Some(claim))) => {
+                        exclude.push(claim.id().to_string());
+                        claims.push((claim, sent));
+                    }
+                    Ok(Ok(None)) => break,
+                    Ok(Err(id)) => {
+                        exclude.push(id.clone());
+                        refused.push(id);
+                    }
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            (claims, refused, error)
+        };
+        ctx.spawn(
+            fut.into_actor(self)
+                .map(|(claims, refused, error), act, ctx| {
+                    act.claiming = false;
+                    if let Some(error) = error {
+                        tracing::warn!(event = "claim_failed", error = %error.0);
+                    }
+                    for id in refused {
+                        tracing::error!(event = "fail_closed", backfill = %id, "this process cannot interpret the row (key type or state); not claiming it again");
+                        act.excluded.push(id);
+                    }
+                    for (claim, sent) in claims {
+                        act.adopt(ctx, claim, sent);
+                    }
+                }),
+        );
+    }
+
+    /// Hand a fresh claim to its holder and start renewing it.
+    fn adopt(&mut self, ctx: &mut Context<Self>, claim: B::Claim, sent: Instant) {
+        let id = claim.id().to_string();
+        let generation = claim.generation();
+        match claim.takeover_from() {
+            Some(prior) => {
+                tracing::warn!(event = "claim_takeover", backfill = %id, generation, worker = %self.config.worker_id, prior_owner = %prior)
+            }
+            None => {
+                tracing::info!(event = "claim_acquired", backfill = %id, generation, worker = %self.config.worker_id, validation = claim.is_validation())
+            }
+        }
+        if self.draining {
+            // Shutdown raced the claim: hand it straight back.
+            let backend = self.backend.clone();
+            ctx.spawn(
+                async move {
+                    let _ = backend.release(&claim).await;
+                }
+                .into_actor(self),
+            );
+            return;
+        }
+        let (Some(renewer), Some(validator)) = (self.renewer.clone(), self.validator.clone())
+        else {
+            return;
+        };
+        let holder = if claim.is_validation() {
+            renewer.do_send(Track {
+                id: id.clone(),
+                generation,
+                holder: validator.clone().recipient(),
+            });
+            validator.do_send(Validate(claim));
+            Holder::Validation
+        } else {
+            let runner = Runner::new(
+                self.backend.clone(),
+                self.config.clone(),
+                claim,
+                sent,
+                ctx.address().recipient(),
+            )
+            .start();
+            renewer.do_send(Track {
+                id: id.clone(),
+                generation,
+                holder: runner.clone().recipient(),
+            });
+            Holder::Runner(runner)
+        };
+        self.held.insert(id, Held { generation, holder });
+    }
+
+    fn forget(&mut self, id: &str, generation: i64) {
+        if matches!(self.held.get(id), Some(h) if h.generation == generation) {
+            self.held.remove(id);
+        }
+        if let Some(renewer) = &self.renewer {
+            renewer.do_send(Untrack {
+                id: id.to_string(),
+                generation,
+            });
+        }
+        if self.draining && self.held.is_empty() {
+            for waiter in self.drain_waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
+    }
+}
+
+impl<B: Backend> Actor for Supervisor<B> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.renewer = Some(LeaseRenewer::new(self.backend.clone(), self.config.clone()).start());
+        self.validator =
+            Some(Validator::new(self.backend.clone(), ctx.address().recipient()).start());
+        self.register(ctx);
+        ctx.run_interval(self.config.poll_interval, |act, ctx| act.tick(ctx));
+    }
+}
+
+impl<B: Backend> Handler<Wake> for Supervisor<B> {
+    type Result = ();
+    fn handle(&mut self, _msg: Wake, ctx: &mut Self::Context) {
+        self.tick(ctx);
+    }
+}
+
+impl<B: Backend> Handler<RunnerExited> for Supervisor<B> {
+    type Result = ();
+    fn handle(&mut self, msg: RunnerExited, ctx: &mut Self::Context) {
+        tracing::info!(event = "runner_exited", backfill = %msg.id, generation = msg.generation, reason = ?msg.reason, batches = msg.batches, keys = msg.keys);
+        if msg.reason == ExitReason::FailClosed {
+            self.excluded.push(msg.id.clone());
+        }
+        self.forget(&msg.id, msg.generation);
+        // Reaching the bound makes the row claimable for validation now.
+        if msg.reason == ExitReason::ReachedBound {
+            self.tick(ctx);
+        }
+    }
+}
+
+impl<B: Backend> Handler<ValidationFinished> for Supervisor<B> {
+    type Result = ();
+    fn handle(&mut self, msg: ValidationFinished, ctx: &mut Self::Context) {
+        if matches!(msg.outcome, Ok(crate::ValidationOutcome::FailClosed { .. })) {
+            self.excluded.push(msg.id.clone());
+        }
+        self.forget(&msg.id, msg.generation);
+        self.tick(ctx);
+    }
+}
+
+impl<B: Backend> Handler<Shutdown> for Supervisor<B> {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, _msg: Shutdown, _ctx: &mut Self::Context) -> Self::Result {
+        self.draining = true;
+        tracing::info!(event = "draining", worker = %self.config.worker_id, held = self.held.len());
+        let (tx, rx) = oneshot::channel();
+        if self.held.is_empty() {
+            let _ = tx.send(());
+        } else {
+            self.drain_waiters.push(tx);
+            for held in self.held.values() {
+                if let Holder::Runner(runner) = &held.holder {
+                    runner.do_send(Stop);
+                }
+            }
+        }
+        let grace = self.config.shutdown_grace;
+        Box::pin(async move {
+            if tokio::time::timeout(grace, rx).await.is_err() {
+                tracing::warn!(
+                    event = "drain_timeout",
+                    "grace period ended with work in flight; its leases will expire"
+                );
+            }
+        })
+    }
+}
+
+impl<B: Backend> Handler<Status> for Supervisor<B> {
+    type Result = MessageResult<Status>;
+    fn handle(&mut self, _msg: Status, _ctx: &mut Self::Context) -> Self::Result {
+        let mut held: Vec<(String, i64, bool)> = self
+            .held
+            .iter()
+            .map(|(id, h)| {
+                (
+                    id.clone(),
+                    h.generation,
+                    matches!(h.holder, Holder::Validation),
+                )
+            })
+            .collect();
+        held.sort();
+        MessageResult(SupervisorStatus {
+            registered: self.registered,
+            draining: self.draining,
+            held,
+            excluded: self.excluded.clone(),
+        })
+    }
+}
+
+/// A handle on a running supervisor.
+pub struct RuntimeHandle<B: Backend> {
+    supervisor: Addr<Supervisor<B>>,
+}
+
+impl<B: Backend> Clone for RuntimeHandle<B> {
+    fn clone(&self) -> Self {
+        Self {
+            supervisor: self.supervisor.clone(),
+        }
+    }
+}
+
+impl<B: Backend> RuntimeHandle<B> {
+    /// Start the runtime on the current actix arbiter. Must be called from
+    /// within an actix system.
+    pub fn start(backend: Arc<B>, config: RuntimeConfig) -> Result<Self, ConfigError> {
+        let supervisor = Supervisor::new(backend, config)?.start();
+        Ok(Self { supervisor })
+    }
+
+    /// Look for work now (hint only).
+    pub fn wake(&self) {
+        self.supervisor.do_send(Wake);
+    }
+
+    /// A snapshot of the claims this process holds.
+    pub async fn status(&self) -> Option<SupervisorStatus> {
+        self.supervisor.send(Status).await.ok()
+    }
+
+    /// Drain: stop claiming, let in-flight batches finish, release claims.
+    pub async fn shutdown(&self) {
+        let _ = self.supervisor.send(Shutdown).await;
+    }
+
+    /// The supervisor's address.
+    pub fn supervisor(&self) -> &Addr<Supervisor<B>> {
+        &self.supervisor
+    }
+}

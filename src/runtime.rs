@@ -1,0 +1,147 @@
+//! The bridge between the engine and the actor runtime: `Engine`
+//! implements `backfill_actors::Backend`, so the runtime drives fenced
+//! PostgreSQL transactions without seeing SQL.
+
+use crate::engine::{
+    BatchOutcome, Claim, Engine, EngineError, FailureOutcome, Phase, ValidationRun,
+};
+use backfill_actors::{Backend, BackendError, ClaimInfo, StepOutcome, ValidationOutcome};
+
+pub use backfill_actors::{RuntimeConfig, RuntimeHandle};
+
+impl ClaimInfo for Claim {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn generation(&self) -> i64 {
+        self.generation
+    }
+    fn is_validation(&self) -> bool {
+        self.phase == Phase::Validate
+    }
+    fn takeover_from(&self) -> Option<&str> {
+        self.takeover_from.as_deref()
+    }
+}
+
+fn backend_error(error: EngineError) -> BackendError {
+    BackendError(crate::repair::bounded(error.to_string()))
+}
+
+/// What recording an error produced, in the runtime's vocabulary.
+struct Recorded {
+    state: String,
+    kind: String,
+    message: String,
+    attempts: i32,
+}
+
+impl Engine {
+    /// Classify and durably record an engine error for `claim` (RT-1).
+    /// `Ok(None)`: the claim was stale, nothing recorded. `Err(message)`:
+    /// the error is this process's own (REG-4 fail closed) and is not
+    /// recorded against the backfill; the claim is released.
+    async fn record(
+        &self,
+        claim: &Claim,
+        error: EngineError,
+    ) -> Result<Result<Option<Recorded>, String>, BackendError> {
+        let Some(class) = error.classification() else {
+            let _ = self.release(claim).await;
+            return Ok(Err(crate::repair::bounded(error.to_string())));
+        };
+        match self.record_failure(claim, &class).await {
+            Ok(FailureOutcome::Recorded {
+                state, attempts, ..
+            }) => Ok(Ok(Some(Recorded {
+                state: state.as_str().to_string(),
+                kind: class.kind().to_string(),
+                message: class.message(),
+                attempts,
+            }))),
+            Ok(FailureOutcome::Stale) => Ok(Ok(None)),
+            Err(e) => Err(backend_error(e)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for Engine {
+    type Claim = Claim;
+
+    async fn register(&self) -> Result<(), BackendError> {
+        Engine::register(self).await.map_err(backend_error)
+    }
+
+    async fn claim_next(
+        &self,
+        worker: &str,
+        exclude: &[String],
+    ) -> Result<Result<Option<Claim>, String>, BackendError> {
+        match Engine::claim_next(self, worker, exclude).await {
+            Ok(claim) => Ok(Ok(claim)),
+            Err(EngineError::KeyMismatch { id, .. })
+            | Err(EngineError::NoDefinition(id))
+            | Err(EngineError::UnknownState(id)) => Ok(Err(id)),
+            Err(e) => Err(backend_error(e)),
+        }
+    }
+
+    async fn step(&self, claim: &mut Claim) -> Result<StepOutcome, BackendError> {
+        match self.run_batch(claim).await {
+            Ok(BatchOutcome::Committed {
+                keys,
+                reached_bound,
+            }) => Ok(StepOutcome::Committed {
+                keys,
+                reached_bound,
+            }),
+            Ok(BatchOutcome::Stale) => Ok(StepOutcome::Stale),
+            Err(error) => Ok(match self.record(claim, error).await? {
+                Ok(Some(r)) => StepOutcome::Recorded {
+                    state: r.state,
+                    kind: r.kind,
+                    message: r.message,
+                    attempts: r.attempts,
+                },
+                Ok(None) => StepOutcome::Stale,
+                Err(message) => StepOutcome::FailClosed { message },
+            }),
+        }
+    }
+
+    async fn validate(&self, claim: &Claim) -> Result<ValidationOutcome, BackendError> {
+        match self.validate_claimed(claim).await {
+            Ok(ValidationRun::Completed) => Ok(ValidationOutcome::Completed),
+            Ok(ValidationRun::Rejected { state, detail }) => Ok(ValidationOutcome::Rejected {
+                state: state.as_str().to_string(),
+                detail,
+            }),
+            Ok(ValidationRun::Stale) => Ok(ValidationOutcome::Stale),
+            Err(error) => Ok(match self.record(claim, error).await? {
+                Ok(Some(r)) => ValidationOutcome::Recorded {
+                    state: r.state,
+                    kind: r.kind,
+                    message: r.message,
+                    attempts: r.attempts,
+                },
+                Ok(None) => ValidationOutcome::Stale,
+                Err(message) => ValidationOutcome::FailClosed { message },
+            }),
+        }
+    }
+
+    async fn renew(
+        &self,
+        worker: &str,
+        claims: &[(String, i64)],
+    ) -> Result<Vec<(String, i64)>, BackendError> {
+        Engine::renew(self, worker, claims)
+            .await
+            .map_err(backend_error)
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<bool, BackendError> {
+        Engine::release(self, claim).await.map_err(backend_error)
+    }
+}

@@ -1,0 +1,360 @@
+//! Conformance tests of the actor runtime (`backfill-actors` driven over the
+//! real engine) against a real PostgreSQL.
+//!
+//! Index:
+//! - CT-5 through the runtime: `ct05_pause_mid_batch_*`
+//! - CT-6 rolling deployment: `ct06_*`
+//! - graceful shutdown releases claims: `clm_graceful_shutdown_*`
+//! - the concurrency cap: `rt_concurrency_cap_*`
+//!
+//! Races are forced with gates in the test repair and a second session's
+//! row locks; waiting for an outcome polls PostgreSQL with a deadline.
+
+mod support;
+
+use backfill::engine::RetryPolicy;
+use backfill::runtime::{RuntimeConfig, RuntimeHandle};
+use backfill::{Engine, EngineConfig, Registry};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use support::repairs::*;
+use support::{test_db, TestDb};
+
+const ID: &str = "items.counter";
+
+fn engine_config(ttl: Duration) -> EngineConfig {
+    EngineConfig {
+        lease_ttl: ttl,
+        statement_timeout: Duration::from_secs(10),
+        lock_timeout: Duration::from_millis(300),
+        validation_timeout: Duration::from_secs(10),
+        retry: RetryPolicy {
+            max_attempts: 50,
+            backoff_base: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(100),
+        },
+        build_info: "runtime-test".into(),
+    }
+}
+
+fn runtime_config(worker: &str, ttl: Duration) -> RuntimeConfig {
+    RuntimeConfig {
+        worker_id: worker.into(),
+        poll_interval: Duration::from_millis(50),
+        max_concurrent_runners: 4,
+        shutdown_grace: Duration::from_secs(10),
+        ..RuntimeConfig::default()
+    }
+    .with_lease_ttl(ttl)
+}
+
+async fn engine_on_own_pool(db: &TestDb, registry: Registry, ttl: Duration) -> Engine {
+    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    Engine::new(pool, registry, engine_config(ttl)).unwrap()
+}
+
+/// Wait (polling PostgreSQL or the runtime) until `check` holds.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn state_of(db: &TestDb, id: &str) -> String {
+    db.text(&format!(
+        "SELECT state AS v FROM backfill WHERE id = '{id}'"
+    ))
+    .await
+    .unwrap()
+}
+
+/// CT-5 through the runtime: pause while a runner is mid-batch (held at the
+/// gate between mutation and commit). The batch rolls back, the runner
+/// exits without starting another batch, and resume continues from the
+/// checkpoint to completion with every item repaired exactly once.
+/// Guards: the fence at commit (else n = 1 for the paused batch and the
+/// resumed run makes n = 2) and the runner's stop on a stale outcome.
+#[actix_rt::test]
+async fn ct05_pause_mid_batch_rolls_back_and_resume_continues() {
+    let db = test_db().await;
+    db.exec(&items_sql(40)).await;
+    let hooks = Hooks::new();
+    let ttl = Duration::from_secs(10);
+    let engine = engine_on_own_pool(
+        &db,
+        Registry::new()
+            .with(Counter::new(ID, 10, hooks.clone()))
+            .unwrap(),
+        ttl,
+    )
+    .await;
+    engine.register().await.unwrap();
+    engine.start(ID).await.unwrap();
+    let mut gate = hooks.gate_after_mutate();
+    let runtime =
+        RuntimeHandle::start(Arc::new(engine.clone()), runtime_config("w1", ttl)).unwrap();
+    gate.reached().await;
+    engine.pause(ID).await.unwrap();
+    gate.release();
+    eventually("the runner exits", || async {
+        runtime.status().await.unwrap().held.is_empty()
+    })
+    .await;
+    assert_eq!(state_of(&db, ID).await, "paused");
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n <> 0")
+            .await,
+        0,
+        "the in-flight batch rolled back"
+    );
+    hooks.clear_gates();
+
+    engine.resume(ID).await.unwrap();
+    runtime.wake();
+    eventually("completion", || async {
+        state_of(&db, ID).await == "completed"
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        40
+    );
+    runtime.shutdown().await;
+}
+
+/// CT-6: two compatible processes (separate pools and runtimes) register one
+/// ID in either order: one row. The first owner stalls mid-batch; after its
+/// lease expires the second takes over and finishes; the prior owner's
+/// in-flight batch is rejected at commit. A runtime without the definition
+/// never claims the ID. Guards: generation fence, REG-4 (claims only IDs
+/// with a local definition).
+#[actix_rt::test]
+async fn ct06_rolling_deployment_one_row_takeover_fences_prior_owner() {
+    let db = test_db().await;
+    db.exec(&items_sql(30)).await;
+    let ttl = Duration::from_secs(10);
+    let hooks_a = Hooks::new();
+    let hooks_b = Hooks::new();
+    let a = engine_on_own_pool(
+        &db,
+        Registry::new()
+            .with(Counter::new(ID, 10, hooks_a.clone()))
+            .unwrap(),
+        ttl,
+    )
+    .await;
+    let b = engine_on_own_pool(
+        &db,
+        Registry::new()
+            .with(Counter::new(ID, 10, hooks_b.clone()))
+            .unwrap(),
+        ttl,
+    )
+    .await;
+    let stranger = engine_on_own_pool(
+        &db,
+        Registry::new()
+            .with(Counter::new("other.repair", 10, Hooks::new()))
+            .unwrap(),
+        ttl,
+    )
+    .await;
+    // Either order converges on one row and one obligation.
+    b.register().await.unwrap();
+    a.register().await.unwrap();
+    b.register().await.unwrap();
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT count(*) AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await,
+        1
+    );
+    a.start(ID).await.unwrap();
+
+    let mut gate_a = hooks_a.gate_after_mutate();
+    let runtime_a = RuntimeHandle::start(Arc::new(a.clone()), runtime_config("a", ttl)).unwrap();
+    gate_a.reached().await;
+    let gen_a = db
+        .scalar(&format!(
+            "SELECT generation AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await;
+
+    let runtime_s =
+        RuntimeHandle::start(Arc::new(stranger), runtime_config("stranger", ttl)).unwrap();
+    let runtime_b = RuntimeHandle::start(Arc::new(b.clone()), runtime_config("b", ttl)).unwrap();
+    // B cannot claim while A's lease is valid; make it expire (as if A
+    // stopped renewing long ago) and B takes over.
+    db.expire_lease(ID).await;
+    eventually("B takes over", || async {
+        db.text(&format!(
+            "SELECT owner AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await
+        .as_deref()
+            == Some("b")
+            || state_of(&db, ID).await != "running"
+    })
+    .await;
+    assert!(
+        db.scalar(&format!(
+            "SELECT generation AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await
+            > gen_a
+    );
+    // A's in-flight batch now reaches its commit and is rejected.
+    gate_a.release();
+    eventually("completion by B", || async {
+        state_of(&db, ID).await == "completed"
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        30,
+        "every item exactly once: A's stale batch rolled back"
+    );
+    let status = runtime_s.status().await.unwrap();
+    assert!(status.held.is_empty() && status.registered);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill WHERE owner = 'stranger'")
+            .await,
+        0
+    );
+    for rt in [&runtime_a, &runtime_b, &runtime_s] {
+        rt.shutdown().await;
+    }
+}
+
+/// Graceful shutdown (SIGTERM path): the runner finishes or rolls back its
+/// batch, gives the claim back, and another process continues at once,
+/// without waiting for lease expiry. Guard: `lease_release` on stop.
+#[actix_rt::test]
+async fn clm_graceful_shutdown_releases_claims_for_immediate_pickup() {
+    let db = test_db().await;
+    db.exec(&items_sql(50)).await;
+    let ttl = Duration::from_secs(60);
+    let hooks = Hooks::new();
+    let a = engine_on_own_pool(
+        &db,
+        Registry::new()
+            .with(Counter::new(ID, 5, hooks.clone()))
+            .unwrap(),
+        ttl,
+    )
+    .await;
+    a.register().await.unwrap();
+    a.start(ID).await.unwrap();
+    let mut gate = hooks.gate_after_mutate();
+    let runtime_a = RuntimeHandle::start(Arc::new(a.clone()), runtime_config("a", ttl)).unwrap();
+    gate.reached().await;
+    // Shutdown while a batch is in flight; the batch may finish.
+    let shutdown = {
+        let runtime_a = runtime_a.clone();
+        actix_rt::spawn(async move { runtime_a.shutdown().await })
+    };
+    hooks.clear_gates();
+    gate.release();
+    shutdown.await.unwrap();
+    assert_eq!(
+        db.text(&format!(
+            "SELECT owner AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await,
+        None,
+        "the claim was given back"
+    );
+    let checkpoint_rows = db
+        .scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+        .await;
+    assert_eq!(checkpoint_rows, 5, "exactly the in-flight batch committed");
+
+    // With a 60 s lease, only a release lets B continue now.
+    let b = engine_on_own_pool(
+        &db,
+        Registry::new()
+            .with(Counter::new(ID, 5, Hooks::new()))
+            .unwrap(),
+        ttl,
+    )
+    .await;
+    let runtime_b = RuntimeHandle::start(Arc::new(b), runtime_config("b", ttl)).unwrap();
+    eventually("B completes", || async {
+        state_of(&db, ID).await == "completed"
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        50
+    );
+    runtime_b.shutdown().await;
+}
+
+/// The runtime caps concurrency: with four backfills and a cap of two, it
+/// never holds more than two claims, and all complete.
+#[actix_rt::test]
+async fn rt_concurrency_cap_is_respected() {
+    let db = test_db().await;
+    let ttl = Duration::from_secs(10);
+    let ids = ["c.one", "c.two", "c.three", "c.four"];
+    let tables = ["t_one", "t_two", "t_three", "t_four"];
+    let mut registry = Registry::new();
+    for (id, table) in ids.into_iter().zip(tables) {
+        db.exec(&items_sql(60).replace("items", table)).await;
+        registry
+            .register(Counter::new(id, 3, Hooks::new()).on_table(table))
+            .unwrap();
+    }
+    let engine = engine_on_own_pool(&db, registry, ttl).await;
+    engine.register().await.unwrap();
+    for id in ids {
+        engine.start(id).await.unwrap();
+    }
+    let config = RuntimeConfig {
+        max_concurrent_runners: 2,
+        ..runtime_config("capped", ttl)
+    };
+    let runtime = RuntimeHandle::start(Arc::new(engine), config).unwrap();
+    let mut max_held = 0;
+    let mut max_owned = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        max_held = max_held.max(runtime.status().await.unwrap().held.len());
+        max_owned = max_owned.max(
+            db.scalar("SELECT count(*) AS v FROM backfill WHERE owner IS NOT NULL")
+                .await,
+        );
+        let done = db
+            .scalar("SELECT count(*) AS v FROM backfill WHERE state = 'completed'")
+            .await;
+        if done == 4 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(max_held <= 2, "held {max_held}");
+    assert!(max_owned <= 2, "owned {max_owned}");
+    for table in tables {
+        assert_eq!(
+            db.scalar(&format!("SELECT count(*) AS v FROM {table} WHERE n = 1"))
+                .await,
+            60
+        );
+    }
+    runtime.shutdown().await;
+}
