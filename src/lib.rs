@@ -7,6 +7,7 @@
 //! `../shared/spec/CONTRACT.md` for the requirement IDs cited throughout.
 
 pub mod engine;
+pub mod example;
 pub mod key;
 pub mod lifecycle;
 pub mod repair;
