@@ -8,6 +8,8 @@
 
 pub mod engine;
 pub mod example;
+pub mod host;
+pub mod http;
 pub mod key;
 pub mod lifecycle;
 pub mod repair;

@@ -12,7 +12,10 @@ mod pool;
 
 pub use audit::*;
 pub use backfill::*;
-pub use pool::{build_pool, run_embedded, run_migrations, Pool, PooledConn, MIGRATIONS};
+pub use pool::{
+    build_pool, database_recreate, run_embedded, run_migrations, url_with_database, Pool,
+    PooledConn, MIGRATIONS,
+};
 
 use crate::repair::RepairError;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};

@@ -86,3 +86,53 @@ pub async fn run_embedded(url: &str, migrations: EmbeddedMigrations) -> Result<(
     .await
     .map_err(|_| StoreError::Migration("migration task panicked".into()))?
 }
+
+/// Replace the database name of a `postgres://` URL (query kept).
+pub fn url_with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map(|i| i + scheme_end)
+        .unwrap_or(base.len());
+    let mut out = format!("{}/{}", &base[..path_start], name);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// Create database `name` on the server of `server_url`, dropping a
+/// previous one of that name first (`demo` and tests own their databases
+/// by name). Returns the new database's URL. `name` must be a plain
+/// lowercase identifier; anything else is rejected before any SQL runs.
+pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, StoreError> {
+    use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+    let plain = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !plain {
+        return Err(StoreError::Corrupt(
+            "database name must match [a-z0-9_]{1,63}".into(),
+        ));
+    }
+    let server = server_url.to_string();
+    let mut conn = connection_runtime()
+        .spawn(async move { AsyncPgConnection::establish(&server).await })
+        .await
+        .map_err(|_| StoreError::Pool("connection task ended".into()))?
+        .map_err(|_| StoreError::Pool("could not connect to the database server".into()))?;
+    // Two statements: DROP/CREATE DATABASE cannot share an implicit
+    // transaction block.
+    conn.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    conn.batch_execute(&format!("CREATE DATABASE {name}"))
+        .await?;
+    Ok(url_with_database(server_url, name))
+}

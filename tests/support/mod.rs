@@ -11,8 +11,6 @@ pub mod repairs;
 
 use backfill::store::{self, Pool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
@@ -98,21 +96,7 @@ pub fn server_url() -> &'static str {
 
 /// Replace the database name of a `postgres://` URL.
 pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let path_start = base[scheme_end..]
-        .find('/')
-        .map(|i| i + scheme_end)
-        .unwrap_or(base.len());
-    let mut out = format!("{}/{}", &base[..path_start], name);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
+    store::url_with_database(url, name)
 }
 
 /// Create a fresh database with the framework's migrations.
@@ -138,82 +122,8 @@ pub async fn test_db() -> TestDb {
     TestDb { url, name, pool }
 }
 
-fn find_pg_bin(tool: &str) -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .flatten()
-        .map(|e| e.path().join("bin").join(tool))
-        .filter(|p| p.exists())
-        .collect();
-    candidates.sort();
-    candidates.pop()
-}
-
 fn throwaway_cluster() -> Result<String, String> {
-    let initdb = find_pg_bin("initdb").ok_or("initdb not found under /usr/lib/postgresql")?;
-    let pg_ctl = find_pg_bin("pg_ctl").ok_or("pg_ctl not found")?;
-    let dir = std::env::temp_dir().join(format!("backfill-test-pg-{}", std::process::id()));
-    let data = dir.join("data");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let as_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    if as_root {
-        Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(&dir)
-            .status()
-            .map_err(|e| e.to_string())?;
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let run = |program: &Path, args: Vec<String>| -> Result<(), String> {
-        let status = if as_root {
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(program)
-                .args(&args)
-                .status()
-        } else {
-            Command::new(program).args(&args).status()
-        }
-        .map_err(|e| e.to_string())?;
-        status
-            .success()
-            .then_some(())
-            .ok_or_else(|| format!("{} failed: {status}", program.display()))
-    };
-    run(
-        &initdb,
-        vec![
-            "-A".into(),
-            "trust".into(),
-            "--no-sync".into(),
-            "-U".into(),
-            "postgres".into(),
-            "-D".into(),
-            data.display().to_string(),
-        ],
-    )?;
-    run(
-        &pg_ctl,
-        vec![
-            "-D".into(),
-            data.display().to_string(),
-            "-l".into(),
-            dir.join("log").display().to_string(),
-            "-w".into(),
-            "-o".into(),
-            format!(
-                "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off -c max_connections=300",
-                dir.display()
-            ),
-            "start".into(),
-        ],
-    )?;
-    Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+    backfill::host::ephemeral::EphemeralPostgres::start("test")
+        .map(|pg| pg.keep())
+        .map_err(|e| e.to_string())
 }

@@ -1,0 +1,174 @@
+//! A throwaway PostgreSQL cluster from the machine's own binaries, for
+//! `backfill demo` (and the tests) when no `DATABASE_URL` is given.
+//!
+//! `initdb -A trust --no-sync` then `pg_ctl start` on a free loopback port,
+//! in a fresh temporary directory; as root, both run as the `postgres` user
+//! (PostgreSQL refuses to run as root) in a directory that user owns. The
+//! cluster is stopped and its directory removed when the value is dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Why the throwaway cluster could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum EphemeralError {
+    /// No PostgreSQL server binaries on this machine.
+    #[error("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql; install the postgresql package or set DATABASE_URL")]
+    NoBinaries,
+    /// A step failed.
+    #[error("starting a throwaway PostgreSQL failed: {0}")]
+    Step(String),
+}
+
+/// A running throwaway cluster.
+#[derive(Debug)]
+pub struct EphemeralPostgres {
+    dir: PathBuf,
+    pg_ctl: PathBuf,
+    port: u16,
+    as_root: bool,
+    stopped: bool,
+}
+
+fn find_pg_bin(tool: &str) -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin").join(tool))
+        .filter(|p| p.exists())
+        .collect();
+    candidates.sort();
+    candidates.pop()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl EphemeralPostgres {
+    /// Start a cluster. Blocking (about a second); call it from a blocking
+    /// context or before the async runtime starts.
+    pub fn start(label: &str) -> Result<Self, EphemeralError> {
+        let initdb = find_pg_bin("initdb").ok_or(EphemeralError::NoBinaries)?;
+        let pg_ctl = find_pg_bin("pg_ctl").ok_or(EphemeralError::NoBinaries)?;
+        let dir = std::env::temp_dir().join(format!(
+            "backfill-{label}-pg-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| EphemeralError::Step(e.to_string()))?;
+        let as_root = is_root();
+        if as_root {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .map_err(|e| EphemeralError::Step(e.to_string()))?;
+            if !status.success() {
+                return Err(EphemeralError::Step(
+                    "cannot hand the data directory to the postgres user".into(),
+                ));
+            }
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| EphemeralError::Step(e.to_string()))?
+            .port();
+        let me = Self {
+            dir,
+            pg_ctl,
+            port,
+            as_root,
+            stopped: false,
+        };
+        let data = me.dir.join("data");
+        me.run(
+            &initdb,
+            &[
+                "-A",
+                "trust",
+                "--no-sync",
+                "-U",
+                "postgres",
+                "-D",
+                &data.display().to_string(),
+            ],
+        )?;
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off -c synchronous_commit=off -c max_connections=300",
+            me.dir.display()
+        );
+        me.run(
+            &me.pg_ctl,
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-l",
+                &me.dir.join("log").display().to_string(),
+                "-w",
+                "-o",
+                &options,
+                "start",
+            ],
+        )?;
+        Ok(me)
+    }
+
+    fn run(&self, program: &Path, args: &[&str]) -> Result<(), EphemeralError> {
+        let output = if self.as_root {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(program)
+                .args(args)
+                .output()
+        } else {
+            Command::new(program).args(args).output()
+        }
+        .map_err(|e| EphemeralError::Step(e.to_string()))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            let tool = program
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            Err(EphemeralError::Step(format!(
+                "{tool} exited with {}",
+                output.status
+            )))
+        }
+    }
+
+    /// The URL of the cluster's `postgres` database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stop the cluster and remove its directory.
+    pub fn stop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        let data = self.dir.join("data").display().to_string();
+        let _ = self.run(&self.pg_ctl, &["-D", &data, "-m", "immediate", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Leave the cluster running after this value is dropped (the test
+    /// binaries share one cluster for their whole run).
+    pub fn keep(mut self) -> String {
+        self.stopped = true;
+        self.url()
+    }
+}
+
+impl Drop for EphemeralPostgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

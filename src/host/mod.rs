@@ -1,0 +1,260 @@
+//! Startup of an embedding service: the migrations switch, schema
+//! compatibility, registration, automatic starts, the actor runtime, the
+//! readiness gate and the HTTP listeners (CONTRACT section 8).
+//!
+//! The order is the contract: migrate (when on) -> check the schema
+//! (always, independently) -> register every definition -> start required
+//! `pending` backfills (automatic mode only) -> start the runtime (always:
+//! started work stays recoverable in manual mode, CFG-4) -> open the
+//! listeners. Readiness is first evaluated only after registration, so the
+//! complete required set is known before anyone can observe the gate
+//! (CFG-2).
+
+pub mod demo;
+pub mod ephemeral;
+pub mod readiness;
+
+use crate::engine::{Engine, EngineConfig, EngineError};
+use crate::example;
+use crate::http;
+use crate::runtime::{RuntimeConfig, RuntimeHandle};
+use crate::store::{self, Pool, StoreError};
+use actix_web::dev::ServerHandle;
+use actix_web::{web, App, HttpServer};
+use readiness::Readiness;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Errors of startup. Messages are for an operator: they name what is
+/// wrong and never carry secrets or SQL.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The schema the application and its repairs need is not in place
+    /// (with `--migrate off`, a backfill never changes schema).
+    #[error("schema is not compatible: {0}")]
+    Schema(String),
+    /// A `--required` ID has no local definition.
+    #[error("--required names {0:?}, which this build does not define")]
+    UnknownRequired(String),
+    /// A listener could not be opened.
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen { addr: SocketAddr, reason: String },
+    /// Invalid configuration.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The throwaway database could not be started.
+    #[error(transparent)]
+    Ephemeral(#[from] ephemeral::EphemeralError),
+    /// The example application failed.
+    #[error("example application: {0}")]
+    Example(String),
+}
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    pub database_url: String,
+    /// Serving listener: the example application, `/readyz`, `/livez`.
+    pub listen: SocketAddr,
+    /// Admin listener (admin API, metrics, UI); may equal `listen`.
+    pub admin_listen: SocketAddr,
+    /// Run migrations (framework tables and application schema).
+    pub migrate: bool,
+    /// Start required backfills and gate readiness on them.
+    pub auto_backfills: bool,
+    /// Backfills that gate readiness in automatic mode; `None` = all
+    /// definitions of this build.
+    pub required: Option<Vec<String>>,
+    /// Bearer token with every admin capability (`--operator-token`).
+    pub operator_token: Option<String>,
+    /// Keys per batch for the example repairs.
+    pub batch_size: u32,
+    /// Connections in the pool.
+    pub pool_size: u32,
+    pub engine: EngineConfig,
+    pub runtime: RuntimeConfig,
+}
+
+impl HostConfig {
+    /// Defaults for `database_url`, listening on loopback.
+    pub fn new(database_url: impl Into<String>) -> Self {
+        Self {
+            database_url: database_url.into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            migrate: true,
+            auto_backfills: true,
+            required: None,
+            operator_token: None,
+            batch_size: 1000,
+            pool_size: 16,
+            engine: EngineConfig::default(),
+            runtime: RuntimeConfig::default(),
+        }
+    }
+
+    /// Check the configuration before touching anything.
+    pub fn validate(&self) -> Result<(), HostError> {
+        self.engine.validate()?;
+        self.runtime
+            .validate()
+            .map_err(|e| HostError::Config(e.to_string()))?;
+        if self.runtime.lease_ttl != self.engine.lease_ttl {
+            return Err(HostError::Config(
+                "the runtime's lease TTL must equal the engine's".into(),
+            ));
+        }
+        if self.batch_size == 0 {
+            return Err(HostError::Config("batch size must be at least 1".into()));
+        }
+        if self.pool_size < 2 {
+            return Err(HostError::Config("pool size must be at least 2".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A started host.
+pub struct Host {
+    pub engine: Engine,
+    pub runtime: RuntimeHandle<Engine>,
+    pub readiness: Readiness,
+    /// Bound serving address (useful with port 0).
+    pub serving_addr: SocketAddr,
+    /// Bound admin address.
+    pub admin_addr: SocketAddr,
+    /// The required (gating) IDs.
+    pub required: Vec<String>,
+    servers: Vec<ServerHandle>,
+}
+
+fn listen_error(addr: SocketAddr, error: std::io::Error) -> HostError {
+    HostError::Listen {
+        addr,
+        reason: error.kind().to_string(),
+    }
+}
+
+impl Host {
+    /// Start everything in the contract's order. Must run inside an actix
+    /// system (`actix_web::main` / `actix_rt::System`).
+    pub async fn start(config: HostConfig) -> Result<Self, HostError> {
+        config.validate()?;
+        if config.migrate {
+            store::run_migrations(&config.database_url).await?;
+            example::migrate(&config.database_url)
+                .await
+                .map_err(|e| HostError::Example(e.to_string()))?;
+        }
+        let pool: Pool = store::build_pool(&config.database_url, config.pool_size).await?;
+        {
+            let mut conn = pool.get().await.map_err(StoreError::from)?;
+            example::check_schema(&mut conn)
+                .await
+                .map_err(|e| HostError::Schema(e.to_string()))?;
+        }
+        let registry =
+            example::registry(config.batch_size).map_err(|e| HostError::Config(e.to_string()))?;
+        let required = match &config.required {
+            Some(ids) => ids.clone(),
+            None => registry.ids(),
+        };
+        for id in &required {
+            if !registry.contains(id) {
+                return Err(HostError::UnknownRequired(id.clone()));
+            }
+        }
+        let engine = Engine::new(pool.clone(), registry, config.engine.clone())?;
+        engine.register().await?;
+        tracing::info!(event = "registered", definitions = engine.registry().len(), automatic = config.auto_backfills, required = ?required);
+        if config.auto_backfills {
+            for id in &required {
+                match engine.start(id).await {
+                    Ok(outcome) => {
+                        tracing::info!(event = "auto_start", backfill = %id, state = %outcome.row().state)
+                    }
+                    Err(error) => {
+                        // The gate stays closed (the row stays pending); the
+                        // operator sees the reason and can start by hand.
+                        tracing::error!(event = "auto_start_failed", backfill = %id, error = %error)
+                    }
+                }
+            }
+        }
+        let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config.runtime.clone())
+            .map_err(|e| HostError::Config(e.to_string()))?;
+        let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
+
+        let serving_pool = pool.clone();
+        let serving_ready = web::Data::new(readiness.clone());
+        let shared = config.listen == config.admin_listen;
+        let serving = HttpServer::new(move || {
+            let pool = serving_pool.clone();
+            let ready = serving_ready.clone();
+            App::new()
+                .configure(move |cfg| example::configure(cfg, pool))
+                .configure(move |cfg| http::serving::configure(cfg, ready))
+        })
+        .disable_signals()
+        .workers(2)
+        .bind(config.listen)
+        .map_err(|e| listen_error(config.listen, e))?;
+        let serving_addr = serving.addrs().first().copied().unwrap_or(config.listen);
+        let serving = serving.run();
+        let mut servers = vec![serving.handle()];
+        actix_rt::spawn(serving);
+        let admin_addr = if shared { serving_addr } else { serving_addr };
+        Ok(Self {
+            engine,
+            runtime,
+            readiness,
+            serving_addr,
+            admin_addr,
+            required,
+            servers: std::mem::take(&mut servers),
+        })
+    }
+
+    /// Stop the listeners and drain the runtime (claims are released so
+    /// another process continues at once).
+    pub async fn stop(self) {
+        for server in &self.servers {
+            server.stop(true).await;
+        }
+        self.runtime.shutdown().await;
+    }
+
+    /// Run until SIGINT or SIGTERM, then stop gracefully.
+    pub async fn run_until_signal(self) {
+        wait_for_signal().await;
+        tracing::info!(event = "shutdown_requested");
+        self.stop().await;
+    }
+}
+
+/// Resolve on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

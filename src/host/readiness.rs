@@ -1,0 +1,117 @@
+//! The readiness gate (CONTRACT section 8).
+//!
+//! Rebuilt from PostgreSQL on every evaluation (CFG-2): nothing is cached,
+//! so a restart can never show a ready interval that PostgreSQL does not
+//! justify. The backfill gate is one input; database reachability is
+//! another, independent one (CFG-5). Schema compatibility is checked once
+//! at startup, before any listener opens.
+
+use crate::store::{self, Pool};
+use serde::Serialize;
+
+/// One required backfill that keeps the gate closed.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Gating {
+    pub id: String,
+    /// Its lifecycle state, or `missing` when no row exists (fail closed).
+    pub state: String,
+}
+
+/// The backfill input of readiness.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct GateReport {
+    /// `automatic` (the gate applies) or `manual` (it never gates, CFG-4).
+    pub mode: &'static str,
+    /// `Some(true)` open, `Some(false)` closed, `None` unknown (the state
+    /// could not be read: unknown is never shown as open, ADM-3).
+    pub open: Option<bool>,
+    /// The required IDs that keep it closed.
+    pub gating: Vec<Gating>,
+}
+
+/// What `/readyz` answers.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ReadinessReport {
+    pub ready: bool,
+    /// `ok` or `unreachable`.
+    pub database: &'static str,
+    pub backfill_gate: GateReport,
+}
+
+/// The readiness policy of one process.
+#[derive(Clone)]
+pub struct Readiness {
+    pool: Pool,
+    automatic: bool,
+    required: Vec<String>,
+}
+
+impl Readiness {
+    /// `required` must already be registered (CFG-2): the host evaluates
+    /// readiness only after registration.
+    pub fn new(pool: Pool, automatic: bool, required: Vec<String>) -> Self {
+        Self {
+            pool,
+            automatic,
+            required,
+        }
+    }
+
+    /// Whether `id` gates readiness in this deployment.
+    pub fn is_gating(&self, id: &str) -> bool {
+        self.automatic && self.required.iter().any(|r| r == id)
+    }
+
+    /// Evaluate from PostgreSQL.
+    pub async fn evaluate(&self) -> ReadinessReport {
+        let rows = match self.pool.get().await {
+            Ok(mut conn) => store::backfill_get_many(&mut conn, &self.required)
+                .await
+                .ok(),
+            Err(_) => None,
+        };
+        let database = if rows.is_some() { "ok" } else { "unreachable" };
+        let gate = if !self.automatic {
+            GateReport {
+                mode: "manual",
+                open: Some(true),
+                gating: Vec::new(),
+            }
+        } else {
+            match &rows {
+                None => GateReport {
+                    mode: "automatic",
+                    open: None,
+                    gating: Vec::new(),
+                },
+                Some(rows) => {
+                    let gating: Vec<Gating> = self
+                        .required
+                        .iter()
+                        .filter_map(|id| match rows.iter().find(|r| &r.id == id) {
+                            Some(row) if row.state == "completed" => None,
+                            Some(row) => Some(Gating {
+                                id: id.clone(),
+                                state: row.state.clone(),
+                            }),
+                            None => Some(Gating {
+                                id: id.clone(),
+                                state: "missing".into(),
+                            }),
+                        })
+                        .collect();
+                    GateReport {
+                        mode: "automatic",
+                        open: Some(gating.is_empty()),
+                        gating,
+                    }
+                }
+            }
+        };
+        ReadinessReport {
+            ready: rows.is_some() && gate.open == Some(true),
+            database,
+            backfill_gate: gate,
+        }
+    }
+}
