@@ -207,7 +207,10 @@ impl Host {
         let serving = serving.run();
         let mut servers = vec![serving.handle()];
         actix_rt::spawn(serving);
-        let admin_addr = if shared { serving_addr } else { serving_addr };
+        // The admin listener is mounted by the admin layer; until then the
+        // serving address answers for both.
+        let _ = shared;
+        let admin_addr = serving_addr;
         Ok(Self {
             engine,
             runtime,
