@@ -1,0 +1,272 @@
+//! CT-13: the configuration matrix through the real startup path
+//! (`Host::start`, the same function `backfill serve` runs) and the real
+//! `/readyz` listener, against a real PostgreSQL.
+//!
+//! Index:
+//! - (migrate off, auto off): `ct13_off_off_*`
+//! - (migrate off, auto on):  `ct13_off_on_*`, `ct13_migrate_off_missing_schema_*`
+//! - (migrate on,  auto off): `ct13_on_off_*`
+//! - (migrate on,  auto on):  `ct13_on_on_*`
+//!
+//! Gates are held closed deterministically with a second session's row lock
+//! (the batches wait on it), never with sleeps.
+
+mod support;
+
+use backfill::engine::EngineConfig;
+use backfill::example;
+use backfill::host::{Host, HostConfig, HostError};
+use backfill::runtime::RuntimeConfig;
+use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
+use std::future::Future;
+use std::time::Duration;
+use support::http::get;
+use support::{test_db, TestDb};
+
+fn host_config(db: &TestDb, migrate: bool, auto: bool) -> HostConfig {
+    let ttl = Duration::from_secs(10);
+    let mut config = HostConfig::new(db.url.clone());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.migrate = migrate;
+    config.auto_backfills = auto;
+    config.batch_size = 50;
+    config.pool_size = 8;
+    config.engine = EngineConfig {
+        lease_ttl: ttl,
+        lock_timeout: Duration::from_secs(30),
+        ..EngineConfig::default()
+    };
+    config.runtime = RuntimeConfig {
+        worker_id: "host-test".into(),
+        poll_interval: Duration::from_millis(50),
+        ..RuntimeConfig::default()
+    }
+    .with_lease_ttl(ttl);
+    config
+}
+
+/// A database with the example schema and `rows` seeded events.
+async fn app_db(rows: u64, bad: u64) -> TestDb {
+    let db = test_db().await;
+    example::migrate(&db.url).await.unwrap();
+    example::seed(&db.pool, rows, bad).await.unwrap();
+    db
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn states(db: &TestDb) -> Vec<(String, String)> {
+    let ids = example::repair_ids();
+    let mut out = Vec::new();
+    for id in ids {
+        let state = db
+            .text(&format!("SELECT state AS v FROM backfill WHERE id = '{id}'"))
+            .await
+            .unwrap_or_else(|| "missing".into());
+        out.push((id.to_string(), state));
+    }
+    out
+}
+
+async fn all_in(db: &TestDb, state: &str) -> bool {
+    states(db).await.iter().all(|(_, s)| s == state)
+}
+
+/// Hold a row lock on one event so every repair's batch waits on it.
+async fn hold_event_lock(db: &TestDb) -> AsyncPgConnection {
+    let mut conn = db.connect().await;
+    conn.batch_execute("BEGIN; SELECT id FROM events WHERE id = (SELECT min(id) FROM events) FOR UPDATE")
+        .await
+        .unwrap();
+    conn
+}
+
+/// CT-13 (off, off): no migrations, `pending` rows are not started, no
+/// backfill gate (200 while work is pending); work started by hand is still
+/// recovered (CFG-4). Guard: the manual-mode branch of `Readiness` and the
+/// auto-start switch.
+#[actix_rt::test]
+async fn ct13_off_off_manual_never_gates_and_recovers_started_work() {
+    let db = app_db(300, 0).await;
+    let host = Host::start(host_config(&db, false, false)).await.unwrap();
+    let ready = get(host.serving_addr, "/readyz").await;
+    assert_eq!(ready.status, 200, "{}", ready.text);
+    assert_eq!(ready.body["backfill_gate"]["mode"], "manual");
+    assert!(all_in(&db, "pending").await, "manual mode starts nothing");
+
+    // An operator starts one by hand; the runtime recovers it even though
+    // automatic mode is off.
+    host.engine.start(example::TOUCH_COUNT_ID).await.unwrap();
+    host.runtime.wake();
+    eventually("the started backfill completes", || async {
+        db.text(&format!(
+            "SELECT state AS v FROM backfill WHERE id = '{}'",
+            example::TOUCH_COUNT_ID
+        ))
+        .await
+        .as_deref()
+            == Some("completed")
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill WHERE state = 'pending'")
+            .await,
+        3
+    );
+    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    host.stop().await;
+}
+
+/// CT-13 (off, on): with a compatible schema, required backfills start and
+/// readiness stays 503 (naming each gating ID and state) until all are
+/// `completed`. Guard: the backfill input of `Readiness::evaluate`.
+#[actix_rt::test]
+async fn ct13_off_on_gates_until_every_required_backfill_completes() {
+    let db = app_db(300, 0).await;
+    let mut lock = hold_event_lock(&db).await;
+    let host = Host::start(host_config(&db, false, true)).await.unwrap();
+    let ready = get(host.serving_addr, "/readyz").await;
+    assert_eq!(ready.status, 503, "{}", ready.text);
+    assert_eq!(ready.body["ready"], false);
+    let gating = ready.body["backfill_gate"]["gating"].as_array().unwrap();
+    assert_eq!(gating.len(), 4, "{}", ready.text);
+    assert!(gating.iter().all(|g| g["state"] == "running"));
+    assert_eq!(get(host.serving_addr, "/livez").await.status, 200);
+
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    eventually("ready", || async {
+        get(host.serving_addr, "/readyz").await.status == 200
+    })
+    .await;
+    assert!(all_in(&db, "completed").await);
+    host.stop().await;
+}
+
+/// CT-13 (off, *): missing schema with `--migrate off` fails startup with a
+/// clear message naming what is missing, and changes no schema.
+#[actix_rt::test]
+async fn ct13_migrate_off_missing_schema_fails_startup_naming_it() {
+    let db = test_db().await; // framework tables only, no `events`
+    let err = Host::start(host_config(&db, false, true))
+        .await
+        .err()
+        .expect("startup must fail");
+    assert!(matches!(err, HostError::Schema(_)), "{err}");
+    assert!(err.to_string().contains("events"), "{err}");
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'")
+            .await,
+        0,
+        "a backfill never changes schema"
+    );
+}
+
+/// CT-13 (on, off): migrations run (the app schema appears), `pending`
+/// rows are not started, readiness is never gated by backfills.
+#[actix_rt::test]
+async fn ct13_on_off_migrates_and_never_gates() {
+    let db = test_db().await;
+    let host = Host::start(host_config(&db, true, false)).await.unwrap();
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'")
+            .await,
+        1
+    );
+    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    assert!(all_in(&db, "pending").await);
+    host.stop().await;
+}
+
+/// CT-13 (on, on) with recovery: the gate stays closed while a required
+/// backfill is `paused`, `blocked` and `failed`, and opens only after each
+/// is recovered through the store path and validated. Guards: CFG-1 (every
+/// non-completed state gates) and VAL-1 (the bound alone never opens it).
+#[actix_rt::test]
+async fn ct13_on_on_gates_through_paused_blocked_failed_and_recovers() {
+    let db = test_db().await;
+    example::migrate(&db.url).await.unwrap();
+    example::seed(&db.pool, 300, 5).await.unwrap();
+    // A pre-existing touch_count makes the non-idempotent repair's
+    // validation fail (it requires exactly 1): `failed`.
+    db.exec("UPDATE events SET touch_count = 7 WHERE id = (SELECT max(id) FROM events)")
+        .await;
+    let mut lock = hold_event_lock(&db).await;
+    let host = Host::start(host_config(&db, true, true)).await.unwrap();
+    // Pause one while everything waits on the lock.
+    host.engine.pause(example::AUTHOR_NORM_ID).await.unwrap();
+    lock.batch_execute("ROLLBACK").await.unwrap();
+
+    eventually("blocked and failed appear", || async {
+        let s = states(&db).await;
+        s.iter().any(|(_, st)| st == "blocked") && s.iter().any(|(_, st)| st == "failed")
+    })
+    .await;
+    let ready = get(host.serving_addr, "/readyz").await;
+    assert_eq!(ready.status, 503);
+    let gating: Vec<String> = ready.body["backfill_gate"]["gating"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["state"].as_str().unwrap().to_string())
+        .collect();
+    for expected in ["paused", "blocked", "failed"] {
+        assert!(gating.iter().any(|s| s == expected), "{gating:?}");
+    }
+
+    // Recover each through the store path.
+    db.exec("UPDATE events SET tags = '[]'::jsonb WHERE jsonb_typeof(tags) <> 'array'")
+        .await;
+    db.exec("UPDATE events SET touch_count = 1 WHERE touch_count <> 1")
+        .await;
+    for (id, state) in states(&db).await {
+        match state.as_str() {
+            "paused" => {
+                host.engine.resume(&id).await.unwrap();
+            }
+            "blocked" | "failed" => {
+                host.engine.retry(&id).await.unwrap();
+            }
+            _ => {}
+        }
+    }
+    host.runtime.wake();
+    eventually("ready after recovery", || async {
+        get(host.serving_addr, "/readyz").await.status == 200
+    })
+    .await;
+    assert!(all_in(&db, "completed").await);
+    host.stop().await;
+}
+
+/// CFG-2: a restart rebuilds the gate from PostgreSQL only: a second host
+/// on a database whose required backfills are mid-flight is 503 from its
+/// first answer, and 200 from its first answer once they are completed.
+#[actix_rt::test]
+async fn ct13_restart_rebuilds_gate_from_postgres() {
+    let db = app_db(200, 0).await;
+    let mut lock = hold_event_lock(&db).await;
+    let first = Host::start(host_config(&db, false, true)).await.unwrap();
+    first.stop().await;
+    let second = Host::start(host_config(&db, false, true)).await.unwrap();
+    assert_eq!(get(second.serving_addr, "/readyz").await.status, 503);
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    eventually("completed", || async { all_in(&db, "completed").await }).await;
+    second.stop().await;
+    let third = Host::start(host_config(&db, false, true)).await.unwrap();
+    assert_eq!(get(third.serving_addr, "/readyz").await.status, 200);
+    third.stop().await;
+}
