@@ -209,6 +209,24 @@ async fn seed_one_million_rows_speed() {
         "seeded {n} rows in {secs:.2}s = {:.0} rows/s",
         n as f64 / secs
     );
+    // The database is ~200 MB: drop it rather than leave it on the shared
+    // server (the other tests' databases are small and left for inspection).
+    let name = db.name.clone();
+    drop(db);
+    let mut admin = db_admin().await;
+    diesel_async::RunQueryDsl::execute(
+        diesel::sql_query(format!("DROP DATABASE {name} WITH (FORCE)")),
+        &mut admin,
+    )
+    .await
+    .expect("drop the benchmark database");
+}
+
+async fn db_admin() -> diesel_async::AsyncPgConnection {
+    use diesel_async::AsyncConnection;
+    diesel_async::AsyncPgConnection::establish(support::server_url())
+        .await
+        .expect("connect to the test server")
 }
 
 // ------------------------------------------------------------ repairs
