@@ -209,6 +209,54 @@ async fn seed_one_million_rows_speed() {
         "seeded {n} rows in {secs:.2}s = {:.0} rows/s",
         n as f64 / secs
     );
+    // The database is ~200 MB: drop it rather than leave it on the shared
+    // server (the other tests' databases are small and left for inspection).
+    let name = db.name.clone();
+    drop(db);
+    let mut admin = db_admin().await;
+    diesel_async::RunQueryDsl::execute(
+        diesel::sql_query(format!("DROP DATABASE {name} WITH (FORCE)")),
+        &mut admin,
+    )
+    .await
+    .expect("drop the benchmark database");
+}
+
+/// Throughput of each repair over 200,000 rows with the default batch of
+/// 1000 (run with `--ignored`; prints rows/s per repair).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: repairs 200,000 rows four times"]
+async fn repair_throughput() {
+    let db = example_db().await;
+    example::seed(&db.pool, 200_000, 0).await.expect("seed");
+    let engine = example_engine(&db, example::DEFAULT_BATCH).await;
+    for id in example::repair_ids() {
+        start(&engine, id).await;
+        let t = Instant::now();
+        drive(&engine, "bench").await;
+        let secs = t.elapsed().as_secs_f64();
+        assert_eq!(state(&engine, id).await, State::Completed, "{id}");
+        println!(
+            "{id}: 200000 rows in {secs:.2}s = {:.0} rows/s",
+            200_000.0 / secs
+        );
+    }
+    let name = db.name.clone();
+    drop(db);
+    let mut admin = db_admin().await;
+    diesel_async::RunQueryDsl::execute(
+        diesel::sql_query(format!("DROP DATABASE {name} WITH (FORCE)")),
+        &mut admin,
+    )
+    .await
+    .expect("drop the benchmark database");
+}
+
+async fn db_admin() -> diesel_async::AsyncPgConnection {
+    use diesel_async::AsyncConnection;
+    diesel_async::AsyncPgConnection::establish(support::server_url())
+        .await
+        .expect("connect to the test server")
 }
 
 // ------------------------------------------------------------ repairs

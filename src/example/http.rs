@@ -56,8 +56,10 @@ pub struct EventsState {
 /// An event as the API renders it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, QueryableByName)]
 pub struct Event {
+    /// Primary key (bigserial).
     #[diesel(sql_type = BigInt)]
     pub id: i64,
+    /// Creation time.
     #[diesel(sql_type = Timestamptz)]
     pub created_at: DateTime<Utc>,
     /// The author as written.
@@ -67,13 +69,17 @@ pub struct Event {
     /// for rows the repair has not reached.
     #[diesel(sql_type = Text)]
     pub author_normalized: String,
+    /// Application-defined event kind.
     #[diesel(sql_type = Integer)]
     pub kind: i32,
+    /// The event text.
     #[diesel(sql_type = Text)]
     pub content: String,
     /// Length of `content` in characters (stored or computed on read).
     #[diesel(sql_type = Integer)]
     pub content_len: i32,
+    /// Tags as stored: a JSON array of strings for every row written
+    /// through the API; legacy rows may hold other JSON.
     #[diesel(sql_type = Jsonb)]
     pub tags: Value,
     /// Number of tags; `null` when a legacy row's `tags` is not an array.
@@ -84,9 +90,13 @@ pub struct Event {
 /// A validated `POST /events` body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEvent {
+    /// Non-blank, at most 200 characters.
     pub author: String,
+    /// Non-negative.
     pub kind: i32,
+    /// At most 10,000 characters.
     pub content: String,
+    /// At most 32 tags of 1-64 characters (absent = none).
     pub tags: Vec<String>,
 }
 

@@ -42,9 +42,9 @@ pub enum ExampleError {
     /// One of the example's own statements failed.
     #[error("example database error: {}", store::describe(.0))]
     Database(#[from] diesel::result::Error),
-    /// No connection could be had from the pool.
-    #[error("example database pool error: {0}")]
-    Pool(String),
+    /// An argument is out of range (e.g. a seed size beyond `i64`).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
 }
 
 impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for ExampleError {

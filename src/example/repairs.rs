@@ -617,17 +617,22 @@ impl Repair for TouchCount {
         conn: &mut AsyncPgConnection,
         bound: Option<&i64>,
     ) -> Result<Validation, RepairError> {
-        let twice = count_up_to(
-            conn,
-            "SELECT count(*) AS n FROM events WHERE id <= $1 AND touch_count > 1",
-            bound,
+        // One scan for both counts: the validation reads every row up to
+        // the bound, so it must not read them twice.
+        #[derive(QueryableByName)]
+        struct Touches {
+            #[diesel(sql_type = BigInt)]
+            twice: i64,
+            #[diesel(sql_type = BigInt)]
+            never: i64,
+        }
+        let Touches { twice, never } = diesel::sql_query(
+            "SELECT count(*) FILTER (WHERE touch_count > 1) AS twice, \
+                    count(*) FILTER (WHERE touch_count < 1) AS never \
+             FROM events WHERE id <= $1",
         )
-        .await?;
-        let never = count_up_to(
-            conn,
-            "SELECT count(*) AS n FROM events WHERE id <= $1 AND touch_count < 1",
-            bound,
-        )
+        .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
+        .get_result(conn)
         .await?;
         Ok(if twice == 0 && never == 0 {
             Validation::Success

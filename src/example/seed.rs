@@ -50,7 +50,7 @@ pub async fn seed(pool: &Pool, rows: u64, bad_tag_rows: u64) -> Result<u64, Exam
         return Ok(0);
     }
     let total = i64::try_from(rows)
-        .map_err(|_| ExampleError::Pool("seed row count is too large".into()))?;
+        .map_err(|_| ExampleError::InvalidArgument("seed row count is too large".into()))?;
     let bad = i64::try_from(bad_tag_rows.min(rows)).unwrap_or(0);
     let stride = if bad == 0 { 1 } else { total / bad };
     let seconds = (total / 8).max(1);
