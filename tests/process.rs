@@ -1,0 +1,267 @@
+//! Crash and restart across real processes: `backfill serve` is started as
+//! a child process and killed with SIGKILL (CT-4) or SIGTERM (graceful
+//! release), and a new process continues from PostgreSQL.
+//!
+//! Index:
+//! - CT-4 across processes: `ct04_sigkill_*`
+//! - graceful shutdown releases claims: `clm_sigterm_*`
+//!
+//! Each kill point is reached with a PostgreSQL barrier, not a sleep: a
+//! second session holds a row lock that the worker's batch waits on (kill
+//! before commit), or an ACCESS EXCLUSIVE table lock queued behind the last
+//! batch so that validation waits on it (kill during validation).
+
+mod support;
+
+use backfill::example::{self, TOUCH_COUNT_ID};
+use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{test_db, TestDb};
+
+const LEASE_TTL_MS: u64 = 1500;
+const POLL_MS: u64 = 100;
+
+fn spawn_worker(db: &TestDb, name: &str) -> Child {
+    let log = std::fs::File::create(std::env::temp_dir().join(format!("{}-{name}.log", db.name)))
+        .expect("log file");
+    Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--database-url",
+            &db.url,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--migrate",
+            "off",
+            "--auto-backfills",
+            "on",
+            "--required",
+            TOUCH_COUNT_ID,
+            "--batch-size",
+            "100",
+            "--lease-ttl-ms",
+            &LEASE_TTL_MS.to_string(),
+            "--poll-interval-ms",
+            &POLL_MS.to_string(),
+            "--lock-timeout-ms",
+            "120000",
+            "--worker-id",
+            name,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn backfill serve")
+}
+
+fn sigkill(child: &mut Child) {
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn row_text(db: &TestDb, column: &str) -> Option<String> {
+    db.text(&format!(
+        "SELECT {column}::text AS v FROM backfill WHERE id = '{TOUCH_COUNT_ID}'"
+    ))
+    .await
+}
+
+async fn rows_done(db: &TestDb) -> i64 {
+    db.scalar(&format!(
+        "SELECT coalesce((SELECT rows_done FROM backfill WHERE id = '{TOUCH_COUNT_ID}'), -1) AS v"
+    ))
+    .await
+}
+
+/// Whether some session of this database waits on a lock (the worker's
+/// batch or validation reached the barrier).
+async fn someone_waits_on_a_lock(db: &TestDb) -> bool {
+    db.scalar(
+        "SELECT count(*) AS v FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .await
+        > 0
+}
+
+/// The invariant after any kill: every committed key was touched exactly
+/// once and nothing else was touched (mutation and checkpoint are atomic).
+async fn assert_exactly_committed(db: &TestDb) {
+    let done = rows_done(db).await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM events WHERE touch_count = 1")
+            .await,
+        done,
+        "rows touched once = rows committed"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM events WHERE touch_count > 1")
+            .await,
+        0,
+        "no batch applied twice"
+    );
+}
+
+async fn lock_row_at(db: &TestDb, offset: i64) -> AsyncPgConnection {
+    let mut conn = db.connect().await;
+    conn.batch_execute(&format!(
+        "BEGIN; SELECT id FROM events WHERE id = (SELECT id FROM events ORDER BY id OFFSET {offset} LIMIT 1) FOR UPDATE"
+    ))
+    .await
+    .unwrap();
+    conn
+}
+
+/// CT-4 across processes: SIGKILL the worker before a batch commit (its
+/// batch waits on a row lock), right after commits, and during validation;
+/// each time a new process continues from the PostgreSQL checkpoint without
+/// recapturing the bound, and the non-idempotent repair ends with every
+/// `touch_count` exactly 1. Guards: the atomic batch (a mutation committed
+/// without its checkpoint would be applied twice) and takeover strictly
+/// after the committed checkpoint (CLM-4). Prints the takeover latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ct04_sigkill_before_after_commit_and_during_validation_resumes_exactly_once() {
+    let db = test_db().await;
+    example::migrate(&db.url).await.unwrap();
+    example::seed(&db.pool, 3000, 0).await.unwrap();
+    let total = 3000;
+
+    // 1. Kill before commit: the batch holding key #1551 waits on our lock.
+    let mut barrier = lock_row_at(&db, 1550).await;
+    let mut w1 = spawn_worker(&db, "w1");
+    eventually("w1 waits mid-batch", || async {
+        rows_done(&db).await == 1500 && someone_waits_on_a_lock(&db).await
+    })
+    .await;
+    let bound = row_text(&db, "bound").await;
+    assert!(bound.is_some());
+    sigkill(&mut w1);
+    let killed_at = Instant::now();
+    barrier.batch_execute("ROLLBACK").await.unwrap();
+    assert_exactly_committed(&db).await;
+    assert_eq!(rows_done(&db).await, 1500, "the in-flight batch rolled back");
+
+    // 2. A new process takes over after the lease expires, strictly after
+    //    the checkpoint. Kill it right after further commits.
+    let mut w2 = spawn_worker(&db, "w2");
+    eventually("w2 takes over", || async {
+        row_text(&db, "owner").await.as_deref() == Some("w2")
+    })
+    .await;
+    let takeover = killed_at.elapsed();
+    println!(
+        "takeover after SIGKILL: {:.2}s (lease TTL {:.1}s, poll {:.1}s)",
+        takeover.as_secs_f64(),
+        LEASE_TTL_MS as f64 / 1000.0,
+        POLL_MS as f64 / 1000.0
+    );
+    eventually("w2 commits more", || async { rows_done(&db).await >= 2000 }).await;
+    sigkill(&mut w2);
+    assert_exactly_committed(&db).await;
+
+    // 3. Kill during validation: hold the last batch on a row lock, queue
+    //    an ACCESS EXCLUSIVE lock behind it, let the batch commit; the
+    //    validator then waits on the table lock and is killed there.
+    let mut barrier = lock_row_at(&db, total - 1).await;
+    let mut w3 = spawn_worker(&db, "w3");
+    eventually("w3 waits in the last batch", || async {
+        someone_waits_on_a_lock(&db).await && rows_done(&db).await >= total - 100
+    })
+    .await;
+    let table_lock = {
+        let url = db.url.clone();
+        tokio::spawn(async move {
+            let mut conn = <AsyncPgConnection as diesel_async::AsyncConnection>::establish(&url)
+                .await
+                .unwrap();
+            conn.batch_execute("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+                .await
+                .unwrap();
+            conn
+        })
+    };
+    // Our LOCK TABLE is queued behind the batch before we release the row.
+    eventually("the table lock is queued", || async {
+        db.scalar(
+            "SELECT count(*) AS v FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+             WHERE c.relname = 'events' AND l.mode = 'AccessExclusiveLock' AND NOT l.granted",
+        )
+        .await
+            > 0
+    })
+    .await;
+    barrier.batch_execute("ROLLBACK").await.unwrap();
+    let mut table_lock = table_lock.await.unwrap();
+    eventually("validation waits on the table lock", || async {
+        row_text(&db, "state").await.as_deref() == Some("validating")
+            && row_text(&db, "owner").await.as_deref() == Some("w3")
+            && someone_waits_on_a_lock(&db).await
+    })
+    .await;
+    sigkill(&mut w3);
+    table_lock.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(row_text(&db, "state").await.as_deref(), Some("validating"));
+    assert_exactly_committed(&db).await;
+
+    // 4. A last process validates and completes, at the original bound.
+    let mut w4 = spawn_worker(&db, "w4");
+    eventually("completion", || async {
+        row_text(&db, "state").await.as_deref() == Some("completed")
+    })
+    .await;
+    sigkill(&mut w4);
+    assert_eq!(row_text(&db, "bound").await, bound, "bound never recaptured");
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM events WHERE touch_count = 1")
+            .await,
+        total
+    );
+}
+
+/// Graceful shutdown across processes: SIGTERM makes the worker finish or
+/// roll back its batch, release its claim and exit 0, so another process
+/// continues at once instead of after the lease TTL. Guard: the release on
+/// drain (without it the owner stays set until expiry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clm_sigterm_releases_the_claim_and_exits_cleanly() {
+    let db = test_db().await;
+    example::migrate(&db.url).await.unwrap();
+    example::seed(&db.pool, 3000, 0).await.unwrap();
+    let mut barrier = lock_row_at(&db, 1000).await;
+    let mut w = spawn_worker(&db, "term");
+    eventually("the worker waits mid-run", || async {
+        someone_waits_on_a_lock(&db).await
+    })
+    .await;
+    let status = Command::new("kill")
+        .args(["-TERM", &w.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    barrier.batch_execute("ROLLBACK").await.unwrap();
+    let exit = w.wait().unwrap();
+    assert!(exit.success(), "exit status {exit:?}");
+    assert_eq!(row_text(&db, "owner").await, None, "the claim was released");
+    assert_exactly_committed(&db).await;
+}
