@@ -690,6 +690,11 @@ impl Engine {
             }
             Action::Validate => None,
         };
+        // Wake every supervisor when work became claimable (a hint,
+        // delivered only on commit).
+        if matches!(action, Action::Start | Action::Resume | Action::Retry) && after.is_some() {
+            store::wake_notify(conn, id).await?;
+        }
         // The row is locked, so the fenced UPDATE cannot miss; if it did,
         // report the current state rather than a transition.
         Ok(match after {

@@ -74,7 +74,9 @@ async fn states(db: &TestDb) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for id in ids {
         let state = db
-            .text(&format!("SELECT state AS v FROM backfill WHERE id = '{id}'"))
+            .text(&format!(
+                "SELECT state AS v FROM backfill WHERE id = '{id}'"
+            ))
             .await
             .unwrap_or_else(|| "missing".into());
         out.push((id.to_string(), state));
@@ -89,9 +91,11 @@ async fn all_in(db: &TestDb, state: &str) -> bool {
 /// Hold a row lock on one event so every repair's batch waits on it.
 async fn hold_event_lock(db: &TestDb) -> AsyncPgConnection {
     let mut conn = db.connect().await;
-    conn.batch_execute("BEGIN; SELECT id FROM events WHERE id = (SELECT min(id) FROM events) FOR UPDATE")
-        .await
-        .unwrap();
+    conn.batch_execute(
+        "BEGIN; SELECT id FROM events WHERE id = (SELECT min(id) FROM events) FOR UPDATE",
+    )
+    .await
+    .unwrap();
     conn
 }
 
@@ -168,8 +172,10 @@ async fn ct13_migrate_off_missing_schema_fails_startup_naming_it() {
     assert!(matches!(err, HostError::Schema(_)), "{err}");
     assert!(err.to_string().contains("events"), "{err}");
     assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'")
-            .await,
+        db.scalar(
+            "SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'"
+        )
+        .await,
         0,
         "a backfill never changes schema"
     );
@@ -182,8 +188,10 @@ async fn ct13_on_off_migrates_and_never_gates() {
     let db = test_db().await;
     let host = Host::start(host_config(&db, true, false)).await.unwrap();
     assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'")
-            .await,
+        db.scalar(
+            "SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'"
+        )
+        .await,
         1
     );
     assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
@@ -269,4 +277,52 @@ async fn ct13_restart_rebuilds_gate_from_postgres() {
     let third = Host::start(host_config(&db, false, true)).await.unwrap();
     assert_eq!(get(third.serving_addr, "/readyz").await.status, 200);
     third.stop().await;
+}
+
+/// CONTRACT section 0: NOTIFY is a wake-up hint. With a poll interval far
+/// longer than the test's deadline, a backfill started by another process
+/// (another engine on another pool) is picked up at once because the start
+/// commits a NOTIFY the host LISTENs for. Guard: `wake_notify` in the start
+/// transaction and the host's listener (without them this waits 10 min).
+#[actix_rt::test]
+async fn cfg_notify_wakes_the_supervisor_as_a_hint() {
+    let db = app_db(200, 0).await;
+    let mut config = host_config(&db, false, false);
+    config.runtime.poll_interval = Duration::from_secs(600);
+    let host = Host::start(config).await.unwrap();
+    // Let the listener connect; its first wake finds nothing to do.
+    let other = backfill::Engine::new(
+        backfill::store::build_pool(&db.url, 2).await.unwrap(),
+        example::registry(50).unwrap(),
+        EngineConfig::default(),
+    )
+    .unwrap();
+    eventually("the listener is connected", || async {
+        db.scalar(
+            "SELECT count(*) AS v FROM pg_stat_activity \
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .await
+            > 0
+    })
+    .await;
+    other.start(example::AUTHOR_NORM_ID).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let state = db
+            .text(&format!(
+                "SELECT state AS v FROM backfill WHERE id = '{}'",
+                example::AUTHOR_NORM_ID
+            ))
+            .await;
+        if state.as_deref() == Some("completed") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not woken by NOTIFY"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    host.stop().await;
 }

@@ -160,7 +160,11 @@ async fn ct04_sigkill_before_after_commit_and_during_validation_resumes_exactly_
     let killed_at = Instant::now();
     barrier.batch_execute("ROLLBACK").await.unwrap();
     assert_exactly_committed(&db).await;
-    assert_eq!(rows_done(&db).await, 1500, "the in-flight batch rolled back");
+    assert_eq!(
+        rows_done(&db).await,
+        1500,
+        "the in-flight batch rolled back"
+    );
 
     // 2. A new process takes over after the lease expires, strictly after
     //    the checkpoint. Kill it right after further commits.
@@ -231,7 +235,11 @@ async fn ct04_sigkill_before_after_commit_and_during_validation_resumes_exactly_
     })
     .await;
     sigkill(&mut w4);
-    assert_eq!(row_text(&db, "bound").await, bound, "bound never recaptured");
+    assert_eq!(
+        row_text(&db, "bound").await,
+        bound,
+        "bound never recaptured"
+    );
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM events WHERE touch_count = 1")
             .await,

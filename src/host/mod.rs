@@ -130,6 +130,7 @@ pub struct Host {
     /// The required (gating) IDs.
     pub required: Vec<String>,
     servers: Vec<ServerHandle>,
+    listener: actix_rt::task::JoinHandle<()>,
 }
 
 fn listen_error(addr: SocketAddr, error: std::io::Error) -> HostError {
@@ -188,6 +189,7 @@ impl Host {
         let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config.runtime.clone())
             .map_err(|e| HostError::Config(e.to_string()))?;
         let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
+        let listener = spawn_wake_listener(config.database_url.clone(), runtime.clone());
 
         let serving_pool = pool.clone();
         let serving_ready = web::Data::new(readiness.clone());
@@ -219,12 +221,14 @@ impl Host {
             admin_addr,
             required,
             servers: std::mem::take(&mut servers),
+            listener,
         })
     }
 
     /// Stop the listeners and drain the runtime (claims are released so
     /// another process continues at once).
     pub async fn stop(self) {
+        self.listener.abort();
         for server in &self.servers {
             server.stop(true).await;
         }
@@ -237,6 +241,39 @@ impl Host {
         tracing::info!(event = "shutdown_requested");
         self.stop().await;
     }
+}
+
+/// LISTEN for wake-ups on a dedicated connection and wake the supervisor on
+/// each one (and after every reconnect). A hint only: the poll interval
+/// finds the same work if a notification is lost (CONTRACT section 0).
+fn spawn_wake_listener(
+    url: String,
+    runtime: RuntimeHandle<Engine>,
+) -> actix_rt::task::JoinHandle<()> {
+    use futures_util::StreamExt;
+    actix_rt::spawn(async move {
+        loop {
+            match store::connect_dedicated(&url).await {
+                Ok(mut conn) => {
+                    if store::wake_listen(&mut conn).await.is_ok() {
+                        runtime.wake();
+                        let mut stream = std::pin::pin!(conn.notifications_stream());
+                        while let Some(Ok(_)) = stream.next().await {
+                            runtime.wake();
+                        }
+                    }
+                    tracing::warn!(
+                        event = "wake_listener_lost",
+                        "LISTEN connection ended; reconnecting (polling continues)"
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(event = "wake_listener_lost", error = %error, "cannot LISTEN; polling continues");
+                }
+            }
+            actix_rt::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    })
 }
 
 /// Resolve on SIGINT (Ctrl-C) or SIGTERM.

@@ -13,8 +13,8 @@ mod pool;
 pub use audit::*;
 pub use backfill::*;
 pub use pool::{
-    build_pool, database_recreate, run_embedded, run_migrations, url_with_database, Pool,
-    PooledConn, MIGRATIONS,
+    build_pool, connect_dedicated, database_recreate, run_embedded, run_migrations,
+    url_with_database, Pool, PooledConn, MIGRATIONS,
 };
 
 use crate::repair::RepairError;

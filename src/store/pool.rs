@@ -111,7 +111,7 @@ pub fn url_with_database(url: &str, name: &str) -> String {
 /// by name). Returns the new database's URL. `name` must be a plain
 /// lowercase identifier; anything else is rejected before any SQL runs.
 pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, StoreError> {
-    use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+    use diesel_async::SimpleAsyncConnection;
     let plain = !name.is_empty()
         && name.len() <= 63
         && name
@@ -122,12 +122,7 @@ pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, S
             "database name must match [a-z0-9_]{1,63}".into(),
         ));
     }
-    let server = server_url.to_string();
-    let mut conn = connection_runtime()
-        .spawn(async move { AsyncPgConnection::establish(&server).await })
-        .await
-        .map_err(|_| StoreError::Pool("connection task ended".into()))?
-        .map_err(|_| StoreError::Pool("could not connect to the database server".into()))?;
+    let mut conn = connect_dedicated(server_url).await?;
     // Two statements: DROP/CREATE DATABASE cannot share an implicit
     // transaction block.
     conn.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -135,4 +130,15 @@ pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, S
     conn.batch_execute(&format!("CREATE DATABASE {name}"))
         .await?;
     Ok(url_with_database(server_url, name))
+}
+
+/// A connection outside the pool (LISTEN, database administration),
+/// established on the connection runtime like pooled ones.
+pub async fn connect_dedicated(url: &str) -> Result<AsyncPgConnection, StoreError> {
+    let url = url.to_string();
+    connection_runtime()
+        .spawn(async move { AsyncPgConnection::establish(&url).await })
+        .await
+        .map_err(|_| StoreError::Pool("connection task ended".into()))?
+        .map_err(|_| StoreError::Pool("could not connect to the database server".into()))
 }
