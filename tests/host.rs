@@ -150,6 +150,17 @@ async fn ct13_off_on_gates_until_every_required_backfill_completes() {
     assert_eq!(gating.len(), 4, "{}", ready.text);
     assert!(gating.iter().all(|g| g["state"] == "running"));
     assert_eq!(get(host.serving_addr, "/livez").await.status, 200);
+    // CFG-3: the admin boundary answers while serving is gated.
+    assert_ne!(host.admin_addr, host.serving_addr);
+    let gated = get(host.admin_addr, "/metrics").await;
+    assert_eq!(gated.status, 200);
+    assert!(
+        gated
+            .text
+            .contains("backfill_gate_open{mode=\"automatic\"} 0"),
+        "{}",
+        gated.text
+    );
 
     lock.batch_execute("ROLLBACK").await.unwrap();
     eventually("ready", || async {
@@ -157,6 +168,16 @@ async fn ct13_off_on_gates_until_every_required_backfill_completes() {
     })
     .await;
     assert!(all_in(&db, "completed").await);
+    // OBS-1/OBS-2: lifecycle counts, gate and runtime counters, with
+    // bounded labels only (no stable IDs).
+    let metrics = get(host.admin_addr, "/metrics").await.text;
+    assert!(
+        metrics.contains("backfill_backfills{state=\"completed\"} 4"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("backfill_gate_open{mode=\"automatic\"} 1"));
+    assert!(!metrics.contains("backfill_batches_committed_total 0\n"));
+    assert!(!metrics.contains("events."), "no stable IDs in metrics");
     host.stop().await;
 }
 

@@ -8,6 +8,7 @@
 //! renewal sends nothing: the holder's trust window simply runs out before
 //! the lease can have expired in PostgreSQL.
 
+use crate::metrics::{inc, RuntimeMetrics};
 use crate::{Backend, RuntimeConfig};
 use actix::prelude::*;
 use std::collections::HashMap;
@@ -56,16 +57,18 @@ pub struct LeaseRenewer<B: Backend> {
     config: RuntimeConfig,
     claims: HashMap<String, (i64, Recipient<LeaseStatus>)>,
     in_flight: bool,
+    metrics: Arc<RuntimeMetrics>,
 }
 
 impl<B: Backend> LeaseRenewer<B> {
     /// A renewer for the claims of `config.worker_id`.
-    pub fn new(backend: Arc<B>, config: RuntimeConfig) -> Self {
+    pub fn new(backend: Arc<B>, config: RuntimeConfig, metrics: Arc<RuntimeMetrics>) -> Self {
         Self {
             backend,
             config,
             claims: HashMap::new(),
             in_flight: false,
+            metrics,
         }
     }
 
@@ -92,6 +95,7 @@ impl<B: Backend> LeaseRenewer<B> {
             let renewed = match result {
                 Ok(renewed) => renewed,
                 Err(error) => {
+                    inc(&act.metrics.renew_failures);
                     tracing::warn!(event = "renew_failed", worker = %act.config.worker_id, error = %error.0, "lease renewal failed; holders stop when their trust window ends");
                     return;
                 }
@@ -105,12 +109,14 @@ impl<B: Backend> LeaseRenewer<B> {
                     continue;
                 }
                 if renewed.iter().any(|(r, g)| *r == id && *g == generation) {
+                    inc(&act.metrics.claims_renewed);
                     tracing::debug!(event = "claim_renewed", backfill = %id, generation);
                     holder.do_send(LeaseStatus::Renewed {
                         generation,
                         trusted_until,
                     });
                 } else {
+                    inc(&act.metrics.claims_lost);
                     tracing::warn!(event = "claim_lost", backfill = %id, generation, worker = %act.config.worker_id);
                     holder.do_send(LeaseStatus::Lost { generation });
                     act.claims.remove(&id);

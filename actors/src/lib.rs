@@ -12,6 +12,7 @@
 //! PostgreSQL's with a trust window, never an authority.
 
 pub mod lease_renewer;
+pub mod metrics;
 pub mod runner;
 pub mod supervisor;
 pub mod validator;
@@ -211,4 +212,5 @@ impl RuntimeConfig {
     }
 }
 
+pub use metrics::RuntimeMetrics;
 pub use supervisor::{RuntimeHandle, Supervisor};

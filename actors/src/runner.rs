@@ -8,6 +8,7 @@
 //! supervisor why it ended with [`RunnerExited`] (`do_send`, upward).
 
 use crate::lease_renewer::LeaseStatus;
+use crate::metrics::{add, inc, RuntimeMetrics};
 use crate::supervisor::{ExitReason, RunnerExited};
 use crate::{Backend, ClaimInfo, RuntimeConfig, StepOutcome};
 use actix::prelude::*;
@@ -38,6 +39,7 @@ pub struct Runner<B: Backend> {
     busy: bool,
     batches: u64,
     keys: u64,
+    metrics: Arc<RuntimeMetrics>,
 }
 
 impl<B: Backend> Runner<B> {
@@ -48,6 +50,7 @@ impl<B: Backend> Runner<B> {
         claim: B::Claim,
         sent: Instant,
         supervisor: Recipient<RunnerExited>,
+        metrics: Arc<RuntimeMetrics>,
     ) -> Self {
         Self {
             backend,
@@ -61,6 +64,7 @@ impl<B: Backend> Runner<B> {
             busy: false,
             batches: 0,
             keys: 0,
+            metrics,
         }
     }
 
@@ -87,6 +91,9 @@ impl<B: Backend> Runner<B> {
                 .into_actor(self)
                 .map(|result, act, ctx| {
                     let released = matches!(result, Ok(true));
+                    if released {
+                        inc(&act.metrics.claims_released);
+                    }
                     tracing::info!(event = "claim_released", backfill = %act.id, generation = act.generation, released);
                     act.exit(ctx, ExitReason::Stopped);
                 }),
@@ -111,6 +118,7 @@ impl<B: Backend> Runner<B> {
             return;
         };
         self.busy = true;
+        inc(&self.metrics.batches_attempted);
         let backend = self.backend.clone();
         let fut = async move {
             let started = Instant::now();
@@ -125,6 +133,9 @@ impl<B: Backend> Runner<B> {
                 Ok(StepOutcome::Committed { keys, reached_bound }) => {
                     act.batches += 1;
                     act.keys += keys as u64;
+                    inc(&act.metrics.batches_committed);
+                    add(&act.metrics.keys_committed, keys as u64);
+                    add(&act.metrics.batch_millis_total, duration_ms);
                     tracing::info!(event = "batch_committed", backfill = %act.id, generation = act.generation, keys, duration_ms);
                     if reached_bound {
                         tracing::info!(event = "validating", backfill = %act.id, batches = act.batches, keys = act.keys);
@@ -134,10 +145,16 @@ impl<B: Backend> Runner<B> {
                     }
                 }
                 Ok(StepOutcome::Stale) => {
+                    inc(&act.metrics.stale_rejections);
                     tracing::warn!(event = "stale_owner_rejected", backfill = %act.id, generation = act.generation, duration_ms, "the fence rejected this batch; it rolled back");
                     act.exit(ctx, ExitReason::Stale);
                 }
                 Ok(StepOutcome::Recorded { state, kind, message, attempts }) => {
+                    inc(match state.as_str() {
+                        "blocked" => &act.metrics.errors_blocked,
+                        "failed" => &act.metrics.errors_failed,
+                        _ => &act.metrics.errors_retryable,
+                    });
                     match state.as_str() {
                         "blocked" => tracing::warn!(event = "blocked", backfill = %act.id, generation = act.generation, kind = %kind, diagnostic = %message),
                         "failed" => tracing::error!(event = "failed", backfill = %act.id, generation = act.generation, kind = %kind, attempts, diagnostic = %message),
@@ -146,6 +163,7 @@ impl<B: Backend> Runner<B> {
                     act.exit(ctx, ExitReason::Recorded { state });
                 }
                 Ok(StepOutcome::FailClosed { message }) => {
+                    inc(&act.metrics.fail_closed);
                     tracing::error!(event = "fail_closed", backfill = %act.id, diagnostic = %message);
                     act.exit(ctx, ExitReason::FailClosed);
                 }

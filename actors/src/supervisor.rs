@@ -10,6 +10,7 @@
 //! release their claims, within the grace period.
 
 use crate::lease_renewer::{LeaseRenewer, Track, Untrack};
+use crate::metrics::{inc, RuntimeMetrics};
 use crate::runner::{Runner, Stop};
 use crate::validator::{Validate, ValidationFinished, Validator};
 use crate::{Backend, ClaimInfo, ConfigError, RuntimeConfig};
@@ -100,6 +101,7 @@ pub struct Supervisor<B: Backend> {
     claiming: bool,
     draining: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
+    metrics: Arc<RuntimeMetrics>,
 }
 
 impl<B: Backend> Supervisor<B> {
@@ -118,6 +120,7 @@ impl<B: Backend> Supervisor<B> {
             claiming: false,
             draining: false,
             drain_waiters: Vec::new(),
+            metrics: Arc::new(RuntimeMetrics::default()),
         })
     }
 
@@ -212,6 +215,11 @@ impl<B: Backend> Supervisor<B> {
     fn adopt(&mut self, ctx: &mut Context<Self>, claim: B::Claim, sent: Instant) {
         let id = claim.id().to_string();
         let generation = claim.generation();
+        inc(if claim.takeover_from().is_some() {
+            &self.metrics.claims_taken_over
+        } else {
+            &self.metrics.claims_acquired
+        });
         match claim.takeover_from() {
             Some(prior) => {
                 tracing::warn!(event = "claim_takeover", backfill = %id, generation, worker = %self.config.worker_id, prior_owner = %prior)
@@ -250,6 +258,7 @@ impl<B: Backend> Supervisor<B> {
                 claim,
                 sent,
                 ctx.address().recipient(),
+                self.metrics.clone(),
             )
             .start();
             renewer.do_send(Track {
@@ -284,9 +293,22 @@ impl<B: Backend> Actor for Supervisor<B> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.renewer = Some(LeaseRenewer::new(self.backend.clone(), self.config.clone()).start());
-        self.validator =
-            Some(Validator::new(self.backend.clone(), ctx.address().recipient()).start());
+        self.renewer = Some(
+            LeaseRenewer::new(
+                self.backend.clone(),
+                self.config.clone(),
+                self.metrics.clone(),
+            )
+            .start(),
+        );
+        self.validator = Some(
+            Validator::new(
+                self.backend.clone(),
+                ctx.address().recipient(),
+                self.metrics.clone(),
+            )
+            .start(),
+        );
         self.register(ctx);
         ctx.run_interval(self.config.poll_interval, |act, ctx| act.tick(ctx));
     }
@@ -380,12 +402,14 @@ impl<B: Backend> Handler<Status> for Supervisor<B> {
 /// A handle on a running supervisor.
 pub struct RuntimeHandle<B: Backend> {
     supervisor: Addr<Supervisor<B>>,
+    metrics: Arc<RuntimeMetrics>,
 }
 
 impl<B: Backend> Clone for RuntimeHandle<B> {
     fn clone(&self) -> Self {
         Self {
             supervisor: self.supervisor.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -394,8 +418,17 @@ impl<B: Backend> RuntimeHandle<B> {
     /// Start the runtime on the current actix arbiter. Must be called from
     /// within an actix system.
     pub fn start(backend: Arc<B>, config: RuntimeConfig) -> Result<Self, ConfigError> {
-        let supervisor = Supervisor::new(backend, config)?.start();
-        Ok(Self { supervisor })
+        let supervisor = Supervisor::new(backend, config)?;
+        let metrics = supervisor.metrics.clone();
+        Ok(Self {
+            supervisor: supervisor.start(),
+            metrics,
+        })
+    }
+
+    /// The runtime's counters (OBS-1).
+    pub fn metrics(&self) -> &Arc<RuntimeMetrics> {
+        &self.metrics
     }
 
     /// Look for work now (hint only).

@@ -8,6 +8,7 @@
 //! PostgreSQL (VAL-6 is serialized there, not in this process).
 
 use crate::lease_renewer::LeaseStatus;
+use crate::metrics::{add, inc, RuntimeMetrics};
 use crate::{Backend, ClaimInfo, ValidationOutcome};
 use actix::prelude::*;
 use std::collections::HashSet;
@@ -33,15 +34,21 @@ pub struct Validator<B: Backend> {
     backend: Arc<B>,
     supervisor: Recipient<ValidationFinished>,
     in_flight: HashSet<String>,
+    metrics: Arc<RuntimeMetrics>,
 }
 
 impl<B: Backend> Validator<B> {
     /// A validator reporting to `supervisor`.
-    pub fn new(backend: Arc<B>, supervisor: Recipient<ValidationFinished>) -> Self {
+    pub fn new(
+        backend: Arc<B>,
+        supervisor: Recipient<ValidationFinished>,
+        metrics: Arc<RuntimeMetrics>,
+    ) -> Self {
         Self {
             backend,
             supervisor,
             in_flight: HashSet::new(),
+            metrics,
         }
     }
 }
@@ -68,6 +75,14 @@ impl<B: Backend> Handler<Validate<B::Claim>> for Validator<B> {
         ctx.spawn(fut.into_actor(self).map(move |result, act, _| {
             act.in_flight.remove(&id);
             let duration_ms = started.elapsed().as_millis() as u64;
+            add(&act.metrics.validation_millis_total, duration_ms);
+            inc(match &result {
+                Ok(ValidationOutcome::Completed) => &act.metrics.validations_completed,
+                Ok(ValidationOutcome::Rejected { .. }) => &act.metrics.validations_rejected,
+                Ok(ValidationOutcome::Stale) => &act.metrics.stale_rejections,
+                Ok(ValidationOutcome::FailClosed { .. }) => &act.metrics.fail_closed,
+                Ok(ValidationOutcome::Recorded { .. }) | Err(_) => &act.metrics.validation_errors,
+            });
             match &result {
                 Ok(ValidationOutcome::Completed) => {
                     tracing::info!(event = "completed", backfill = %id, generation, duration_ms)

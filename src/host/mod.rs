@@ -133,6 +133,18 @@ pub struct Host {
     listener: actix_rt::task::JoinHandle<()>,
 }
 
+/// The routes of the admin listener: metrics, admin API, UI.
+#[derive(Clone)]
+struct AdminRoutes {
+    metrics: web::Data<http::metrics::MetricsSource>,
+}
+
+impl AdminRoutes {
+    fn configure(&self, cfg: &mut web::ServiceConfig) {
+        http::metrics::configure(cfg, self.metrics.clone());
+    }
+}
+
 fn listen_error(addr: SocketAddr, error: std::io::Error) -> HostError {
     HostError::Listen {
         addr,
@@ -191,15 +203,29 @@ impl Host {
         let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
         let listener = spawn_wake_listener(config.database_url.clone(), runtime.clone());
 
+        let metrics = web::Data::new(http::metrics::MetricsSource {
+            pool: pool.clone(),
+            readiness: readiness.clone(),
+            runtime: runtime.metrics().clone(),
+        });
+        let admin = AdminRoutes { metrics };
         let serving_pool = pool.clone();
         let serving_ready = web::Data::new(readiness.clone());
-        let shared = config.listen == config.admin_listen;
+        // Port 0 asks for two fresh ports, so it never means "shared".
+        let shared = config.listen == config.admin_listen && config.listen.port() != 0;
+        let shared_admin = admin.clone();
         let serving = HttpServer::new(move || {
             let pool = serving_pool.clone();
             let ready = serving_ready.clone();
+            let admin = shared_admin.clone();
             App::new()
                 .configure(move |cfg| example::configure(cfg, pool))
                 .configure(move |cfg| http::serving::configure(cfg, ready))
+                .configure(move |cfg| {
+                    if shared {
+                        admin.configure(cfg)
+                    }
+                })
         })
         .disable_signals()
         .workers(2)
@@ -209,10 +235,29 @@ impl Host {
         let serving = serving.run();
         let mut servers = vec![serving.handle()];
         actix_rt::spawn(serving);
-        // The admin listener is mounted by the admin layer; until then the
-        // serving address answers for both.
-        let _ = shared;
-        let admin_addr = serving_addr;
+        let admin_addr = if shared {
+            serving_addr
+        } else {
+            // The admin boundary has its own listener so it stays reachable
+            // while serving is gated (CFG-3).
+            let server = HttpServer::new(move || {
+                let admin = admin.clone();
+                App::new().configure(move |cfg| admin.configure(cfg))
+            })
+            .disable_signals()
+            .workers(1)
+            .bind(config.admin_listen)
+            .map_err(|e| listen_error(config.admin_listen, e))?;
+            let addr = server
+                .addrs()
+                .first()
+                .copied()
+                .unwrap_or(config.admin_listen);
+            let server = server.run();
+            servers.push(server.handle());
+            actix_rt::spawn(server);
+            addr
+        };
         Ok(Self {
             engine,
             runtime,

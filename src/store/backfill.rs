@@ -618,3 +618,21 @@ pub async fn wake_notify(conn: &mut AsyncPgConnection, id: &str) -> Result<(), S
         .await?;
     Ok(())
 }
+
+/// Number of backfills per lifecycle state (metrics). No lock.
+pub async fn backfill_count_by_state(
+    conn: &mut AsyncPgConnection,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    #[derive(QueryableByName)]
+    struct ByState {
+        #[diesel(sql_type = Text)]
+        state: String,
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let rows: Vec<ByState> =
+        diesel::sql_query("SELECT state, count(*) AS n FROM backfill GROUP BY state")
+            .load(conn)
+            .await?;
+    Ok(rows.into_iter().map(|r| (r.state, r.n)).collect())
+}

@@ -1,0 +1,145 @@
+//! Runtime counters for operators (OBS-1): what this process attempted and
+//! what PostgreSQL accepted. Plain atomics, updated where the supervisor
+//! logs the same events; no I/O on the batch path. Labels a host derives
+//! from them use bounded vocabularies only (OBS-2): never IDs or keys.
+//! Telemetry never authorizes anything.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of one runtime.
+#[derive(Debug, Default)]
+pub struct RuntimeMetrics {
+    pub claims_acquired: AtomicU64,
+    pub claims_taken_over: AtomicU64,
+    pub claims_renewed: AtomicU64,
+    pub claims_lost: AtomicU64,
+    pub renew_failures: AtomicU64,
+    pub claims_released: AtomicU64,
+    pub stale_rejections: AtomicU64,
+    pub batches_attempted: AtomicU64,
+    pub batches_committed: AtomicU64,
+    pub keys_committed: AtomicU64,
+    pub batch_millis_total: AtomicU64,
+    pub errors_retryable: AtomicU64,
+    pub errors_blocked: AtomicU64,
+    pub errors_failed: AtomicU64,
+    pub fail_closed: AtomicU64,
+    pub validations_completed: AtomicU64,
+    pub validations_rejected: AtomicU64,
+    pub validation_errors: AtomicU64,
+    pub validation_millis_total: AtomicU64,
+}
+
+/// Add one to a counter.
+pub(crate) fn inc(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Add `n` to a counter.
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+impl RuntimeMetrics {
+    /// `(name, help, value)` of every counter, for exposition.
+    pub fn snapshot(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            (
+                "backfill_claims_acquired_total",
+                "Claims acquired (new claims).",
+                get(&self.claims_acquired),
+            ),
+            (
+                "backfill_claims_taken_over_total",
+                "Claims acquired by takeover of an expired owner.",
+                get(&self.claims_taken_over),
+            ),
+            (
+                "backfill_claims_renewed_total",
+                "Successful claim renewals.",
+                get(&self.claims_renewed),
+            ),
+            (
+                "backfill_claims_lost_total",
+                "Claims that could no longer be renewed.",
+                get(&self.claims_lost),
+            ),
+            (
+                "backfill_renew_failures_total",
+                "Renewal rounds that failed to reach PostgreSQL.",
+                get(&self.renew_failures),
+            ),
+            (
+                "backfill_claims_released_total",
+                "Claims given back on shutdown.",
+                get(&self.claims_released),
+            ),
+            (
+                "backfill_stale_rejections_total",
+                "Batches or validations rejected by the fence at commit.",
+                get(&self.stale_rejections),
+            ),
+            (
+                "backfill_batches_attempted_total",
+                "Batches started.",
+                get(&self.batches_attempted),
+            ),
+            (
+                "backfill_batches_committed_total",
+                "Batches whose mutation and checkpoint committed.",
+                get(&self.batches_committed),
+            ),
+            (
+                "backfill_keys_committed_total",
+                "Keys whose mutation committed.",
+                get(&self.keys_committed),
+            ),
+            (
+                "backfill_batch_milliseconds_total",
+                "Time spent in batches.",
+                get(&self.batch_millis_total),
+            ),
+            (
+                "backfill_errors_retryable_total",
+                "Retryable errors recorded (backoff scheduled).",
+                get(&self.errors_retryable),
+            ),
+            (
+                "backfill_errors_blocked_total",
+                "Errors that blocked a backfill.",
+                get(&self.errors_blocked),
+            ),
+            (
+                "backfill_errors_failed_total",
+                "Errors that failed a backfill (fatal or exhausted).",
+                get(&self.errors_failed),
+            ),
+            (
+                "backfill_fail_closed_total",
+                "Rows this process refused to interpret (REG-4).",
+                get(&self.fail_closed),
+            ),
+            (
+                "backfill_validations_completed_total",
+                "Lifecycle validations that completed a backfill.",
+                get(&self.validations_completed),
+            ),
+            (
+                "backfill_validations_rejected_total",
+                "Lifecycle validations that found the postcondition false.",
+                get(&self.validations_rejected),
+            ),
+            (
+                "backfill_validation_errors_total",
+                "Lifecycle validations that errored.",
+                get(&self.validation_errors),
+            ),
+            (
+                "backfill_validation_milliseconds_total",
+                "Time spent in lifecycle validation.",
+                get(&self.validation_millis_total),
+            ),
+        ]
+    }
+}
