@@ -1,0 +1,177 @@
+//! Unit tests of the actor logic over a scripted in-memory backend.
+//!
+//! These test the runtime's own decisions (when to stop, what to renew,
+//! the concurrency cap), not the contract's persistence guarantees: those
+//! are proven against real PostgreSQL in the root crate's tests
+//! (`tests/runtime.rs`, `tests/process.rs`).
+
+use async_trait::async_trait;
+use backfill_actors::supervisor::Status;
+use backfill_actors::{
+    Backend, BackendError, ClaimInfo, RuntimeConfig, RuntimeHandle, StepOutcome, ValidationOutcome,
+};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+struct FakeClaim {
+    id: String,
+    generation: i64,
+}
+
+impl ClaimInfo for FakeClaim {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn generation(&self) -> i64 {
+        self.generation
+    }
+    fn is_validation(&self) -> bool {
+        false
+    }
+    fn takeover_from(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// A backend with `ids` claimable once each; every step commits one key
+/// (never reaching the bound) after `step_delay`.
+#[derive(Default)]
+struct Fake {
+    ids: Mutex<Vec<String>>,
+    steps: AtomicUsize,
+    renew_ok: AtomicBool,
+    renewals: AtomicUsize,
+    releases: AtomicUsize,
+    step_delay: Duration,
+}
+
+#[async_trait]
+impl Backend for Fake {
+    type Claim = FakeClaim;
+    async fn register(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+    async fn claim_next(
+        &self,
+        _worker: &str,
+        exclude: &[String],
+    ) -> Result<Result<Option<FakeClaim>, String>, BackendError> {
+        let mut ids = self.ids.lock();
+        let pos = ids.iter().position(|id| !exclude.contains(id));
+        Ok(Ok(pos.map(|p| FakeClaim {
+            id: ids.remove(p),
+            generation: 1,
+        })))
+    }
+    async fn step(&self, _claim: &mut FakeClaim) -> Result<StepOutcome, BackendError> {
+        tokio::time::sleep(self.step_delay).await;
+        self.steps.fetch_add(1, Ordering::SeqCst);
+        Ok(StepOutcome::Committed {
+            keys: 1,
+            reached_bound: false,
+        })
+    }
+    async fn validate(&self, _claim: &FakeClaim) -> Result<ValidationOutcome, BackendError> {
+        Ok(ValidationOutcome::Completed)
+    }
+    async fn renew(
+        &self,
+        _worker: &str,
+        claims: &[(String, i64)],
+    ) -> Result<Vec<(String, i64)>, BackendError> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        if self.renew_ok.load(Ordering::SeqCst) {
+            Ok(claims.to_vec())
+        } else {
+            Err(BackendError("database unreachable".into()))
+        }
+    }
+    async fn release(&self, _claim: &FakeClaim) -> Result<bool, BackendError> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        Ok(true)
+    }
+}
+
+fn config(ttl_ms: u64) -> RuntimeConfig {
+    RuntimeConfig {
+        worker_id: "unit".into(),
+        poll_interval: Duration::from_millis(20),
+        max_concurrent_runners: 2,
+        shutdown_grace: Duration::from_secs(5),
+        ..RuntimeConfig::default()
+    }
+    .with_lease_ttl(Duration::from_millis(ttl_ms))
+}
+
+async fn held(rt: &RuntimeHandle<Fake>) -> usize {
+    rt.supervisor().send(Status).await.unwrap().held.len()
+}
+
+/// The trust window: when renewals fail, the runner stops starting batches
+/// before the lease (by the backend's clock) could have expired.
+#[actix_rt::test]
+async fn runner_stops_when_renewals_fail_before_the_lease_can_expire() {
+    let fake = Arc::new(Fake {
+        ids: Mutex::new(vec!["a".into()]),
+        step_delay: Duration::from_millis(5),
+        ..Fake::default()
+    });
+    let started = std::time::Instant::now();
+    let rt = RuntimeHandle::start(fake.clone(), config(1000)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while fake.steps.load(Ordering::SeqCst) == 0 || held(&rt).await > 0 {
+        assert!(std::time::Instant::now() < deadline, "runner never stopped");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopped_after = started.elapsed();
+    let steps = fake.steps.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        fake.steps.load(Ordering::SeqCst),
+        steps,
+        "no batch after the trust window ended"
+    );
+    assert!(
+        stopped_after < Duration::from_millis(1000),
+        "stopped after {stopped_after:?}, beyond the 1s lease"
+    );
+    assert!(fake.renewals.load(Ordering::SeqCst) >= 1);
+}
+
+/// With renewals succeeding, the runner keeps going past the lease TTL.
+#[actix_rt::test]
+async fn renewals_extend_the_trust_window() {
+    let fake = Arc::new(Fake {
+        ids: Mutex::new(vec!["a".into()]),
+        step_delay: Duration::from_millis(5),
+        renew_ok: AtomicBool::new(true),
+        ..Fake::default()
+    });
+    let rt = RuntimeHandle::start(fake.clone(), config(300)).unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(held(&rt).await, 1, "still working after 3 lease TTLs");
+    assert!(fake.renewals.load(Ordering::SeqCst) >= 3);
+    rt.shutdown().await;
+    assert_eq!(held(&rt).await, 0);
+    assert_eq!(fake.releases.load(Ordering::SeqCst), 1, "claim given back");
+}
+
+/// The supervisor never holds more than `max_concurrent_runners` claims.
+#[actix_rt::test]
+async fn supervisor_caps_concurrent_runners() {
+    let fake = Arc::new(Fake {
+        ids: Mutex::new((0..5).map(|i| format!("id{i}")).collect()),
+        step_delay: Duration::from_millis(5),
+        renew_ok: AtomicBool::new(true),
+        ..Fake::default()
+    });
+    let rt = RuntimeHandle::start(fake.clone(), config(10_000)).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(held(&rt).await, 2);
+    assert_eq!(fake.ids.lock().len(), 3, "the rest was never claimed");
+    rt.shutdown().await;
+    assert_eq!(fake.releases.load(Ordering::SeqCst), 2);
+}
