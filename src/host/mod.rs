@@ -142,6 +142,7 @@ struct AdminRoutes {
 impl AdminRoutes {
     fn configure(&self, cfg: &mut web::ServiceConfig) {
         http::metrics::configure(cfg, self.metrics.clone());
+        http::ui::configure(cfg);
     }
 }
 

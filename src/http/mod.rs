@@ -3,3 +3,4 @@
 
 pub mod metrics;
 pub mod serving;
+pub mod ui;

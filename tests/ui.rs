@@ -1,0 +1,42 @@
+//! CT-12: the web client. Its projection logic (`src/http/ui/app.js`) is
+//! tested with node's built-in runner (`tests/ui/app.test.js`), and the
+//! host serves the page and script on the admin listener.
+
+mod support;
+
+use backfill::host::{Host, HostConfig};
+use std::process::Command;
+use support::http::get;
+use support::test_db;
+
+/// Runs `node --test tests/ui/`: unknown and failure states stay honest and
+/// only the contract's actions are offered (CT-12).
+#[test]
+fn ct12_client_projection_tests_pass_under_node() {
+    let output = Command::new("node")
+        .args(["--test", "tests/ui/"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("node is required for the web client's tests (Debian: nodejs)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("# fail 0"), "{text}");
+}
+
+/// The admin listener serves the client; the page itself carries no data.
+#[actix_rt::test]
+async fn ct12_admin_listener_serves_the_client() {
+    let db = test_db().await;
+    let mut config = HostConfig::new(db.url.clone());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.auto_backfills = false;
+    let host = Host::start(config).await.unwrap();
+    let page = get(host.admin_addr, "/ui").await;
+    assert_eq!(page.status, 200);
+    assert!(page.text.contains("/ui/app.js"));
+    let script = get(host.admin_addr, "/ui/app.js").await;
+    assert_eq!(script.status, 200);
+    assert!(script.text.contains("Idempotency-Key"));
+    host.stop().await;
+}
