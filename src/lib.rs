@@ -6,7 +6,10 @@
 //! owner cannot pass. See `ARCHITECTURE.md` for the map and
 //! `../shared/spec/CONTRACT.md` for the requirement IDs cited throughout.
 
+pub mod admin;
+pub mod ctl;
 pub mod engine;
+pub mod http;
 pub mod key;
 pub mod lifecycle;
 pub mod repair;

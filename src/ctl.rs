@@ -1,0 +1,1 @@
+//! `backfill ctl` (placeholder, filled in below).

@@ -1,0 +1,3 @@
+//! HTTP boundary (actix-web): the admin API and its OpenAPI document.
+
+pub mod admin;
