@@ -14,12 +14,15 @@ struct Cli {
 enum Command {
     /// Print the version and exit.
     Version,
+    /// Operator CLI over the admin API.
+    Ctl(backfill::ctl::CtlArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Version => println!("backfill {}", env!("CARGO_PKG_VERSION")),
+        Command::Ctl(args) => std::process::exit(backfill::ctl::run(args)),
     }
     Ok(())
 }
