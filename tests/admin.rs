@@ -585,7 +585,14 @@ async fn ct11_explicit_validation_on_completed_row_is_read_only_and_idempotent()
         )
     };
     gate.reached().await;
-    let busy = call(&server.url, "POST", &validate, Some(OPERATOR), Some("v4")).await;
+    // Bounded wait: without the per-ID lock this request would run a second
+    // validation and block at the gate.
+    let busy = tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        call(&server.url, "POST", &validate, Some(OPERATOR), Some("v4")),
+    )
+    .await
+    .expect("a concurrent validation must answer current-state, not run");
     assert_eq!(busy.status, 200);
     assert_eq!(busy.body["outcome"], "current-state", "{}", busy.text);
     assert_eq!(busy.body["state"], "completed");
@@ -809,4 +816,43 @@ async fn adm_openapi_document_lists_every_route() {
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("openapi.json");
     std::fs::write(&out, &r.text).expect("write openapi.json");
     server.stop().await;
+}
+
+/// The admin layer wakes the host's supervisor only after an accepted
+/// start/resume/retry commits; converged repeats, conflicts, pauses and
+/// replays do not wake it (the wake is a hint, never authority).
+#[actix_rt::test]
+async fn adm_waker_fires_only_after_accepted_activation() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (db, engine, _hooks) = setup(3).await;
+    let woken = Arc::new(AtomicUsize::new(0));
+    let w = woken.clone();
+    let admin = admin(engine).with_waker(Arc::new(move |id: &str| {
+        assert_eq!(id, ID);
+        w.fetch_add(1, Ordering::SeqCst);
+    }));
+    let server = serve(admin);
+    let path = |a: &str| format!("/admin/backfills/{ID}/{a}");
+    let calls = [
+        ("start", "w1", 1),
+        ("start", "w1", 1),
+        ("start", "w2", 1),
+        ("pause", "w3", 1),
+        ("retry", "w4", 1),
+        ("resume", "w5", 2),
+    ];
+    for (action, key, expected) in calls {
+        call(
+            &server.url,
+            "POST",
+            &path(action),
+            Some(OPERATOR),
+            Some(key),
+        )
+        .await;
+        assert_eq!(woken.load(Ordering::SeqCst), expected, "{action} {key}");
+    }
+    server.stop().await;
+    assert_audit_complete(&db).await;
 }
