@@ -180,3 +180,95 @@ async fn ctl_failed_refresh_is_stale_and_exits_5() {
     let start = ctl(&url, Some(OPERATOR), &["start", ID]).await;
     assert_eq!(start.code, 5);
 }
+
+/// A TCP proxy in front of the server whose FIRST connection forwards the
+/// request, waits until the server has answered (so the action committed),
+/// then closes the client's connection without the response: a response
+/// lost after commit. Later connections are piped through unchanged.
+fn lossy_proxy(upstream: &str) -> String {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut first = true;
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut server) = TcpStream::connect(&upstream) else {
+                return;
+            };
+            if first {
+                first = false;
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match client.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                server.write_all(&request).expect("forward");
+                // Block until the server's answer starts: it has committed.
+                let _ = server.read(&mut buf);
+                let _ = client.shutdown(Shutdown::Both);
+                continue;
+            }
+            let (mut c2, mut s2) = (
+                client.try_clone().expect("clone"),
+                server.try_clone().expect("clone"),
+            );
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut s2);
+                let _ = s2.shutdown(Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut server, &mut client);
+                let _ = client.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// ADM-4 through the client: the first response to `start` is lost after
+/// the server committed; `backfill ctl` re-sends with the SAME
+/// Idempotency-Key and prints the original outcome. One transition, one
+/// generation advance, one `applied` audit row plus one `replayed` row.
+/// Guard: the client's key reuse across re-sends (a fresh key per attempt
+/// would print `converged`) and the server's stored response.
+#[actix_rt::test]
+async fn ctl_resends_with_the_same_key_after_a_lost_response() {
+    let (db, engine, _hooks) = setup(5).await;
+    let server = serve(admin(engine));
+    let proxy = lossy_proxy(&server.url);
+    let start = ctl(&proxy, Some(OPERATOR), &["start", ID]).await;
+    assert_eq!(start.code, 0, "{}", start.stderr);
+    assert!(
+        start
+            .stdout
+            .contains("applied (pending -> running), generation 1"),
+        "{}",
+        start.stdout
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT generation AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await,
+        1
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'applied'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'replayed'")
+            .await,
+        1,
+        "the re-send was answered from the stored response"
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
