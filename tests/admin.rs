@@ -856,3 +856,91 @@ async fn adm_waker_fires_only_after_accepted_activation() {
     server.stop().await;
     assert_audit_complete(&db).await;
 }
+
+/// ADM-6: no destructive control exists: reset, rewind, bound edit,
+/// delete, force-complete, release and cancel are not routes, and trying
+/// them changes nothing.
+#[actix_rt::test]
+async fn adm6_no_destructive_routes() {
+    let (db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine));
+    let r = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        Some(OPERATOR),
+        Some("x1"),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let before = snapshot(&db, ID).await;
+    let base = format!("/admin/backfills/{ID}");
+    let attempts = [
+        ("DELETE", base.clone()),
+        ("PUT", base.clone()),
+        ("PATCH", base.clone()),
+        ("POST", base.clone()),
+        ("POST", format!("{base}/reset")),
+        ("POST", format!("{base}/rewind")),
+        ("POST", format!("{base}/complete")),
+        ("POST", format!("{base}/release")),
+        ("POST", format!("{base}/cancel")),
+        ("POST", format!("{base}/bound")),
+    ];
+    for (method, path) in attempts {
+        let r = call(&server.url, method, &path, Some(OPERATOR), Some("x2")).await;
+        assert!(
+            matches!(r.status, 404 | 405),
+            "{method} {path}: {}",
+            r.status
+        );
+    }
+    assert_eq!(snapshot(&db, ID).await, before);
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// VAL-4, VAL-6: when the definition cannot run (a transient error), the
+/// answer is `current-state` with a bounded reason, nothing is recorded on
+/// the row, and the same key runs the validation once it can.
+#[actix_rt::test]
+async fn ct11_validation_that_cannot_run_reports_current_state() {
+    let (db, engine, hooks) = setup(4).await;
+    let server = serve(admin(engine.clone()));
+    call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        Some(OPERATOR),
+        Some("s"),
+    )
+    .await;
+    drive(&engine).await;
+    let validate = format!("/admin/backfills/{ID}/validate");
+    let before = db
+        .text(&format!(
+            "SELECT validated_at::text AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await;
+    *hooks.fail_validate.lock() = Some(backfill::RepairError::Retryable("lock timeout".into()));
+    let r = call(&server.url, "POST", &validate, Some(OPERATOR), Some("u1")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["outcome"], "current-state");
+    assert!(r.body["reason"]
+        .as_str()
+        .expect("reason")
+        .contains("could not run"));
+    assert_eq!(
+        db.text(&format!(
+            "SELECT validated_at::text AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await,
+        before,
+        "nothing recorded"
+    );
+    *hooks.fail_validate.lock() = None;
+    let r = call(&server.url, "POST", &validate, Some(OPERATOR), Some("u1")).await;
+    assert_eq!(r.body["outcome"], "success", "{}", r.text);
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}

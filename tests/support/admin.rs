@@ -138,11 +138,8 @@ pub async fn call(
         .timeout(Duration::from_secs(60))
         .finish();
     let url = format!("{server}{path}");
-    let mut req = match method {
-        "GET" => client.get(url),
-        "POST" => client.post(url),
-        other => panic!("method {other}"),
-    };
+    let method = awc::http::Method::from_bytes(method.as_bytes()).expect("method");
+    let mut req = client.request(method, url);
     if let Some(t) = token {
         req = req.insert_header(("Authorization", format!("Bearer {t}")));
     }
