@@ -944,3 +944,61 @@ async fn ct11_validation_that_cannot_run_reports_current_state() {
     server.stop().await;
     assert_audit_complete(&db).await;
 }
+
+/// VAL-4, VAL-5: explicit validation is read-only even when a definition
+/// writes during validation: its writes are rolled back (the savepoint in
+/// `Admin::validate`), the outcome is still reported and recorded. Guard:
+/// the always-rolled-back savepoint around the definition's validation.
+#[actix_rt::test]
+async fn ct11_explicit_validation_cannot_commit_definition_writes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let db = support::test_db().await;
+    db.exec(&support::repairs::items_sql(4)).await;
+    let careless = Arc::new(AtomicBool::new(false));
+    let registry = backfill::Registry::new()
+        .with(CarelessCounter {
+            inner: support::repairs::Counter::new(ID, 4, support::repairs::Hooks::new()),
+            careless: careless.clone(),
+        })
+        .expect("definition");
+    let engine = backfill::Engine::new(db.pool.clone(), registry, engine_config()).expect("engine");
+    engine.register().await.expect("register");
+    let server = serve(admin(engine.clone()));
+    call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        Some(OPERATOR),
+        Some("s"),
+    )
+    .await;
+    drive(&engine).await;
+    let before = snapshot(&db, ID).await;
+    assert!(before.starts_with("completed|"), "{before}");
+    careless.store(true, Ordering::SeqCst);
+    let r = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/validate"),
+        Some(OPERATOR),
+        Some("w1"),
+    )
+    .await;
+    assert_eq!(r.body["outcome"], "success", "{}", r.text);
+    assert_eq!(
+        snapshot(&db, ID).await,
+        before,
+        "the definition's writes did not commit"
+    );
+    assert_eq!(
+        db.text(&format!(
+            "SELECT validation_outcome AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await
+        .as_deref(),
+        Some("success")
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}

@@ -248,3 +248,59 @@ pub async fn assert_audit_complete(db: &TestDb) {
         "no audit row claims a transition that did not commit"
     );
 }
+
+/// A counter whose validation, once `careless` is set, also WRITES
+/// (`n = n + 100` on every item) after reaching its verdict: a definition
+/// that breaks the read-only rule, to prove explicit validation cannot
+/// commit a definition's writes (VAL-4, VAL-5).
+pub struct CarelessCounter {
+    pub inner: Counter,
+    pub careless: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[backfill::async_trait]
+impl backfill::Repair for CarelessCounter {
+    type Key = i64;
+    fn id(&self) -> &'static str {
+        self.inner.id()
+    }
+    fn batch_limit(&self) -> u32 {
+        self.inner.batch_limit()
+    }
+    async fn capture_bound(
+        &self,
+        conn: &mut backfill::AsyncPgConnection,
+    ) -> Result<backfill::SourceSet<i64>, backfill::RepairError> {
+        self.inner.capture_bound(conn).await
+    }
+    async fn select_keys(
+        &self,
+        conn: &mut backfill::AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, backfill::RepairError> {
+        self.inner.select_keys(conn, after, bound, limit).await
+    }
+    async fn mutate(
+        &self,
+        conn: &mut backfill::AsyncPgConnection,
+        keys: &[i64],
+    ) -> Result<(), backfill::RepairError> {
+        self.inner.mutate(conn, keys).await
+    }
+    async fn validate(
+        &self,
+        conn: &mut backfill::AsyncPgConnection,
+        bound: Option<&i64>,
+    ) -> Result<backfill::Validation, backfill::RepairError> {
+        let verdict = self.inner.validate(conn, bound).await?;
+        if std::sync::atomic::AtomicBool::load(&self.careless, std::sync::atomic::Ordering::SeqCst)
+        {
+            diesel::sql_query("UPDATE items SET n = n + 100")
+                .execute(conn)
+                .await?;
+        }
+        Ok(verdict)
+    }
+}
