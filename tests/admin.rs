@@ -8,6 +8,8 @@
 //! - CT-11 explicit validation on a completed row: `ct11_*`
 //! - AUD-1 audit atomicity: `aud1_*`; completeness is asserted at the end
 //!   of every test that performs accepted actions.
+//! - ADM-2/3 projection, ADM-6 absent destructive routes, supervisor
+//!   waker: `adm2_*`, `adm6_*`, `adm_waker_*`
 //! - OpenAPI document: `adm_openapi_*`
 //!
 //! Races use PostgreSQL's own lock queue (a test session holds the row lock
