@@ -227,6 +227,9 @@ pub enum ValidationRun {
     Rejected { state: State, detail: String },
     /// The fence rejected the result (paused or retried meanwhile).
     Stale,
+    /// An explicit validation of the same ID is running (VAL-6: at most
+    /// one validation per stable ID at a time); nothing ran.
+    Busy,
 }
 
 /// The result of an operator action.
@@ -257,6 +260,8 @@ enum TxError {
     Engine(#[from] EngineError),
     #[error("stale")]
     Stale,
+    #[error("busy")]
+    Busy,
 }
 
 impl From<diesel::result::Error> for TxError {
@@ -420,7 +425,7 @@ impl Engine {
         match result {
             Ok(claim) => Ok(claim),
             Err(TxError::Engine(e)) => Err(e),
-            Err(TxError::Stale) => Ok(None),
+            Err(TxError::Stale | TxError::Busy) => Ok(None),
         }
     }
 
@@ -522,7 +527,7 @@ impl Engine {
                     reached_bound,
                 })
             }
-            Err(TxError::Stale) => Ok(BatchOutcome::Stale),
+            Err(TxError::Stale | TxError::Busy) => Ok(BatchOutcome::Stale),
             Err(TxError::Engine(e)) => Err(e),
         }
     }
@@ -581,6 +586,11 @@ impl Engine {
         let result = conn
             .transaction::<_, TxError, _>(async |conn| {
                 store::batch_set_timeouts(conn, stmt_ms, lock_ms).await?;
+                // VAL-6: lifecycle and explicit validation of one ID never
+                // run at the same time, in any process.
+                if !store::validation_try_lock(conn, &claim.id).await? {
+                    return Err(TxError::Busy);
+                }
                 let verdict = def
                     .validate(conn, claim.bound.as_deref())
                     .await
@@ -622,6 +632,7 @@ impl Engine {
         match result {
             Ok(run) => Ok(run),
             Err(TxError::Stale) => Ok(ValidationRun::Stale),
+            Err(TxError::Busy) => Ok(ValidationRun::Busy),
             Err(TxError::Engine(e)) => Err(e),
         }
     }
@@ -654,7 +665,7 @@ impl Engine {
             .await
             .map_err(|e| match e {
                 TxError::Engine(e) => e,
-                TxError::Stale => EngineError::UnknownBackfill(id.clone()),
+                TxError::Stale | TxError::Busy => EngineError::UnknownBackfill(id.clone()),
             })
     }
 

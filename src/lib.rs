@@ -6,6 +6,8 @@
 //! owner cannot pass. See `ARCHITECTURE.md` for the map and
 //! `../shared/spec/CONTRACT.md` for the requirement IDs cited throughout.
 
+pub mod admin;
+pub mod ctl;
 pub mod engine;
 pub mod example;
 pub mod host;

@@ -29,6 +29,8 @@ enum Command {
     Serve(ServeArgs),
     /// Insert example events fast.
     Seed(SeedArgs),
+    /// Operator CLI over the admin API.
+    Ctl(backfill::ctl::CtlArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -133,9 +135,8 @@ struct ServeArgs {
     /// Backfills that gate readiness in automatic mode (default: all).
     #[arg(long, num_args = 1..)]
     required: Option<Vec<String>>,
-    /// Bearer token with every admin capability.
-    #[arg(long, env = "BACKFILL_OPERATOR_TOKEN", hide_env_values = true)]
-    operator_token: Option<String>,
+    #[command(flatten)]
+    admin: backfill::admin::AdminAuthArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
 }
@@ -214,7 +215,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             config.migrate = args.migrate.on();
             config.auto_backfills = args.auto_backfills.on();
             config.required = args.required;
-            config.operator_token = args.operator_token;
+            config.admin_auth = args.admin.to_config()?;
             args.runtime.apply(&mut config);
             actix_rt::System::new().block_on(async move {
                 let host = Host::start(config).await.context("startup failed")?;
@@ -245,6 +246,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
             })
         }
+        Command::Ctl(args) => Ok(backfill::ctl::run(args)),
         Command::Seed(args) => {
             init_logging(cli.log_format, "info");
             actix_rt::System::new().block_on(async move {

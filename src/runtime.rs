@@ -118,6 +118,12 @@ impl Backend for Engine {
                 detail,
             }),
             Ok(ValidationRun::Stale) => Ok(ValidationOutcome::Stale),
+            Ok(ValidationRun::Busy) => {
+                // Give the claim back; the next poll tries again after the
+                // explicit validation ended.
+                let _ = self.release(claim).await;
+                Ok(ValidationOutcome::Busy)
+            }
             Err(error) => Ok(match self.record(claim, error).await? {
                 Ok(Some(r)) => ValidationOutcome::Recorded {
                     state: r.state,

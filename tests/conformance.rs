@@ -911,3 +911,37 @@ async fn ex02_compound_key_with_ties_neither_skips_nor_repeats() {
     assert_eq!(row.state, "completed");
     assert_eq!(row.key_type.as_deref(), Some("(timestamptz, bigint)"));
 }
+
+/// VAL-6: lifecycle validation never runs while another validation of the
+/// same ID (an explicit one, from any process) holds the per-ID lock; it
+/// reports busy and changes nothing, and runs once the lock is free.
+/// Guard: `validation_try_lock` in `validate_claimed`.
+#[tokio::test]
+async fn val06_lifecycle_validation_waits_for_a_running_explicit_validation() {
+    let (db, engine, _hooks) = started(10, 10).await;
+    drive_until_validating(&engine).await;
+    let mut holder = db.connect().await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    diesel::sql_query(format!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('backfill-validate:' || '{ID}', 0))"
+    ))
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    let claim = engine.claim_next("v", &[]).await.unwrap().unwrap();
+    assert_eq!(
+        engine.validate_claimed(&claim).await.unwrap(),
+        ValidationRun::Busy
+    );
+    assert_eq!(state(&engine).await, State::Validating);
+    engine.release(&claim).await.unwrap();
+    diesel::sql_query("COMMIT")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    drive(&engine, "v").await;
+    assert_eq!(state(&engine).await, State::Completed);
+}

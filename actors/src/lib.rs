@@ -65,6 +65,9 @@ pub enum ValidationOutcome {
     Rejected { state: String, detail: String },
     /// Fence rejected the result.
     Stale,
+    /// Another validation of the same ID was running (VAL-6); nothing ran
+    /// and the claim was given back.
+    Busy,
     /// Validation errored; recorded durably like a batch failure.
     Recorded {
         state: String,

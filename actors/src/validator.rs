@@ -80,6 +80,7 @@ impl<B: Backend> Handler<Validate<B::Claim>> for Validator<B> {
                 Ok(ValidationOutcome::Completed) => &act.metrics.validations_completed,
                 Ok(ValidationOutcome::Rejected { .. }) => &act.metrics.validations_rejected,
                 Ok(ValidationOutcome::Stale) => &act.metrics.stale_rejections,
+                Ok(ValidationOutcome::Busy) => &act.metrics.validation_errors,
                 Ok(ValidationOutcome::FailClosed { .. }) => &act.metrics.fail_closed,
                 Ok(ValidationOutcome::Recorded { .. }) | Err(_) => &act.metrics.validation_errors,
             });
@@ -92,6 +93,9 @@ impl<B: Backend> Handler<Validate<B::Claim>> for Validator<B> {
                 }
                 Ok(ValidationOutcome::Stale) => {
                     tracing::warn!(event = "stale_owner_rejected", backfill = %id, generation, phase = "validation")
+                }
+                Ok(ValidationOutcome::Busy) => {
+                    tracing::info!(event = "validation_busy", backfill = %id, generation, "an explicit validation is running; will retry")
                 }
                 Ok(ValidationOutcome::Recorded { state, kind, message, attempts }) => {
                     tracing::warn!(event = "validation_error", backfill = %id, generation, state = %state, kind = %kind, attempts, diagnostic = %message)

@@ -150,6 +150,7 @@ async fn run_on(server_url: &str, config: &DemoConfig) -> Result<DemoExit, HostE
     );
 
     let token = config.operator_token.clone().unwrap_or_else(|| {
+        // 32 hex characters: long enough for the admin layer's minimum.
         let bytes: [u8; 16] = rand::random();
         hex::encode(bytes)
     });
@@ -159,7 +160,8 @@ async fn run_on(server_url: &str, config: &DemoConfig) -> Result<DemoExit, HostE
     host_config.migrate = false;
     host_config.auto_backfills = true;
     host_config.batch_size = config.batch_size;
-    host_config.operator_token = Some(token.clone());
+    host_config.admin_auth = crate::admin::AuthConfig::from_sources(Some(&token), None, false)
+        .map_err(|e| HostError::Config(e.to_string()))?;
     let host = Host::start(host_config).await?;
     println!();
     println!(

@@ -14,6 +14,7 @@ pub mod demo;
 pub mod ephemeral;
 pub mod readiness;
 
+use crate::admin::{Admin, AdminConfig, AuthConfig};
 use crate::engine::{Engine, EngineConfig, EngineError};
 use crate::example;
 use crate::http;
@@ -69,8 +70,10 @@ pub struct HostConfig {
     /// Backfills that gate readiness in automatic mode; `None` = all
     /// definitions of this build.
     pub required: Option<Vec<String>>,
-    /// Bearer token with every admin capability (`--operator-token`).
-    pub operator_token: Option<String>,
+    /// Who may use the admin API (`--operator-token`,
+    /// `--admin-tokens-file`, `--admin-auth`). No principals = every admin
+    /// request is refused (AUTH-1).
+    pub admin_auth: AuthConfig,
     /// Keys per batch for the example repairs.
     pub batch_size: u32,
     /// Connections in the pool.
@@ -89,7 +92,7 @@ impl HostConfig {
             migrate: true,
             auto_backfills: true,
             required: None,
-            operator_token: None,
+            admin_auth: AuthConfig::Tokens(Vec::new()),
             batch_size: 1000,
             pool_size: 16,
             engine: EngineConfig::default(),
@@ -137,10 +140,12 @@ pub struct Host {
 #[derive(Clone)]
 struct AdminRoutes {
     metrics: web::Data<http::metrics::MetricsSource>,
+    admin: web::Data<Admin>,
 }
 
 impl AdminRoutes {
     fn configure(&self, cfg: &mut web::ServiceConfig) {
+        http::admin::configure(cfg, self.admin.clone());
         http::metrics::configure(cfg, self.metrics.clone());
         http::ui::configure(cfg);
     }
@@ -209,7 +214,20 @@ impl Host {
             readiness: readiness.clone(),
             runtime: runtime.metrics().clone(),
         });
-        let admin = AdminRoutes { metrics };
+        let waker_runtime = runtime.clone();
+        let admin_service = Admin::new(
+            engine.clone(),
+            AdminConfig {
+                auth: config.admin_auth.clone(),
+                auto_backfills: config.auto_backfills,
+                required: required.iter().cloned().collect(),
+            },
+        )
+        .with_waker(Arc::new(move |_id: &str| waker_runtime.wake()));
+        let admin = AdminRoutes {
+            metrics,
+            admin: web::Data::new(admin_service),
+        };
         let serving_pool = pool.clone();
         let serving_ready = web::Data::new(readiness.clone());
         // Port 0 asks for two fresh ports, so it never means "shared".

@@ -6,10 +6,12 @@
 //! never ignored. Repairs run their own SQL over their own tables; they never
 //! see these tables.
 
+mod admin;
 mod audit;
 mod backfill;
 mod pool;
 
+pub use admin::*;
 pub use audit::*;
 pub use backfill::*;
 pub use pool::{

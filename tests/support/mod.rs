@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod http;
 pub mod repairs;
 

@@ -1,0 +1,301 @@
+//! Operator authorization (AUTH-1, AUTH-2).
+//!
+//! Principals come from `--operator-token` and a tokens file; each carries a
+//! set of capability strings. Only [`Capability::Read`] (`backfill:read`) and
+//! [`Capability::Operate`] (`backfill:operate`) grant anything: community,
+//! channel or membership roles a principal may also carry are kept as
+//! strings and never consulted. Tokens are stored and compared as SHA-256
+//! digests, in constant time, and every principal is compared so the time
+//! taken does not reveal which one matched.
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use subtle::ConstantTimeEq;
+
+/// A deployment-operator capability (AUTH-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Capability {
+    /// `backfill:read`: list, detail, audit.
+    Read,
+    /// `backfill:operate`: start, pause, resume, retry, validate.
+    Operate,
+}
+
+impl Capability {
+    /// The capability's name in token files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::Read => "backfill:read",
+            Capability::Operate => "backfill:operate",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "backfill:read" => Some(Capability::Read),
+            "backfill:operate" => Some(Capability::Operate),
+            _ => None,
+        }
+    }
+}
+
+/// One principal: a name for audit, the SHA-256 of its token, and the
+/// capabilities it holds. Roles that are not capabilities are dropped here.
+#[derive(Clone)]
+pub struct Principal {
+    pub name: String,
+    digest: [u8; 32],
+    capabilities: BTreeSet<Capability>,
+}
+
+impl std::fmt::Debug for Principal {
+    // The digest is not a secret by itself, but nothing needs to see it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Principal")
+            .field("name", &self.name)
+            .field("capabilities", &self.capabilities)
+            .finish()
+    }
+}
+
+impl Principal {
+    /// A principal for a plaintext token (e.g. `--operator-token`).
+    pub fn from_token(name: &str, token: &str, capabilities: &[&str]) -> Result<Self, AuthError> {
+        Self::from_digest(name, sha256(token), capabilities)
+    }
+
+    fn from_digest(name: &str, digest: [u8; 32], capabilities: &[&str]) -> Result<Self, AuthError> {
+        if name.is_empty() || name.len() > 128 {
+            return Err(AuthError::Config(
+                "a principal name must be 1..=128 bytes".into(),
+            ));
+        }
+        Ok(Self {
+            name: name.to_string(),
+            digest,
+            capabilities: capabilities
+                .iter()
+                .filter_map(|c| Capability::parse(c))
+                .collect(),
+        })
+    }
+
+    /// Whether the principal holds `capability`.
+    pub fn can(&self, capability: Capability) -> bool {
+        self.capabilities.contains(&capability)
+    }
+}
+
+/// How the admin boundary authenticates.
+#[derive(Debug, Clone)]
+pub enum AuthConfig {
+    /// Bearer tokens of the listed principals (the default).
+    Tokens(Vec<Principal>),
+    /// AUTH-2: the network boundary stands in for authentication. Every
+    /// request holds every capability and audit names no individual actor.
+    TrustedNetwork,
+}
+
+/// Errors of authorization and of its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("invalid admin auth configuration: {0}")]
+    Config(String),
+}
+
+/// One entry of the tokens file (`--admin-tokens-file`), a JSON array:
+/// `[{"name": "alice", "sha256": "<64 hex>", "capabilities": ["backfill:read"]}]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    name: String,
+    sha256: String,
+    #[serde(default)]
+    capabilities: Vec<String>,
+}
+
+impl AuthConfig {
+    /// Parse the contents of a tokens file.
+    pub fn parse_tokens_file(text: &str) -> Result<Vec<Principal>, AuthError> {
+        // The serde error can quote file content (a token digest); keep only
+        // its position.
+        let entries: Vec<TokenEntry> = serde_json::from_str(text).map_err(|e| {
+            AuthError::Config(format!(
+                "tokens file is not a JSON array of {{name, sha256, capabilities}} (line {}, column {})",
+                e.line(),
+                e.column()
+            ))
+        })?;
+        let mut principals = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let bytes = hex::decode(entry.sha256.trim()).ok();
+            let digest: [u8; 32] = bytes.and_then(|b| b.try_into().ok()).ok_or_else(|| {
+                AuthError::Config(format!(
+                    "principal {:?}: sha256 must be 64 hex digits",
+                    crate::repair::bounded(entry.name.as_str())
+                ))
+            })?;
+            let caps: Vec<&str> = entry.capabilities.iter().map(String::as_str).collect();
+            principals.push(Principal::from_digest(&entry.name, digest, &caps)?);
+        }
+        Ok(principals)
+    }
+
+    /// Build the configuration from the command-line sources. `trusted`
+    /// selects AUTH-2 mode and excludes tokens.
+    pub fn from_sources(
+        operator_token: Option<&str>,
+        tokens_file: Option<&Path>,
+        trusted: bool,
+    ) -> Result<Self, AuthError> {
+        if trusted {
+            if operator_token.is_some() || tokens_file.is_some() {
+                return Err(AuthError::Config(
+                    "trusted-network mode takes no tokens".into(),
+                ));
+            }
+            return Ok(AuthConfig::TrustedNetwork);
+        }
+        let mut principals = Vec::new();
+        if let Some(token) = operator_token {
+            if token.len() < 16 {
+                return Err(AuthError::Config(
+                    "--operator-token must be at least 16 characters".into(),
+                ));
+            }
+            principals.push(Principal::from_token(
+                "operator",
+                token,
+                &["backfill:read", "backfill:operate"],
+            )?);
+        }
+        if let Some(path) = tokens_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                AuthError::Config(format!("cannot read the tokens file: {}", e.kind()))
+            })?;
+            principals.extend(Self::parse_tokens_file(&text)?);
+        }
+        Ok(AuthConfig::Tokens(principals))
+    }
+}
+
+/// Command-line flags of the admin boundary, for hosts that serve it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdminAuthArgs {
+    /// A bearer token granting backfill:read and backfill:operate, audited
+    /// as principal "operator".
+    #[arg(long, env = "BACKFILL_OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<String>,
+    /// JSON file of principals: [{"name","sha256","capabilities"}].
+    #[arg(long, env = "BACKFILL_ADMIN_TOKENS_FILE")]
+    pub admin_tokens_file: Option<PathBuf>,
+    /// `tokens` (default) or `trusted-network` (AUTH-2: the network boundary
+    /// authorizes; audit names no individual actor).
+    #[arg(long, default_value = "tokens", value_parser = ["tokens", "trusted-network"])]
+    pub admin_auth: String,
+}
+
+impl AdminAuthArgs {
+    /// The configuration these flags describe.
+    pub fn to_config(&self) -> Result<AuthConfig, AuthError> {
+        AuthConfig::from_sources(
+            self.operator_token.as_deref(),
+            self.admin_tokens_file.as_deref(),
+            self.admin_auth == "trusted-network",
+        )
+    }
+}
+
+/// Who is asking, as established from the request.
+#[derive(Debug, Clone)]
+pub struct Authority {
+    /// The individual principal, when one was authenticated.
+    pub actor: Option<String>,
+    /// The authority source recorded in audit: `token`, `trusted-network`
+    /// or `none`.
+    pub source: &'static str,
+    capabilities: BTreeSet<Capability>,
+}
+
+impl Authority {
+    /// An unauthenticated caller.
+    pub fn anonymous() -> Self {
+        Self {
+            actor: None,
+            source: "none",
+            capabilities: BTreeSet::new(),
+        }
+    }
+
+    /// Whether the caller holds `capability`.
+    pub fn can(&self, capability: Capability) -> bool {
+        self.capabilities.contains(&capability)
+    }
+}
+
+/// SHA-256 of a token.
+pub fn sha256(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl AuthConfig {
+    /// Establish the authority of a request from its bearer token. `None`
+    /// means the request is unauthenticated (401).
+    pub fn authenticate(&self, bearer: Option<&str>) -> Option<Authority> {
+        match self {
+            AuthConfig::TrustedNetwork => Some(Authority {
+                actor: None,
+                source: "trusted-network",
+                capabilities: [Capability::Read, Capability::Operate].into(),
+            }),
+            AuthConfig::Tokens(principals) => {
+                let presented = sha256(bearer.filter(|t| !t.is_empty())?);
+                // Compare against every principal, without early exit.
+                let mut found: Option<&Principal> = None;
+                for principal in principals {
+                    let equal: bool = principal.digest.ct_eq(&presented).into();
+                    if equal && found.is_none() {
+                        found = Some(principal);
+                    }
+                }
+                found.map(|p| Authority {
+                    actor: Some(p.name.clone()),
+                    source: "token",
+                    capabilities: p.capabilities.clone(),
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_grant_nothing_and_tokens_match_by_digest() {
+        let file = format!(
+            r#"[{{"name":"mod","sha256":"{}","capabilities":["community:owner","channel:admin","member"]}},
+                {{"name":"ro","sha256":"{}","capabilities":["backfill:read"]}}]"#,
+            hex::encode(sha256("mod-token")),
+            hex::encode(sha256("ro-token"))
+        );
+        let config = AuthConfig::Tokens(AuthConfig::parse_tokens_file(&file).expect("parse"));
+        let m = config.authenticate(Some("mod-token")).expect("known");
+        assert!(!m.can(Capability::Read) && !m.can(Capability::Operate));
+        let r = config.authenticate(Some("ro-token")).expect("known");
+        assert!(r.can(Capability::Read) && !r.can(Capability::Operate));
+        assert!(config.authenticate(Some("other")).is_none());
+        assert!(config.authenticate(None).is_none());
+        assert!(config.authenticate(Some("")).is_none());
+    }
+
+    #[test]
+    fn bad_tokens_file_is_rejected_without_echoing_it() {
+        let err = AuthConfig::parse_tokens_file(r#"[{"name":"x","sha256":"secretish"}]"#)
+            .expect_err("bad digest");
+        assert!(!err.to_string().contains("secretish"));
+    }
+}

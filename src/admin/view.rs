@@ -1,0 +1,276 @@
+//! What the admin boundary shows (ADM-2, ADM-3): projections of one
+//! PostgreSQL read, with unknown values kept unknown (`null`), never zero.
+
+use crate::repair::bounded;
+use crate::store::{AuditRow, BackfillRow};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// Progress derived from the checkpoint and the captured source size.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Progress {
+    /// Keys whose mutation committed so far.
+    pub rows_done: i64,
+    /// Size of the source set captured at start; `null` = unknown.
+    pub total_rows: Option<i64>,
+    /// Fraction in `[0, 1]`; `null` = unknown (ADM-3: never shown as 0).
+    pub fraction: Option<f64>,
+    /// Committed batches.
+    pub batches_done: i64,
+}
+
+/// Who holds the claim, judged by PostgreSQL's clock.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Ownership {
+    /// `none`, `held` or `expired`.
+    pub disposition: String,
+    /// The worker holding (or last holding) the claim.
+    pub worker: Option<String>,
+    /// Lease expiry.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// A bounded diagnostic with its time.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Diagnostic {
+    /// `retryable`, `blocked`, `fatal` or `validation`.
+    pub kind: Option<String>,
+    /// Bounded (<= 512 bytes) and redacted.
+    pub message: String,
+    pub at: Option<DateTime<Utc>>,
+}
+
+/// The latest validation outcome recorded on the row.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct ValidationSummary {
+    /// `success` or `failure`.
+    pub outcome: String,
+    /// Bounded diagnostic of a failure.
+    pub detail: Option<String>,
+    pub at: Option<DateTime<Utc>>,
+}
+
+/// Readiness participation (CFG-1).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Readiness {
+    /// The deployment lists this ID as a required automatic backfill.
+    pub required: bool,
+    /// It currently keeps the readiness gate closed (automatic mode,
+    /// required, not completed).
+    pub gating: bool,
+}
+
+/// One backfill as the admin API shows it (ADM-2).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct BackfillView {
+    pub id: String,
+    pub description: Option<String>,
+    /// Lifecycle state.
+    pub state: String,
+    /// Key type of bound and checkpoint (e.g. `i64`).
+    pub key_type: Option<String>,
+    /// Inclusive upper bound in the key's own type; `null` before start or
+    /// for an empty source set.
+    #[schema(value_type = Option<Object>)]
+    pub bound: Option<Value>,
+    /// Greatest committed key; `null` = before every key.
+    #[schema(value_type = Option<Object>)]
+    pub checkpoint: Option<Value>,
+    /// `start` found nothing to repair (EX-1).
+    pub empty_source: bool,
+    pub progress: Progress,
+    pub owner: Ownership,
+    /// Fencing generation (CLM-1).
+    pub generation: i64,
+    /// Consecutive failed attempts (RT-2).
+    pub attempts: i32,
+    /// Earliest time a worker may claim it again after a retryable error.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Last execution diagnostic.
+    pub last_error: Option<Diagnostic>,
+    /// Latest validation outcome and time.
+    pub validation: Option<ValidationSummary>,
+    pub readiness: Readiness,
+    pub registered_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+    /// PostgreSQL's clock at read time.
+    pub observed_at: DateTime<Utc>,
+}
+
+impl BackfillView {
+    /// Project a row. `required`/`auto` come from the deployment config.
+    pub fn from_row(row: &BackfillRow, required: bool, auto: bool) -> Self {
+        let fraction = match row.state.as_str() {
+            "validating" | "completed" => Some(1.0),
+            _ if row.empty_source => Some(1.0),
+            "pending" => None,
+            _ => match row.source_rows {
+                Some(total) if total > 0 => Some((row.rows_done as f64 / total as f64).min(1.0)),
+                _ => None,
+            },
+        };
+        let disposition = match (&row.owner, row.lease_expires_at) {
+            (Some(_), Some(until)) if until > row.db_now => "held",
+            (Some(_), _) => "expired",
+            _ => "none",
+        };
+        Self {
+            id: row.id.clone(),
+            description: row.description.as_deref().map(bounded),
+            state: row.state.clone(),
+            key_type: row.key_type.clone(),
+            bound: row.bound_json.clone(),
+            checkpoint: row.checkpoint_json.clone(),
+            empty_source: row.empty_source,
+            progress: Progress {
+                rows_done: row.rows_done,
+                total_rows: row.source_rows,
+                fraction,
+                batches_done: row.batches_done,
+            },
+            owner: Ownership {
+                disposition: disposition.into(),
+                worker: row.owner.clone(),
+                until: row.lease_expires_at,
+            },
+            generation: row.generation,
+            attempts: row.attempts,
+            next_attempt_at: row.next_attempt_at,
+            last_error: row.last_error.as_deref().map(|m| Diagnostic {
+                kind: row.last_error_kind.clone(),
+                message: bounded(m),
+                at: row.last_error_at,
+            }),
+            validation: row
+                .validation_outcome
+                .as_ref()
+                .map(|outcome| ValidationSummary {
+                    outcome: outcome.clone(),
+                    detail: row.validation_detail.as_deref().map(bounded),
+                    at: row.validated_at,
+                }),
+            readiness: Readiness {
+                required,
+                gating: required && auto && row.state != "completed",
+            },
+            registered_at: row.registered_at,
+            updated_at: row.updated_at,
+            started_at: row.started_at,
+            completed_at: row.completed_at,
+            observed_at: row.db_now,
+        }
+    }
+}
+
+/// A page of backfills, ordered by ID.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BackfillPage {
+    pub items: Vec<BackfillView>,
+    /// Pass as `after` for the next page; `null` = last page.
+    pub next_after: Option<String>,
+}
+
+/// The response of an accepted action (200).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ActionResponse {
+    /// `applied` (the transition committed) or `converged` (already there,
+    /// LC-3: nothing changed).
+    pub outcome: String,
+    pub action: String,
+    /// State before the action.
+    pub prior_state: String,
+    /// The backfill after the action.
+    pub backfill: BackfillView,
+}
+
+/// The typed conflict (409, ADM-5).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ConflictBody {
+    /// Always `conflict`.
+    pub error: String,
+    pub message: String,
+    /// The current server state.
+    pub current: BackfillView,
+}
+
+/// An error (4xx/5xx other than 409 conflicts). Bounded and redacted.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable code: `unauthorized`, `forbidden`, `bad_request`,
+    /// `not_found`, `idempotency_key_reused`, `no_definition`,
+    /// `unavailable`, `internal`.
+    pub error: String,
+    pub message: String,
+}
+
+/// The outcome of an explicit validation (VAL-4): exactly one of
+/// `success`, `failure` or `current-state`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ValidationResponse {
+    /// `success`, `failure` or `current-state`.
+    pub outcome: String,
+    pub backfill_id: String,
+    /// Lifecycle state when the validation ran (or did not).
+    pub state: String,
+    /// Generation observed; validation never changes it (VAL-5).
+    pub generation: i64,
+    /// Bounded diagnostic of a `failure`.
+    pub detail: Option<String>,
+    /// Why nothing ran (`current-state` only).
+    pub reason: Option<String>,
+    /// When the outcome was recorded (`success`/`failure`).
+    pub validated_at: Option<DateTime<Utc>>,
+}
+
+/// One audit record (AUD-1).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditEntry {
+    pub seq: i64,
+    pub at: DateTime<Utc>,
+    pub backfill_id: String,
+    pub action: String,
+    /// The principal; `null` when the authority source claims no individual
+    /// (trusted network, unauthenticated).
+    pub actor: Option<String>,
+    /// `token`, `trusted-network` or `none`.
+    pub authority: String,
+    /// Idempotency key or request id.
+    pub correlation: Option<String>,
+    pub prior_state: Option<String>,
+    pub resulting_state: Option<String>,
+    pub generation: Option<i64>,
+    /// Bounded outcome code.
+    pub outcome: String,
+    pub detail: Option<String>,
+}
+
+impl From<AuditRow> for AuditEntry {
+    fn from(r: AuditRow) -> Self {
+        Self {
+            seq: r.seq,
+            at: r.at,
+            backfill_id: r.backfill_id,
+            action: r.action,
+            actor: r.actor,
+            authority: r.authority,
+            correlation: r.correlation,
+            prior_state: r.prior_state,
+            resulting_state: r.resulting_state,
+            generation: r.generation,
+            outcome: r.outcome,
+            detail: r.detail,
+        }
+    }
+}
+
+/// A page of audit records, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditPage {
+    pub items: Vec<AuditEntry>,
+    /// Pass as `before` for the next page; `null` = last page.
+    pub next_before: Option<i64>,
+}

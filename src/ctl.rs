@@ -1,0 +1,613 @@
+//! `backfill ctl`: the operator CLI over the admin HTTP API (ADM-1).
+//!
+//! It only projects what the API returns and sends the actions of CONTRACT
+//! section 3; it keeps no lifecycle of its own and never synthesises an
+//! outcome. Unknown stays unknown and a failed refresh is shown as stale,
+//! never as zero (ADM-3).
+//!
+//! Exit codes: 0 ok, 2 usage (also 400/404/422), 3 conflict (409),
+//! 4 unauthorized (401/403), 5 server or network error.
+
+use crate::admin::{
+    ActionResponse, AuditPage, BackfillPage, BackfillView, ConflictBody, ErrorBody,
+    ValidationResponse,
+};
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+/// Arguments of `backfill ctl`.
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// Base URL of the admin API.
+    #[arg(long, env = "BACKFILL_URL", default_value = "http://127.0.0.1:8081")]
+    pub url: String,
+    /// Bearer token.
+    #[arg(long, env = "BACKFILL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the API's JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+/// `backfill ctl` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// List backfills.
+    List,
+    /// Show one backfill in detail.
+    Show { id: String },
+    /// Start a pending backfill (captures its bound).
+    Start { id: String },
+    /// Pause a running or validating backfill.
+    Pause { id: String },
+    /// Resume a paused backfill.
+    Resume { id: String },
+    /// Retry a blocked or failed backfill at its bound and checkpoint.
+    Retry { id: String },
+    /// Run explicit validation (read-only).
+    Validate { id: String },
+    /// Show the audit log of one backfill.
+    Audit {
+        id: String,
+        /// Number of records.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// Live table with progress bars, rows/s and ETA.
+    Watch {
+        /// Only this backfill.
+        id: Option<String>,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 2.0)]
+        interval: f64,
+        /// Stop after this many refreshes (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+/// Exit codes.
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_CONFLICT: i32 = 3;
+pub const EXIT_UNAUTHORIZED: i32 = 4;
+pub const EXIT_SERVER: i32 = 5;
+
+/// Errors of the CLI: one readable line and an exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Server(String),
+}
+
+impl CtlError {
+    fn code(&self) -> i32 {
+        match self {
+            CtlError::Usage(_) => EXIT_USAGE,
+            CtlError::Conflict(_) => EXIT_CONFLICT,
+            CtlError::Unauthorized(_) => EXIT_UNAUTHORIZED,
+            CtlError::Server(_) => EXIT_SERVER,
+        }
+    }
+
+    /// Whether an action may be re-sent with the same idempotency key.
+    fn retryable(&self) -> bool {
+        matches!(self, CtlError::Server(_))
+    }
+}
+
+/// Run `backfill ctl`; returns the process exit code.
+pub fn run(args: CtlArgs) -> i32 {
+    let system = actix_rt::System::new();
+    match system.block_on(dispatch(args)) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("backfill ctl: {e}");
+            e.code()
+        }
+    }
+}
+
+struct Client {
+    base: String,
+    token: Option<String>,
+    http: awc::Client,
+}
+
+/// One response: status and body.
+struct Response {
+    status: u16,
+    body: Value,
+}
+
+impl Client {
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+    ) -> Result<Response, CtlError> {
+        let url = format!("{}{}", self.base.trim_end_matches('/'), path);
+        let mut req = match method {
+            "POST" => self.http.post(url),
+            _ => self.http.get(url),
+        };
+        if let Some(token) = &self.token {
+            req = req.insert_header(("Authorization", format!("Bearer {token}")));
+        }
+        if let Some(key) = key {
+            req = req.insert_header(("Idempotency-Key", key));
+        }
+        // Network errors carry no secrets but can be long; keep one line.
+        let mut res = req
+            .send()
+            .await
+            .map_err(|e| CtlError::Server(one_line(&format!("cannot reach {}: {e}", self.base))))?;
+        let bytes = res
+            .body()
+            .limit(8 << 20)
+            .await
+            .map_err(|e| CtlError::Server(one_line(&format!("incomplete response: {e}"))))?;
+        let status = res.status().as_u16();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(Response { status, body })
+    }
+
+    /// Map non-2xx statuses (other than a 409 conflict body the caller
+    /// renders) to errors.
+    fn check(response: Response) -> Result<Response, CtlError> {
+        let message = || {
+            serde_json::from_value::<ErrorBody>(response.body.clone())
+                .map(|e| format!("{}: {}", e.error, e.message))
+                .unwrap_or_else(|_| format!("HTTP {}", response.status))
+        };
+        match response.status {
+            200..=299 => Ok(response),
+            401 | 403 => Err(CtlError::Unauthorized(message())),
+            409 => Err(CtlError::Conflict(conflict_line(&response.body))),
+            400..=499 => Err(CtlError::Usage(message())),
+            _ => Err(CtlError::Server(message())),
+        }
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, CtlError> {
+        Ok(Self::check(self.send("GET", path, None).await?)?.body)
+    }
+
+    /// POST an action with one idempotency key, re-sending it on network
+    /// and server errors: the server replays the first committed response,
+    /// so a retry never duplicates the transition (ADM-4).
+    async fn act(&self, path: &str) -> Result<Value, CtlError> {
+        let key = uuid::Uuid::new_v4().to_string();
+        let mut delay = Duration::from_millis(200);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = match self.send("POST", path, Some(&key)).await {
+                Ok(r) => Self::check(r),
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(e) if e.retryable() && attempt < 5 => {
+                    actix_rt::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                other => return other.map(|r| r.body),
+            }
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    let line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    crate::repair::bounded(line)
+}
+
+fn conflict_line(body: &Value) -> String {
+    match serde_json::from_value::<ConflictBody>(body.clone()) {
+        Ok(c) => format!(
+            "conflict: {} (current state {}, generation {})",
+            c.message, c.current.state, c.current.generation
+        ),
+        Err(_) => "conflict".into(),
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, CtlError> {
+    serde_json::from_value(value)
+        .map_err(|_| CtlError::Server("the server's response has an unexpected shape".into()))
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
+    if !(args.url.starts_with("http://") || args.url.starts_with("https://")) {
+        return Err(CtlError::Usage(
+            "--url must start with http:// or https://".into(),
+        ));
+    }
+    let client = Client {
+        base: args.url.clone(),
+        token: args.token.clone(),
+        http: awc::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .finish(),
+    };
+    let json = args.json;
+    // Stable IDs are URL-safe by construction; anything else is a typo.
+    let enc = |id: &str| -> Result<String, CtlError> {
+        crate::repair::validate_id(id)
+            .map(|()| id.to_string())
+            .map_err(|_| CtlError::Usage(format!("{:?} is not a stable backfill ID", one_line(id))))
+    };
+    match &args.command {
+        CtlCommand::List => {
+            let body = client.get("/admin/backfills?limit=500").await?;
+            if json {
+                print_json(&body);
+            } else {
+                let page: BackfillPage = decode(body)?;
+                print!("{}", table(&page.items, &BTreeMap::new(), None));
+            }
+        }
+        CtlCommand::Show { id } => {
+            let body = client
+                .get(&format!("/admin/backfills/{}", enc(id)?))
+                .await?;
+            if json {
+                print_json(&body);
+            } else {
+                print!("{}", detail(&decode(body)?));
+            }
+        }
+        CtlCommand::Start { id }
+        | CtlCommand::Pause { id }
+        | CtlCommand::Resume { id }
+        | CtlCommand::Retry { id } => {
+            let action = match &args.command {
+                CtlCommand::Start { .. } => "start",
+                CtlCommand::Pause { .. } => "pause",
+                CtlCommand::Resume { .. } => "resume",
+                _ => "retry",
+            };
+            let body = client
+                .act(&format!("/admin/backfills/{}/{action}", enc(id)?))
+                .await?;
+            if json {
+                print_json(&body);
+            } else {
+                let r: ActionResponse = decode(body)?;
+                println!(
+                    "{action} {}: {} ({} -> {}), generation {}",
+                    r.backfill.id,
+                    r.outcome,
+                    r.prior_state,
+                    r.backfill.state,
+                    r.backfill.generation
+                );
+            }
+        }
+        CtlCommand::Validate { id } => {
+            let body = client
+                .act(&format!("/admin/backfills/{}/validate", enc(id)?))
+                .await?;
+            if json {
+                print_json(&body);
+            } else {
+                let r: ValidationResponse = decode(body)?;
+                let tail = r
+                    .detail
+                    .or(r.reason)
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default();
+                println!(
+                    "validate {}: {} (state {}){tail}",
+                    r.backfill_id, r.outcome, r.state
+                );
+            }
+        }
+        CtlCommand::Audit { id, limit } => {
+            let limit = *limit;
+            let body = client
+                .get(&format!("/admin/audit?backfill={}&limit={limit}", enc(id)?))
+                .await?;
+            if json {
+                print_json(&body);
+            } else {
+                let page: AuditPage = decode(body)?;
+                println!(
+                    "{:<6} {:<20} {:<9} {:<12} {:<24} {:<23} {:>4} CORRELATION",
+                    "SEQ", "AT", "ACTION", "ACTOR", "OUTCOME", "TRANSITION", "GEN"
+                );
+                for e in page.items {
+                    let transition = match (&e.prior_state, &e.resulting_state) {
+                        (Some(p), Some(r)) => format!("{p} -> {r}"),
+                        _ => "-".into(),
+                    };
+                    println!(
+                        "{:<6} {:<20} {:<9} {:<12} {:<24} {:<23} {:>4} {}",
+                        e.seq,
+                        e.at.format("%Y-%m-%d %H:%M:%S"),
+                        e.action,
+                        e.actor.unwrap_or_else(|| format!("({})", e.authority)),
+                        e.outcome,
+                        transition,
+                        e.generation
+                            .map(|g| g.to_string())
+                            .unwrap_or_else(|| "-".into()),
+                        e.correlation.unwrap_or_default()
+                    );
+                }
+            }
+        }
+        CtlCommand::Watch {
+            id,
+            interval,
+            count,
+        } => {
+            let (interval, count) = (*interval, *count);
+            if !(interval.is_finite() && interval > 0.0) {
+                return Err(CtlError::Usage(
+                    "--interval must be a positive number of seconds".into(),
+                ));
+            }
+            return watch(
+                &client,
+                id.as_deref().map(enc).transpose()?,
+                interval,
+                count,
+                json,
+            )
+            .await;
+        }
+    }
+    Ok(())
+}
+
+/// A previous sample for rates: rows done at PostgreSQL time.
+type Samples = BTreeMap<String, (i64, DateTime<Utc>)>;
+
+async fn watch(
+    client: &Client,
+    id: Option<String>,
+    interval: f64,
+    count: Option<u64>,
+    json: bool,
+) -> Result<(), CtlError> {
+    let tty = std::io::stdout().is_terminal();
+    let mut previous: Samples = BTreeMap::new();
+    let mut last: Option<(Vec<BackfillView>, DateTime<Utc>)> = None;
+    let mut refreshes = 0u64;
+    loop {
+        let mut last_error: Option<CtlError> = None;
+        let fetched = match &id {
+            Some(id) => client
+                .get(&format!("/admin/backfills/{id}"))
+                .await
+                .and_then(|v| decode::<BackfillView>(v).map(|b| vec![b])),
+            None => client
+                .get("/admin/backfills?limit=500")
+                .await
+                .and_then(|v| decode::<BackfillPage>(v).map(|p| p.items)),
+        };
+        let mut out = String::new();
+        if tty {
+            out.push_str("\x1b[2J\x1b[H");
+        }
+        match fetched {
+            Ok(items) => {
+                let at = items
+                    .first()
+                    .map(|b| b.observed_at)
+                    .unwrap_or_else(Utc::now);
+                if json {
+                    out.push_str(&serde_json::to_string(&items).unwrap_or_default());
+                    out.push('\n');
+                } else {
+                    out.push_str(&format!("refreshed {}\n", at.format("%H:%M:%S")));
+                    out.push_str(&table(&items, &previous, None));
+                }
+                previous = items
+                    .iter()
+                    .map(|b| (b.id.clone(), (b.progress.rows_done, b.observed_at)))
+                    .collect();
+                last = Some((items, at));
+            }
+            Err(e) => {
+                // ADM-3: a failed refresh is stale data, never zero progress.
+                match (&last, json) {
+                    (_, true) => out.push_str(
+                        &serde_json::json!({"stale": true, "error": e.to_string()}).to_string(),
+                    ),
+                    (Some((items, at)), false) => {
+                        out.push_str(&format!(
+                            "STALE: refresh failed ({e}); showing data from {}\n",
+                            at.format("%H:%M:%S")
+                        ));
+                        out.push_str(&table(items, &BTreeMap::new(), Some("stale")));
+                    }
+                    (None, false) => {
+                        out.push_str(&format!("STALE: refresh failed ({e}); no data yet\n"))
+                    }
+                }
+                if json {
+                    out.push('\n');
+                }
+                last_error = Some(e);
+            }
+        }
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(out.as_bytes());
+        let _ = stdout.flush();
+        drop(stdout);
+        refreshes += 1;
+        if count.is_some_and(|c| refreshes >= c) {
+            return match last_error {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
+        }
+        actix_rt::time::sleep(Duration::from_secs_f64(interval)).await;
+    }
+}
+
+fn bar(fraction: Option<f64>) -> String {
+    match fraction {
+        Some(f) => {
+            let f = f.clamp(0.0, 1.0);
+            let filled = (f * 20.0).round() as usize;
+            format!(
+                "[{}{}] {:>5.1}%",
+                "#".repeat(filled),
+                "-".repeat(20 - filled),
+                f * 100.0
+            )
+        }
+        None => format!("[{:^20}] {:>6}", "unknown", "?"),
+    }
+}
+
+fn table(items: &[BackfillView], previous: &Samples, marker: Option<&str>) -> String {
+    let mut out = format!(
+        "{:<32} {:<10} {:<29} {:>10} {:>10} {:>9} {:<8} {:<7} {:<10}\n",
+        "ID", "STATE", "PROGRESS", "ROWS", "ROWS/S", "ETA", "OWNER", "GATING", "VALIDATION"
+    );
+    for b in items {
+        let rate = previous.get(&b.id).and_then(|(done, at)| {
+            let secs = (b.observed_at - *at).num_milliseconds() as f64 / 1000.0;
+            (secs > 0.0).then(|| (b.progress.rows_done - done) as f64 / secs)
+        });
+        let eta = match (b.state.as_str(), rate, b.progress.total_rows) {
+            ("completed", _, _) => "done".to_string(),
+            ("running", Some(r), Some(total)) if r > 0.0 => {
+                let left = (total - b.progress.rows_done).max(0) as f64 / r;
+                format!("{}s", left.round() as i64)
+            }
+            _ => "unknown".into(),
+        };
+        let rows = match b.progress.total_rows {
+            Some(t) => format!("{}/{}", b.progress.rows_done, t),
+            None => format!("{}/?", b.progress.rows_done),
+        };
+        out.push_str(&format!(
+            "{:<32} {:<10} {:<29} {:>10} {:>10} {:>9} {:<8} {:<7} {:<10}{}\n",
+            b.id,
+            b.state,
+            bar(b.progress.fraction),
+            rows,
+            rate.map(|r| format!("{r:.1}"))
+                .unwrap_or_else(|| "unknown".into()),
+            eta,
+            b.owner.disposition,
+            if b.readiness.gating { "yes" } else { "no" },
+            b.validation
+                .as_ref()
+                .map(|v| v.outcome.as_str())
+                .unwrap_or("-"),
+            marker.map(|m| format!(" ({m})")).unwrap_or_default(),
+        ));
+    }
+    out
+}
+
+fn detail(b: &BackfillView) -> String {
+    let opt = |v: &Option<Value>| {
+        v.as_ref()
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "none".into())
+    };
+    let time = |t: &Option<DateTime<Utc>>| t.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into());
+    let owner = match b.owner.disposition.as_str() {
+        "none" => "none".to_string(),
+        d => format!(
+            "{d}: {} until {}",
+            b.owner.worker.as_deref().unwrap_or("?"),
+            time(&b.owner.until)
+        ),
+    };
+    let mut lines = vec![
+        ("id", b.id.clone()),
+        (
+            "description",
+            b.description.clone().unwrap_or_else(|| "-".into()),
+        ),
+        ("state", b.state.clone()),
+        ("key type", b.key_type.clone().unwrap_or_else(|| "-".into())),
+        ("bound", opt(&b.bound)),
+        ("checkpoint", opt(&b.checkpoint)),
+        ("progress", bar(b.progress.fraction)),
+        (
+            "rows",
+            format!(
+                "{} of {}",
+                b.progress.rows_done,
+                b.progress
+                    .total_rows
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "unknown".into())
+            ),
+        ),
+        ("owner", owner),
+        ("generation", b.generation.to_string()),
+        ("attempts", b.attempts.to_string()),
+        ("next attempt", time(&b.next_attempt_at)),
+        (
+            "readiness",
+            format!(
+                "required={} gating={}",
+                b.readiness.required, b.readiness.gating
+            ),
+        ),
+        ("registered", b.registered_at.to_rfc3339()),
+        ("started", time(&b.started_at)),
+        ("completed", time(&b.completed_at)),
+        ("updated", b.updated_at.to_rfc3339()),
+    ];
+    if let Some(e) = &b.last_error {
+        lines.push((
+            "last error",
+            format!(
+                "{} {} ({})",
+                e.kind.as_deref().unwrap_or("-"),
+                e.message,
+                time(&e.at)
+            ),
+        ));
+    }
+    lines.push((
+        "validation",
+        match &b.validation {
+            Some(v) => format!(
+                "{}{} at {}",
+                v.outcome,
+                v.detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default(),
+                time(&v.at)
+            ),
+            None => "none yet".into(),
+        },
+    ));
+    lines
+        .into_iter()
+        .map(|(k, v)| format!("{k:<13} {v}\n"))
+        .collect()
+}

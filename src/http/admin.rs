@@ -1,0 +1,362 @@
+//! The admin HTTP API (CONTRACT section 9) and its OpenAPI 3 document.
+//!
+//! A thin projection of [`crate::admin::Admin`]: handlers only read headers
+//! and parameters and render results; authorization, audit, idempotency and
+//! validation live in the admin layer. There is deliberately no reset,
+//! rewind, bound edit, delete, force-complete, release or cancel route
+//! (ADM-6).
+
+use crate::admin::{
+    ActionResponse, Admin, AdminError, AuditEntry, AuditPage, BackfillPage, BackfillView,
+    ConflictBody, Diagnostic, ErrorBody, Ownership, Progress, Readiness, Reply, RequestMeta,
+    ValidationResponse, ValidationSummary,
+};
+use crate::lifecycle::Action;
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{IntoParams, Modify, OpenApi};
+
+/// The OpenAPI document of the admin API, generated from the handlers.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "backfill admin API",
+        description = "Operator boundary of backfill (CONTRACT section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions)."
+    ),
+    paths(list, detail, start, pause, resume, retry, validate, audit, openapi_json),
+    components(schemas(
+        BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
+        Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
+        AuditEntry
+    )),
+    modifiers(&BearerAuth),
+    security(("bearer" = []))
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// Mount the admin routes and `/openapi.json` into a host's App.
+pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
+    cfg.app_data(admin)
+        .route("/openapi.json", web::get().to(openapi_json))
+        .route("/admin/backfills", web::get().to(list))
+        .route("/admin/backfills/{id}", web::get().to(detail))
+        .route("/admin/backfills/{id}/start", web::post().to(start))
+        .route("/admin/backfills/{id}/pause", web::post().to(pause))
+        .route("/admin/backfills/{id}/resume", web::post().to(resume))
+        .route("/admin/backfills/{id}/retry", web::post().to(retry))
+        .route("/admin/backfills/{id}/validate", web::post().to(validate))
+        .route("/admin/audit", web::get().to(audit));
+}
+
+/// Headers of one request, owned.
+struct Meta {
+    bearer: Option<String>,
+    idempotency_key: Option<String>,
+    request_id: String,
+}
+
+impl Meta {
+    fn from(req: &HttpRequest) -> Self {
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let bearer = header(header::AUTHORIZATION.as_str()).and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| token.trim().to_string())
+        });
+        Self {
+            bearer,
+            idempotency_key: header("idempotency-key"),
+            request_id: header("x-request-id")
+                .filter(|r| !r.is_empty() && r.len() <= 200)
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+        }
+    }
+
+    fn as_meta(&self) -> RequestMeta<'_> {
+        RequestMeta {
+            bearer: self.bearer.as_deref(),
+            idempotency_key: self.idempotency_key.as_deref(),
+            request_id: Some(&self.request_id),
+        }
+    }
+}
+
+fn error(e: &AdminError) -> HttpResponse {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = HttpResponse::build(status);
+    if matches!(e, AdminError::Unauthorized) {
+        response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+    }
+    response.json(e.body())
+}
+
+fn render<T: serde::Serialize>(result: Result<T, AdminError>) -> HttpResponse {
+    match result {
+        Ok(body) => HttpResponse::Ok().json(body),
+        Err(e) => error(&e),
+    }
+}
+
+fn reply(result: Result<Reply, AdminError>) -> HttpResponse {
+    match result {
+        Ok(Reply { status, body }) => {
+            HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK)).json(body)
+        }
+        Err(e) => error(&e),
+    }
+}
+
+fn query<T: for<'de> Deserialize<'de>>(req: &HttpRequest) -> Result<T, AdminError> {
+    web::Query::<T>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|_| AdminError::BadRequest("malformed query parameters".into()))
+}
+
+/// Paging of the backfill list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Return IDs strictly after this one (from `next_after`).
+    pub after: Option<String>,
+    /// Page size, 1..=500 (default 50).
+    pub limit: Option<i64>,
+}
+
+/// Paging of the audit log.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    /// Only records of this backfill.
+    pub backfill: Option<String>,
+    /// Return records strictly before this `seq` (from `next_before`).
+    pub before: Option<i64>,
+    /// Page size, 1..=500 (default 50).
+    pub limit: Option<i64>,
+}
+
+/// List backfills (ADM-2), ordered by ID.
+#[utoipa::path(
+    get, path = "/admin/backfills", params(ListQuery),
+    responses(
+        (status = 200, description = "A page of backfills", body = BackfillPage),
+        (status = 400, description = "Bad paging parameters", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody),
+    )
+)]
+async fn list(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
+    let meta = Meta::from(&req);
+    let q: ListQuery = match query(&req) {
+        Ok(q) => q,
+        Err(e) => return error(&e),
+    };
+    render(
+        admin
+            .list(&meta.as_meta(), q.after.as_deref(), q.limit)
+            .await,
+    )
+}
+
+/// One backfill in detail (ADM-2).
+#[utoipa::path(
+    get, path = "/admin/backfills/{id}",
+    params(("id" = String, Path, description = "Stable ID")),
+    responses(
+        (status = 200, description = "The backfill", body = BackfillView),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody),
+    )
+)]
+async fn detail(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+    let meta = Meta::from(&req);
+    render(admin.detail(&meta.as_meta(), &id).await)
+}
+
+async fn act(
+    req: HttpRequest,
+    id: web::Path<String>,
+    admin: web::Data<Admin>,
+    action: Action,
+) -> HttpResponse {
+    let meta = Meta::from(&req);
+    reply(admin.act(&meta.as_meta(), &id, action).await)
+}
+
+/// `start`: capture the bound and enter `running` (CONTRACT section 3).
+#[utoipa::path(
+    post, path = "/admin/backfills/{id}/start",
+    params(
+        ("id" = String, Path, description = "Stable ID"),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4)"),
+    ),
+    responses(
+        (status = 200, description = "Applied or already converged", body = ActionResponse),
+        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 409, description = "Not allowed from the current state (ADM-5), or no local definition", body = ConflictBody),
+        (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
+        (status = 500, description = "Server error; nothing committed", body = ErrorBody),
+        (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
+    )
+)]
+async fn start(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+    act(req, id, admin, Action::Start).await
+}
+
+/// `pause`: enter `paused`, advance the generation, drop the claim.
+#[utoipa::path(
+    post, path = "/admin/backfills/{id}/pause",
+    params(
+        ("id" = String, Path, description = "Stable ID"),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4)"),
+    ),
+    responses(
+        (status = 200, description = "Applied or already converged", body = ActionResponse),
+        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 409, description = "Not allowed from the current state (ADM-5)", body = ConflictBody),
+        (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
+        (status = 500, description = "Server error; nothing committed", body = ErrorBody),
+        (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
+    )
+)]
+async fn pause(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+    act(req, id, admin, Action::Pause).await
+}
+
+/// `resume`: from `paused` back to `running` (or `validating`).
+#[utoipa::path(
+    post, path = "/admin/backfills/{id}/resume",
+    params(
+        ("id" = String, Path, description = "Stable ID"),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4)"),
+    ),
+    responses(
+        (status = 200, description = "Applied or already converged", body = ActionResponse),
+        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 409, description = "Not allowed from the current state (ADM-5)", body = ConflictBody),
+        (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
+        (status = 500, description = "Server error; nothing committed", body = ErrorBody),
+        (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
+    )
+)]
+async fn resume(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+    act(req, id, admin, Action::Resume).await
+}
+
+/// `retry`: from `blocked`/`failed` back to `running` at the same bound and
+/// checkpoint (RT-3).
+#[utoipa::path(
+    post, path = "/admin/backfills/{id}/retry",
+    params(
+        ("id" = String, Path, description = "Stable ID"),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4)"),
+    ),
+    responses(
+        (status = 200, description = "Applied or already converged", body = ActionResponse),
+        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 409, description = "Not allowed from the current state (ADM-5)", body = ConflictBody),
+        (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
+        (status = 500, description = "Server error; nothing committed", body = ErrorBody),
+        (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
+    )
+)]
+async fn retry(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+    act(req, id, admin, Action::Retry).await
+}
+
+/// Explicit validation (VAL-4..7): exactly one of `success`, `failure`,
+/// `current-state`. Read-only; one per ID at a time.
+#[utoipa::path(
+    post, path = "/admin/backfills/{id}/validate",
+    params(
+        ("id" = String, Path, description = "Stable ID"),
+        ("Idempotency-Key" = String, Header, description = "One logical request; a retry recovers its outcome (VAL-6)"),
+    ),
+    responses(
+        (status = 200, description = "The validation outcome", body = ValidationResponse),
+        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
+        (status = 500, description = "Server error; nothing committed", body = ErrorBody),
+        (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
+    )
+)]
+async fn validate(
+    req: HttpRequest,
+    id: web::Path<String>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
+    act(req, id, admin, Action::Validate).await
+}
+
+/// The audit log (AUD-1), newest first.
+#[utoipa::path(
+    get, path = "/admin/audit", params(AuditQuery),
+    responses(
+        (status = 200, description = "A page of audit records", body = AuditPage),
+        (status = 400, description = "Bad paging parameters", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody),
+    )
+)]
+async fn audit(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
+    let meta = Meta::from(&req);
+    let q: AuditQuery = match query(&req) {
+        Ok(q) => q,
+        Err(e) => return error(&e),
+    };
+    render(
+        admin
+            .audit(&meta.as_meta(), q.backfill.as_deref(), q.before, q.limit)
+            .await,
+    )
+}
+
+/// This document.
+#[utoipa::path(
+    get, path = "/openapi.json", security(()),
+    responses((status = 200, description = "The OpenAPI 3 document", content_type = "application/json"))
+)]
+async fn openapi_json() -> HttpResponse {
+    HttpResponse::Ok().json(ApiDoc::openapi())
+}

@@ -1,0 +1,1006 @@
+//! Admin boundary conformance through the real HTTP server and a real
+//! PostgreSQL (CONTRACT section 9, CT-9, CT-10, CT-11 API part, AUD-1).
+//!
+//! Index (each test's doc comment names the guard whose removal fails it):
+//! - CT-9  authorization on every admin route: `ct09_*`
+//! - CT-10 idempotent actions (duplicate, concurrent, restart), conflicts:
+//!   `ct10_*`
+//! - CT-11 explicit validation on a completed row: `ct11_*`
+//! - AUD-1 audit atomicity: `aud1_*`; completeness is asserted at the end
+//!   of every test that performs accepted actions.
+//! - ADM-2/3 projection, ADM-6 absent destructive routes, supervisor
+//!   waker: `adm2_*`, `adm6_*`, `adm_waker_*`
+//! - OpenAPI document: `adm_openapi_*`
+//!
+//! Races use PostgreSQL's own lock queue (a test session holds the row lock
+//! and the test waits until every request is queued) or repair gates.
+
+mod support;
+
+use diesel_async::SimpleAsyncConnection;
+use futures_util::future::join_all;
+use serde_json::Value;
+use support::admin::*;
+
+/// Every admin route: (method, path).
+fn routes(id: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("GET", "/admin/backfills".into()),
+        ("GET", format!("/admin/backfills/{id}")),
+        ("GET", format!("/admin/audit?backfill={id}")),
+        ("POST", format!("/admin/backfills/{id}/start")),
+        ("POST", format!("/admin/backfills/{id}/pause")),
+        ("POST", format!("/admin/backfills/{id}/resume")),
+        ("POST", format!("/admin/backfills/{id}/retry")),
+        ("POST", format!("/admin/backfills/{id}/validate")),
+    ]
+}
+
+/// The body of a rejection carries nothing but `error` and `message`, and
+/// neither names the backfill or its state.
+fn assert_no_backfill_data(resp: &Resp, id: &str) {
+    let obj = resp.body.as_object().expect("JSON error body");
+    let mut keys: Vec<&String> = obj.keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["error", "message"], "{}", resp.text);
+    for word in [id, "pending", "running", "generation", "bound"] {
+        assert!(!resp.text.contains(word), "leaked {word}: {}", resp.text);
+    }
+}
+
+/// CT-9 / AUTH-1: for every admin route, no token -> 401, a principal with
+/// only community/channel/member roles -> 403, the read-only principal on
+/// an action -> 403; no response carries backfill data, the row and its
+/// generation are unchanged, and every attempt is audited. Guard: the
+/// capability check in `Admin::authorize` (removing it lets these through
+/// and the test fails on the status, the data and the snapshot).
+#[actix_rt::test]
+async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    // A running row, so every action would have something to do.
+    let r = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        Some(OPERATOR),
+        Some("setup"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let before = snapshot(&db, ID).await;
+    let audits_before = db.scalar("SELECT count(*) AS v FROM backfill_audit").await;
+
+    let mut attempts = 0;
+    for (method, path) in routes(ID) {
+        let is_action = method == "POST";
+        let mut cases: Vec<(Option<&str>, u16)> = vec![
+            (None, 401),
+            (Some("not-a-known-token"), 401),
+            (Some(COMMUNITY), 403),
+        ];
+        if is_action {
+            cases.push((Some(READER), 403));
+        }
+        for (token, expected) in cases {
+            attempts += 1;
+            let key = format!("k-{attempts}");
+            let resp = call(&server.url, method, &path, token, Some(&key)).await;
+            assert_eq!(
+                resp.status, expected,
+                "{method} {path} with {token:?}: {}",
+                resp.text
+            );
+            assert_no_backfill_data(&resp, ID);
+        }
+    }
+    assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_request WHERE idempotency_key LIKE 'k-%'")
+            .await,
+        0,
+        "no idempotent response stored for a rejected request"
+    );
+    let audited = db
+        .scalar(&format!(
+            "SELECT count(*) AS v FROM backfill_audit WHERE seq > (SELECT coalesce(max(seq), 0) FROM backfill_audit) - {attempts} \
+             AND outcome IN ('unauthorized', 'forbidden') AND resulting_state IS NULL"
+        ))
+        .await;
+    let audits_after = db.scalar("SELECT count(*) AS v FROM backfill_audit").await;
+    assert_eq!(
+        audits_after - audits_before,
+        attempts,
+        "every attempt audited"
+    );
+    assert_eq!(audited, attempts);
+    // The community principal is audited by name, an anonymous caller is not.
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE actor = 'moderator' AND outcome = 'forbidden'").await,
+        8
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE actor IS NULL AND authority = 'none' AND outcome = 'unauthorized'").await,
+        16
+    );
+    // The read-only principal can read.
+    let r = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["state"], "running");
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// AUTH-2: in trusted-network mode requests need no token and audit
+/// records the network boundary as the authority and no individual actor.
+#[actix_rt::test]
+async fn ct09_trusted_network_claims_no_actor() {
+    let (db, engine, _hooks) = setup(3).await;
+    let admin = backfill::admin::Admin::new(
+        engine,
+        backfill::admin::AdminConfig {
+            auth: backfill::admin::AuthConfig::TrustedNetwork,
+            auto_backfills: false,
+            required: Default::default(),
+        },
+    );
+    let server = serve(admin);
+    let r = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        None,
+        Some("t1"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE authority = 'trusted-network' AND actor IS NULL AND outcome = 'applied'").await,
+        1
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+async fn generation(db: &support::TestDb, id: &str) -> i64 {
+    db.scalar(&format!(
+        "SELECT generation AS v FROM backfill WHERE id = '{id}'"
+    ))
+    .await
+}
+
+/// CT-10 / ADM-4: the same Idempotency-Key sent twice, then from 8
+/// concurrent tasks queued behind a row lock, then after a server restart:
+/// one transition, one generation advance, one bound capture, identical
+/// bodies. Guard: the idempotency-key lock and stored response
+/// (`store::request_lock`/`request_get` in `Admin::act`); without them the
+/// repeats would be answered `converged` with different bodies.
+#[actix_rt::test]
+async fn ct10_same_key_replays_one_transition_across_duplicates_concurrency_and_restart() {
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    let start = format!("/admin/backfills/{ID}/start");
+    assert_eq!(generation(&db, ID).await, 0);
+
+    // Eight concurrent first deliveries, queued in PostgreSQL behind a row
+    // lock held by the test, so they really race.
+    let mut blocker = db.connect().await;
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM backfill WHERE id = '{ID}' FOR UPDATE"
+        ))
+        .await
+        .expect("lock row");
+    let url = server.url.clone();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, start) = (url.clone(), start.clone());
+            actix_rt::spawn(async move {
+                call(&url, "POST", &start, Some(OPERATOR), Some("key-1")).await
+            })
+        })
+        .collect();
+    // One request waits on the row lock, seven on the key's advisory lock.
+    wait_for_lock_waiters(&db, 8).await;
+    blocker.batch_execute("COMMIT").await.expect("release");
+    let responses: Vec<Resp> = join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.expect("task"))
+        .collect();
+    for r in &responses {
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body, responses[0].body, "identical bodies");
+    }
+    assert_eq!(responses[0].body["outcome"], "applied");
+    assert_eq!(responses[0].body["backfill"]["state"], "running");
+    assert_eq!(generation(&db, ID).await, 1, "one generation advance");
+    let bound = db
+        .text(&format!(
+            "SELECT encode(bound, 'hex') AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await;
+    let started_at = db
+        .text(&format!(
+            "SELECT started_at::text AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await;
+
+    // Sequential duplicate.
+    let again = call(&server.url, "POST", &start, Some(OPERATOR), Some("key-1")).await;
+    assert_eq!((again.status, &again.body), (200, &responses[0].body));
+
+    // The source grows; a recaptured bound would show it.
+    db.exec("INSERT INTO items (id) SELECT g FROM generate_series(11, 20) g")
+        .await;
+
+    // Restart: stop the server, start a new one (new engine, new pool) on
+    // the same database, and retry as after a lost response.
+    server.stop().await;
+    let pool = backfill::store::build_pool(&db.url, 4).await.expect("pool");
+    let engine2 =
+        backfill::Engine::new(pool, engine.registry().clone(), engine_config()).expect("engine");
+    let server = serve(admin(engine2));
+    let after_restart = call(&server.url, "POST", &start, Some(OPERATOR), Some("key-1")).await;
+    assert_eq!(
+        (after_restart.status, &after_restart.body),
+        (200, &responses[0].body)
+    );
+
+    // Different keys for the same start, concurrently: they converge.
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (url, start) = (server.url.clone(), start.clone());
+            actix_rt::spawn(async move {
+                call(
+                    &url,
+                    "POST",
+                    &start,
+                    Some(OPERATOR),
+                    Some(&format!("other-{i}")),
+                )
+                .await
+            })
+        })
+        .collect();
+    for r in join_all(tasks).await {
+        let r = r.expect("task");
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["outcome"], "converged");
+    }
+    assert_eq!(generation(&db, ID).await, 1, "still one generation advance");
+    assert_eq!(
+        db.text(&format!(
+            "SELECT encode(bound, 'hex') AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await,
+        bound,
+        "one bound capture"
+    );
+    assert_eq!(
+        db.text(&format!(
+            "SELECT started_at::text AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await,
+        started_at
+    );
+    assert_eq!(
+        db.scalar(&format!("SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{ID}' AND action = 'start' AND outcome = 'applied'")).await,
+        1
+    );
+
+    // The same key for a different action or ID is a 422, and changes nothing.
+    let r = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/pause"),
+        Some(OPERATOR),
+        Some("key-1"),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    let r = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{OTHER}/start"),
+        Some(OPERATOR),
+        Some("key-1"),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(
+        db.text(&format!(
+            "SELECT state AS v FROM backfill WHERE id = '{OTHER}'"
+        ))
+        .await
+        .as_deref(),
+        Some("pending")
+    );
+
+    // No key: 400.
+    let r = call(&server.url, "POST", &start, Some(OPERATOR), None).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.body["error"], "bad_request");
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// CT-10 / ADM-5, LC-3: a conflicting action returns 409 with the current
+/// state and changes nothing; a converged repeat (pause on paused) returns
+/// 200 with the current state; pause advances the generation once and
+/// resume once. Guard: `ActionOutcome::Conflict` -> 409 in `Admin::act_tx`.
+#[actix_rt::test]
+async fn ct10_conflicts_carry_current_state_and_repeats_converge() {
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine));
+    let path = |a: &str| format!("/admin/backfills/{ID}/{a}");
+    let r = call(
+        &server.url,
+        "POST",
+        &path("resume"),
+        Some(OPERATOR),
+        Some("c1"),
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", r.text);
+    assert_eq!(r.body["error"], "conflict");
+    assert_eq!(r.body["current"]["state"], "pending");
+    assert_eq!(r.body["current"]["id"], ID);
+    // The conflict is replayed for its key, even after the state changed.
+    assert_eq!(
+        call(
+            &server.url,
+            "POST",
+            &path("start"),
+            Some(OPERATOR),
+            Some("c2")
+        )
+        .await
+        .status,
+        200
+    );
+    let replay = call(
+        &server.url,
+        "POST",
+        &path("resume"),
+        Some(OPERATOR),
+        Some("c1"),
+    )
+    .await;
+    assert_eq!((replay.status, replay.body), (409, r.body));
+
+    let p1 = call(
+        &server.url,
+        "POST",
+        &path("pause"),
+        Some(OPERATOR),
+        Some("c3"),
+    )
+    .await;
+    assert_eq!(
+        (p1.status, p1.body["outcome"].as_str()),
+        (200, Some("applied"))
+    );
+    assert_eq!(p1.body["prior_state"], "running");
+    assert_eq!(p1.body["backfill"]["state"], "paused");
+    let g = generation(&db, ID).await;
+    let p2 = call(
+        &server.url,
+        "POST",
+        &path("pause"),
+        Some(OPERATOR),
+        Some("c4"),
+    )
+    .await;
+    assert_eq!(
+        (p2.status, p2.body["outcome"].as_str()),
+        (200, Some("converged"))
+    );
+    assert_eq!(p2.body["backfill"]["state"], "paused");
+    assert_eq!(
+        generation(&db, ID).await,
+        g,
+        "a converged repeat changes nothing"
+    );
+    let retry = call(
+        &server.url,
+        "POST",
+        &path("retry"),
+        Some(OPERATOR),
+        Some("c5"),
+    )
+    .await;
+    assert_eq!(retry.status, 409);
+    assert_eq!(retry.body["current"]["state"], "paused");
+    let resumed = call(
+        &server.url,
+        "POST",
+        &path("resume"),
+        Some(OPERATOR),
+        Some("c6"),
+    )
+    .await;
+    assert_eq!(resumed.body["outcome"], "applied");
+    assert_eq!(generation(&db, ID).await, g + 1);
+    let r = call(
+        &server.url,
+        "POST",
+        "/admin/backfills/no.such/start",
+        Some(OPERATOR),
+        Some("c7"),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    // Conflicts are audited with prior = resulting state.
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'conflict' AND prior_state = resulting_state").await,
+        2
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// AUD-1: an audit insert that fails (a trigger injected by the test)
+/// leaves the transition uncommitted: state, bound and generation stay,
+/// no idempotent response is stored, the error body is redacted; once the
+/// fault is gone the same key applies the transition. Guard: the audit
+/// insert inside the action's transaction in `Admin::act_tx`.
+#[actix_rt::test]
+async fn aud1_failed_audit_insert_rolls_back_the_transition() {
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine));
+    db.exec(
+        "CREATE FUNCTION inject_audit_failure() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'injected secret-looking failure'; END $$; \
+         CREATE TRIGGER inject_audit_failure BEFORE INSERT ON backfill_audit FOR EACH ROW \
+         WHEN (NEW.outcome = 'applied') EXECUTE FUNCTION inject_audit_failure()",
+    )
+    .await;
+    let before = snapshot(&db, ID).await;
+    let start = format!("/admin/backfills/{ID}/start");
+    let r = call(&server.url, "POST", &start, Some(OPERATOR), Some("a1")).await;
+    assert!(r.status >= 500, "{}", r.text);
+    assert!(
+        !r.text.contains("injected") && !r.text.contains("INSERT"),
+        "redacted: {}",
+        r.text
+    );
+    assert_eq!(
+        snapshot(&db, ID).await,
+        before,
+        "the transition did not commit"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_request")
+            .await,
+        0
+    );
+    // The failed attempt itself is audited as an error.
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE correlation = 'a1' AND outcome = 'internal'").await,
+        1
+    );
+    db.exec("DROP TRIGGER inject_audit_failure ON backfill_audit")
+        .await;
+    let r = call(&server.url, "POST", &start, Some(OPERATOR), Some("a1")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["outcome"], "applied");
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// CT-11 (API part), VAL-4..7: on a completed row with no claim, explicit
+/// validation persists and returns its outcome and writes audit; no claim,
+/// generation, data, lifecycle, bound, checkpoint or completion changes; a
+/// forced data drift yields `failure` while the row stays completed; a
+/// pending row answers `current-state`; a duplicate or a retry after a lost
+/// response recovers the original outcome; a concurrent request with
+/// another key gets `current-state` while one with the same key joins.
+/// Guards: the savepoint that keeps the definition read-only, the per-ID
+/// advisory lock (`store::validation_try_lock`) and the stored response.
+#[actix_rt::test]
+async fn ct11_explicit_validation_on_completed_row_is_read_only_and_idempotent() {
+    let (db, engine, hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    let validate = format!("/admin/backfills/{ID}/validate");
+    let r = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        Some(OPERATOR),
+        Some("s1"),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    drive(&engine).await;
+    let before = snapshot(&db, ID).await;
+    assert!(before.starts_with("completed|"), "{before}");
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT count(*) AS v FROM backfill WHERE id = '{ID}' AND owner IS NULL"
+        ))
+        .await,
+        1
+    );
+
+    // success
+    let ok = call(&server.url, "POST", &validate, Some(OPERATOR), Some("v1")).await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    assert_eq!(ok.body["outcome"], "success");
+    assert_eq!(ok.body["state"], "completed");
+    assert!(ok.body["validated_at"].is_string());
+    assert_eq!(snapshot(&db, ID).await, before);
+    let detail = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(detail.body["validation"]["outcome"], "success");
+    assert_eq!(detail.body["validation"]["at"], ok.body["validated_at"]);
+    // duplicate / lost response: the same key returns the original outcome
+    let dup = call(&server.url, "POST", &validate, Some(OPERATOR), Some("v1")).await;
+    assert_eq!(dup.body, ok.body);
+
+    // failure after a forced drift; completion stays
+    db.exec("UPDATE items SET n = 2 WHERE id = 3").await;
+    let drifted = snapshot(&db, ID).await;
+    let bad = call(&server.url, "POST", &validate, Some(OPERATOR), Some("v2")).await;
+    assert_eq!(bad.status, 200, "{}", bad.text);
+    assert_eq!(bad.body["outcome"], "failure");
+    assert_eq!(bad.body["state"], "completed");
+    let text = bad.body["detail"].as_str().expect("detail");
+    assert!(!text.is_empty() && text.len() <= 512);
+    assert_eq!(
+        snapshot(&db, ID).await,
+        drifted,
+        "completion, generation and data unchanged"
+    );
+    let detail = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(detail.body["state"], "completed");
+    assert_eq!(detail.body["validation"]["outcome"], "failure");
+
+    // concurrent: v3 runs and waits in the definition; v4 gets current-state;
+    // a duplicate of v3 joins it and gets the same outcome.
+    let mut gate = hooks.gate_in_validate();
+    let url = server.url.clone();
+    let first = {
+        let (url, validate) = (url.clone(), validate.clone());
+        actix_rt::spawn(
+            async move { call(&url, "POST", &validate, Some(OPERATOR), Some("v3")).await },
+        )
+    };
+    gate.reached().await;
+    // Bounded wait: without the per-ID lock this request would run a second
+    // validation and block at the gate.
+    let busy = tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        call(&server.url, "POST", &validate, Some(OPERATOR), Some("v4")),
+    )
+    .await
+    .expect("a concurrent validation must answer current-state, not run");
+    assert_eq!(busy.status, 200);
+    assert_eq!(busy.body["outcome"], "current-state", "{}", busy.text);
+    assert_eq!(busy.body["state"], "completed");
+    assert!(busy.body["reason"]
+        .as_str()
+        .expect("reason")
+        .contains("running"));
+    let joined = {
+        let (url, validate) = (url.clone(), validate.clone());
+        actix_rt::spawn(
+            async move { call(&url, "POST", &validate, Some(OPERATOR), Some("v3")).await },
+        )
+    };
+    wait_for_lock_waiters(&db, 1).await;
+    gate.release();
+    let first = first.await.expect("task");
+    let joined = joined.await.expect("task");
+    hooks.clear_gates();
+    assert_eq!(first.body["outcome"], "failure");
+    assert_eq!(
+        joined.body, first.body,
+        "the duplicate joined the running validation"
+    );
+    // The current-state answer was not an outcome: retrying v4 runs it now.
+    let v4 = call(&server.url, "POST", &validate, Some(OPERATOR), Some("v4")).await;
+    assert_eq!(v4.body["outcome"], "failure");
+
+    // pending: current-state without running
+    let pending = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{OTHER}/validate"),
+        Some(OPERATOR),
+        Some("v5"),
+    )
+    .await;
+    assert_eq!(pending.body["outcome"], "current-state");
+    assert_eq!(pending.body["state"], "pending");
+    assert_eq!(
+        db.text(&format!(
+            "SELECT validation_outcome AS v FROM backfill WHERE id = '{OTHER}'"
+        ))
+        .await,
+        None
+    );
+
+    assert_eq!(
+        snapshot(&db, ID).await,
+        drifted,
+        "nothing but the validation record changed"
+    );
+    let audited = db
+        .scalar(&format!(
+            "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{ID}' AND action = 'validate' \
+             AND prior_state = 'completed' AND resulting_state = 'completed'"
+        ))
+        .await;
+    // v1, v1 replay (no state), v2, v3, v4 busy, v3 replay (no state), v4.
+    assert_eq!(audited, 5);
+    assert_eq!(
+        db.scalar(&format!("SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{ID}' AND action = 'validate' AND outcome = 'replayed'")).await,
+        2
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// ADM-2, ADM-3: the detail renders bound and checkpoint in the key's type,
+/// progress as a fraction (null while unknown), owner disposition, the
+/// gating flag; the list pages by ID.
+#[actix_rt::test]
+async fn adm2_detail_and_list_project_postgres_state() {
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    let d = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(d.body["state"], "pending");
+    assert_eq!(
+        d.body["progress"]["fraction"],
+        Value::Null,
+        "unknown, not zero"
+    );
+    assert_eq!(
+        d.body["readiness"],
+        serde_json::json!({"required": true, "gating": true})
+    );
+    call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        Some(OPERATOR),
+        Some("d1"),
+    )
+    .await;
+    let mut claim = engine
+        .claim_next("worker-a", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    engine.run_batch(&mut claim).await.expect("batch");
+    let d = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(d.body["bound"], 10);
+    assert_eq!(d.body["checkpoint"], 4);
+    assert_eq!(d.body["progress"]["fraction"], 0.4);
+    assert_eq!(d.body["owner"]["disposition"], "held");
+    assert_eq!(d.body["owner"]["worker"], "worker-a");
+    db.expire_lease(ID).await;
+    let d = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(d.body["owner"]["disposition"], "expired");
+    let page = call(
+        &server.url,
+        "GET",
+        "/admin/backfills?limit=1",
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(page.body["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(page.body["items"][0]["id"], ID);
+    assert_eq!(page.body["next_after"], ID);
+    let page2 = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills?limit=1&after={ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(page2.body["items"][0]["id"], OTHER);
+    assert_eq!(page2.body["items"][0]["readiness"]["required"], false);
+    let bad = call(
+        &server.url,
+        "GET",
+        "/admin/backfills?limit=0",
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+    let audit = call(
+        &server.url,
+        "GET",
+        &format!("/admin/audit?backfill={ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(audit.body["items"][0]["action"], "start");
+    assert_eq!(audit.body["items"][0]["actor"], "ops");
+    assert_eq!(audit.body["items"][0]["correlation"], "d1");
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// The OpenAPI 3 document is served, generated from the handlers, and lists
+/// every route with its methods and error bodies. The document is written
+/// to `target/tmp/openapi.json` for `.ci/run`'s openapi-spec-validator step.
+#[actix_rt::test]
+async fn adm_openapi_document_lists_every_route() {
+    let (_db, engine, _hooks) = setup(1).await;
+    let server = serve(admin(engine));
+    let r = call(&server.url, "GET", "/openapi.json", None, None).await;
+    assert_eq!(r.status, 200);
+    let doc = &r.body;
+    assert!(doc["openapi"].as_str().expect("openapi").starts_with("3."));
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut expected = vec![
+        ("/admin/backfills", "get"),
+        ("/admin/backfills/{id}", "get"),
+        ("/admin/audit", "get"),
+        ("/openapi.json", "get"),
+    ];
+    let actions = ["start", "pause", "resume", "retry", "validate"];
+    let action_paths: Vec<String> = actions
+        .iter()
+        .map(|a| format!("/admin/backfills/{{id}}/{a}"))
+        .collect();
+    for p in &action_paths {
+        expected.push((p.as_str(), "post"));
+    }
+    for (path, method) in &expected {
+        let op = &paths.get(*path).unwrap_or_else(|| panic!("missing {path}"))[*method];
+        assert!(op.is_object(), "missing {method} {path}");
+        if path.starts_with("/admin") {
+            for status in ["200", "401", "403"] {
+                assert!(
+                    op["responses"][status].is_object(),
+                    "{method} {path} lacks {status}"
+                );
+            }
+        }
+        if *method == "post" {
+            assert!(op["responses"]["400"].is_object() && op["responses"]["422"].is_object());
+        }
+    }
+    assert_eq!(
+        paths.len(),
+        expected.len(),
+        "no undocumented or destructive routes"
+    );
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("openapi.json");
+    std::fs::write(&out, &r.text).expect("write openapi.json");
+    server.stop().await;
+}
+
+/// The admin layer wakes the host's supervisor only after an accepted
+/// start/resume/retry commits; converged repeats, conflicts, pauses and
+/// replays do not wake it (the wake is a hint, never authority).
+#[actix_rt::test]
+async fn adm_waker_fires_only_after_accepted_activation() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (db, engine, _hooks) = setup(3).await;
+    let woken = Arc::new(AtomicUsize::new(0));
+    let w = woken.clone();
+    let admin = admin(engine).with_waker(Arc::new(move |id: &str| {
+        assert_eq!(id, ID);
+        w.fetch_add(1, Ordering::SeqCst);
+    }));
+    let server = serve(admin);
+    let path = |a: &str| format!("/admin/backfills/{ID}/{a}");
+    let calls = [
+        ("start", "w1", 1),
+        ("start", "w1", 1),
+        ("start", "w2", 1),
+        ("pause", "w3", 1),
+        ("retry", "w4", 1),
+        ("resume", "w5", 2),
+    ];
+    for (action, key, expected) in calls {
+        call(
+            &server.url,
+            "POST",
+            &path(action),
+            Some(OPERATOR),
+            Some(key),
+        )
+        .await;
+        assert_eq!(woken.load(Ordering::SeqCst), expected, "{action} {key}");
+    }
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// ADM-6: no destructive control exists: reset, rewind, bound edit,
+/// delete, force-complete, release and cancel are not routes, and trying
+/// them changes nothing.
+#[actix_rt::test]
+async fn adm6_no_destructive_routes() {
+    let (db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine));
+    let r = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        Some(OPERATOR),
+        Some("x1"),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let before = snapshot(&db, ID).await;
+    let base = format!("/admin/backfills/{ID}");
+    let attempts = [
+        ("DELETE", base.clone()),
+        ("PUT", base.clone()),
+        ("PATCH", base.clone()),
+        ("POST", base.clone()),
+        ("POST", format!("{base}/reset")),
+        ("POST", format!("{base}/rewind")),
+        ("POST", format!("{base}/complete")),
+        ("POST", format!("{base}/release")),
+        ("POST", format!("{base}/cancel")),
+        ("POST", format!("{base}/bound")),
+    ];
+    for (method, path) in attempts {
+        let r = call(&server.url, method, &path, Some(OPERATOR), Some("x2")).await;
+        assert!(
+            matches!(r.status, 404 | 405),
+            "{method} {path}: {}",
+            r.status
+        );
+    }
+    assert_eq!(snapshot(&db, ID).await, before);
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// VAL-4, VAL-6: when the definition cannot run (a transient error), the
+/// answer is `current-state` with a bounded reason, nothing is recorded on
+/// the row, and the same key runs the validation once it can.
+#[actix_rt::test]
+async fn ct11_validation_that_cannot_run_reports_current_state() {
+    let (db, engine, hooks) = setup(4).await;
+    let server = serve(admin(engine.clone()));
+    call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        Some(OPERATOR),
+        Some("s"),
+    )
+    .await;
+    drive(&engine).await;
+    let validate = format!("/admin/backfills/{ID}/validate");
+    let before = db
+        .text(&format!(
+            "SELECT validated_at::text AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await;
+    *hooks.fail_validate.lock() = Some(backfill::RepairError::Retryable("lock timeout".into()));
+    let r = call(&server.url, "POST", &validate, Some(OPERATOR), Some("u1")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["outcome"], "current-state");
+    assert!(r.body["reason"]
+        .as_str()
+        .expect("reason")
+        .contains("could not run"));
+    assert_eq!(
+        db.text(&format!(
+            "SELECT validated_at::text AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await,
+        before,
+        "nothing recorded"
+    );
+    *hooks.fail_validate.lock() = None;
+    let r = call(&server.url, "POST", &validate, Some(OPERATOR), Some("u1")).await;
+    assert_eq!(r.body["outcome"], "success", "{}", r.text);
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// VAL-4, VAL-5: explicit validation is read-only even when a definition
+/// writes during validation: its writes are rolled back (the savepoint in
+/// `Admin::validate`), the outcome is still reported and recorded. Guard:
+/// the always-rolled-back savepoint around the definition's validation.
+#[actix_rt::test]
+async fn ct11_explicit_validation_cannot_commit_definition_writes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let db = support::test_db().await;
+    db.exec(&support::repairs::items_sql(4)).await;
+    let careless = Arc::new(AtomicBool::new(false));
+    let registry = backfill::Registry::new()
+        .with(CarelessCounter {
+            inner: support::repairs::Counter::new(ID, 4, support::repairs::Hooks::new()),
+            careless: careless.clone(),
+        })
+        .expect("definition");
+    let engine = backfill::Engine::new(db.pool.clone(), registry, engine_config()).expect("engine");
+    engine.register().await.expect("register");
+    let server = serve(admin(engine.clone()));
+    call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/start"),
+        Some(OPERATOR),
+        Some("s"),
+    )
+    .await;
+    drive(&engine).await;
+    let before = snapshot(&db, ID).await;
+    assert!(before.starts_with("completed|"), "{before}");
+    careless.store(true, Ordering::SeqCst);
+    let r = call(
+        &server.url,
+        "POST",
+        &format!("/admin/backfills/{ID}/validate"),
+        Some(OPERATOR),
+        Some("w1"),
+    )
+    .await;
+    assert_eq!(r.body["outcome"], "success", "{}", r.text);
+    assert_eq!(
+        snapshot(&db, ID).await,
+        before,
+        "the definition's writes did not commit"
+    );
+    assert_eq!(
+        db.text(&format!(
+            "SELECT validation_outcome AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await
+        .as_deref(),
+        Some("success")
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}

@@ -1,0 +1,274 @@
+//! `backfill ctl` against a live admin server (ADM-1, ADM-3, CT-11 client
+//! part): the real binary, the real HTTP server, a real PostgreSQL.
+
+mod support;
+
+use std::process::Command;
+use support::admin::*;
+
+/// Exit code, stdout, stderr of one `backfill ctl` run.
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+async fn ctl(url: &str, token: Option<&str>, args: &[&str]) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_backfill"));
+    cmd.arg("ctl").arg("--url").arg(url);
+    if let Some(t) = token {
+        cmd.arg("--token").arg(t);
+    }
+    cmd.args(args)
+        .env_remove("BACKFILL_TOKEN")
+        .env_remove("BACKFILL_URL");
+    let out = actix_rt::task::spawn_blocking(move || cmd.output())
+        .await
+        .expect("join")
+        .expect("run backfill ctl");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// ADM-1: list, start, pause, a conflict (exit 3), a bad token (exit 4), a
+/// malformed ID (exit 2), watch with one refresh, and on a completed row an
+/// explicit validation whose outcome the client shows (CT-11). Guard: the
+/// CLI's status mapping (409 -> 3, 401/403 -> 4) and the idempotency key
+/// it sends (without it the server answers 400 and the start fails).
+#[actix_rt::test]
+async fn ctl_drives_the_admin_api_with_exit_codes() {
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    let url = server.url.as_str();
+
+    let list = ctl(url, Some(READER), &["list"]).await;
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    assert!(
+        list.stdout.contains(ID) && list.stdout.contains("pending"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.stdout.contains("unknown"),
+        "pending progress is unknown: {}",
+        list.stdout
+    );
+
+    let json = ctl(url, Some(READER), &["list", "--json"]).await;
+    let page: serde_json::Value = serde_json::from_str(&json.stdout).expect("--json is JSON");
+    assert_eq!(page["items"][0]["id"], ID);
+
+    let start = ctl(url, Some(OPERATOR), &["start", ID]).await;
+    assert_eq!(start.code, 0, "{}", start.stderr);
+    assert!(
+        start
+            .stdout
+            .contains("applied (pending -> running), generation 1"),
+        "{}",
+        start.stdout
+    );
+    let again = ctl(url, Some(OPERATOR), &["start", ID]).await;
+    assert_eq!(again.code, 0);
+    assert!(again.stdout.contains("converged"), "{}", again.stdout);
+
+    let pause = ctl(url, Some(OPERATOR), &["pause", ID]).await;
+    assert_eq!(pause.code, 0, "{}", pause.stderr);
+    assert!(
+        pause.stdout.contains("running -> paused"),
+        "{}",
+        pause.stdout
+    );
+
+    let conflict = ctl(url, Some(OPERATOR), &["retry", ID]).await;
+    assert_eq!(conflict.code, 3, "{} {}", conflict.stdout, conflict.stderr);
+    assert!(
+        conflict.stderr.contains("current state paused"),
+        "{}",
+        conflict.stderr
+    );
+
+    let bad = ctl(url, Some("wrong-token"), &["list"]).await;
+    assert_eq!(bad.code, 4, "{}", bad.stderr);
+    assert!(!bad.stdout.contains(ID));
+    let none = ctl(url, None, &["pause", ID]).await;
+    assert_eq!(none.code, 4);
+    let ro = ctl(url, Some(READER), &["resume", ID]).await;
+    assert_eq!(ro.code, 4, "read-only principal cannot act");
+    let usage = ctl(url, Some(READER), &["show", "Not An ID"]).await;
+    assert_eq!(usage.code, 2, "{}", usage.stderr);
+    let missing = ctl(url, Some(READER), &["show"]).await;
+    assert_eq!(missing.code, 2);
+
+    let watch = ctl(
+        url,
+        Some(READER),
+        &["watch", ID, "--count", "1", "--interval", "0.1"],
+    )
+    .await;
+    assert_eq!(watch.code, 0, "{}", watch.stderr);
+    assert!(
+        watch.stdout.contains(ID) && watch.stdout.contains("paused"),
+        "{}",
+        watch.stdout
+    );
+    assert!(
+        watch.stdout.contains("ROWS/S") && watch.stdout.contains('['),
+        "{}",
+        watch.stdout
+    );
+
+    let resume = ctl(url, Some(OPERATOR), &["resume", ID]).await;
+    assert_eq!(resume.code, 0, "{}", resume.stderr);
+    drive(&engine).await;
+    let validate = ctl(url, Some(OPERATOR), &["validate", ID]).await;
+    assert_eq!(validate.code, 0, "{}", validate.stderr);
+    assert!(
+        validate.stdout.contains("success (state completed)"),
+        "{}",
+        validate.stdout
+    );
+    let show = ctl(url, Some(READER), &["show", ID]).await;
+    assert!(
+        show.stdout.contains("completed") && show.stdout.contains("validation    success"),
+        "{}",
+        show.stdout
+    );
+    let watch = ctl(
+        url,
+        Some(READER),
+        &["watch", "--count", "2", "--interval", "0.05"],
+    )
+    .await;
+    assert_eq!(watch.code, 0);
+    assert!(
+        watch.stdout.contains("100.0%") && watch.stdout.contains("done"),
+        "{}",
+        watch.stdout
+    );
+
+    let audit = ctl(url, Some(READER), &["audit", ID]).await;
+    assert_eq!(audit.code, 0);
+    for word in ["start", "pause", "resume", "validate", "conflict", "ops"] {
+        assert!(audit.stdout.contains(word), "{word}: {}", audit.stdout);
+    }
+    // Every action the client sent carried a key: one audit row per start.
+    assert_eq!(
+        db.scalar(&format!("SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{ID}' AND action = 'start' AND outcome = 'applied'")).await,
+        1
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// ADM-3: when the server cannot be reached, `watch` shows the refresh as
+/// stale (never zero) and exits 5; so do reads and actions.
+#[actix_rt::test]
+async fn ctl_failed_refresh_is_stale_and_exits_5() {
+    let (_db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine));
+    let url = server.url.clone();
+    server.stop().await;
+    let watch = ctl(&url, Some(READER), &["watch", "--count", "1"]).await;
+    assert_eq!(watch.code, 5, "{}", watch.stderr);
+    assert!(watch.stdout.contains("STALE"), "{}", watch.stdout);
+    assert!(!watch.stdout.contains("0.0%"), "{}", watch.stdout);
+    let list = ctl(&url, Some(READER), &["list"]).await;
+    assert_eq!(list.code, 5);
+    let start = ctl(&url, Some(OPERATOR), &["start", ID]).await;
+    assert_eq!(start.code, 5);
+}
+
+/// A TCP proxy in front of the server whose FIRST connection forwards the
+/// request, waits until the server has answered (so the action committed),
+/// then closes the client's connection without the response: a response
+/// lost after commit. Later connections are piped through unchanged.
+fn lossy_proxy(upstream: &str) -> String {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut first = true;
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut server) = TcpStream::connect(&upstream) else {
+                return;
+            };
+            if first {
+                first = false;
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match client.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                server.write_all(&request).expect("forward");
+                // Block until the server's answer starts: it has committed.
+                let _ = server.read(&mut buf);
+                let _ = client.shutdown(Shutdown::Both);
+                continue;
+            }
+            let (mut c2, mut s2) = (
+                client.try_clone().expect("clone"),
+                server.try_clone().expect("clone"),
+            );
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut s2);
+                let _ = s2.shutdown(Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut server, &mut client);
+                let _ = client.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// ADM-4 through the client: the first response to `start` is lost after
+/// the server committed; `backfill ctl` re-sends with the SAME
+/// Idempotency-Key and prints the original outcome. One transition, one
+/// generation advance, one `applied` audit row plus one `replayed` row.
+/// Guard: the client's key reuse across re-sends (a fresh key per attempt
+/// would print `converged`) and the server's stored response.
+#[actix_rt::test]
+async fn ctl_resends_with_the_same_key_after_a_lost_response() {
+    let (db, engine, _hooks) = setup(5).await;
+    let server = serve(admin(engine));
+    let proxy = lossy_proxy(&server.url);
+    let start = ctl(&proxy, Some(OPERATOR), &["start", ID]).await;
+    assert_eq!(start.code, 0, "{}", start.stderr);
+    assert!(
+        start
+            .stdout
+            .contains("applied (pending -> running), generation 1"),
+        "{}",
+        start.stdout
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT generation AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await,
+        1
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'applied'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'replayed'")
+            .await,
+        1,
+        "the re-send was answered from the stored response"
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
