@@ -11,6 +11,9 @@
 //! only the rows that still need work), so the checkpoint means "every row up
 //! to here is done" and `rows` at capture time is the true amount of work.
 
+// Every mutation locks its rows in id order first (a CTE with ORDER BY id
+// FOR UPDATE): the four repairs touch the same rows concurrently, and one
+// lock order for all of them turns would-be deadlocks into short waits.
 use crate::repair::{Repair, RepairError, SourceSet, Validation};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -198,9 +201,10 @@ impl Repair for AuthorNorm {
 
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
         diesel::sql_query(concat!(
-            "UPDATE events SET author_norm = ",
+            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
+             UPDATE events SET author_norm = ",
             normalize_author!("author"),
-            " WHERE id = ANY($1)"
+            " FROM locked WHERE events.id = locked.id"
         ))
         .bind::<Array<BigInt>, _>(keys)
         .execute(conn)
@@ -359,9 +363,13 @@ impl Repair for ContentLen {
         let ids: Vec<i64> = keys.iter().map(|k| k.1).collect();
         let ats: Vec<DateTime<Utc>> = keys.iter().map(|k| k.0).collect();
         diesel::sql_query(
-            "UPDATE events e SET content_len = char_length(e.content) \
-             FROM unnest($1::timestamptz[], $2::bigint[]) AS k(created_at, id) \
-             WHERE e.id = k.id AND e.created_at = k.created_at",
+            "WITH locked AS ( \
+                 SELECT e.id FROM events e \
+                 JOIN unnest($1::timestamptz[], $2::bigint[]) AS k(created_at, id) \
+                   ON e.id = k.id AND e.created_at = k.created_at \
+                 ORDER BY e.id FOR UPDATE OF e) \
+             UPDATE events e SET content_len = char_length(e.content) \
+             FROM locked WHERE e.id = locked.id",
         )
         .bind::<Array<Timestamptz>, _>(ats)
         .bind::<Array<BigInt>, _>(ids)
@@ -497,9 +505,10 @@ impl Repair for TagCount {
         // The selection checked that every key has array tags, in this same
         // transaction; the CASE keeps the statement from raising regardless.
         diesel::sql_query(concat!(
-            "UPDATE events SET tag_count = ",
+            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
+             UPDATE events SET tag_count = ",
             tag_count_of!("tags"),
-            " WHERE id = ANY($1)"
+            " FROM locked WHERE events.id = locked.id"
         ))
         .bind::<Array<BigInt>, _>(keys)
         .execute(conn)
@@ -605,7 +614,10 @@ impl Repair for TouchCount {
     }
 
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        diesel::sql_query("UPDATE events SET touch_count = touch_count + 1 WHERE id = ANY($1)")
+        diesel::sql_query(
+            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
+             UPDATE events SET touch_count = touch_count + 1 FROM locked WHERE events.id = locked.id",
+        )
             .bind::<Array<BigInt>, _>(keys)
             .execute(conn)
             .await?;

@@ -201,7 +201,10 @@ async fn progress(host: &Host, exit_when_done: bool) -> DemoExit {
             Some(rows) => render(rows, &mut rates),
             None => vec!["  (progress unknown: the database could not be read)".into()],
         };
-        let ready = host.readiness.evaluate().await.ready;
+        // One read drives the whole frame, so header and lines agree.
+        let ready = rows
+            .as_ref()
+            .is_some_and(|rows| !rows.is_empty() && rows.iter().all(|r| r.state == "completed"));
         let header = format!(
             "backfills ({}), readiness: {}",
             if ready { "all completed" } else { "working" },
