@@ -22,16 +22,19 @@ pub type PooledConn<'a> = PooledConnection<'a, AsyncPgConnection>;
 /// A tokio-postgres connection's driver runs on the runtime that created it;
 /// created on an actix arbiter or a short-lived test runtime, it would die
 /// with that thread and break the pooled connection (DESIGN.md facts).
-fn connection_runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("backfill-pg-driver")
-            .enable_all()
-            .build()
-            .expect("the connection runtime must start (no I/O has happened yet)")
-    })
+fn connection_runtime() -> Result<&'static tokio::runtime::Runtime, StoreError> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("backfill-pg-driver")
+                .enable_all()
+                .build()
+                .map_err(|e| e.kind().to_string())
+        })
+        .as_ref()
+        .map_err(|e| StoreError::Pool(format!("cannot start the connection runtime: {e}")))
 }
 
 /// Build a pool of `size` connections to `url`.
@@ -44,6 +47,7 @@ pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
         let url = url.to_string();
         async move {
             connection_runtime()
+                .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?
                 .spawn(async move { AsyncPgConnection::establish(&url).await })
                 .await
                 .map_err(|_| {
@@ -72,7 +76,7 @@ pub async fn run_migrations(url: &str) -> Result<(), StoreError> {
 /// for its own schema, kept apart from the framework's tables).
 pub async fn run_embedded(url: &str, migrations: EmbeddedMigrations) -> Result<(), StoreError> {
     let url = url.to_string();
-    let handle = connection_runtime().handle().clone();
+    let handle = connection_runtime()?.handle().clone();
     tokio::task::spawn_blocking(move || {
         let _guard = handle.enter();
         let mut conn = <diesel_async::async_connection_wrapper::AsyncConnectionWrapper<
@@ -136,7 +140,7 @@ pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, S
 /// established on the connection runtime like pooled ones.
 pub async fn connect_dedicated(url: &str) -> Result<AsyncPgConnection, StoreError> {
     let url = url.to_string();
-    connection_runtime()
+    connection_runtime()?
         .spawn(async move { AsyncPgConnection::establish(&url).await })
         .await
         .map_err(|_| StoreError::Pool("connection task ended".into()))?
