@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use support::repairs::*;
-use support::{test_db, TestDb};
+use support::{drive, test_db, TestDb};
 
 const ID: &str = "items.counter";
 
@@ -79,38 +79,6 @@ async fn state(engine: &Engine) -> State {
         .state
         .parse()
         .expect("state")
-}
-
-/// Claim, run batches and validate until nothing is claimable.
-async fn drive(engine: &Engine, worker: &str) {
-    for _ in 0..1000 {
-        let Some(mut claim) = engine.claim_next(worker, &[]).await.expect("claim") else {
-            return;
-        };
-        match claim.phase {
-            Phase::Execute => loop {
-                match engine.run_batch(&mut claim).await {
-                    Ok(BatchOutcome::Committed {
-                        reached_bound: false,
-                        ..
-                    }) => continue,
-                    Ok(_) => break,
-                    Err(e) => {
-                        let class = e.classification().expect("recordable");
-                        engine.record_failure(&claim, &class).await.expect("record");
-                        break;
-                    }
-                }
-            },
-            Phase::Validate => {
-                if let Err(e) = engine.validate_claimed(&claim).await {
-                    let class = e.classification().expect("recordable");
-                    engine.record_failure(&claim, &class).await.expect("record");
-                }
-            }
-        }
-    }
-    panic!("drive did not settle");
 }
 
 // ---------------------------------------------------------------- CT-1

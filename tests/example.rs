@@ -18,11 +18,11 @@ use backfill::example::{
     TOUCH_COUNT_ID,
 };
 use backfill::repair::Repair;
-use backfill::{BatchOutcome, Engine, EngineConfig, Phase, State, Validation};
+use backfill::{BatchOutcome, Engine, EngineConfig, State, Validation};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use support::{test_db, TestDb};
+use support::{drive, test_db, TestDb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn config() -> EngineConfig {
@@ -74,39 +74,6 @@ async fn state(engine: &Engine, id: &str) -> State {
         .state
         .parse()
         .expect("state")
-}
-
-/// Claim, run batches and validate until nothing is claimable (the same
-/// loop as tests/conformance.rs, i.e. what the actor runtime does).
-async fn drive(engine: &Engine, worker: &str) {
-    for _ in 0..10_000 {
-        let Some(mut claim) = engine.claim_next(worker, &[]).await.expect("claim") else {
-            return;
-        };
-        match claim.phase {
-            Phase::Execute => loop {
-                match engine.run_batch(&mut claim).await {
-                    Ok(BatchOutcome::Committed {
-                        reached_bound: false,
-                        ..
-                    }) => continue,
-                    Ok(_) => break,
-                    Err(e) => {
-                        let class = e.classification().expect("recordable");
-                        engine.record_failure(&claim, &class).await.expect("record");
-                        break;
-                    }
-                }
-            },
-            Phase::Validate => {
-                if let Err(e) = engine.validate_claimed(&claim).await {
-                    let class = e.classification().expect("recordable");
-                    engine.record_failure(&claim, &class).await.expect("record");
-                }
-            }
-        }
-    }
-    panic!("drive did not settle");
 }
 
 // ------------------------------------------------------------ schema

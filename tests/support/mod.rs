@@ -129,3 +129,37 @@ fn throwaway_cluster() -> Result<String, String> {
         .map(|pg| pg.keep())
         .map_err(|e| e.to_string())
 }
+
+/// Claim, run batches and validate until nothing is claimable: the loop the
+/// actor runtime runs, driven directly through the production engine.
+pub async fn drive(engine: &backfill::Engine, worker: &str) {
+    use backfill::{BatchOutcome, Phase};
+    for _ in 0..10_000 {
+        let Some(mut claim) = engine.claim_next(worker, &[]).await.expect("claim") else {
+            return;
+        };
+        match claim.phase {
+            Phase::Execute => loop {
+                match engine.run_batch(&mut claim).await {
+                    Ok(BatchOutcome::Committed {
+                        reached_bound: false,
+                        ..
+                    }) => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        let class = e.classification().expect("recordable");
+                        engine.record_failure(&claim, &class).await.expect("record");
+                        break;
+                    }
+                }
+            },
+            Phase::Validate => {
+                if let Err(e) = engine.validate_claimed(&claim).await {
+                    let class = e.classification().expect("recordable");
+                    engine.record_failure(&claim, &class).await.expect("record");
+                }
+            }
+        }
+    }
+    panic!("drive did not settle");
+}
