@@ -82,6 +82,30 @@ impl TestDb {
     }
 }
 
+/// Each test's database is dropped when the test ends (pass or fail), so
+/// test runs do not accumulate databases on a shared server.
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(mut conn) = store::connect_dedicated(server_url()).await {
+                    let _ = conn
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
 /// The server every test database is created on.
 pub fn server_url() -> &'static str {
     static URL: OnceLock<String> = OnceLock::new();
