@@ -6,6 +6,7 @@
 //! owner cannot pass. See `ARCHITECTURE.md` for the map and
 //! `../shared/spec/CONTRACT.md` for the requirement IDs cited throughout.
 
+pub mod bench;
 pub mod engine;
 pub mod example;
 pub mod host;

@@ -29,6 +29,9 @@ enum Command {
     Serve(ServeArgs),
     /// Insert example events fast.
     Seed(SeedArgs),
+    /// Throughput benchmark: the engine against a PL/pgSQL loop and a
+    /// minimal client loop on the same database (benches/README.md).
+    Bench(backfill::bench::BenchArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -244,6 +247,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                     DemoExit::Stuck => Ok(1),
                 }
             })
+        }
+        Command::Bench(args) => {
+            init_logging(cli.log_format, "warn");
+            actix_rt::System::new()
+                .block_on(async move { backfill::bench::run(args).await.context("bench failed") })
         }
         Command::Seed(args) => {
             init_logging(cli.log_format, "info");

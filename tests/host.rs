@@ -74,7 +74,9 @@ async fn states(db: &TestDb) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for id in ids {
         let state = db
-            .text(&format!("SELECT state AS v FROM backfill WHERE id = '{id}'"))
+            .text(&format!(
+                "SELECT state AS v FROM backfill WHERE id = '{id}'"
+            ))
             .await
             .unwrap_or_else(|| "missing".into());
         out.push((id.to_string(), state));
@@ -89,9 +91,11 @@ async fn all_in(db: &TestDb, state: &str) -> bool {
 /// Hold a row lock on one event so every repair's batch waits on it.
 async fn hold_event_lock(db: &TestDb) -> AsyncPgConnection {
     let mut conn = db.connect().await;
-    conn.batch_execute("BEGIN; SELECT id FROM events WHERE id = (SELECT min(id) FROM events) FOR UPDATE")
-        .await
-        .unwrap();
+    conn.batch_execute(
+        "BEGIN; SELECT id FROM events WHERE id = (SELECT min(id) FROM events) FOR UPDATE",
+    )
+    .await
+    .unwrap();
     conn
 }
 
@@ -168,8 +172,10 @@ async fn ct13_migrate_off_missing_schema_fails_startup_naming_it() {
     assert!(matches!(err, HostError::Schema(_)), "{err}");
     assert!(err.to_string().contains("events"), "{err}");
     assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'")
-            .await,
+        db.scalar(
+            "SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'"
+        )
+        .await,
         0,
         "a backfill never changes schema"
     );
@@ -182,8 +188,10 @@ async fn ct13_on_off_migrates_and_never_gates() {
     let db = test_db().await;
     let host = Host::start(host_config(&db, true, false)).await.unwrap();
     assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'")
-            .await,
+        db.scalar(
+            "SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'"
+        )
+        .await,
         1
     );
     assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);

@@ -9,6 +9,7 @@
 mod audit;
 mod backfill;
 mod pool;
+mod prepared;
 
 pub use audit::*;
 pub use backfill::*;
@@ -16,6 +17,7 @@ pub use pool::{
     build_pool, database_recreate, run_embedded, run_migrations, url_with_database, Pool,
     PooledConn, MIGRATIONS,
 };
+pub use prepared::{cached, Cached};
 
 use crate::repair::RepairError;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};

@@ -46,7 +46,11 @@ pub async fn request(
     let chunked = head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
-    let text = if chunked { dechunk(rest) } else { rest.to_string() };
+    let text = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
     let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
     Response { status, body, text }
 }
