@@ -348,11 +348,14 @@ pub async fn batch_set_timeouts(
     statement_timeout_ms: i64,
     lock_timeout_ms: i64,
 ) -> Result<(), StoreError> {
-    diesel::sql_query(
-        "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)",
+    super::cached(
+        diesel::sql_query(
+            "SELECT set_config('statement_timeout', $1, true), \
+                    set_config('lock_timeout', $2, true)",
+        )
+        .bind::<Text, _>(statement_timeout_ms.to_string())
+        .bind::<Text, _>(lock_timeout_ms.to_string()),
     )
-    .bind::<Text, _>(statement_timeout_ms.to_string())
-    .bind::<Text, _>(lock_timeout_ms.to_string())
     .execute(conn)
     .await?;
     Ok(())
@@ -384,8 +387,10 @@ pub async fn checkpoint_advance(
         #[diesel(sql_type = Text)]
         state: String,
     }
-    let row: Option<Advanced> = diesel::sql_query(
-        "UPDATE backfill SET checkpoint = $5, checkpoint_json = $6, \
+    // A cached prepared statement: one round trip instead of two per batch.
+    let row: Option<Advanced> = super::cached(
+        diesel::sql_query(
+            "UPDATE backfill SET checkpoint = $5, checkpoint_json = $6, \
              rows_done = rows_done + $7, batches_done = batches_done + 1, attempts = 0, \
              state = CASE WHEN $5 = bound THEN 'validating' ELSE state END, \
              owner = CASE WHEN $5 = bound THEN NULL ELSE owner END, \
@@ -396,14 +401,15 @@ pub async fn checkpoint_advance(
            AND checkpoint IS NOT DISTINCT FROM $4 \
            AND $5 > coalesce(checkpoint, ''::bytea) AND $5 <= bound \
          RETURNING state",
+        )
+        .bind::<Text, _>(id)
+        .bind::<Text, _>(worker)
+        .bind::<BigInt, _>(generation)
+        .bind::<Nullable<Binary>, _>(expected)
+        .bind::<Binary, _>(checkpoint)
+        .bind::<Jsonb, _>(checkpoint_json)
+        .bind::<BigInt, _>(rows),
     )
-    .bind::<Text, _>(id)
-    .bind::<Text, _>(worker)
-    .bind::<BigInt, _>(generation)
-    .bind::<Nullable<Binary>, _>(expected)
-    .bind::<Binary, _>(checkpoint)
-    .bind::<Jsonb, _>(checkpoint_json)
-    .bind::<BigInt, _>(rows)
     .get_result(conn)
     .await
     .map(Some)
