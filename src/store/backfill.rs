@@ -11,7 +11,7 @@ use super::StoreError;
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Binary, Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::QueryableByName;
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AnsiTransactionManager, AsyncPgConnection, RunQueryDsl, TransactionManager};
 use serde_json::Value;
 
 /// Every column of a backfill row, plus the database clock at read time so
@@ -339,6 +339,42 @@ pub async fn lease_release(
     .execute(conn)
     .await?;
     Ok(n == 1)
+}
+
+/// Open a batch transaction and bound it (EX-5) in ONE round trip: `BEGIN`
+/// and `SET LOCAL statement_timeout` / `lock_timeout` travel as one
+/// simple-protocol message. The values are integers formatted here, never
+/// caller text, so nothing can be injected; `SET LOCAL` ends with the
+/// transaction like `set_config(.., true)`. diesel-async's transaction
+/// manager tracks the transaction, so a connection returned to the pool
+/// with it still open is discarded. End it with [`batch_commit`] or
+/// [`batch_rollback`].
+pub async fn batch_begin(
+    conn: &mut AsyncPgConnection,
+    statement_timeout_ms: i64,
+    lock_timeout_ms: i64,
+) -> Result<(), StoreError> {
+    AnsiTransactionManager::begin_transaction_sql(
+        conn,
+        &format!(
+            "BEGIN; SET LOCAL statement_timeout = {statement_timeout_ms}; \
+             SET LOCAL lock_timeout = {lock_timeout_ms}"
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Commit the transaction opened by [`batch_begin`].
+pub async fn batch_commit(conn: &mut AsyncPgConnection) -> Result<(), StoreError> {
+    AnsiTransactionManager::commit_transaction(conn).await?;
+    Ok(())
+}
+
+/// Roll back the transaction opened by [`batch_begin`].
+pub async fn batch_rollback(conn: &mut AsyncPgConnection) -> Result<(), StoreError> {
+    AnsiTransactionManager::rollback_transaction(conn).await?;
+    Ok(())
 }
 
 /// Bound the current transaction (EX-5): `SET LOCAL statement_timeout` and
