@@ -1031,10 +1031,12 @@ impl Report {
             "Machine: {} cores; {}.\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k (N split over K tables).\n\n",
             self.cores, self.pg_version, self.rows, self.reps, self.k
         ));
-        s.push_str(
-            "| B | runner | rows/s | batch mean ms | batch p99 ms | vs plpgsql | vs client |\n",
-        );
-        s.push_str("|---:|---|---:|---:|---:|---:|---:|\n");
+        if !self.runs.is_empty() {
+            s.push_str(
+                "| B | runner | rows/s | batch mean ms | batch p99 ms | vs plpgsql | vs client |\n",
+            );
+            s.push_str("|---:|---|---:|---:|---:|---:|---:|\n");
+        }
         for b in self.batches() {
             let p = self.median_rps("plpgsql", b);
             let c = self.median_rps("client", b);
@@ -1064,15 +1066,20 @@ impl Report {
         }
         if let Some(t) = &self.takeover {
             s.push_str(&format!(
-                "\nTakeover after SIGKILL of the owner: median {} ms, max {} ms over {} runs (lease TTL {} ms, poll interval {} ms; target <= {} ms).\n",
-                t["median_ms"], t["max_ms"], t["samples_ms"].as_array().map_or(0, |a| a.len()),
-                t["lease_ttl_ms"], t["poll_interval_ms"], t["target_ms"]
+                "\nTakeover after SIGKILL of the owner: median {:.0} ms, max {:.0} ms over {} runs (lease TTL {} ms, poll interval {} ms; target <= {:.0} ms).\n",
+                t["median_ms"].as_f64().unwrap_or(f64::NAN),
+                t["max_ms"].as_f64().unwrap_or(f64::NAN),
+                t["samples_ms"].as_array().map_or(0, |a| a.len()),
+                t["lease_ttl_ms"],
+                t["poll_interval_ms"],
+                t["target_ms"].as_f64().unwrap_or(f64::NAN)
             ));
         }
         if let Some(r) = &self.rss {
             s.push_str(&format!(
-                "\nWorker RSS over a {}-row engine run (B = {}, {} rows/s): before {} MB, peak {} MB, early {} MB, late {} MB.\n",
-                r["rows"], r["batch"], r["rows_per_s"], r["rss_before_mb"], r["rss_peak_mb"],
+                "\nWorker RSS over a {}-row engine run (B = {}, {:.0} rows/s): before {} MB, peak {} MB, early {} MB, late {} MB.\n",
+                r["rows"], r["batch"], r["rows_per_s"].as_f64().unwrap_or(f64::NAN),
+                r["rss_before_mb"], r["rss_peak_mb"],
                 r["rss_early_mb"], r["rss_late_mb"]
             ));
         }
