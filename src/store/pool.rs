@@ -65,6 +65,11 @@ pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
     let manager = AsyncDieselConnectionManager::new_with_config(url, config);
     Bb8Pool::builder()
         .max_size(size.max(1))
+        // Hand out the most recently returned connection: a runner checks
+        // out a connection per batch, and LIFO keeps reusing the one whose
+        // backend has warm caches and prepared statements instead of
+        // cycling through every idle connection (bb8's default FIFO).
+        .queue_strategy(bb8::QueueStrategy::Lifo)
         .connection_timeout(Duration::from_secs(10))
         .build(manager)
         .await
