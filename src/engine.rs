@@ -469,9 +469,8 @@ impl Engine {
         let def = self
             .registry
             .get(&claim.id)
-            .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?
-            .clone();
-        let Some(bound) = claim.bound.clone() else {
+            .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?;
+        let Some(bound) = claim.bound.as_deref() else {
             // A running row always has a bound (the table's CHECK); a claim
             // without one is not ours to interpret.
             return Err(EngineError::KeyMismatch {
@@ -483,42 +482,56 @@ impl Engine {
             millis(self.config.statement_timeout),
             millis(self.config.lock_timeout),
         );
-        let id = claim.id.clone();
-        let worker = claim.worker.clone();
-        let generation = claim.generation;
-        let expected = claim.checkpoint.clone();
-        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        let result = conn
-            .transaction::<_, TxError, _>(async |conn| {
-                store::batch_set_timeouts(conn, stmt_ms, lock_ms).await?;
-                let selected = def
-                    .select_and_mutate(conn, expected.as_deref(), &bound)
-                    .await
-                    .map_err(|e| body_error(&id, e))?;
-                // No key left in (checkpoint, bound]: the rest of the range
-                // needs nothing, so the checkpoint moves to the bound.
-                let (checkpoint, checkpoint_json) = match selected.last {
-                    Some(last) => last,
-                    None => (
-                        bound.clone(),
-                        render_json(&bound).unwrap_or(serde_json::Value::Null),
-                    ),
-                };
-                let state = store::checkpoint_advance(
-                    conn,
-                    &id,
-                    &worker,
-                    generation,
-                    expected.as_deref(),
-                    &checkpoint,
-                    &checkpoint_json,
-                    selected.keys as i64,
-                )
-                .await?
-                .ok_or(TxError::Stale)?;
-                Ok((checkpoint, selected.keys, state == "validating"))
-            })
-            .await;
+        let mut pooled = self.pool.get().await.map_err(StoreError::from)?;
+        let conn = &mut *pooled;
+        // BEGIN and the SET LOCAL timeouts in one round trip; the body
+        // borrows the claim instead of cloning it per batch.
+        store::batch_begin(conn, stmt_ms, lock_ms).await?;
+        let body = async {
+            let expected = claim.checkpoint.as_deref();
+            let selected = def
+                .select_and_mutate(conn, expected, bound)
+                .await
+                .map_err(|e| body_error(&claim.id, e))?;
+            // No key left in (checkpoint, bound]: the rest of the range
+            // needs nothing, so the checkpoint moves to the bound.
+            let (checkpoint, checkpoint_json) = match selected.last {
+                Some(last) => last,
+                None => (
+                    bound.to_vec(),
+                    render_json(bound).unwrap_or(serde_json::Value::Null),
+                ),
+            };
+            // The fence, last statement before COMMIT (CLM-2, EX-6).
+            let state = store::checkpoint_advance(
+                conn,
+                &claim.id,
+                &claim.worker,
+                claim.generation,
+                expected,
+                &checkpoint,
+                &checkpoint_json,
+                selected.keys as i64,
+            )
+            .await?
+            .ok_or(TxError::Stale)?;
+            Ok::<_, TxError>((checkpoint, selected.keys, state == "validating"))
+        }
+        .await;
+        let result = match body {
+            Ok(done) => store::batch_commit(conn)
+                .await
+                .map(|()| done)
+                .map_err(TxError::from),
+            Err(error) => {
+                // Mutation and checkpoint roll back together (EX-6). If the
+                // rollback itself fails, the connection reports itself
+                // broken and the pool discards it; the batch error is the
+                // one worth returning.
+                let _ = store::batch_rollback(conn).await;
+                Err(error)
+            }
+        };
         match result {
             Ok((checkpoint, keys, reached_bound)) => {
                 claim.checkpoint = Some(checkpoint);

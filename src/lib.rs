@@ -7,6 +7,7 @@
 //! `../shared/spec/CONTRACT.md` for the requirement IDs cited throughout.
 
 pub mod admin;
+pub mod bench;
 pub mod ctl;
 pub mod engine;
 pub mod example;

@@ -31,6 +31,9 @@ enum Command {
     Seed(SeedArgs),
     /// Operator CLI over the admin API.
     Ctl(backfill::ctl::CtlArgs),
+    /// Throughput benchmark: the engine against a PL/pgSQL loop and a
+    /// minimal client loop on the same database (benches/README.md).
+    Bench(backfill::bench::BenchArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -247,6 +250,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             })
         }
         Command::Ctl(args) => Ok(backfill::ctl::run(args)),
+        Command::Bench(args) => {
+            init_logging(cli.log_format, "warn");
+            actix_rt::System::new()
+                .block_on(async move { backfill::bench::run(args).await.context("bench failed") })
+        }
         Command::Seed(args) => {
             init_logging(cli.log_format, "info");
             actix_rt::System::new().block_on(async move {

@@ -10,6 +10,7 @@ mod admin;
 mod audit;
 mod backfill;
 mod pool;
+mod prepared;
 
 pub use admin::*;
 pub use audit::*;
@@ -18,6 +19,7 @@ pub use pool::{
     build_pool, connect_dedicated, database_recreate, run_embedded, run_migrations,
     url_with_database, Pool, PooledConn, MIGRATIONS,
 };
+pub use prepared::{cached, Cached};
 
 use crate::repair::RepairError;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};

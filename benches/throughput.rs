@@ -1,0 +1,53 @@
+//! `cargo bench`: runs `backfill bench` at a modest N and prints the same
+//! report. The numbers that count are in benches/README.md, regenerated
+//! with `backfill bench --rows 1000000 --batch 100,1000,5000 --reps 3
+//! --markdown benches/README.md` on a release build.
+//!
+//! `BENCH_ROWS`, `BENCH_BATCH` and `BENCH_REPS` override the defaults
+//! (100,000 rows, B = 1000, 3 repetitions); `DATABASE_URL` selects the
+//! server (else a throwaway cluster).
+
+use clap::Parser;
+
+/// Wraps [`backfill::bench::BenchArgs`] so the harness can parse the same
+/// flags the binary takes.
+#[derive(Parser)]
+struct Wrapper {
+    #[command(flatten)]
+    args: backfill::bench::BenchArgs,
+}
+
+fn main() {
+    let rows = std::env::var("BENCH_ROWS").unwrap_or_else(|_| "100000".into());
+    let batch = std::env::var("BENCH_BATCH").unwrap_or_else(|_| "1000".into());
+    let reps = std::env::var("BENCH_REPS").unwrap_or_else(|_| "3".into());
+    // `cargo bench` passes `--bench` (and maybe a filter); ignore them.
+    let wrapper = match Wrapper::try_parse_from([
+        "throughput",
+        "--rows",
+        &rows,
+        "--batch",
+        &batch,
+        "--reps",
+        &reps,
+    ]) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!(
+                "error: {}",
+                e.to_string().lines().next().unwrap_or("bad arguments")
+            );
+            std::process::exit(2);
+        }
+    };
+    let code = actix_rt::System::new().block_on(async move {
+        match backfill::bench::run(wrapper.args).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e}");
+                1
+            }
+        }
+    });
+    std::process::exit(code);
+}

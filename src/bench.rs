@@ -1,0 +1,1273 @@
+//! `backfill bench`: same-run throughput of the product path against the
+//! server-side limit and a minimal client loop (issue 6).
+//!
+//! One invocation, one database (`backfill_bench` on the given server, or a
+//! throwaway cluster), the canonical workload: `items(id bigint primary
+//! key, email text not null, email_norm text, touched int not null default
+//! 0)` with N rows; the repair sets `email_norm = lower(email)` and
+//! `touched = touched + 1` by id in batches of B, checkpoint committed with
+//! every batch. Every runner does the same statements per batch (select at
+//! most B keys after the checkpoint, update them by id, advance the
+//! checkpoint, commit), so the differences are round trips and overhead:
+//!
+//! 1. `plpgsql`: a procedure that loops the batches with `COMMIT` per batch
+//!    (no client round trips at all: the server-side limit);
+//! 2. `client`: a minimal hand-written loop on one connection (BEGIN, select,
+//!    update, checkpoint, COMMIT), no claims or fencing;
+//! 3. `engine`: the product path: registered repair, `start`, the actor
+//!    runtime claiming, renewing and running fenced batches through
+//!    validation to `completed`;
+//! 4. `engine-k`: K independent backfills over K disjoint tables at once.
+//!
+//! After every run every row must have `email_norm = lower(email)` and
+//! `touched = 1` (a 2 is a batch applied twice): otherwise the run is
+//! invalid and the command exits non-zero. Extras: `takeover` (latency of a
+//! takeover after SIGKILL of the owner process) and `rss` (peak RSS of a
+//! worker over a long run). A benchmark prints numbers; it asserts nothing
+//! about timings.
+//!
+//! The bench's SQL is for its own tables only; the framework's tables are
+//! touched only through the engine.
+
+use crate::engine::{Engine, EngineConfig, EngineError};
+use crate::repair::{Registry, Repair, RepairError, SourceSet, Validation};
+use crate::runtime::{RuntimeConfig, RuntimeHandle};
+use crate::store::{self, cached, Pool, StoreError};
+use async_trait::async_trait;
+use backfill_actors::{Backend, BackendError, StepOutcome, ValidationOutcome};
+use diesel::sql_types::{Array, BigInt, Nullable, Text};
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What `backfill bench` can measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Runner {
+    /// PL/pgSQL procedure, COMMIT per batch: the server-side limit.
+    Plpgsql,
+    /// Minimal hand-written client loop on one connection.
+    Client,
+    /// The product path: one backfill through the actor runtime.
+    Engine,
+    /// K backfills over K disjoint tables at once (K = cores by default).
+    EngineK,
+    /// Takeover latency after SIGKILL of the owning process.
+    Takeover,
+    /// Peak RSS of the worker over a long engine run (`--rss-rows`).
+    Rss,
+}
+
+/// Flags of `backfill bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// PostgreSQL server URL; the bench (re)creates its own database on it
+    /// and drops it at the end. Unset: a throwaway cluster.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Name of the bench database created on that server.
+    #[arg(long, default_value = "backfill_bench")]
+    pub database: String,
+    /// Rows of the canonical table (N).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: u64,
+    /// Batch sizes (B), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    pub batch: Vec<u32>,
+    /// Repetitions per runner and batch size; the report shows medians.
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// What to run, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "plpgsql,client,engine,engine-k"
+    )]
+    pub only: Vec<Runner>,
+    /// Backfills of `engine-k` (default: the number of cores). The N rows
+    /// are split evenly over K tables.
+    #[arg(long)]
+    pub k: Option<usize>,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the report as Markdown to this file (benches/README.md).
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Lease TTL of the engine runs and of the takeover measurement, ms.
+    #[arg(long, default_value_t = 5_000)]
+    pub lease_ttl_ms: u64,
+    /// Supervisor poll interval of the engine runs and takeover, ms.
+    #[arg(long, default_value_t = 250)]
+    pub poll_interval_ms: u64,
+    /// Rows of the `rss` run.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub rss_rows: u64,
+    /// Keep the bench database afterwards.
+    #[arg(long)]
+    pub keep: bool,
+    /// Internal: run as the owner process of the takeover measurement on
+    /// this database URL until killed.
+    #[arg(long, hide = true)]
+    pub takeover_owner: Option<String>,
+}
+
+/// Errors of the bench.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// Invalid flags.
+    #[error("invalid arguments: {0}")]
+    Args(String),
+    /// A run did not finish as it must.
+    #[error("{0}")]
+    Run(String),
+}
+
+impl From<diesel::result::Error> for BenchError {
+    fn from(e: diesel::result::Error) -> Self {
+        BenchError::Store(StoreError::Database(e))
+    }
+}
+
+/// One measured run.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub runner: &'static str,
+    pub batch: u32,
+    pub rows: u64,
+    pub rep: u32,
+    pub seconds: f64,
+    pub batches: usize,
+    pub batch_mean_ms: f64,
+    pub batch_p99_ms: f64,
+    pub verified: bool,
+}
+
+impl RunResult {
+    fn rows_per_s(&self) -> f64 {
+        self.rows as f64 / self.seconds.max(1e-9)
+    }
+    fn json(&self) -> Value {
+        json!({
+            "runner": self.runner, "batch": self.batch, "rows": self.rows, "rep": self.rep,
+            "seconds": round3(self.seconds), "rows_per_s": self.rows_per_s().round(),
+            "batches": self.batches, "batch_mean_ms": round3(self.batch_mean_ms),
+            "batch_p99_ms": round3(self.batch_p99_ms), "verified": self.verified,
+        })
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Mean and p99 of per-batch latencies in microseconds, as milliseconds.
+fn latency_stats(micros: &mut [u64]) -> (f64, f64) {
+    if micros.is_empty() {
+        return (0.0, 0.0);
+    }
+    micros.sort_unstable();
+    let mean = micros.iter().sum::<u64>() as f64 / micros.len() as f64;
+    let idx = ((micros.len() as f64 * 0.99).ceil() as usize).clamp(1, micros.len()) - 1;
+    (mean / 1000.0, micros[idx] as f64 / 1000.0)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+// ------------------------------------------------------------------ SQL
+
+/// Table names are generated here from fixed prefixes and numbers, never
+/// from input, so splicing them into SQL is safe.
+fn table_sql(table: &str, rows: u64) -> String {
+    format!(
+        "DROP TABLE IF EXISTS {table}; \
+         CREATE TABLE {table} (id bigint PRIMARY KEY, email text NOT NULL, email_norm text, \
+             touched int NOT NULL DEFAULT 0); \
+         INSERT INTO {table} (id, email) \
+             SELECT g, 'User' || g || '@Example.COM' FROM generate_series(1, {rows}) AS g;"
+    )
+}
+
+const SETUP_SQL: &str = "\
+CREATE TABLE IF NOT EXISTS bench_progress (runner text PRIMARY KEY, checkpoint bigint NOT NULL, \
+    batches bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS bench_latency (runner text NOT NULL, micros bigint NOT NULL);
+CREATE OR REPLACE PROCEDURE bench_plpgsql(p_batch int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ckpt bigint := 0;
+    v_bound bigint;
+    v_keys bigint[];
+    v_t0 timestamptz;
+    v_lat bigint[] := '{}';
+BEGIN
+    SELECT coalesce(max(id), 0) INTO v_bound FROM items;
+    INSERT INTO bench_progress VALUES ('plpgsql', 0, 0)
+        ON CONFLICT (runner) DO UPDATE SET checkpoint = 0, batches = 0;
+    COMMIT;
+    LOOP
+        v_t0 := clock_timestamp();
+        -- The same statements as the client and the engine, minus the
+        -- round trips: select at most B keys, update them by id, advance.
+        SELECT array_agg(id ORDER BY id) INTO v_keys FROM (
+            SELECT id FROM items WHERE id > v_ckpt AND id <= v_bound ORDER BY id LIMIT p_batch
+        ) AS k;
+        EXIT WHEN v_keys IS NULL;
+        UPDATE items SET email_norm = lower(email), touched = touched + 1 WHERE id = ANY(v_keys);
+        v_ckpt := v_keys[array_upper(v_keys, 1)];
+        UPDATE bench_progress SET checkpoint = v_ckpt, batches = batches + 1
+            WHERE runner = 'plpgsql';
+        COMMIT;
+        v_lat := v_lat || (extract(epoch FROM clock_timestamp() - v_t0) * 1000000)::bigint;
+    END LOOP;
+    DELETE FROM bench_latency WHERE runner = 'plpgsql';
+    INSERT INTO bench_latency SELECT 'plpgsql', unnest(v_lat);
+    COMMIT;
+END $$;";
+
+#[derive(QueryableByName)]
+struct Id {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+#[derive(QueryableByName)]
+struct MaxId {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    max: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+#[derive(QueryableByName)]
+struct Micros {
+    #[diesel(sql_type = BigInt)]
+    micros: i64,
+}
+
+#[derive(QueryableByName)]
+struct TextValue {
+    #[diesel(sql_type = Text)]
+    v: String,
+}
+
+/// `Ok(true)` when every row of `table` is repaired exactly once.
+async fn verify(conn: &mut AsyncPgConnection, table: &str) -> Result<bool, BenchError> {
+    let bad: Count = diesel::sql_query(format!(
+        "SELECT count(*) AS n FROM {table} \
+         WHERE email_norm IS DISTINCT FROM lower(email) OR touched <> 1"
+    ))
+    .get_result(conn)
+    .await?;
+    Ok(bad.n == 0)
+}
+
+// --------------------------------------------------------------- repair
+
+/// The canonical repair of the bench, over one `items`-shaped table.
+///
+/// Its statements are cached prepared statements (see
+/// [`store::cached`]): the text is fixed per table.
+pub struct ItemsRepair {
+    id: &'static str,
+    batch: u32,
+    select: String,
+    update: String,
+    bound: String,
+    validate: String,
+    /// Extra time each mutation holds its transaction (takeover owner only,
+    /// so the run lasts long enough to be killed mid-way).
+    throttle: Duration,
+}
+
+impl ItemsRepair {
+    /// A repair of `table` (a bench-generated name) in batches of `batch`.
+    /// Stable IDs are static strings; the bench makes one per run, so it
+    /// leaks a few bytes per run on purpose.
+    pub fn new(id: String, table: &str, batch: u32) -> Self {
+        Self {
+            id: Box::leak(id.into_boxed_str()),
+            batch,
+            select: format!(
+                "SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3"
+            ),
+            update: format!(
+                "UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
+                 WHERE id = ANY($1)"
+            ),
+            bound: format!("SELECT max(id) AS max FROM {table}"),
+            validate: format!(
+                "SELECT count(*) AS n FROM {table} \
+                 WHERE id <= $1 AND email_norm IS DISTINCT FROM lower(email)"
+            ),
+            throttle: Duration::ZERO,
+        }
+    }
+}
+
+#[async_trait]
+impl Repair for ItemsRepair {
+    type Key = i64;
+
+    fn id(&self) -> &'static str {
+        self.id
+    }
+
+    fn batch_limit(&self) -> u32 {
+        self.batch
+    }
+
+    async fn capture_bound(
+        &self,
+        conn: &mut AsyncPgConnection,
+    ) -> Result<SourceSet<i64>, RepairError> {
+        let row: MaxId = diesel::sql_query(&self.bound).get_result(conn).await?;
+        Ok(match row.max {
+            None => SourceSet::Empty,
+            Some(upper) => SourceSet::Bounded {
+                upper,
+                rows: Some(upper),
+            },
+        })
+    }
+
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        let rows: Vec<Id> = cached(
+            diesel::sql_query(&self.select)
+                .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+                .bind::<BigInt, _>(*bound)
+                .bind::<BigInt, _>(i64::from(limit)),
+        )
+        .load(conn)
+        .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        cached(diesel::sql_query(&self.update).bind::<Array<BigInt>, _>(keys))
+            .execute(conn)
+            .await?;
+        if !self.throttle.is_zero() {
+            tokio::time::sleep(self.throttle).await;
+        }
+        Ok(())
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&i64>,
+    ) -> Result<Validation, RepairError> {
+        let bad: Count = diesel::sql_query(&self.validate)
+            .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
+            .get_result(conn)
+            .await?;
+        Ok(if bad.n == 0 {
+            Validation::Success
+        } else {
+            Validation::Failure(format!("{} rows are not normalized", bad.n))
+        })
+    }
+}
+
+// ------------------------------------------------------- timed backend
+
+/// The engine as the runtime's backend, timing each batch and reporting
+/// terminal outcomes. Latencies go into a vector sized up front, so the
+/// batch path does not allocate as history grows.
+struct Timed {
+    engine: Engine,
+    latencies: parking_lot::Mutex<Vec<u64>>,
+    done: tokio::sync::mpsc::UnboundedSender<Result<String, String>>,
+    failures: AtomicU64,
+}
+
+#[async_trait]
+impl Backend for Timed {
+    type Claim = crate::engine::Claim;
+
+    async fn register(&self) -> Result<(), BackendError> {
+        Backend::register(&self.engine).await
+    }
+
+    async fn claim_next(
+        &self,
+        worker: &str,
+        exclude: &[String],
+    ) -> Result<Result<Option<Self::Claim>, String>, BackendError> {
+        Backend::claim_next(&self.engine, worker, exclude).await
+    }
+
+    async fn step(&self, claim: &mut Self::Claim) -> Result<StepOutcome, BackendError> {
+        let t = Instant::now();
+        let outcome = Backend::step(&self.engine, claim).await;
+        let micros = t.elapsed().as_micros() as u64;
+        self.latencies.lock().push(micros);
+        match &outcome {
+            Ok(StepOutcome::Committed { .. }) => {}
+            Ok(StepOutcome::Recorded { state, .. }) if state == "running" => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(other) => {
+                let _ = self.done.send(Err(format!("{}: {other:?}", claim.id)));
+            }
+            Err(e) => {
+                let _ = self.done.send(Err(format!("{}: {}", claim.id, e.0)));
+            }
+        }
+        outcome
+    }
+
+    async fn validate(&self, claim: &Self::Claim) -> Result<ValidationOutcome, BackendError> {
+        let outcome = Backend::validate(&self.engine, claim).await;
+        let _ = self.done.send(match &outcome {
+            Ok(ValidationOutcome::Completed) => Ok(claim.id.clone()),
+            Ok(other) => Err(format!("{}: {other:?}", claim.id)),
+            Err(e) => Err(format!("{}: {}", claim.id, e.0)),
+        });
+        outcome
+    }
+
+    async fn renew(
+        &self,
+        worker: &str,
+        claims: &[(String, i64)],
+    ) -> Result<Vec<(String, i64)>, BackendError> {
+        Backend::renew(&self.engine, worker, claims).await
+    }
+
+    async fn release(&self, claim: &Self::Claim) -> Result<bool, BackendError> {
+        Backend::release(&self.engine, claim).await
+    }
+}
+
+// ------------------------------------------------------------- context
+
+struct Ctx {
+    args: BenchArgs,
+    url: String,
+    pool: Pool,
+    run_seq: u64,
+}
+
+impl Ctx {
+    fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            lease_ttl: Duration::from_millis(self.args.lease_ttl_ms),
+            build_info: "backfill bench".into(),
+            ..EngineConfig::default()
+        }
+    }
+
+    fn runtime_config(&self, worker: &str, runners: usize) -> RuntimeConfig {
+        let mut c =
+            RuntimeConfig::default().with_lease_ttl(Duration::from_millis(self.args.lease_ttl_ms));
+        c.worker_id = worker.to_string();
+        c.poll_interval = Duration::from_millis(self.args.poll_interval_ms);
+        c.max_concurrent_runners = runners;
+        c
+    }
+
+    async fn exec(&self, sql: &str) -> Result<(), BenchError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        conn.batch_execute(sql).await?;
+        Ok(())
+    }
+
+    /// (Re)create `table` with `rows` fresh rows, vacuumed and analyzed so
+    /// every runner starts from the same physical state (hint bits set,
+    /// visibility map current). VACUUM cannot share a transaction block.
+    async fn reset(&self, table: &str, rows: u64) -> Result<(), BenchError> {
+        self.exec(&table_sql(table, rows)).await?;
+        self.exec(&format!("VACUUM ANALYZE {table}")).await
+    }
+
+    async fn verify(&self, table: &str) -> Result<bool, BenchError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        verify(&mut conn, table).await
+    }
+
+    /// Flush dirty pages so a checkpoint does not land inside a run.
+    async fn settle(&self) {
+        let _ = self.exec("CHECKPOINT").await;
+    }
+
+    async fn plpgsql(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
+        let rows = self.args.rows;
+        self.reset("items", rows).await?;
+        self.settle().await;
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let t = Instant::now();
+        // CALL must not run inside a transaction block (the procedure
+        // commits); the simple protocol runs it as its own statement.
+        conn.batch_execute(&format!("CALL bench_plpgsql({batch})"))
+            .await?;
+        let seconds = t.elapsed().as_secs_f64();
+        let lat: Vec<Micros> =
+            diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = 'plpgsql'")
+                .load(&mut conn)
+                .await?;
+        drop(conn);
+        let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
+        let (mean, p99) = latency_stats(&mut lat);
+        Ok(RunResult {
+            runner: "plpgsql",
+            batch,
+            rows,
+            rep,
+            seconds,
+            batches: lat.len(),
+            batch_mean_ms: mean,
+            batch_p99_ms: p99,
+            verified: self.verify("items").await?,
+        })
+    }
+
+    async fn client(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
+        let rows = self.args.rows;
+        self.reset("items", rows).await?;
+        self.exec(
+            "INSERT INTO bench_progress VALUES ('client', 0, 0) \
+             ON CONFLICT (runner) DO UPDATE SET checkpoint = 0, batches = 0",
+        )
+        .await?;
+        self.settle().await;
+        // One connection for the whole loop.
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let bound = rows as i64;
+        let mut lat = Vec::with_capacity((rows / u64::from(batch)) as usize + 2);
+        let mut checkpoint = 0i64;
+        let t = Instant::now();
+        loop {
+            let b = Instant::now();
+            let last = conn
+                .transaction::<_, diesel::result::Error, _>(async |conn| {
+                    let keys: Vec<Id> = cached(
+                        diesel::sql_query(
+                            "SELECT id FROM items WHERE id > $1 AND id <= $2 \
+                             ORDER BY id LIMIT $3",
+                        )
+                        .bind::<BigInt, _>(checkpoint)
+                        .bind::<BigInt, _>(bound)
+                        .bind::<BigInt, _>(i64::from(batch)),
+                    )
+                    .load(conn)
+                    .await?;
+                    let keys: Vec<i64> = keys.into_iter().map(|k| k.id).collect();
+                    let Some(&last) = keys.last() else {
+                        return Ok(None);
+                    };
+                    cached(
+                        diesel::sql_query(
+                            "UPDATE items SET email_norm = lower(email), \
+                             touched = touched + 1 WHERE id = ANY($1)",
+                        )
+                        .bind::<Array<BigInt>, _>(&keys),
+                    )
+                    .execute(conn)
+                    .await?;
+                    cached(
+                        diesel::sql_query(
+                            "UPDATE bench_progress SET checkpoint = $1, \
+                             batches = batches + 1 WHERE runner = 'client'",
+                        )
+                        .bind::<BigInt, _>(last),
+                    )
+                    .execute(conn)
+                    .await?;
+                    Ok(Some(last))
+                })
+                .await?;
+            let Some(last) = last else { break };
+            checkpoint = last;
+            lat.push(b.elapsed().as_micros() as u64);
+        }
+        let seconds = t.elapsed().as_secs_f64();
+        drop(conn);
+        let (mean, p99) = latency_stats(&mut lat);
+        Ok(RunResult {
+            runner: "client",
+            batch,
+            rows,
+            rep,
+            seconds,
+            batches: lat.len(),
+            batch_mean_ms: mean,
+            batch_p99_ms: p99,
+            verified: self.verify("items").await?,
+        })
+    }
+
+    /// Run `tables.len()` backfills (one per table, `rows_each` rows each)
+    /// through one engine and one runtime until all are `completed`.
+    async fn engine_run(
+        &mut self,
+        runner: &'static str,
+        tables: &[String],
+        rows_each: u64,
+        batch: u32,
+        rep: u32,
+    ) -> Result<RunResult, BenchError> {
+        for table in tables {
+            self.reset(table, rows_each).await?;
+        }
+        self.settle().await;
+        self.run_seq += 1;
+        let mut registry = Registry::new();
+        let mut ids = Vec::new();
+        for table in tables {
+            let id = format!(
+                "bench.{table}.b{batch}.r{rep}.{}.{}",
+                self.run_seq,
+                std::process::id()
+            );
+            ids.push(id.clone());
+            registry
+                .register(ItemsRepair::new(id, table, batch))
+                .map_err(|e| BenchError::Run(e.to_string()))?;
+        }
+        // Runner connections plus renewer, validator and the bench itself.
+        let pool = store::build_pool(&self.url, tables.len() as u32 + 3).await?;
+        let engine = Engine::new(pool, registry, self.engine_config())?;
+        engine.register().await?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let total_rows = rows_each * tables.len() as u64;
+        let backend = Arc::new(Timed {
+            engine: engine.clone(),
+            latencies: parking_lot::Mutex::new(Vec::with_capacity(
+                (total_rows / u64::from(batch)) as usize + 16 * tables.len(),
+            )),
+            done: tx,
+            failures: AtomicU64::new(0),
+        });
+        let t = Instant::now();
+        for id in &ids {
+            engine.start(id).await?;
+        }
+        let runtime = RuntimeHandle::start(
+            backend.clone(),
+            self.runtime_config(&format!("bench-{}", std::process::id()), tables.len()),
+        )
+        .map_err(|e| BenchError::Run(e.to_string()))?;
+        let mut completed = 0;
+        let mut error = None;
+        while completed < ids.len() {
+            match rx.recv().await {
+                Some(Ok(_)) => completed += 1,
+                Some(Err(e)) => {
+                    error = Some(e);
+                    break;
+                }
+                None => break,
+            }
+        }
+        let seconds = t.elapsed().as_secs_f64();
+        runtime.shutdown().await;
+        if let Some(e) = error {
+            return Err(BenchError::Run(format!("{runner} run failed: {e}")));
+        }
+        let mut lat = std::mem::take(&mut *backend.latencies.lock());
+        let (mean, p99) = latency_stats(&mut lat);
+        let mut verified = AtomicU64::load(&backend.failures, Ordering::Relaxed) == 0;
+        for table in tables {
+            verified &= self.verify(table).await?;
+        }
+        Ok(RunResult {
+            runner,
+            batch,
+            rows: total_rows,
+            rep,
+            seconds,
+            batches: lat.len(),
+            batch_mean_ms: mean,
+            batch_p99_ms: p99,
+            verified,
+        })
+    }
+}
+
+// ------------------------------------------------------------ extras
+
+/// Takeover latency: an owner process holds the claim and is SIGKILLed;
+/// a standby runtime in this process takes over once the lease expired.
+async fn takeover(ctx: &mut Ctx, batch: u32) -> Result<Value, BenchError> {
+    let mut samples = Vec::new();
+    for rep in 1..=ctx.args.reps {
+        let table = "items_takeover";
+        ctx.reset(table, 200_000).await?;
+        ctx.run_seq += 1;
+        let id = format!(
+            "bench.takeover.r{rep}.{}.{}",
+            ctx.run_seq,
+            std::process::id()
+        );
+        let registry = Registry::new()
+            .with(ItemsRepair::new(id.clone(), table, batch.min(100)))
+            .map_err(|e| BenchError::Run(e.to_string()))?;
+        let pool = store::build_pool(&ctx.url, 4).await?;
+        let engine = Engine::new(pool, registry, ctx.engine_config())?;
+        engine.register().await?;
+        engine.start(&id).await?;
+        let exe = std::env::current_exe().map_err(|e| BenchError::Run(e.to_string()))?;
+        let mut child = tokio::process::Command::new(exe)
+            .arg("bench")
+            .arg("--takeover-owner")
+            .arg(&ctx.url)
+            .arg("--lease-ttl-ms")
+            .arg(ctx.args.lease_ttl_ms.to_string())
+            .arg("--poll-interval-ms")
+            .arg(ctx.args.poll_interval_ms.to_string())
+            .arg("--batch")
+            .arg(batch.min(100).to_string())
+            .env("BENCH_TAKEOVER_ID", &id)
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| BenchError::Run(format!("cannot start the owner process: {e}")))?;
+        let owner = "bench-owner";
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
+            let held: Count = diesel::sql_query(
+                "SELECT count(*) AS n FROM backfill WHERE id = $1 AND owner = $2 \
+                 AND batches_done >= 3",
+            )
+            .bind::<Text, _>(&id)
+            .bind::<Text, _>(owner)
+            .get_result(&mut conn)
+            .await?;
+            if held.n == 1 {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Run("the owner process never claimed".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The standby is up and polling before the owner dies.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let backend = Arc::new(Timed {
+            engine: engine.clone(),
+            latencies: parking_lot::Mutex::new(Vec::with_capacity(4096)),
+            done: tx,
+            failures: AtomicU64::new(0),
+        });
+        let taker = format!("bench-taker-{}", std::process::id());
+        let runtime = RuntimeHandle::start(backend, ctx.runtime_config(&taker, 1))
+            .map_err(|e| BenchError::Run(e.to_string()))?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Child::start_kill sends SIGKILL on Unix.
+        child
+            .start_kill()
+            .map_err(|e| BenchError::Run(format!("cannot kill the owner: {e}")))?;
+        let killed = Instant::now();
+        let _ = child.wait().await;
+        let latency = loop {
+            let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
+            let row: TextValue = diesel::sql_query(
+                "SELECT coalesce(owner, '') || '/' || state AS v FROM backfill WHERE id = $1",
+            )
+            .bind::<Text, _>(&id)
+            .get_result(&mut conn)
+            .await?;
+            if row.v.starts_with(&taker) || !row.v.ends_with("/running") {
+                break killed.elapsed();
+            }
+            if killed.elapsed() > Duration::from_secs(120) {
+                return Err(BenchError::Run("no takeover within 120 s".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        // Let the standby finish, so the run is verified like the others.
+        let finished = match rx.recv().await {
+            Some(Ok(_)) => true,
+            Some(Err(e)) => return Err(BenchError::Run(format!("takeover run failed: {e}"))),
+            None => false,
+        };
+        runtime.shutdown().await;
+        let verified = finished && ctx.verify(table).await?;
+        samples.push((latency.as_secs_f64() * 1000.0, verified));
+    }
+    let ms: Vec<f64> = samples.iter().map(|s| s.0).collect();
+    let max = ms.iter().cloned().fold(0.0, f64::max);
+    let bound_ms = (ctx.args.lease_ttl_ms + ctx.args.poll_interval_ms + 1000) as f64;
+    Ok(json!({
+        "lease_ttl_ms": ctx.args.lease_ttl_ms,
+        "poll_interval_ms": ctx.args.poll_interval_ms,
+        "samples_ms": ms.iter().map(|x| x.round()).collect::<Vec<_>>(),
+        "median_ms": median(ms.clone()).round(),
+        "max_ms": max.round(),
+        "target_ms": bound_ms,
+        "verified": samples.iter().all(|s| s.1),
+    }))
+}
+
+/// The owner side of [`takeover`]: claim the backfill and work on it
+/// slowly until SIGKILLed.
+async fn takeover_owner(args: &BenchArgs, url: &str) -> Result<(), BenchError> {
+    let id = std::env::var("BENCH_TAKEOVER_ID")
+        .map_err(|_| BenchError::Args("BENCH_TAKEOVER_ID is not set".into()))?;
+    let batch = <[u32]>::first(&args.batch).copied().unwrap_or(100);
+    let mut repair = ItemsRepair::new(id, "items_takeover", batch);
+    repair.throttle = Duration::from_millis(20);
+    let registry = Registry::new()
+        .with(repair)
+        .map_err(|e| BenchError::Run(e.to_string()))?;
+    let pool = store::build_pool(url, 4).await?;
+    let config = EngineConfig {
+        lease_ttl: Duration::from_millis(args.lease_ttl_ms),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(pool, registry, config)?;
+    let mut rc = RuntimeConfig::default().with_lease_ttl(Duration::from_millis(args.lease_ttl_ms));
+    rc.worker_id = "bench-owner".into();
+    rc.poll_interval = Duration::from_millis(args.poll_interval_ms);
+    let _runtime =
+        RuntimeHandle::start(Arc::new(engine), rc).map_err(|e| BenchError::Run(e.to_string()))?;
+    // Run until killed; the parent kills us long before this ends.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    Ok(())
+}
+
+/// Resident set size of this process in kB (`VmRSS`, or `VmHWM` = peak).
+fn rss_kb(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Peak RSS of this process (the worker) over one long engine run,
+/// sampled every 250 ms.
+async fn rss(ctx: &mut Ctx, batch: u32) -> Result<Value, BenchError> {
+    let rows = ctx.args.rss_rows;
+    let before = rss_kb("VmRSS:").unwrap_or(0);
+    let samples = Arc::new(parking_lot::Mutex::new(Vec::with_capacity(4096)));
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let sampler = {
+        let samples = samples.clone();
+        actix_rt::spawn(async move {
+            let t = Instant::now();
+            loop {
+                if let Some(kb) = rss_kb("VmRSS:") {
+                    samples.lock().push((t.elapsed().as_secs_f64(), kb));
+                }
+                tokio::select! {
+                    _ = &mut stop_rx => break,
+                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                }
+            }
+        })
+    };
+    let run = ctx
+        .engine_run("rss", &["items_rss".to_string()], rows, batch, 1)
+        .await;
+    let _ = stop_tx.send(());
+    let _ = sampler.await;
+    ctx.exec("DROP TABLE IF EXISTS items_rss").await?;
+    let run = run?;
+    let samples = samples.lock().clone();
+    let kbs: Vec<u64> = samples.iter().map(|s| s.1).collect();
+    let peak = kbs.iter().copied().max().unwrap_or(0);
+    // "Flat": the RSS of the last tenth of the run against the first tenth
+    // after warm-up.
+    let tenth = (kbs.len() / 10).max(1);
+    let early = kbs
+        .iter()
+        .skip(tenth)
+        .take(tenth)
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let late = kbs.iter().rev().take(tenth).copied().max().unwrap_or(0);
+    Ok(json!({
+        "rows": rows, "batch": batch, "seconds": round3(run.seconds),
+        "rows_per_s": run.rows_per_s().round(), "verified": run.verified,
+        "rss_before_mb": round3(before as f64 / 1024.0),
+        "rss_peak_mb": round3(peak as f64 / 1024.0),
+        "rss_early_mb": round3(early as f64 / 1024.0),
+        "rss_late_mb": round3(late as f64 / 1024.0),
+        "vm_hwm_mb": round3(rss_kb("VmHWM:").unwrap_or(0) as f64 / 1024.0),
+    }))
+}
+
+// ------------------------------------------------------------ report
+
+struct Report {
+    cores: usize,
+    pg_version: String,
+    rows: u64,
+    reps: u32,
+    k: usize,
+    runs: Vec<RunResult>,
+    takeover: Option<Value>,
+    rss: Option<Value>,
+}
+
+impl Report {
+    fn median_rps(&self, runner: &str, batch: u32) -> Option<f64> {
+        let xs: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|r| r.runner == runner && r.batch == batch)
+            .map(|r| r.rows_per_s())
+            .collect();
+        (!xs.is_empty()).then(|| median(xs))
+    }
+
+    fn median_of(&self, runner: &str, batch: u32, f: fn(&RunResult) -> f64) -> f64 {
+        median(
+            self.runs
+                .iter()
+                .filter(|r| r.runner == runner && r.batch == batch)
+                .map(f)
+                .collect(),
+        )
+    }
+
+    fn batches(&self) -> Vec<u32> {
+        let mut b: Vec<u32> = self.runs.iter().map(|r| r.batch).collect();
+        b.sort_unstable();
+        b.dedup();
+        b
+    }
+
+    fn ratio(&self, a: Option<f64>, b: Option<f64>) -> Option<f64> {
+        match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some((a / b * 1000.0).round() / 1000.0),
+            _ => None,
+        }
+    }
+
+    /// `(engine/plpgsql, engine/client, engine-k/(k*engine))` for `batch`.
+    fn ratios(&self, batch: u32) -> [Option<f64>; 3] {
+        let e = self.median_rps("engine", batch);
+        [
+            self.ratio(e, self.median_rps("plpgsql", batch)),
+            self.ratio(e, self.median_rps("client", batch)),
+            self.ratio(
+                self.median_rps("engine-k", batch),
+                e.map(|e| e * self.k as f64),
+            ),
+        ]
+    }
+
+    fn verified(&self) -> bool {
+        self.runs.iter().all(|r| r.verified)
+            && [&self.takeover, &self.rss]
+                .into_iter()
+                .flatten()
+                .all(|v| v["verified"] != Value::Bool(false))
+    }
+
+    fn json(&self) -> Value {
+        let mut ratios = json!({
+            "engine_vs_plpgsql": {}, "engine_vs_client": {}, "engine_k_vs_k_engine": {},
+        });
+        for b in self.batches() {
+            let r = self.ratios(b);
+            for (key, v) in [
+                "engine_vs_plpgsql",
+                "engine_vs_client",
+                "engine_k_vs_k_engine",
+            ]
+            .iter()
+            .zip(r)
+            {
+                ratios[key][b.to_string()] = json!(v);
+            }
+        }
+        json!({
+            "cores": self.cores,
+            "postgres_version": self.pg_version,
+            "rows": self.rows,
+            "reps": self.reps,
+            "k": self.k,
+            "verified": self.verified(),
+            "ratios": ratios,
+            "runs": self.runs.iter().map(RunResult::json).collect::<Vec<_>>(),
+            "takeover": self.takeover,
+            "rss": self.rss,
+            "admin_list_latency": Value::Null,
+        })
+    }
+
+    fn markdown(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "Machine: {} cores; {}.\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k (N split over K tables).\n\n",
+            self.cores, self.pg_version, self.rows, self.reps, self.k
+        ));
+        if !self.runs.is_empty() {
+            s.push_str(
+                "| B | runner | rows/s | batch mean ms | batch p99 ms | vs plpgsql | vs client |\n",
+            );
+            s.push_str("|---:|---|---:|---:|---:|---:|---:|\n");
+        }
+        for b in self.batches() {
+            let p = self.median_rps("plpgsql", b);
+            let c = self.median_rps("client", b);
+            for runner in ["plpgsql", "client", "engine", "engine-k"] {
+                let Some(rps) = self.median_rps(runner, b) else {
+                    continue;
+                };
+                let fmt = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
+                s.push_str(&format!(
+                    "| {b} | {runner} | {:.0} | {:.3} | {:.3} | {} | {} |\n",
+                    rps,
+                    self.median_of(runner, b, |r| r.batch_mean_ms),
+                    self.median_of(runner, b, |r| r.batch_p99_ms),
+                    fmt(self.ratio(Some(rps), p)),
+                    fmt(self.ratio(Some(rps), c)),
+                ));
+            }
+        }
+        let bs = self.batches();
+        if !bs.is_empty() {
+            s.push_str("\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) |\n|---:|---:|---:|---:|\n");
+            for b in bs {
+                let f = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
+                let [a, c, k] = self.ratios(b);
+                s.push_str(&format!("| {b} | {} | {} | {} |\n", f(a), f(c), f(k)));
+            }
+        }
+        if let Some(t) = &self.takeover {
+            s.push_str(&format!(
+                "\nTakeover after SIGKILL of the owner: median {:.0} ms, max {:.0} ms over {} runs (lease TTL {} ms, poll interval {} ms; target <= {:.0} ms).\n",
+                t["median_ms"].as_f64().unwrap_or(f64::NAN),
+                t["max_ms"].as_f64().unwrap_or(f64::NAN),
+                t["samples_ms"].as_array().map_or(0, |a| a.len()),
+                t["lease_ttl_ms"],
+                t["poll_interval_ms"],
+                t["target_ms"].as_f64().unwrap_or(f64::NAN)
+            ));
+        }
+        if let Some(r) = &self.rss {
+            s.push_str(&format!(
+                "\nWorker RSS over a {}-row engine run (B = {}, {:.0} rows/s): before {} MB, peak {} MB, early {} MB, late {} MB.\n",
+                r["rows"], r["batch"], r["rows_per_s"].as_f64().unwrap_or(f64::NAN),
+                r["rss_before_mb"], r["rss_peak_mb"],
+                r["rss_early_mb"], r["rss_late_mb"]
+            ));
+        }
+        s.push_str(&format!(
+            "\nVerification (email_norm = lower(email) and touched = 1 on every row after every run): {}.\n",
+            if self.verified() { "passed" } else { "FAILED (invalid runs)" }
+        ));
+        s
+    }
+}
+
+/// How to read the report (the head of benches/README.md).
+const METHOD: &str = "\
+Every runner does the same statements per batch: select at most B keys after \
+the checkpoint, update them by id (`email_norm = lower(email)`, \
+`touched = touched + 1`), advance the checkpoint, commit.\n\n\
+- `plpgsql`: a PL/pgSQL procedure looping the batches with COMMIT per batch: \
+the server-side limit, no client round trips.\n\
+- `client`: a minimal Rust loop on one connection: BEGIN, select, update, \
+checkpoint, COMMIT (5 round trips, cached prepared statements), no claims or fencing.\n\
+- `engine`: the product path end to end: `start` (bound capture), the actor \
+runtime claiming, renewing and running fenced batches (BEGIN + SET LOCAL \
+timeouts, select, update, fenced checkpoint advance, COMMIT: 5 round trips), \
+then the validation scan and `completed`.\n\
+- `engine-k`: K backfills over K disjoint tables of N/K rows at once, one process.\n\n\
+rows/s = rows / wall time of the whole run (for the engine including start, \
+claim and validation). Batch latency: client and engine from BEGIN to COMMIT \
+returned (engine including the pool checkout); plpgsql by the server's clock \
+per loop iteration. After every run every row must have \
+`email_norm = lower(email)` and `touched = 1`.\n";
+
+// ------------------------------------------------------------- entry
+
+/// Run the bench as `args` says; returns the process exit code (0, or 2
+/// when a run failed verification). Must run inside an actix system.
+pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
+    if args.rows == 0 || args.reps == 0 || args.batch.is_empty() || args.batch.contains(&0) {
+        return Err(BenchError::Args(
+            "--rows, --reps and every --batch must be positive".into(),
+        ));
+    }
+    if args.k == Some(0) {
+        return Err(BenchError::Args("--k must be positive".into()));
+    }
+    if let Some(url) = &args.takeover_owner {
+        takeover_owner(&args, url).await?;
+        return Ok(0);
+    }
+    // A throwaway cluster when no server was given; stopped on drop.
+    let (server, _cluster) = match &args.database_url {
+        Some(url) => (url.clone(), None),
+        None => {
+            let cluster = tokio::task::spawn_blocking(|| {
+                crate::host::ephemeral::EphemeralPostgres::start("bench")
+            })
+            .await
+            .map_err(|_| BenchError::Run("starting PostgreSQL panicked".into()))?
+            .map_err(|e| BenchError::Run(e.to_string()))?;
+            (cluster.url(), Some(cluster))
+        }
+    };
+    let url = store::database_recreate(&server, &args.database).await?;
+    store::run_migrations(&url).await?;
+    let pool = store::build_pool(&url, 4).await?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let k = args.k.unwrap_or(cores);
+    let mut ctx = Ctx {
+        args: args.clone(),
+        url,
+        pool,
+        run_seq: 0,
+    };
+    ctx.exec(SETUP_SQL).await?;
+    let pg_version = {
+        let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
+        let v: TextValue = diesel::sql_query("SELECT version() AS v")
+            .get_result(&mut conn)
+            .await?;
+        v.v.split(" on ").next().unwrap_or(&v.v).to_string()
+    };
+    let mut only = args.only.clone();
+    only.sort();
+    only.dedup();
+    let mut report = Report {
+        cores,
+        pg_version,
+        rows: args.rows,
+        reps: args.reps,
+        k,
+        runs: Vec::new(),
+        takeover: None,
+        rss: None,
+    };
+    let result = async {
+        for &batch in &args.batch {
+            for rep in 1..=args.reps {
+                for &runner in &only {
+                    let run = match runner {
+                        Runner::Plpgsql => ctx.plpgsql(batch, rep).await?,
+                        Runner::Client => ctx.client(batch, rep).await?,
+                        Runner::Engine => {
+                            ctx.engine_run("engine", &["items".into()], args.rows, batch, rep)
+                                .await?
+                        }
+                        Runner::EngineK => {
+                            let tables: Vec<String> =
+                                (1..=k).map(|i| format!("items_k{i}")).collect();
+                            let each = (args.rows / k as u64).max(1);
+                            let r = ctx
+                                .engine_run("engine-k", &tables, each, batch, rep)
+                                .await?;
+                            for t in &tables {
+                                ctx.exec(&format!("DROP TABLE IF EXISTS {t}")).await?;
+                            }
+                            r
+                        }
+                        Runner::Takeover | Runner::Rss => continue,
+                    };
+                    if !args.json {
+                        eprintln!(
+                            "{} B={} rep {}: {:.0} rows/s, batch mean {:.3} ms, p99 {:.3} ms, verified {}",
+                            run.runner, run.batch, run.rep, run.rows_per_s(),
+                            run.batch_mean_ms, run.batch_p99_ms, run.verified
+                        );
+                    }
+                    report.runs.push(run);
+                }
+            }
+        }
+        let first = args.batch[0];
+        if only.contains(&Runner::Takeover) {
+            report.takeover = Some(takeover(&mut ctx, first).await?);
+        }
+        if only.contains(&Runner::Rss) {
+            report.rss = Some(rss(&mut ctx, first).await?);
+        }
+        Ok::<(), BenchError>(())
+    }
+    .await;
+    let pool = ctx.pool.clone();
+    drop(ctx);
+    drop(pool);
+    if !args.keep {
+        // Big tables: give the disk back. A new empty database of the same
+        // name is cheaper to leave than to reason about; drop it outright.
+        let _ = drop_database(&server, &args.database).await;
+    }
+    result?;
+    if args.json {
+        println!("{}", report.json());
+    } else {
+        println!("{}", report.markdown());
+    }
+    if let Some(path) = &args.markdown {
+        // The invocation as given, so the file says how to regenerate it.
+        let command: Vec<String> = std::env::args().skip(1).collect();
+        let text = format!(
+            "# Throughput benchmark\n\nGenerated by `backfill {}` (release build). \
+             Numbers are noisy on a shared 2-core machine; the ratios are what count.\n\n{METHOD}\n{}",
+            command.join(" "),
+            report.markdown()
+        );
+        std::fs::write(path, text)
+            .map_err(|e| BenchError::Run(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(if report.verified() { 0 } else { 2 })
+}
+
+async fn drop_database(server: &str, name: &str) -> Result<(), BenchError> {
+    let mut conn = AsyncPgConnection::establish(server)
+        .await
+        .map_err(|_| BenchError::Run("cannot connect to drop the bench database".into()))?;
+    conn.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats() {
+        let mut xs: Vec<u64> = (1..=100).map(|x| x * 1000).collect();
+        let (mean, p99) = latency_stats(&mut xs);
+        assert!((mean - 50.5).abs() < 1e-9);
+        assert!((p99 - 99.0).abs() < 1e-9);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}

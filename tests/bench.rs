@@ -1,0 +1,74 @@
+//! Smoke test of `backfill bench`: at a tiny N it runs every runner, prints
+//! one JSON object of the documented shape, and every run passed the
+//! verification (every row repaired exactly once). Timings are not
+//! asserted: a benchmark prints numbers.
+
+use std::process::Command;
+
+#[test]
+fn bench_json_shape_and_verification() {
+    let server = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args([
+            "bench",
+            "--rows",
+            "2000",
+            "--batch",
+            "100",
+            "--reps",
+            "1",
+            "--json",
+            "--database",
+            "bft_bench_smoke",
+            "--database-url",
+            &server,
+        ])
+        .output()
+        .expect("run the bench binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert_eq!(report["verified"], true, "{report}");
+    assert!(report["cores"].as_u64().unwrap() >= 1);
+    assert!(report["postgres_version"]
+        .as_str()
+        .unwrap()
+        .starts_with("PostgreSQL"));
+    for key in [
+        "engine_vs_plpgsql",
+        "engine_vs_client",
+        "engine_k_vs_k_engine",
+    ] {
+        let v = &report["ratios"][key]["100"];
+        assert!(v.as_f64().is_some_and(|r| r > 0.0), "{key}: {v}");
+    }
+    let runs = report["runs"].as_array().unwrap();
+    let mut runners: Vec<&str> = runs.iter().map(|r| r["runner"].as_str().unwrap()).collect();
+    runners.sort();
+    assert_eq!(runners, ["client", "engine", "engine-k", "plpgsql"]);
+    for run in runs {
+        assert_eq!(run["batch"], 100);
+        assert_eq!(run["rows"], 2000);
+        assert!(run["rows_per_s"].as_f64().unwrap() > 0.0);
+        assert_eq!(run["verified"], true);
+    }
+}
+
+#[test]
+fn bench_rejects_bad_input_with_one_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args([
+            "bench",
+            "--rows",
+            "0",
+            "--database-url",
+            "postgres://unused",
+        ])
+        .output()
+        .expect("run the bench binary");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
