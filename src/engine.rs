@@ -502,8 +502,8 @@ impl Engine {
                     render_json(bound).unwrap_or(serde_json::Value::Null),
                 ),
             };
-            // The fence, last statement before COMMIT (CLM-2, EX-6).
-            let state = store::checkpoint_advance(
+            // The fence and COMMIT, one round trip (CLM-2, EX-6).
+            let fence = store::checkpoint_advance_commit(
                 conn,
                 &claim.id,
                 &claim.worker,
@@ -513,16 +513,16 @@ impl Engine {
                 &checkpoint_json,
                 selected.keys as i64,
             )
-            .await?
-            .ok_or(TxError::Stale)?;
-            Ok::<_, TxError>((checkpoint, selected.keys, state == "validating"))
+            .await?;
+            if fence == store::FenceCommit::Stale {
+                return Err(TxError::Stale);
+            }
+            let reached_bound = checkpoint.as_slice() == bound;
+            Ok::<_, TxError>((checkpoint, selected.keys, reached_bound))
         }
         .await;
         let result = match body {
-            Ok(done) => store::batch_commit(conn)
-                .await
-                .map(|()| done)
-                .map_err(TxError::from),
+            Ok(done) => Ok(done),
             Err(error) => {
                 // Mutation and checkpoint roll back together (EX-6). If the
                 // rollback itself fails, the connection reports itself

@@ -397,18 +397,42 @@ pub async fn batch_set_timeouts(
     Ok(())
 }
 
-/// The fence and the progress of one batch, as the last statement of the
-/// batch transaction (CLM-2, EX-6). Matches only if the row is `running`,
-/// the generation and owner are the caller's, the lease has not expired by
-/// `clock_timestamp()` (the transaction's `now()` is its start, which is too
-/// early), the checkpoint is still the one the batch started from, and the
-/// new checkpoint is greater than it and at most the bound (EX-3). When the
-/// new checkpoint equals the bound the row enters `validating` and the claim
-/// is released (VAL-1). Takes the row lock until commit, so a concurrent
-/// pause either committed first (zero rows here) or waits for this commit.
-/// `None` = stale: the caller must roll back the whole transaction.
+/// What [`checkpoint_advance_commit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceCommit {
+    /// The fence matched; mutation and checkpoint committed together.
+    Committed,
+    /// The fence did not match: nothing committed and the transaction is
+    /// aborted; the caller must roll it back ([`batch_rollback`]).
+    Stale,
+}
+
+/// Hex-encode a value for [`checkpoint_advance_commit`]'s message: only
+/// hex digits reach the SQL text, whatever the value holds, so nothing can
+/// be injected and no quoting setting matters.
+fn hex_literal(bytes: &[u8]) -> String {
+    format!("decode('{}', 'hex')", hex::encode(bytes))
+}
+
+fn text_literal(text: &str) -> String {
+    format!("convert_from({}, 'UTF8')", hex_literal(text.as_bytes()))
+}
+
+/// The fence, the progress and the COMMIT of one batch in ONE round trip
+/// (CLM-2, EX-6): `SELECT backfill_checkpoint_advance(..); COMMIT` as one
+/// simple-protocol message in the transaction opened by [`batch_begin`].
+/// The function (migration `..._fence_function`) matches only if the row is
+/// `running`, the generation and owner are the caller's, the lease has not
+/// expired by `clock_timestamp()`, the checkpoint is still the one the batch
+/// started from, and the new checkpoint is greater than it and at most the
+/// bound (EX-3); at the bound the row enters `validating` and the claim is
+/// released (VAL-1). It RAISES `BF001` when nothing matched: PostgreSQL
+/// then skips the COMMIT of the same message and the transaction, mutation
+/// included, is aborted ([`FenceCommit::Stale`]). It takes the row lock
+/// until commit, so a concurrent pause either committed first (stale here)
+/// or waits for this commit.
 #[allow(clippy::too_many_arguments)]
-pub async fn checkpoint_advance(
+pub async fn checkpoint_advance_commit(
     conn: &mut AsyncPgConnection,
     id: &str,
     worker: &str,
@@ -417,40 +441,33 @@ pub async fn checkpoint_advance(
     checkpoint: &[u8],
     checkpoint_json: &Value,
     rows: i64,
-) -> Result<Option<String>, StoreError> {
-    #[derive(QueryableByName)]
-    struct Advanced {
-        #[diesel(sql_type = Text)]
-        state: String,
+) -> Result<FenceCommit, StoreError> {
+    use diesel::connection::TransactionDepthChange;
+    use diesel_async::{AnsiTransactionManager, SimpleAsyncConnection, TransactionManager};
+    let sql = format!(
+        "SELECT backfill_checkpoint_advance({}, {}, {generation}, {}, {}, ({})::jsonb, {rows}); COMMIT",
+        text_literal(id),
+        text_literal(worker),
+        expected.map(hex_literal).unwrap_or_else(|| "NULL".into()),
+        hex_literal(checkpoint),
+        text_literal(&checkpoint_json.to_string()),
+    );
+    match conn.batch_execute(&sql).await {
+        Ok(()) => {
+            // The COMMIT ran inside the message: tell the transaction
+            // manager the transaction is over.
+            <AnsiTransactionManager as TransactionManager<AsyncPgConnection>>::transaction_manager_status_mut(conn)
+                .transaction_state()?
+                .change_transaction_depth(TransactionDepthChange::DecreaseDepth)?;
+            Ok(FenceCommit::Committed)
+        }
+        Err(diesel::result::Error::DatabaseError(_, info))
+            if info.message() == "backfill stale fence" =>
+        {
+            Ok(FenceCommit::Stale)
+        }
+        Err(error) => Err(error.into()),
     }
-    // A cached prepared statement: one round trip instead of two per batch.
-    let row: Option<Advanced> = super::cached(
-        diesel::sql_query(
-            "UPDATE backfill SET checkpoint = $5, checkpoint_json = $6, \
-             rows_done = rows_done + $7, batches_done = batches_done + 1, attempts = 0, \
-             state = CASE WHEN $5 = bound THEN 'validating' ELSE state END, \
-             owner = CASE WHEN $5 = bound THEN NULL ELSE owner END, \
-             lease_expires_at = CASE WHEN $5 = bound THEN NULL ELSE lease_expires_at END, \
-             updated_at = now() \
-         WHERE id = $1 AND state = 'running' AND owner = $2 AND generation = $3 \
-           AND lease_expires_at > clock_timestamp() \
-           AND checkpoint IS NOT DISTINCT FROM $4 \
-           AND $5 > coalesce(checkpoint, ''::bytea) AND $5 <= bound \
-         RETURNING state",
-        )
-        .bind::<Text, _>(id)
-        .bind::<Text, _>(worker)
-        .bind::<BigInt, _>(generation)
-        .bind::<Nullable<Binary>, _>(expected)
-        .bind::<Binary, _>(checkpoint)
-        .bind::<Jsonb, _>(checkpoint_json)
-        .bind::<BigInt, _>(rows),
-    )
-    .get_result(conn)
-    .await
-    .map(Some)
-    .or_else(not_found)?;
-    Ok(row.map(|r| r.state))
 }
 
 /// Record a classified execution error durably (RT-1) and drop the claim.
