@@ -59,6 +59,9 @@ pub enum Runner {
     Takeover,
     /// Peak RSS of the worker over a long engine run (`--rss-rows`).
     Rss,
+    /// Admin API list latency (p50/p99) with 10,000 registered backfills
+    /// under 32 concurrent clients.
+    AdminList,
 }
 
 /// Flags of `backfill bench`.
@@ -924,6 +927,104 @@ async fn rss(ctx: &mut Ctx, batch: u32) -> Result<Value, BenchError> {
     }))
 }
 
+/// Admin API list latency: 10,000 registered backfills, 32 concurrent
+/// clients each reading the first page (`limit=100`) through the real HTTP
+/// server with a bearer token, 40 requests each.
+async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
+    use crate::admin::{Admin, AdminConfig, AuthConfig};
+    const BACKFILLS: usize = 10_000;
+    const CLIENTS: usize = 32;
+    const REQUESTS: usize = 40;
+    let ids: Vec<String> = (0..BACKFILLS)
+        .map(|i| format!("bench.admin.{i:05}"))
+        .collect();
+    let descriptions = vec![String::new(); BACKFILLS];
+    {
+        let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
+        store::backfill_register(&mut conn, &ids, &descriptions, "backfill bench").await?;
+    }
+    let token = "bench-admin-token-0123456789abcdef";
+    let auth = AuthConfig::from_sources(Some(token), None, false)
+        .map_err(|e| BenchError::Run(e.to_string()))?;
+    let pool = store::build_pool(&ctx.url, 8).await?;
+    let engine = Engine::new(pool, Registry::new(), ctx.engine_config())?;
+    let admin = actix_web::web::Data::new(Admin::new(
+        engine,
+        AdminConfig {
+            auth,
+            auto_backfills: false,
+            required: Default::default(),
+        },
+    ));
+    let server = actix_web::HttpServer::new(move || {
+        let admin = admin.clone();
+        actix_web::App::new().configure(move |cfg| crate::http::admin::configure(cfg, admin))
+    })
+    .workers(2)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .map_err(|e| BenchError::Run(format!("cannot listen: {}", e.kind())))?;
+    let addrs = server.addrs();
+    let addr = addrs
+        .into_iter()
+        .next()
+        .ok_or_else(|| BenchError::Run("no listen address".into()))?;
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    let url = format!("http://{addr}/admin/backfills?limit=100");
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(CLIENTS);
+    for _ in 0..CLIENTS {
+        let url = url.clone();
+        tasks.push(actix_rt::spawn(async move {
+            let client = awc::Client::default();
+            let mut micros = Vec::with_capacity(REQUESTS);
+            let mut errors = 0u64;
+            for _ in 0..REQUESTS {
+                let t = Instant::now();
+                match client
+                    .get(&url)
+                    .insert_header(("Authorization", format!("Bearer {token}")))
+                    .send()
+                    .await
+                {
+                    Ok(mut res) if res.status().is_success() => {
+                        let _ = res.body().limit(16 * 1024 * 1024).await;
+                        micros.push(t.elapsed().as_micros() as u64);
+                    }
+                    _ => errors += 1,
+                }
+            }
+            (micros, errors)
+        }));
+    }
+    let mut all = Vec::with_capacity(CLIENTS * REQUESTS);
+    let mut errors = 0;
+    for task in tasks {
+        let (micros, e) = task
+            .await
+            .map_err(|_| BenchError::Run("a client task panicked".into()))?;
+        all.extend(micros);
+        errors += e;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    handle.stop(true).await;
+    all.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if all.is_empty() {
+            return 0.0;
+        }
+        let i = ((all.len() as f64 - 1.0) * p).round() as usize;
+        round3(all[i] as f64 / 1000.0)
+    };
+    Ok(json!({
+        "backfills": BACKFILLS, "clients": CLIENTS, "requests": all.len(), "errors": errors,
+        "page": 100, "p50_ms": pct(0.50), "p99_ms": pct(0.99),
+        "requests_per_s": (all.len() as f64 / seconds.max(1e-9)).round(),
+    }))
+}
+
 // ------------------------------------------------------------ report
 
 struct Report {
@@ -935,6 +1036,7 @@ struct Report {
     runs: Vec<RunResult>,
     takeover: Option<Value>,
     rss: Option<Value>,
+    admin_list: Option<Value>,
 }
 
 impl Report {
@@ -1021,6 +1123,7 @@ impl Report {
             "runs": self.runs.iter().map(RunResult::json).collect::<Vec<_>>(),
             "takeover": self.takeover,
             "rss": self.rss,
+            "admin_list": self.admin_list,
             "admin_list_latency": Value::Null,
         })
     }
@@ -1081,6 +1184,12 @@ impl Report {
                 r["rows"], r["batch"], r["rows_per_s"].as_f64().unwrap_or(f64::NAN),
                 r["rss_before_mb"], r["rss_peak_mb"],
                 r["rss_early_mb"], r["rss_late_mb"]
+            ));
+        }
+        if let Some(a) = &self.admin_list {
+            s.push_str(&format!(
+                "\nAdmin API list (`GET /admin/backfills?limit=100`) with {} registered backfills, {} concurrent clients, {} requests ({} errors): p50 {} ms, p99 {} ms (target p99 < 50 ms).\n",
+                a["backfills"], a["clients"], a["requests"], a["errors"], a["p50_ms"], a["p99_ms"]
             ));
         }
         s.push_str(&format!(
@@ -1172,6 +1281,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         runs: Vec::new(),
         takeover: None,
         rss: None,
+        admin_list: None,
     };
     let result = async {
         for &batch in &args.batch {
@@ -1196,7 +1306,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
                             }
                             r
                         }
-                        Runner::Takeover | Runner::Rss => continue,
+                        Runner::Takeover | Runner::Rss | Runner::AdminList => continue,
                     };
                     if !args.json {
                         eprintln!(
@@ -1215,6 +1325,9 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         }
         if only.contains(&Runner::Rss) {
             report.rss = Some(rss(&mut ctx, first).await?);
+        }
+        if only.contains(&Runner::AdminList) {
+            report.admin_list = Some(admin_list(&ctx).await?);
         }
         Ok::<(), BenchError>(())
     }
