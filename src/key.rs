@@ -2,7 +2,7 @@
 //!
 //! A checkpoint and a bound are stored as `bytea`. PostgreSQL compares
 //! `bytea` bytewise, so the encoding is built so that bytewise order equals
-//! the key's own [`Ord`]: the fence in `store::checkpoint_advance` and the
+//! the key's own [`Ord`]: the fence in `store::checkpoint_advance_commit` and the
 //! table's `CHECK (checkpoint <= bound)` then compare keys in their own type,
 //! never through a lossy text rendering.
 //!

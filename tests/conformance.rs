@@ -88,7 +88,7 @@ async fn state(engine: &Engine) -> State {
 /// committed checkpoint and the first owner's next batch is rejected.
 /// Guards: `FOR UPDATE SKIP LOCKED` + the unexpired-owner condition of
 /// `backfill_claim` (two winners), the generation/owner fence of
-/// `checkpoint_advance` (the stale batch would commit and count twice).
+/// `backfill_checkpoint_advance` (the stale batch would commit and count twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ct01_claim_race_has_one_owner_and_takeover_keeps_checkpoint() {
     let (db, engine, _hooks) = started(30, 10).await;
@@ -588,7 +588,7 @@ async fn drive_until_validating(engine: &Engine) {
 /// CT-7 / VAL-1..3: reaching the bound enters `validating`, never
 /// `completed`; a validation failure is durable and repeatable; operator
 /// retry revalidates; only success reaches `completed`, which is immutable.
-/// Guards: `validating` (not `completed`) in `checkpoint_advance`; the
+/// Guards: `validating` (not `completed`) in `backfill_checkpoint_advance`; the
 /// `backfill_guard` trigger for immutability.
 #[tokio::test]
 async fn ct07_only_successful_validation_completes() {
