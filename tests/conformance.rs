@@ -9,6 +9,7 @@
 //! - CT-5  stale owners rejected at commit: `ct05_*`
 //! - CT-7  validation gates completion: `ct07_*`
 //! - CT-8  bounded failure and operator retry: `ct08_*`
+//! - VAL-6 lifecycle validation waits for an explicit one: `val06_*`
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
 //!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
 //!

@@ -7,6 +7,9 @@
 //! - (migrate off, auto on):  `ct13_off_on_*`, `ct13_migrate_off_missing_schema_*`
 //! - (migrate on,  auto off): `ct13_on_off_*`
 //! - (migrate on,  auto on):  `ct13_on_on_*`
+//! - CFG-2 restart rebuilds the gate: `ct13_restart_*`; NOTIFY as a hint:
+//!   `cfg_notify_*`; CFG-3 and OBS-1/2 (admin listener, /metrics) inside
+//!   `ct13_off_on_*`
 //!
 //! Gates are held closed deterministically with a second session's row lock
 //! (the batches wait on it), never with sleeps.
@@ -18,10 +21,9 @@ use backfill::example;
 use backfill::host::{Host, HostConfig, HostError};
 use backfill::runtime::RuntimeConfig;
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
-use std::future::Future;
 use std::time::Duration;
 use support::http::get;
-use support::{test_db, TestDb};
+use support::{eventually, test_db, TestDb};
 
 fn host_config(db: &TestDb, migrate: bool, auto: bool) -> HostConfig {
     let ttl = Duration::from_secs(10);
@@ -52,21 +54,6 @@ async fn app_db(rows: u64, bad: u64) -> TestDb {
     example::migrate(&db.url).await.unwrap();
     example::seed(&db.pool, rows, bad).await.unwrap();
     db
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 async fn states(db: &TestDb) -> Vec<(String, String)> {

@@ -16,8 +16,8 @@ mod support;
 use backfill::example::{self, TOUCH_COUNT_ID};
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-use support::{test_db, TestDb};
+use std::time::Instant;
+use support::{eventually, test_db, TestDb};
 
 const LEASE_TTL_MS: u64 = 1500;
 const POLL_MS: u64 = 100;
@@ -63,21 +63,6 @@ fn spawn_worker(db: &TestDb, name: &str) -> Child {
 fn sigkill(child: &mut Child) {
     child.kill().expect("SIGKILL");
     child.wait().expect("reap");
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 async fn row_text(db: &TestDb, column: &str) -> Option<String> {

@@ -15,11 +15,10 @@ mod support;
 use backfill::engine::RetryPolicy;
 use backfill::runtime::{RuntimeConfig, RuntimeHandle};
 use backfill::{Engine, EngineConfig, Registry};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use support::repairs::*;
-use support::{test_db, TestDb};
+use support::{eventually, test_db, TestDb};
 
 const ID: &str = "items.counter";
 
@@ -55,21 +54,6 @@ async fn engine_on_own_pool(db: &TestDb, registry: Registry, ttl: Duration) -> E
 }
 
 /// Wait (polling PostgreSQL or the runtime) until `check` holds.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn state_of(db: &TestDb, id: &str) -> String {
     db.text(&format!(
         "SELECT state AS v FROM backfill WHERE id = '{id}'"

@@ -57,11 +57,6 @@ impl Readiness {
         }
     }
 
-    /// Whether `id` gates readiness in this deployment.
-    pub fn is_gating(&self, id: &str) -> bool {
-        self.automatic && self.required.iter().any(|r| r == id)
-    }
-
     /// Evaluate from PostgreSQL.
     pub async fn evaluate(&self) -> ReadinessReport {
         let rows = match self.pool.get().await {

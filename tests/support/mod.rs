@@ -187,3 +187,21 @@ pub async fn drive(engine: &backfill::Engine, worker: &str) {
     }
     panic!("drive did not settle");
 }
+
+/// Wait until `check` holds, polling every 10 ms (PostgreSQL or a runtime
+/// snapshot); fail with `what` after 90 s. Waiting for an outcome, never a
+/// way to force a race.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
