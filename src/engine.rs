@@ -2,16 +2,19 @@
 //! failure classification and lifecycle validation.
 //!
 //! Every method is one short PostgreSQL transaction on one pooled
-//! connection, returned to the pool before the method returns; the engine
-//! keeps no state between calls beyond what the caller hands back in a
-//! [`Claim`]. The runtime (`backfill-actors`) drives these calls; it never
-//! sees SQL.
+//! connection; the engine keeps no state between calls beyond what the
+//! caller hands back in a [`Claim`]. The one connection that outlives a
+//! call is a running claim's *open batch*: the commit message of a batch
+//! also opens the next batch's transaction (`BEGIN` and its timeouts, no
+//! statement, no snapshot, no lock), and the claim carries that connection
+//! to the next [`Engine::run_batch`], which so starts without a round trip.
+//! The runtime (`backfill-actors`) drives these calls; it never sees SQL.
 
 use crate::key::{render_json, KeyError};
 use crate::lifecycle::{Action, State};
 use crate::repair::{bounded, BodyError, DefinitionError, RepairError, SelectionError, Validation};
 use crate::repair::{EncodedSource, Registry};
-use crate::store::{self, BackfillRow, Pool, StartValues, StoreError};
+use crate::store::{self, BackfillRow, Pool, PooledConn, StartValues, StoreError};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use std::sync::Arc;
@@ -185,6 +188,45 @@ pub struct Claim {
     pub lease_expires_at: DateTime<Utc>,
     pub(crate) bound: Option<Vec<u8>>,
     pub(crate) checkpoint: Option<Vec<u8>>,
+    /// The next batch's transaction, opened by the previous batch's commit
+    /// message (see the module docs).
+    pub(crate) open: OpenBatch,
+}
+
+/// A pooled connection inside a batch transaction that has run `BEGIN` and
+/// the `SET LOCAL` timeouts and nothing else: no snapshot, no lock, no
+/// transaction ID. Only the claim that committed the previous batch uses
+/// it; a clone of the claim starts empty and takes its next batch's
+/// connection from the pool. Dropped while open (a runner that stops
+/// without releasing), the pool sees the open transaction and discards
+/// the connection, and PostgreSQL ends the empty transaction with it.
+#[derive(Default)]
+pub(crate) struct OpenBatch(parking_lot::Mutex<Option<PooledConn<'static>>>);
+
+impl OpenBatch {
+    fn take(&self) -> Option<PooledConn<'static>> {
+        self.0.lock().take()
+    }
+
+    fn put(&self, conn: PooledConn<'static>) {
+        *self.0.lock() = Some(conn);
+    }
+}
+
+impl Clone for OpenBatch {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl std::fmt::Debug for OpenBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.lock().is_some() {
+            "OpenBatch(open)"
+        } else {
+            "OpenBatch(none)"
+        })
+    }
 }
 
 impl Claim {
@@ -419,6 +461,7 @@ impl Engine {
                     lease_expires_at: row.lease_expires_at,
                     bound: row.bound,
                     checkpoint: row.checkpoint,
+                    open: OpenBatch::default(),
                 }))
             })
             .await;
@@ -455,8 +498,16 @@ impl Engine {
     }
 
     /// Give a claim back (graceful shutdown). `false`: it was already gone.
+    /// An open batch the claim carries is rolled back first, and its
+    /// connection does the release.
     pub async fn release(&self, claim: &Claim) -> Result<bool, EngineError> {
-        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let mut conn = match claim.open.take() {
+            Some(mut conn) => {
+                store::batch_rollback(&mut conn).await?;
+                conn
+            }
+            None => self.pool.get_owned().await.map_err(StoreError::from)?,
+        };
         Ok(store::lease_release(&mut conn, &claim.id, &claim.worker, claim.generation).await?)
     }
 
@@ -482,11 +533,18 @@ impl Engine {
             millis(self.config.statement_timeout),
             millis(self.config.lock_timeout),
         );
-        let mut pooled = self.pool.get().await.map_err(StoreError::from)?;
+        // The transaction the previous batch's commit message opened, or a
+        // fresh one: BEGIN and the SET LOCAL timeouts in one round trip.
+        let mut pooled = match claim.open.take() {
+            Some(conn) => conn,
+            None => {
+                let mut conn = self.pool.get_owned().await.map_err(StoreError::from)?;
+                store::batch_begin(&mut conn, stmt_ms, lock_ms).await?;
+                conn
+            }
+        };
         let conn = &mut *pooled;
-        // BEGIN and the SET LOCAL timeouts in one round trip; the body
-        // borrows the claim instead of cloning it per batch.
-        store::batch_begin(conn, stmt_ms, lock_ms).await?;
+        // The body borrows the claim instead of cloning it per batch.
         let body = async {
             let expected = claim.checkpoint.as_deref();
             let selected = def
@@ -502,7 +560,12 @@ impl Engine {
                     render_json(bound).unwrap_or(serde_json::Value::Null),
                 ),
             };
-            // The fence and COMMIT, one round trip (CLM-2, EX-6).
+            // At the bound the row leaves `running` and the claim ends, so
+            // no next batch is opened.
+            let reached_bound = checkpoint.as_slice() == bound;
+            let reopen = (!reached_bound).then_some((stmt_ms, lock_ms));
+            // The fence, the COMMIT and the next BEGIN: one round trip
+            // (CLM-2, EX-6).
             let fence = store::checkpoint_advance_commit(
                 conn,
                 &claim.id,
@@ -512,12 +575,12 @@ impl Engine {
                 &checkpoint,
                 &checkpoint_json,
                 selected.keys as i64,
+                reopen,
             )
             .await?;
             if fence == store::FenceCommit::Stale {
                 return Err(TxError::Stale);
             }
-            let reached_bound = checkpoint.as_slice() == bound;
             Ok::<_, TxError>((checkpoint, selected.keys, reached_bound))
         }
         .await;
@@ -535,6 +598,9 @@ impl Engine {
         match result {
             Ok((checkpoint, keys, reached_bound)) => {
                 claim.checkpoint = Some(checkpoint);
+                if !reached_bound {
+                    claim.open.put(pooled);
+                }
                 Ok(BatchOutcome::Committed {
                     keys,
                     reached_bound,

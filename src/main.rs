@@ -103,6 +103,13 @@ impl RuntimeArgs {
         runtime.max_concurrent_runners = self.max_runners;
         runtime.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
         runtime.worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
+        // Every runner keeps a connection for its claim; size the pool for
+        // the runners asked for plus the claim, renewal and admin paths.
+        config.pool_size = config.pool_size.max(
+            u32::try_from(self.max_runners)
+                .unwrap_or(u32::MAX)
+                .saturating_add(2),
+        );
         config.runtime = runtime;
         config.batch_size = self.batch_size;
     }

@@ -10,6 +10,8 @@
 //! - CT-7  validation gates completion: `ct07_*`
 //! - CT-8  bounded failure and operator retry: `ct08_*`
 //! - VAL-6 lifecycle validation waits for an explicit one: `val06_*`
+//! - EX-5/CLM-1 the open batch a claim carries between batches: `ex05_*`,
+//!   `clm01_*`
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
 //!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
 //!
@@ -913,4 +915,128 @@ async fn val06_lifecycle_validation_waits_for_a_running_explicit_validation() {
         .unwrap();
     drive(&engine, "v").await;
     assert_eq!(state(&engine).await, State::Completed);
+}
+
+// ------------------------------------------------------- open batch (EX-5)
+
+/// Sessions of the test database sitting inside a transaction (aborted or
+/// not) between statements.
+async fn open_transactions(db: &TestDb) -> i64 {
+    db.scalar(
+        "SELECT count(*) AS v FROM pg_stat_activity \
+         WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+    )
+    .await
+}
+
+/// EX-5, CLM-2: a committed batch leaves the next batch's transaction open
+/// on its claim (BEGIN and the timeouts, nothing else). That transaction
+/// holds no snapshot, no transaction ID and no lock but its own virtual
+/// transaction ID, so neither DDL on the target table nor a pause waits for
+/// it; the claim's next batch runs in it and, after the pause, is rejected
+/// by the fence and rolled back. Guards: the
+/// reopen text of `checkpoint_advance_commit` taking nothing (a statement
+/// there that reads the table keeps its lock until the next batch and
+/// fails the lock assertion and the ALTER), and the fence in the same
+/// message as COMMIT and BEGIN (the paused batch must not commit).
+#[tokio::test]
+async fn ex05_open_batch_holds_no_snapshot_lock_or_xid() {
+    let (db, engine, _hooks) = started(30, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        }
+    );
+    assert_eq!(open_transactions(&db).await, 1, "the next batch is open");
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) AS v FROM pg_stat_activity \
+             WHERE datname = current_database() AND state = 'idle in transaction' \
+               AND backend_xmin IS NULL AND backend_xid IS NULL",
+        )
+        .await,
+        1,
+        "the open batch holds no snapshot and no transaction ID"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) AS v FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE a.datname = current_database() AND a.state = 'idle in transaction' \
+               AND l.locktype <> 'virtualxid'",
+        )
+        .await,
+        0,
+        "the open batch holds no lock"
+    );
+    db.exec(
+        "BEGIN; SET LOCAL lock_timeout = '2s'; \
+         ALTER TABLE items ADD COLUMN extra int; COMMIT",
+    )
+    .await;
+    assert!(matches!(
+        engine.pause(ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Stale
+    );
+    assert_eq!(count_n(&db, 1).await, 10, "the stale batch rolled back");
+    assert_eq!(open_transactions(&db).await, 0);
+    assert!(matches!(
+        engine.resume(ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 30);
+}
+
+/// CLM-1: releasing a claim that carries an open batch rolls that
+/// transaction back and releases on the same connection: another worker
+/// claims at once, at the committed checkpoint, and no session stays
+/// inside a transaction. Guard: the rollback in `Engine::release` (without
+/// it the release runs inside the open transaction and never commits, so
+/// the row stays owned and row-locked).
+#[tokio::test]
+async fn clm01_release_ends_the_open_batch_and_frees_the_claim() {
+    let (db, engine, _hooks) = started(30, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert!(matches!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed { keys: 10, .. }
+    ));
+    assert!(engine.release(&claim).await.unwrap());
+    assert_eq!(open_transactions(&db).await, 0);
+    let other = engine.claim_next("w2", &[]).await.unwrap().unwrap();
+    assert_eq!(other.generation, claim.generation + 1);
+    assert_eq!(other.checkpoint_json(), Some(serde_json::json!(10)));
+}
+
+/// EX-5: a claim dropped while it carries an open batch (a runner that
+/// stops without releasing) takes its connection along: the pool discards
+/// a connection that is inside a transaction, PostgreSQL ends the session,
+/// and nothing stays open. Guard: the open batch living in the claim and
+/// the pool's broken-connection check it relies on.
+#[tokio::test]
+async fn ex05_dropped_claim_leaves_no_open_transaction() {
+    let (db, engine, _hooks) = started(30, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert!(matches!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed { keys: 10, .. }
+    ));
+    assert_eq!(open_transactions(&db).await, 1);
+    drop(claim);
+    support::eventually("no session inside a transaction", || async {
+        open_transactions(&db).await == 0
+    })
+    .await;
+    db.expire_lease(ID).await;
+    drive(&engine, "w2").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 30);
 }

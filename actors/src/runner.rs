@@ -81,7 +81,9 @@ impl<B: Backend> Runner<B> {
 
     /// Give the claim back, then exit (graceful shutdown).
     fn release_and_exit(&mut self, ctx: &mut Context<Self>) {
-        let Some(claim) = self.claim.clone() else {
+        // The claim moves into the release: the runner is done with it, and
+        // the backend may give back resources the claim carries.
+        let Some(claim) = self.claim.take() else {
             return;
         };
         let backend = self.backend.clone();

@@ -76,7 +76,8 @@ pub struct HostConfig {
     pub admin_auth: AuthConfig,
     /// Keys per batch for the example repairs.
     pub batch_size: u32,
-    /// Connections in the pool.
+    /// Connections in the pool; at least `runtime.max_concurrent_runners`
+    /// + 2 (each runner keeps one for its claim).
     pub pool_size: u32,
     pub engine: EngineConfig,
     pub runtime: RuntimeConfig,
@@ -114,8 +115,15 @@ impl HostConfig {
         if self.batch_size == 0 {
             return Err(HostError::Config("batch size must be at least 1".into()));
         }
-        if self.pool_size < 2 {
-            return Err(HostError::Config("pool size must be at least 2".into()));
+        // Each runner keeps one connection for the whole claim (its open
+        // batch, see `engine`); claims, renewals, validation and the admin
+        // API need at least two more, or a lease could expire waiting for a
+        // connection to renew it.
+        let needed = self.runtime.max_concurrent_runners as u32 + 2;
+        if self.pool_size < needed {
+            return Err(HostError::Config(format!(
+                "pool size must be at least the maximum runners plus 2 ({needed})"
+            )));
         }
         Ok(())
     }

@@ -356,13 +356,24 @@ pub async fn batch_begin(
 ) -> Result<(), StoreError> {
     AnsiTransactionManager::begin_transaction_sql(
         conn,
-        &format!(
-            "BEGIN; SET LOCAL statement_timeout = {statement_timeout_ms}; \
-             SET LOCAL lock_timeout = {lock_timeout_ms}"
-        ),
+        &begin_sql(statement_timeout_ms, lock_timeout_ms),
     )
     .await?;
     Ok(())
+}
+
+/// `BEGIN` and the batch timeouts as one simple-protocol text. The idle
+/// timeout bounds the time the transaction may sit between statements
+/// (EX-5), which matters for an open batch (see [`checkpoint_advance_commit`]):
+/// a runner that stops without releasing cannot leave it open for longer
+/// than one statement may run. None of these statements takes a snapshot,
+/// a lock or a transaction ID.
+fn begin_sql(statement_timeout_ms: i64, lock_timeout_ms: i64) -> String {
+    format!(
+        "BEGIN; SET LOCAL statement_timeout = {statement_timeout_ms}; \
+         SET LOCAL lock_timeout = {lock_timeout_ms}; \
+         SET LOCAL idle_in_transaction_session_timeout = {statement_timeout_ms}"
+    )
 }
 
 /// Commit the transaction opened by [`batch_begin`].
@@ -431,6 +442,14 @@ fn text_literal(text: &str) -> String {
 /// included, is aborted ([`FenceCommit::Stale`]). It takes the row lock
 /// until commit, so a concurrent pause either committed first (stale here)
 /// or waits for this commit.
+///
+/// With `reopen` (the timeouts of the next batch) the same message ends with
+/// `BEGIN` and the `SET LOCAL` timeouts of [`batch_begin`]: after a commit
+/// the connection is already inside the next batch's transaction, which
+/// holds no snapshot, lock or transaction ID until its first statement.
+/// When the fence raises, PostgreSQL skips the rest of the message, COMMIT
+/// and BEGIN included, and the caller rolls the aborted transaction back as
+/// before.
 #[allow(clippy::too_many_arguments)]
 pub async fn checkpoint_advance_commit(
     conn: &mut AsyncPgConnection,
@@ -441,10 +460,12 @@ pub async fn checkpoint_advance_commit(
     checkpoint: &[u8],
     checkpoint_json: &Value,
     rows: i64,
+    reopen: Option<(i64, i64)>,
 ) -> Result<FenceCommit, StoreError> {
     use diesel::connection::TransactionDepthChange;
     use diesel_async::{AnsiTransactionManager, SimpleAsyncConnection, TransactionManager};
-    let sql = format!(
+    use std::fmt::Write;
+    let mut sql = format!(
         "SELECT backfill_checkpoint_advance({}, {}, {generation}, {}, {}, ({})::jsonb, {rows}); COMMIT",
         text_literal(id),
         text_literal(worker),
@@ -452,7 +473,20 @@ pub async fn checkpoint_advance_commit(
         hex_literal(checkpoint),
         text_literal(&checkpoint_json.to_string()),
     );
+    if let Some((statement_timeout_ms, lock_timeout_ms)) = reopen {
+        // Integers formatted here, as in `batch_begin`.
+        let _ = write!(
+            sql,
+            "; {}",
+            begin_sql(statement_timeout_ms, lock_timeout_ms)
+        );
+    }
     match conn.batch_execute(&sql).await {
+        Ok(()) if reopen.is_some() => {
+            // COMMIT and BEGIN both ran inside the message: the
+            // transaction manager's depth (one) is right as it is.
+            Ok(FenceCommit::Committed)
+        }
         Ok(()) => {
             // The COMMIT ran inside the message: tell the transaction
             // manager the transaction is over.
