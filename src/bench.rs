@@ -1210,13 +1210,16 @@ the server-side limit, no client round trips.\n\
 - `client`: a minimal Rust loop on one connection: BEGIN, select, update, \
 checkpoint, COMMIT (5 round trips, cached prepared statements), no claims or fencing.\n\
 - `engine`: the product path end to end: `start` (bound capture), the actor \
-runtime claiming, renewing and running fenced batches (BEGIN + SET LOCAL \
-timeouts, select, update, fenced checkpoint advance, COMMIT: 5 round trips), \
-then the validation scan and `completed`.\n\
+runtime claiming, renewing and running fenced batches, then the validation \
+scan and `completed`. A batch is 3 round trips: select, update, and one \
+message with the fenced checkpoint advance, COMMIT and the next batch's \
+BEGIN + SET LOCAL timeouts (the claim keeps that open transaction, so no \
+pool checkout either).\n\
 - `engine-k`: K backfills over K disjoint tables of N/K rows at once, one process.\n\n\
 rows/s = rows / wall time of the whole run (for the engine including start, \
 claim and validation). Batch latency: client and engine from BEGIN to COMMIT \
-returned (engine including the pool checkout); plpgsql by the server's clock \
+returned (engine: the whole `step`, from the select to the commit message's \
+reply); plpgsql by the server's clock \
 per loop iteration. After every run every row must have \
 `email_norm = lower(email)` and `touched = 1`.\n";
 

@@ -46,9 +46,9 @@ fn connection_runtime() -> Result<&'static tokio::runtime::Runtime, StoreError> 
 pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     // Hand out pooled connections without a `SELECT 1` round trip per
-    // checkout (the default `Verified` recycling): the engine checks out a
-    // connection per batch, so that check was one round trip in six on the
-    // batch path. `Fast` still refuses connections whose driver saw the
+    // checkout (the default `Verified` recycling): claims, renewals and a
+    // runner's first batch check out a connection each, and that check
+    // was a round trip on each of them. `Fast` still refuses connections whose driver saw the
     // socket close or that hold an open or broken transaction; a connection
     // that died unnoticed fails its first statement, which the engine
     // classifies as transient and retries (RT-1, RT-2).
@@ -69,8 +69,9 @@ pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
     let manager = AsyncDieselConnectionManager::new_with_config(url, config);
     Bb8Pool::builder()
         .max_size(size.max(1))
-        // Hand out the most recently returned connection: a runner checks
-        // out a connection per batch, and LIFO keeps reusing the one whose
+        // Hand out the most recently returned connection: short calls
+        // (claims, renewals, admin reads) check out one each, and LIFO
+        // keeps reusing the one whose
         // backend has warm caches and prepared statements instead of
         // cycling through every idle connection (bb8's default FIFO).
         .queue_strategy(bb8::QueueStrategy::Lifo)
