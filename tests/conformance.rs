@@ -1040,3 +1040,66 @@ async fn ex05_dropped_claim_leaves_no_open_transaction() {
     assert_eq!(state(&engine).await, State::Completed);
     assert_eq!(count_n(&db, 1).await, 30);
 }
+
+/// EX-5: the open batch's idle time is bounded by the statement timeout: a
+/// claim that sits on it longer (a stalled runner) loses the session to
+/// PostgreSQL, and its next batch fails as a transient error with nothing
+/// committed, which the runtime records as retryable (RT-1, RT-2). Guards:
+/// the `idle_in_transaction_session_timeout` of the batch transaction
+/// (without it the session stays open and the wait below times out), and
+/// `store::classify` treating a session the server ended as transient
+/// (it was fatal before this test: the backfill would have failed).
+#[tokio::test]
+async fn ex05_idle_open_batch_is_ended_by_the_statement_timeout() {
+    let db = test_db().await;
+    db.exec(&items_sql(30)).await;
+    let hooks = Hooks::new();
+    let registry = Registry::new()
+        .with(Counter::new(ID, 10, hooks.clone()))
+        .expect("valid definition");
+    let engine = Engine::new(
+        db.pool.clone(),
+        registry,
+        EngineConfig {
+            statement_timeout: Duration::from_millis(300),
+            ..config()
+        },
+    )
+    .expect("engine");
+    engine.register().await.unwrap();
+    engine.start(ID).await.unwrap();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert!(matches!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed { keys: 10, .. }
+    ));
+    assert_eq!(open_transactions(&db).await, 1);
+    support::eventually("PostgreSQL ends the idle open batch", || async {
+        open_transactions(&db).await == 0
+    })
+    .await;
+    let error = engine.run_batch(&mut claim).await.unwrap_err();
+    let class = error.classification();
+    assert!(
+        matches!(class, Some(RepairError::Retryable(_))),
+        "a lost session is transient: {error}"
+    );
+    assert_eq!(count_n(&db, 1).await, 10, "nothing more committed");
+    // What the runtime does with it: record, back off, go on.
+    assert!(matches!(
+        engine
+            .record_failure(&claim, &class.unwrap())
+            .await
+            .unwrap(),
+        FailureOutcome::Recorded {
+            state: State::Running,
+            ..
+        }
+    ));
+    support::eventually("the backfill completes after the backoff", || async {
+        drive(&engine, "w").await;
+        state(&engine).await == State::Completed
+    })
+    .await;
+    assert_eq!(count_n(&db, 1).await, 30);
+}

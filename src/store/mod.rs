@@ -66,6 +66,21 @@ pub fn describe(error: &DieselError) -> String {
                 DatabaseErrorKind::SerializationFailure => "serialization failure",
                 DatabaseErrorKind::ReadOnlyTransaction => "read-only transaction",
                 DatabaseErrorKind::ClosedConnection => "connection closed",
+                // No SQLSTATE: the client could not talk to the server (the
+                // socket closed, the server went away).
+                DatabaseErrorKind::UnableToSendCommand => "connection lost",
+                // 57P01/57P02 (shutdown), 25P03 (idle-in-transaction
+                // timeout), 57P05 (idle session timeout): the server ended
+                // the session; the next attempt gets a new one.
+                _ if message.contains("terminating connection") => "connection terminated",
+                // 57P03: starting up, shutting down, in recovery.
+                _ if message.contains("the database system is") => "server unavailable",
+                // 53300.
+                _ if message.contains("too many clients")
+                    || message.contains("too many connections") =>
+                {
+                    "too many connections"
+                }
                 _ if message.contains("statement timeout") => "statement timeout",
                 _ if message.contains("lock timeout") => "lock timeout",
                 _ if message.contains("deadlock") => "deadlock detected",
@@ -96,10 +111,18 @@ pub fn classify(error: &DieselError) -> RepairError {
         DieselError::DatabaseError(kind, _) => {
             matches!(
                 kind,
-                DatabaseErrorKind::SerializationFailure | DatabaseErrorKind::ClosedConnection
+                DatabaseErrorKind::SerializationFailure
+                    | DatabaseErrorKind::ClosedConnection
+                    | DatabaseErrorKind::UnableToSendCommand
             ) || matches!(
                 text.as_str(),
-                "statement timeout" | "lock timeout" | "deadlock detected" | "statement cancelled"
+                "statement timeout"
+                    | "lock timeout"
+                    | "deadlock detected"
+                    | "statement cancelled"
+                    | "connection terminated"
+                    | "server unavailable"
+                    | "too many connections"
             )
         }
         DieselError::BrokenTransactionManager => true,
