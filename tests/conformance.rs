@@ -929,6 +929,20 @@ async fn open_transactions(db: &TestDb) -> i64 {
     .await
 }
 
+/// Claim as `w` and commit the first batch of 10 keys, leaving the next
+/// batch open on the claim.
+async fn claim_and_commit_first_batch(engine: &Engine) -> backfill::engine::Claim {
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        }
+    );
+    claim
+}
+
 /// EX-5, CLM-2: a committed batch leaves the next batch's transaction open
 /// on its claim (BEGIN and the timeouts, nothing else). That transaction
 /// holds no snapshot, no transaction ID and no lock but its own virtual
@@ -942,14 +956,7 @@ async fn open_transactions(db: &TestDb) -> i64 {
 #[tokio::test]
 async fn ex05_open_batch_holds_no_snapshot_lock_or_xid() {
     let (db, engine, _hooks) = started(30, 10).await;
-    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
-    assert_eq!(
-        engine.run_batch(&mut claim).await.unwrap(),
-        BatchOutcome::Committed {
-            keys: 10,
-            reached_bound: false
-        }
-    );
+    let mut claim = claim_and_commit_first_batch(&engine).await;
     assert_eq!(open_transactions(&db).await, 1, "the next batch is open");
     assert_eq!(
         db.scalar(
@@ -1004,11 +1011,7 @@ async fn ex05_open_batch_holds_no_snapshot_lock_or_xid() {
 #[tokio::test]
 async fn clm01_release_ends_the_open_batch_and_frees_the_claim() {
     let (db, engine, _hooks) = started(30, 10).await;
-    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
-    assert!(matches!(
-        engine.run_batch(&mut claim).await.unwrap(),
-        BatchOutcome::Committed { keys: 10, .. }
-    ));
+    let claim = claim_and_commit_first_batch(&engine).await;
     assert!(engine.release(&claim).await.unwrap());
     assert_eq!(open_transactions(&db).await, 0);
     let other = engine.claim_next("w2", &[]).await.unwrap().unwrap();
@@ -1024,11 +1027,7 @@ async fn clm01_release_ends_the_open_batch_and_frees_the_claim() {
 #[tokio::test]
 async fn ex05_dropped_claim_leaves_no_open_transaction() {
     let (db, engine, _hooks) = started(30, 10).await;
-    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
-    assert!(matches!(
-        engine.run_batch(&mut claim).await.unwrap(),
-        BatchOutcome::Committed { keys: 10, .. }
-    ));
+    let claim = claim_and_commit_first_batch(&engine).await;
     assert_eq!(open_transactions(&db).await, 1);
     drop(claim);
     support::eventually("no session inside a transaction", || async {
@@ -1068,11 +1067,7 @@ async fn ex05_idle_open_batch_is_ended_by_the_statement_timeout() {
     .expect("engine");
     engine.register().await.unwrap();
     engine.start(ID).await.unwrap();
-    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
-    assert!(matches!(
-        engine.run_batch(&mut claim).await.unwrap(),
-        BatchOutcome::Committed { keys: 10, .. }
-    ));
+    let mut claim = claim_and_commit_first_batch(&engine).await;
     assert_eq!(open_transactions(&db).await, 1);
     support::eventually("PostgreSQL ends the idle open batch", || async {
         open_transactions(&db).await == 0
