@@ -499,13 +499,15 @@ impl Engine {
 
     /// Give a claim back (graceful shutdown). `false`: it was already gone.
     /// An open batch the claim carries is rolled back first, and its
-    /// connection does the release.
+    /// connection does the release; if that connection is gone (the server
+    /// ended the idle session), a fresh one does.
     pub async fn release(&self, claim: &Claim) -> Result<bool, EngineError> {
-        let mut conn = match claim.open.take() {
-            Some(mut conn) => {
-                store::batch_rollback(&mut conn).await?;
-                conn
-            }
+        let reused = match claim.open.take() {
+            Some(mut conn) => store::batch_rollback(&mut conn).await.ok().map(|()| conn),
+            None => None,
+        };
+        let mut conn = match reused {
+            Some(conn) => conn,
             None => self.pool.get_owned().await.map_err(StoreError::from)?,
         };
         Ok(store::lease_release(&mut conn, &claim.id, &claim.worker, claim.generation).await?)

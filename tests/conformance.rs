@@ -1040,21 +1040,14 @@ async fn ex05_dropped_claim_leaves_no_open_transaction() {
     assert_eq!(count_n(&db, 1).await, 30);
 }
 
-/// EX-5: the open batch's idle time is bounded by the statement timeout: a
-/// claim that sits on it longer (a stalled runner) loses the session to
-/// PostgreSQL, and its next batch fails as a transient error with nothing
-/// committed, which the runtime records as retryable (RT-1, RT-2). Guards:
-/// the `idle_in_transaction_session_timeout` of the batch transaction
-/// (without it the session stays open and the wait below times out), and
-/// `store::classify` treating a session the server ended as transient
-/// (it was fatal before this test: the backfill would have failed).
-#[tokio::test]
-async fn ex05_idle_open_batch_is_ended_by_the_statement_timeout() {
+/// A started counter over 30 items with a 300 ms statement timeout, its
+/// first batch committed as `w`, and the open batch that followed ended by
+/// PostgreSQL's idle-in-transaction timeout.
+async fn open_batch_ended_by_the_server() -> (TestDb, Engine, backfill::engine::Claim) {
     let db = test_db().await;
     db.exec(&items_sql(30)).await;
-    let hooks = Hooks::new();
     let registry = Registry::new()
-        .with(Counter::new(ID, 10, hooks.clone()))
+        .with(Counter::new(ID, 10, Hooks::new()))
         .expect("valid definition");
     let engine = Engine::new(
         db.pool.clone(),
@@ -1067,12 +1060,26 @@ async fn ex05_idle_open_batch_is_ended_by_the_statement_timeout() {
     .expect("engine");
     engine.register().await.unwrap();
     engine.start(ID).await.unwrap();
-    let mut claim = claim_and_commit_first_batch(&engine).await;
+    let claim = claim_and_commit_first_batch(&engine).await;
     assert_eq!(open_transactions(&db).await, 1);
     support::eventually("PostgreSQL ends the idle open batch", || async {
         open_transactions(&db).await == 0
     })
     .await;
+    (db, engine, claim)
+}
+
+/// EX-5: the open batch's idle time is bounded by the statement timeout: a
+/// claim that sits on it longer (a stalled runner) loses the session to
+/// PostgreSQL, and its next batch fails as a transient error with nothing
+/// committed, which the runtime records as retryable (RT-1, RT-2). Guards:
+/// the `idle_in_transaction_session_timeout` of the batch transaction
+/// (without it the session stays open and the wait below times out), and
+/// `store::classify` treating a session the server ended as transient
+/// (it was fatal before this test: the backfill would have failed).
+#[tokio::test]
+async fn ex05_idle_open_batch_is_ended_by_the_statement_timeout() {
+    let (db, engine, mut claim) = open_batch_ended_by_the_server().await;
     let error = engine.run_batch(&mut claim).await.unwrap_err();
     let class = error.classification();
     assert!(
@@ -1097,4 +1104,16 @@ async fn ex05_idle_open_batch_is_ended_by_the_statement_timeout() {
     })
     .await;
     assert_eq!(count_n(&db, 1).await, 30);
+}
+
+/// CLM-1: a graceful shutdown after the server ended the claim's open
+/// batch still gives the claim back (on a fresh connection), so another
+/// worker takes over at once instead of after the lease TTL. Guard: the
+/// fallback in `Engine::release` when the open batch's rollback fails.
+#[tokio::test]
+async fn clm01_release_after_the_server_ended_the_open_batch() {
+    let (_db, engine, claim) = open_batch_ended_by_the_server().await;
+    assert!(engine.release(&claim).await.unwrap());
+    let other = engine.claim_next("w2", &[]).await.unwrap().unwrap();
+    assert_eq!(other.checkpoint_json(), Some(serde_json::json!(10)));
 }
