@@ -155,6 +155,32 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// A run of `rows` rows in `seconds`, with per-batch latencies in
+    /// microseconds (sorted in place for the percentile).
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        runner: &'static str,
+        batch: u32,
+        rows: u64,
+        rep: u32,
+        seconds: f64,
+        latencies: &mut [u64],
+        verified: bool,
+    ) -> Self {
+        let (batch_mean_ms, batch_p99_ms) = latency_stats(latencies);
+        Self {
+            runner,
+            batch,
+            rows,
+            rep,
+            seconds,
+            batches: latencies.len(),
+            batch_mean_ms,
+            batch_p99_ms,
+            verified,
+        }
+    }
+
     fn rows_per_s(&self) -> f64 {
         self.rows as f64 / self.seconds.max(1e-9)
     }
@@ -541,18 +567,10 @@ impl Ctx {
                 .await?;
         drop(conn);
         let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
-        let (mean, p99) = latency_stats(&mut lat);
-        Ok(RunResult {
-            runner: "plpgsql",
-            batch,
-            rows,
-            rep,
-            seconds,
-            batches: lat.len(),
-            batch_mean_ms: mean,
-            batch_p99_ms: p99,
-            verified: self.verify("items").await?,
-        })
+        let verified = self.verify("items").await?;
+        Ok(RunResult::new(
+            "plpgsql", batch, rows, rep, seconds, &mut lat, verified,
+        ))
     }
 
     async fn client(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
@@ -616,18 +634,10 @@ impl Ctx {
         }
         let seconds = t.elapsed().as_secs_f64();
         drop(conn);
-        let (mean, p99) = latency_stats(&mut lat);
-        Ok(RunResult {
-            runner: "client",
-            batch,
-            rows,
-            rep,
-            seconds,
-            batches: lat.len(),
-            batch_mean_ms: mean,
-            batch_p99_ms: p99,
-            verified: self.verify("items").await?,
-        })
+        let verified = self.verify("items").await?;
+        Ok(RunResult::new(
+            "client", batch, rows, rep, seconds, &mut lat, verified,
+        ))
     }
 
     /// Run `tables.len()` backfills (one per table, `rows_each` rows each)
@@ -699,22 +709,13 @@ impl Ctx {
             return Err(BenchError::Run(format!("{runner} run failed: {e}")));
         }
         let mut lat = std::mem::take(&mut *backend.latencies.lock());
-        let (mean, p99) = latency_stats(&mut lat);
         let mut verified = AtomicU64::load(&backend.failures, Ordering::Relaxed) == 0;
         for table in tables {
             verified &= self.verify(table).await?;
         }
-        Ok(RunResult {
-            runner,
-            batch,
-            rows: total_rows,
-            rep,
-            seconds,
-            batches: lat.len(),
-            batch_mean_ms: mean,
-            batch_p99_ms: p99,
-            verified,
-        })
+        Ok(RunResult::new(
+            runner, batch, total_rows, rep, seconds, &mut lat, verified,
+        ))
     }
 }
 

@@ -176,7 +176,7 @@ pub enum Phase {
 /// A claim held by one worker: the fencing token every fenced write
 /// presents. A cache of PostgreSQL state with a trust window, never an
 /// authority.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Claim {
     pub id: String,
     pub worker: String,
@@ -196,8 +196,7 @@ pub struct Claim {
 /// A pooled connection inside a batch transaction that has run `BEGIN` and
 /// the `SET LOCAL` timeouts and nothing else: no snapshot, no lock, no
 /// transaction ID. Only the claim that committed the previous batch uses
-/// it; a clone of the claim starts empty and takes its next batch's
-/// connection from the pool. Dropped while open (a runner that stops
+/// it, which is why a claim is not `Clone`. Dropped while open (a runner that stops
 /// without releasing), the pool sees the open transaction and discards
 /// the connection, and PostgreSQL ends the empty transaction with it.
 #[derive(Default)]
@@ -210,12 +209,6 @@ impl OpenBatch {
 
     fn put(&self, conn: PooledConn<'static>) {
         *self.0.lock() = Some(conn);
-    }
-}
-
-impl Clone for OpenBatch {
-    fn clone(&self) -> Self {
-        Self::default()
     }
 }
 
@@ -662,7 +655,6 @@ impl Engine {
             millis(self.config.validation_timeout),
             millis(self.config.lock_timeout),
         );
-        let claim = claim.clone();
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
         let result = conn
             .transaction::<_, TxError, _>(async |conn| {

@@ -21,32 +21,18 @@
 
 mod support;
 
-use backfill::engine::{ActionOutcome, FailureOutcome, RetryPolicy, ValidationRun};
+use backfill::engine::{ActionOutcome, FailureOutcome, ValidationRun};
 use backfill::repair::{DefinitionError, RepairError, SelectionError};
 use backfill::{Action, BatchOutcome, Engine, EngineConfig, EngineError, Phase, Registry, State};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use support::engine_config as config;
 use support::repairs::*;
 use support::{drive, test_db, TestDb};
 
 const ID: &str = "items.counter";
-
-fn config() -> EngineConfig {
-    EngineConfig {
-        lease_ttl: Duration::from_secs(30),
-        statement_timeout: Duration::from_secs(10),
-        lock_timeout: Duration::from_millis(300),
-        validation_timeout: Duration::from_secs(10),
-        retry: RetryPolicy {
-            max_attempts: 3,
-            backoff_base: Duration::from_millis(1),
-            backoff_max: Duration::from_millis(5),
-        },
-        build_info: "test".into(),
-    }
-}
 
 fn counter_engine(db: &TestDb, limit: u32, hooks: &Arc<Hooks>) -> Engine {
     let registry = Registry::new()

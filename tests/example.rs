@@ -12,33 +12,19 @@
 
 mod support;
 
-use backfill::engine::{ActionOutcome, RetryPolicy, ValidationRun};
+use backfill::engine::{ActionOutcome, ValidationRun};
 use backfill::example::{
     self, SchemaError, SchemaItem, TouchCount, AUTHOR_NORM_ID, CONTENT_LEN_ID, TAG_COUNT_ID,
     TOUCH_COUNT_ID,
 };
 use backfill::repair::Repair;
-use backfill::{BatchOutcome, Engine, EngineConfig, State, Validation};
+use backfill::{BatchOutcome, Engine, State, Validation};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+use support::engine_config as config;
 use support::{drive, test_db, TestDb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn config() -> EngineConfig {
-    EngineConfig {
-        lease_ttl: Duration::from_secs(30),
-        statement_timeout: Duration::from_secs(10),
-        lock_timeout: Duration::from_millis(300),
-        validation_timeout: Duration::from_secs(10),
-        retry: RetryPolicy {
-            max_attempts: 3,
-            backoff_base: Duration::from_millis(1),
-            backoff_max: Duration::from_millis(5),
-        },
-        build_info: "test".into(),
-    }
-}
 
 /// A test database with both the framework's and the example's migrations.
 async fn example_db() -> TestDb {

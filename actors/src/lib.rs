@@ -21,8 +21,11 @@ use async_trait::async_trait;
 use std::time::{Duration, Instant};
 
 /// What the runtime needs to know about a claim. The claim itself is an
-/// opaque fencing token owned by the backend.
-pub trait ClaimInfo: Clone + Send + Sync + Unpin + 'static {
+/// opaque fencing token owned by the backend. It is deliberately not
+/// `Clone`: it may carry a resource (the engine's open batch connection)
+/// that only the one runner holding it may use, so the runner moves it
+/// into its last call instead of copying it.
+pub trait ClaimInfo: Send + Sync + Unpin + 'static {
     /// The stable ID.
     fn id(&self) -> &str;
     /// The fencing generation of this claim.

@@ -342,8 +342,9 @@ pub async fn lease_release(
 }
 
 /// Open a batch transaction and bound it (EX-5) in ONE round trip: `BEGIN`
-/// and `SET LOCAL statement_timeout` / `lock_timeout` travel as one
-/// simple-protocol message. The values are integers formatted here, never
+/// and the `SET LOCAL` timeouts of [`begin_sql`] travel as one
+/// simple-protocol message. Only a claim's first batch uses it; later
+/// batches start in the transaction [`checkpoint_advance_commit`] opened. The values are integers formatted here, never
 /// caller text, so nothing can be injected; `SET LOCAL` ends with the
 /// transaction like `set_config(.., true)`. diesel-async's transaction
 /// manager tracks the transaction, so a connection returned to the pool
@@ -431,7 +432,8 @@ fn text_literal(text: &str) -> String {
 
 /// The fence, the progress and the COMMIT of one batch in ONE round trip
 /// (CLM-2, EX-6): `SELECT backfill_checkpoint_advance(..); COMMIT` as one
-/// simple-protocol message in the transaction opened by [`batch_begin`].
+/// simple-protocol message in the transaction opened by [`batch_begin`] (or
+/// by the previous batch's message, see `reopen` below).
 /// The function (migration `..._fence_function`) matches only if the row is
 /// `running`, the generation and owner are the caller's, the lease has not
 /// expired by `clock_timestamp()`, the checkpoint is still the one the batch

@@ -147,3 +147,62 @@ pub fn is_transient(error: &StoreError) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db_error(kind: DatabaseErrorKind, message: &str) -> DieselError {
+        DieselError::DatabaseError(kind, Box::new(message.to_string()))
+    }
+
+    /// RT-2: a session the server ended or the client lost is transient;
+    /// a PostgreSQL restart must not fail running backfills.
+    #[test]
+    fn lost_sessions_are_retryable() {
+        for error in [
+            db_error(DatabaseErrorKind::UnableToSendCommand, "connection closed"),
+            db_error(DatabaseErrorKind::ClosedConnection, "closed"),
+            db_error(
+                DatabaseErrorKind::Unknown,
+                "terminating connection due to idle-in-transaction timeout",
+            ),
+            db_error(
+                DatabaseErrorKind::Unknown,
+                "terminating connection due to administrator command",
+            ),
+            db_error(
+                DatabaseErrorKind::Unknown,
+                "the database system is starting up",
+            ),
+            db_error(
+                DatabaseErrorKind::Unknown,
+                "sorry, too many clients already",
+            ),
+        ] {
+            assert!(
+                matches!(classify(&error), RepairError::Retryable(_)),
+                "{error:?}"
+            );
+        }
+    }
+
+    /// The classification's text is the fixed vocabulary, never the
+    /// server's message (which can carry row values).
+    #[test]
+    fn diagnostics_are_the_fixed_vocabulary() {
+        let error = db_error(
+            DatabaseErrorKind::Unknown,
+            "terminating connection due to administrator command: secret-row-value",
+        );
+        assert_eq!(
+            classify(&error),
+            RepairError::Retryable("connection terminated".into())
+        );
+        let other = db_error(DatabaseErrorKind::Unknown, "division by zero: 42");
+        assert_eq!(
+            classify(&other),
+            RepairError::Fatal("database error".into())
+        );
+    }
+}

@@ -6,7 +6,6 @@ use super::repairs::{Counter, Hooks};
 use super::TestDb;
 use actix_web::{web, App, HttpServer};
 use backfill::admin::{auth, Admin, AdminConfig, AuthConfig};
-use backfill::engine::RetryPolicy;
 use backfill::{BatchOutcome, Engine, EngineConfig, Phase, Registry};
 use diesel_async::RunQueryDsl;
 use serde_json::Value;
@@ -38,18 +37,12 @@ pub fn tokens_file() -> String {
     )
 }
 
+/// The tests' engine settings with a 5 s lock timeout: admin actions wait
+/// for in-flight batches here rather than time out.
 pub fn engine_config() -> EngineConfig {
     EngineConfig {
-        lease_ttl: Duration::from_secs(30),
-        statement_timeout: Duration::from_secs(10),
         lock_timeout: Duration::from_secs(5),
-        validation_timeout: Duration::from_secs(10),
-        retry: RetryPolicy {
-            max_attempts: 3,
-            backoff_base: Duration::from_millis(1),
-            backoff_max: Duration::from_millis(5),
-        },
-        build_info: "test".into(),
+        ..super::engine_config()
     }
 }
 

@@ -11,10 +11,13 @@ pub mod admin;
 pub mod http;
 pub mod repairs;
 
+use backfill::engine::RetryPolicy;
 use backfill::store::{self, Pool};
+use backfill::EngineConfig;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// A database created for one test, with the framework's migrations applied.
 pub struct TestDb {
@@ -152,6 +155,23 @@ fn throwaway_cluster() -> Result<String, String> {
     backfill::host::ephemeral::EphemeralPostgres::start("test")
         .map(|pg| pg.keep())
         .map_err(|e| e.to_string())
+}
+
+/// Engine settings for tests: a long lease, a short lock timeout (a lock
+/// wait in a test is a bug to surface quickly) and millisecond backoff.
+pub fn engine_config() -> EngineConfig {
+    EngineConfig {
+        lease_ttl: Duration::from_secs(30),
+        statement_timeout: Duration::from_secs(10),
+        lock_timeout: Duration::from_millis(300),
+        validation_timeout: Duration::from_secs(10),
+        retry: RetryPolicy {
+            max_attempts: 3,
+            backoff_base: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(5),
+        },
+        build_info: "test".into(),
+    }
 }
 
 /// Claim, run batches and validate until nothing is claimable: the loop the
