@@ -844,6 +844,44 @@ async fn lc01_database_rejects_transitions_outside_the_table() {
     .unwrap();
 }
 
+/// REG-1, LC-1: the single-column rules of `backfill` hold in the database
+/// for any writer: an invalid stable ID, an unknown state, a negative
+/// generation or attempt count and an oversized diagnostic are rejected,
+/// and nothing changes. Guard: the column domains (migration
+/// `..._column_domains`) that replaced the table CHECKs.
+#[tokio::test]
+async fn lc01_database_rejects_values_outside_the_column_rules() {
+    let (db, engine, _hooks) = started(20, 10).await;
+    let before = engine.get(ID).await.unwrap();
+    let mut conn = db.connect().await;
+    let long = "x".repeat(513);
+    for sql in [
+        "INSERT INTO backfill (id) VALUES ('Not A Valid ID')".to_string(),
+        "INSERT INTO backfill (id) VALUES ('')".to_string(),
+        "UPDATE backfill SET state = 'running-ish'".to_string(),
+        "UPDATE backfill SET generation = -1".to_string(),
+        "UPDATE backfill SET attempts = -1".to_string(),
+        "UPDATE backfill SET source_rows = -1".to_string(),
+        "UPDATE backfill SET last_error_kind = 'maybe'".to_string(),
+        format!("UPDATE backfill SET last_error = '{long}'"),
+        format!("UPDATE backfill SET description = '{long}'"),
+    ] {
+        assert!(
+            diesel::sql_query(&sql).execute(&mut conn).await.is_err(),
+            "{} must be rejected",
+            &sql[..sql.len().min(60)]
+        );
+    }
+    let after = engine.get(ID).await.unwrap();
+    assert_eq!(after.state, before.state);
+    assert_eq!(after.generation, before.generation);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill").await,
+        1,
+        "no row was added"
+    );
+}
+
 /// EX-2: a compound `(created_at, id)` key over many ties neither skips
 /// nor repeats a row.
 #[tokio::test]
