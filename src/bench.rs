@@ -16,8 +16,10 @@
 //!    update, checkpoint, COMMIT), no claims or fencing;
 //! 3. `engine`: the product path: registered repair, `start`, the actor
 //!    runtime claiming, renewing and running fenced batches through
-//!    validation to `completed`;
-//! 4. `engine-k`: K independent backfills over K disjoint tables at once.
+//!    validation to `completed`, the repair in its one-statement form;
+//! 4. `engine-keys`: the same with the repair's two-statement form (select
+//!    the keys, then update them by id);
+//! 5. `engine-k`: K independent backfills over K disjoint tables at once.
 //!
 //! After every run every row must have `email_norm = lower(email)` and
 //! `touched = 1` (a 2 is a batch applied twice): otherwise the run is
@@ -30,7 +32,7 @@
 //! touched only through the engine.
 
 use crate::engine::{Engine, EngineConfig, EngineError};
-use crate::repair::{Registry, Repair, RepairError, SourceSet, Validation};
+use crate::repair::{Mutated, Registry, Repair, RepairError, SourceSet, Validation};
 use crate::runtime::{RuntimeConfig, RuntimeHandle};
 use crate::store::{self, cached, Pool, StoreError};
 use async_trait::async_trait;
@@ -51,8 +53,12 @@ pub enum Runner {
     Plpgsql,
     /// Minimal hand-written client loop on one connection.
     Client,
-    /// The product path: one backfill through the actor runtime.
+    /// The product path: one backfill through the actor runtime, the
+    /// repair in its one-statement form (`Repair::select_and_mutate`).
     Engine,
+    /// The same, the repair in its two-statement form (`select_keys`, then
+    /// `mutate` with the keys).
+    EngineKeys,
     /// K backfills over K disjoint tables at once (K = cores by default).
     EngineK,
     /// Takeover latency after SIGKILL of the owning process.
@@ -88,7 +94,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "plpgsql,client,engine,engine-k"
+        default_value = "plpgsql,client,engine,engine-keys,engine-k"
     )]
     pub only: Vec<Runner>,
     /// Backfills of `engine-k` (default: the number of cores). The N rows
@@ -285,6 +291,17 @@ struct MaxId {
     max: Option<i64>,
 }
 
+/// The one-statement batch's answer.
+#[derive(QueryableByName)]
+struct Summary {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    first: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    last: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
 #[derive(QueryableByName)]
 struct Count {
     #[diesel(sql_type = BigInt)]
@@ -325,6 +342,8 @@ pub struct ItemsRepair {
     batch: u32,
     select: String,
     update: String,
+    /// The one-statement form; `None` runs the two-statement form.
+    fused: Option<String>,
     bound: String,
     validate: String,
     /// Extra time each mutation holds its transaction (takeover owner only,
@@ -347,6 +366,16 @@ impl ItemsRepair {
                 "UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
                  WHERE id = ANY($1)"
             ),
+            // The keys stay on the server: the update takes them from the
+            // CTE as an array (an index scan on the primary key whatever
+            // the plan cache decides), and the answer is one row.
+            fused: Some(format!(
+                "WITH k AS MATERIALIZED (\
+                     SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3), \
+                 u AS (UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
+                     WHERE id = ANY(ARRAY(SELECT id FROM k))) \
+                 SELECT min(id) AS first, max(id) AS last, count(*) AS n FROM k"
+            )),
             bound: format!("SELECT max(id) AS max FROM {table}"),
             validate: format!(
                 "SELECT count(*) AS n FROM {table} \
@@ -354,6 +383,12 @@ impl ItemsRepair {
             ),
             throttle: Duration::ZERO,
         }
+    }
+
+    /// The same repair in its two-statement form only.
+    pub fn two_statement(mut self) -> Self {
+        self.fused = None;
+        self
     }
 }
 
@@ -399,6 +434,37 @@ impl Repair for ItemsRepair {
         .load(conn)
         .await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
+    async fn select_and_mutate(
+        &self,
+        conn: &mut &AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Option<Mutated<i64>>, RepairError> {
+        let Some(fused) = &self.fused else {
+            return Ok(None);
+        };
+        let row: Summary = cached(
+            diesel::sql_query(fused)
+                .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+                .bind::<BigInt, _>(*bound)
+                .bind::<BigInt, _>(i64::from(limit)),
+        )
+        .get_result(conn)
+        .await?;
+        if !self.throttle.is_zero() {
+            tokio::time::sleep(self.throttle).await;
+        }
+        Ok(Some(match (row.first, row.last) {
+            (Some(first), Some(last)) => Mutated::Keys {
+                first,
+                last,
+                count: u32::try_from(row.n).unwrap_or(u32::MAX),
+            },
+            _ => Mutated::Nothing,
+        }))
     }
 
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
@@ -649,6 +715,7 @@ impl Ctx {
         rows_each: u64,
         batch: u32,
         rep: u32,
+        fused: bool,
     ) -> Result<RunResult, BenchError> {
         for table in tables {
             self.reset(table, rows_each).await?;
@@ -665,7 +732,11 @@ impl Ctx {
             );
             ids.push(id.clone());
             registry
-                .register(ItemsRepair::new(id, table, batch))
+                .register(if fused {
+                    ItemsRepair::new(id, table, batch)
+                } else {
+                    ItemsRepair::new(id, table, batch).two_statement()
+                })
                 .map_err(|e| BenchError::Run(e.to_string()))?;
         }
         // Runner connections plus renewer, validator and the bench itself.
@@ -897,7 +968,7 @@ async fn rss(ctx: &mut Ctx, batch: u32) -> Result<Value, BenchError> {
         })
     };
     let run = ctx
-        .engine_run("rss", &["items_rss".to_string()], rows, batch, 1)
+        .engine_run("rss", &["items_rss".to_string()], rows, batch, 1, true)
         .await;
     let _ = stop_tx.send(());
     let _ = sampler.await;
@@ -1144,7 +1215,7 @@ impl Report {
         for b in self.batches() {
             let p = self.median_rps("plpgsql", b);
             let c = self.median_rps("client", b);
-            for runner in ["plpgsql", "client", "engine", "engine-k"] {
+            for runner in ["plpgsql", "client", "engine", "engine-keys", "engine-k"] {
                 let Some(rps) = self.median_rps(runner, b) else {
                     continue;
                 };
@@ -1212,11 +1283,18 @@ the server-side limit, no client round trips.\n\
 checkpoint, COMMIT (5 round trips, cached prepared statements), no claims or fencing.\n\
 - `engine`: the product path end to end: `start` (bound capture), the actor \
 runtime claiming, renewing and running fenced batches, then the validation \
-scan and `completed`. A batch is 3 round trips: select, update, and one \
-message with the fenced checkpoint advance, COMMIT and the next batch's \
-BEGIN + SET LOCAL timeouts (the claim keeps that open transaction, so no \
-pool checkout either).\n\
-- `engine-k`: K backfills over K disjoint tables of N/K rows at once, one process.\n\n\
+scan and `completed`. The repair has its one-statement form \
+(`Repair::select_and_mutate`: `WITH k AS MATERIALIZED (SELECT id .. LIMIT B), \
+u AS (UPDATE .. WHERE id = ANY(ARRAY(SELECT id FROM k))) SELECT min(id), \
+max(id), count(*) FROM k`), so a batch is ONE round trip: the fenced \
+checkpoint advance + COMMIT, the next batch's BEGIN + SET LOCAL timeouts, \
+and the next batch's statement, pipelined (the claim keeps that open \
+transaction, so no pool checkout either).\n\
+- `engine-keys`: the same engine with the repair's two-statement form \
+(select the keys, then update them by id): 3 round trips per batch \
+(select, update, fence + COMMIT + next BEGIN).\n\
+- `engine-k`: K backfills over K disjoint tables of N/K rows at once, one \
+process, one-statement form.\n\n\
 rows/s = rows / wall time of the whole run (for the engine including start, \
 claim and validation). Batch latency: client and engine from BEGIN to COMMIT \
 returned (engine: the whole `step`, from the select to the commit message's \
@@ -1295,7 +1373,12 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
                         Runner::Plpgsql => ctx.plpgsql(batch, rep).await?,
                         Runner::Client => ctx.client(batch, rep).await?,
                         Runner::Engine => {
-                            ctx.engine_run("engine", &["items".into()], args.rows, batch, rep)
+                            ctx.engine_run("engine", &["items".into()], args.rows, batch, rep, true)
+                                .await?
+                        }
+                        Runner::EngineKeys => {
+                            let table = ["items".into()];
+                            ctx.engine_run("engine-keys", &table, args.rows, batch, rep, false)
                                 .await?
                         }
                         Runner::EngineK => {
@@ -1303,7 +1386,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
                                 (1..=k).map(|i| format!("items_k{i}")).collect();
                             let each = (args.rows / k as u64).max(1);
                             let r = ctx
-                                .engine_run("engine-k", &tables, each, batch, rep)
+                                .engine_run("engine-k", &tables, each, batch, rep, true)
                                 .await?;
                             for t in &tables {
                                 ctx.exec(&format!("DROP TABLE IF EXISTS {t}")).await?;

@@ -4,16 +4,22 @@
 //! Every method is one short PostgreSQL transaction on one pooled
 //! connection; the engine keeps no state between calls beyond what the
 //! caller hands back in a [`Claim`]. The one connection that outlives a
-//! call is a running claim's *open batch*: the commit message of a batch
-//! also opens the next batch's transaction (`BEGIN` and its timeouts, no
-//! statement, no snapshot, no lock), and the claim carries that connection
-//! to the next [`Engine::run_batch`], which so starts without a round trip.
-//! The runtime (`backfill-actors`) drives these calls; it never sees SQL.
+//! call is a running claim's *open batch*: the round trip that commits a
+//! batch also opens the next batch's transaction (`BEGIN` and its
+//! timeouts), and the claim carries that connection to the next
+//! [`Engine::run_batch`], which so starts without a round trip. When the
+//! repair has a one-statement form (`Repair::select_and_mutate`), that
+//! statement of the next batch is pipelined behind the commit too, so a
+//! batch costs one round trip: the fence, COMMIT, BEGIN and the next
+//! batch's work. The statement runs after the commit, inside the new
+//! transaction, and commits only with the next batch's fence (EX-6,
+//! CLM-2). The runtime (`backfill-actors`) drives these calls; it never
+//! sees SQL.
 
 use crate::key::{render_json, KeyError};
 use crate::lifecycle::{Action, State};
 use crate::repair::{bounded, BodyError, DefinitionError, RepairError, SelectionError, Validation};
-use crate::repair::{EncodedSource, Registry};
+use crate::repair::{EncodedSource, Registry, SelectedBatch};
 use crate::store::{self, BackfillRow, Pool, PooledConn, StartValues, StoreError};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
@@ -193,22 +199,35 @@ pub struct Claim {
     pub(crate) open: OpenBatch,
 }
 
-/// A pooled connection inside a batch transaction that has run `BEGIN` and
-/// the `SET LOCAL` timeouts and nothing else: no snapshot, no lock, no
-/// transaction ID. Only the claim that committed the previous batch uses
-/// it, which is why a claim is not `Clone`. Dropped while open (a runner that stops
-/// without releasing), the pool sees the open transaction and discards
-/// the connection, and PostgreSQL ends the empty transaction with it.
+/// A pooled connection inside a batch transaction that the previous
+/// batch's commit opened. It has run `BEGIN` and the `SET LOCAL` timeouts
+/// and, for a repair with a one-statement form, that statement of the
+/// next batch, sent in the same round trip as the commit (`ahead`).
+/// Without it the transaction holds no snapshot, lock or transaction ID;
+/// with it, that batch's row locks until the next step commits or rolls
+/// back, bounded like any batch by the statement and idle timeouts
+/// (EX-5). Only the claim that committed the previous batch uses it,
+/// which is why a claim is not `Clone`. Dropped while open (a runner that
+/// stops without releasing), the pool sees the open transaction and
+/// discards the connection, and PostgreSQL rolls the transaction back
+/// with it.
 #[derive(Default)]
-pub(crate) struct OpenBatch(parking_lot::Mutex<Option<PooledConn<'static>>>);
+pub(crate) struct OpenBatch(parking_lot::Mutex<Option<Open>>);
+
+/// The contents of an [`OpenBatch`].
+struct Open {
+    conn: PooledConn<'static>,
+    /// The next batch's body, already run in this transaction.
+    ahead: Option<Result<SelectedBatch, BodyError>>,
+}
 
 impl OpenBatch {
-    fn take(&self) -> Option<PooledConn<'static>> {
+    fn take(&self) -> Option<Open> {
         self.0.lock().take()
     }
 
-    fn put(&self, conn: PooledConn<'static>) {
-        *self.0.lock() = Some(conn);
+    fn put(&self, open: Open) {
+        *self.0.lock() = Some(open);
     }
 }
 
@@ -496,7 +515,9 @@ impl Engine {
     /// ended the idle session), a fresh one does.
     pub async fn release(&self, claim: &Claim) -> Result<bool, EngineError> {
         let reused = match claim.open.take() {
-            Some(mut conn) => store::batch_rollback(&mut conn).await.ok().map(|()| conn),
+            Some(Open { mut conn, .. }) => {
+                store::batch_rollback(&mut conn).await.ok().map(|()| conn)
+            }
             None => None,
         };
         let mut conn = match reused {
@@ -528,24 +549,26 @@ impl Engine {
             millis(self.config.statement_timeout),
             millis(self.config.lock_timeout),
         );
-        // The transaction the previous batch's commit message opened, or a
-        // fresh one: BEGIN and the SET LOCAL timeouts in one round trip.
-        let mut pooled = match claim.open.take() {
-            Some(conn) => conn,
+        // The transaction the previous batch's commit opened (maybe with
+        // this batch's body already run), or a fresh one: BEGIN and the
+        // SET LOCAL timeouts in one round trip.
+        let (mut pooled, ahead) = match claim.open.take() {
+            Some(Open { conn, ahead }) => (conn, ahead),
             None => {
                 let mut conn = self.pool.get_owned().await.map_err(StoreError::from)?;
                 store::batch_begin(&mut conn, stmt_ms, lock_ms).await?;
-                conn
+                (conn, None)
             }
         };
         let conn = &mut *pooled;
         // The body borrows the claim instead of cloning it per batch.
         let body = async {
             let expected = claim.checkpoint.as_deref();
-            let selected = def
-                .select_and_mutate(conn, expected, bound)
-                .await
-                .map_err(|e| body_error(&claim.id, e))?;
+            let selected = match ahead {
+                Some(selected) => selected,
+                None => def.batch(conn, expected, bound).await,
+            }
+            .map_err(|e| body_error(&claim.id, e))?;
             // No key left in (checkpoint, bound]: the rest of the range
             // needs nothing, so the checkpoint moves to the bound.
             let (checkpoint, checkpoint_json) = match selected.last {
@@ -555,34 +578,57 @@ impl Engine {
                     render_json(bound).unwrap_or(serde_json::Value::Null),
                 ),
             };
+            let keys = selected.keys as i64;
             // At the bound the row leaves `running` and the claim ends, so
             // no next batch is opened.
-            let reached_bound = checkpoint.as_slice() == bound;
-            let reopen = (!reached_bound).then_some((stmt_ms, lock_ms));
-            // The fence, the COMMIT and the next BEGIN: one round trip
-            // (CLM-2, EX-6).
-            let fence = store::checkpoint_advance_commit(
-                conn,
-                &claim.id,
-                &claim.worker,
-                claim.generation,
-                expected,
-                &checkpoint,
-                &checkpoint_json,
-                selected.keys as i64,
-                reopen,
-            )
-            .await?;
-            if fence == store::FenceCommit::Stale {
+            if checkpoint.as_slice() == bound {
+                let fence = store::checkpoint_advance_commit(
+                    conn,
+                    &claim.id,
+                    &claim.worker,
+                    claim.generation,
+                    expected,
+                    &checkpoint,
+                    &checkpoint_json,
+                    keys,
+                )
+                .await?;
+                if fence == store::FenceCommit::Stale {
+                    return Err(TxError::Stale);
+                }
+                return Ok((checkpoint, selected.keys, None));
+            }
+            // The fence, the COMMIT, the next BEGIN and the next batch's
+            // one-statement body (if the repair has one) in one round trip
+            // (CLM-2, EX-6). The body runs after the commit, in the new
+            // transaction, and commits only with the next batch's fence.
+            let shared: &AsyncPgConnection = conn;
+            let (fence, next) = futures_util::join!(
+                store::checkpoint_advance_commit_reopen(
+                    shared,
+                    &claim.id,
+                    &claim.worker,
+                    claim.generation,
+                    expected,
+                    &checkpoint,
+                    &checkpoint_json,
+                    keys,
+                    stmt_ms,
+                    lock_ms,
+                ),
+                def.batch_ahead(shared, Some(&checkpoint), bound)
+            );
+            if fence? == store::FenceCommit::Stale {
                 return Err(TxError::Stale);
             }
-            Ok::<_, TxError>((checkpoint, selected.keys, reached_bound))
+            Ok((checkpoint, selected.keys, Some(next.transpose())))
         }
         .await;
         let result = match body {
             Ok(done) => Ok(done),
             Err(error) => {
-                // Mutation and checkpoint roll back together (EX-6). If the
+                // Mutation and checkpoint roll back together (EX-6), and so
+                // does a next batch sent behind a failed commit. If the
                 // rollback itself fails, the connection reports itself
                 // broken and the pool discards it; the batch error is the
                 // one worth returning.
@@ -591,10 +637,14 @@ impl Engine {
             }
         };
         match result {
-            Ok((checkpoint, keys, reached_bound)) => {
+            Ok((checkpoint, keys, next)) => {
                 claim.checkpoint = Some(checkpoint);
-                if !reached_bound {
-                    claim.open.put(pooled);
+                let reached_bound = next.is_none();
+                if let Some(ahead) = next {
+                    claim.open.put(Open {
+                        conn: pooled,
+                        ahead,
+                    });
                 }
                 Ok(BatchOutcome::Committed {
                     keys,

@@ -53,6 +53,18 @@ pub enum Validation {
     Blocked(String),
 }
 
+/// What a one-statement batch ([`Repair::select_and_mutate`]) selected
+/// and mutated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mutated<K> {
+    /// No key in `(after, bound]`: the rest of the range needs nothing,
+    /// and the checkpoint moves to the bound.
+    Nothing,
+    /// `count` keys from `first` to `last` (both inclusive) were selected
+    /// and mutated.
+    Keys { first: K, last: K, count: u32 },
+}
+
 /// An error a repair returns, classified so the engine can record it durably
 /// before it counts as handled (RT-1).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -254,6 +266,40 @@ pub trait Repair: Send + Sync + 'static {
         keys: &[Self::Key],
     ) -> Result<(), RepairError>;
 
+    /// Optional one-statement batch: select up to `limit` keys strictly
+    /// after `after` and at most `bound`, mutate them, and report what was
+    /// *selected* (first key, last key, count), in one statement such as
+    /// `WITH k AS MATERIALIZED (SELECT .. LIMIT $3), u AS (UPDATE .. WHERE
+    /// id = ANY(ARRAY(SELECT id FROM k))) SELECT min(id), max(id),
+    /// count(*) FROM k`. That saves a round trip and the keys' transfer
+    /// both ways per batch.
+    ///
+    /// Return `Ok(None)` (the default) to have the engine call
+    /// [`Repair::select_keys`] and then [`Repair::mutate`]; the two must
+    /// agree with this method when both exist. The engine checks the
+    /// summary against the batch contract (EX-3, EX-4: count at most
+    /// `limit`, first after `after`, last at most `bound`) before the
+    /// commit, and rolls the batch back if it does not hold; the
+    /// statement timeout bounds the work the statement can do before
+    /// that check (EX-5).
+    ///
+    /// Report the selected keys, not the rows the update changed: a key
+    /// selected and then deleted by a concurrent transaction still
+    /// counts, or the engine would take a batch whose rows all vanished
+    /// for the end of the range. The connection is a shared reference
+    /// (`RunQueryDsl` runs on `&mut &AsyncPgConnection`), so the engine
+    /// can send the statement without waiting on the connection.
+    async fn select_and_mutate(
+        &self,
+        conn: &mut &AsyncPgConnection,
+        after: Option<&Self::Key>,
+        bound: &Self::Key,
+        limit: u32,
+    ) -> Result<Option<Mutated<Self::Key>>, RepairError> {
+        let _ = (conn, after, bound, limit);
+        Ok(None)
+    }
+
     /// Check the postcondition over the whole range up to `bound` (`None`
     /// for an empty source set) by reading PostgreSQL (VAL-2). Must be
     /// read-only: explicit validation runs it on `completed` rows (VAL-5).
@@ -331,6 +377,10 @@ pub enum SelectionError {
     /// A key after the bound.
     #[error("selection returned a key after the bound")]
     AfterBound,
+    /// A one-statement batch reported a summary no selection can have
+    /// (zero keys, or a first key after its last, or one key spanning two).
+    #[error("one-statement batch reported an inconsistent selection")]
+    Inconsistent,
 }
 
 /// Errors of the erased batch body.
@@ -376,6 +426,35 @@ pub(crate) fn check_selection<K: Key>(
     Ok(())
 }
 
+/// Check a one-statement batch's summary against the same contract as
+/// [`check_selection`]: at most `limit` keys, all in `(after, bound]`.
+pub(crate) fn check_mutated<K: Key>(
+    mutated: &Mutated<K>,
+    after: Option<&K>,
+    bound: &K,
+    limit: u32,
+) -> Result<(), SelectionError> {
+    let Mutated::Keys { first, last, count } = mutated else {
+        return Ok(());
+    };
+    if *count > limit {
+        return Err(SelectionError::OverLimit {
+            got: *count as usize,
+            limit,
+        });
+    }
+    if *count == 0 || first > last || (*count == 1) != (first == last) {
+        return Err(SelectionError::Inconsistent);
+    }
+    if after.is_some_and(|after| first <= after) {
+        return Err(SelectionError::NotAfterCheckpoint);
+    }
+    if last > bound {
+        return Err(SelectionError::AfterBound);
+    }
+    Ok(())
+}
+
 /// The object-safe face of a [`Repair`]: keys cross it in their stored
 /// encoding, so the engine and the runtime never need the key type.
 #[async_trait]
@@ -386,12 +465,24 @@ pub(crate) trait DynRepair: Send + Sync {
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
     fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError>;
     async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError>;
-    async fn select_and_mutate(
+    /// One batch's body: the repair's one-statement form when it has one,
+    /// else its selection, the engine's check, and its mutation.
+    async fn batch(
         &self,
         conn: &mut AsyncPgConnection,
         after: Option<&[u8]>,
         bound: &[u8],
     ) -> Result<SelectedBatch, BodyError>;
+    /// The next batch's body sent ahead, behind the previous batch's commit
+    /// message: only a repair's one-statement form can be (the connection
+    /// is shared with the commit in flight). `Ok(None)`: the repair has no
+    /// one-statement form and nothing was sent.
+    async fn batch_ahead(
+        &self,
+        conn: &AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+    ) -> Result<Option<SelectedBatch>, BodyError>;
     async fn validate(
         &self,
         conn: &mut AsyncPgConnection,
@@ -427,7 +518,7 @@ impl<R: Repair> DynRepair for Erased<R> {
         })
     }
 
-    async fn select_and_mutate(
+    async fn batch(
         &self,
         conn: &mut AsyncPgConnection,
         after: Option<&[u8]>,
@@ -436,6 +527,9 @@ impl<R: Repair> DynRepair for Erased<R> {
         let after = after.map(R::Key::from_bytes).transpose()?;
         let bound = R::Key::from_bytes(bound)?;
         let limit = self.0.batch_limit();
+        if let Some(selected) = self.one_statement(&*conn, after.as_ref(), &bound).await? {
+            return Ok(selected);
+        }
         let keys = self
             .0
             .select_keys(conn, after.as_ref(), &bound, limit)
@@ -457,6 +551,17 @@ impl<R: Repair> DynRepair for Erased<R> {
         })
     }
 
+    async fn batch_ahead(
+        &self,
+        conn: &AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+    ) -> Result<Option<SelectedBatch>, BodyError> {
+        let after = after.map(R::Key::from_bytes).transpose()?;
+        let bound = R::Key::from_bytes(bound)?;
+        self.one_statement(conn, after.as_ref(), &bound).await
+    }
+
     async fn validate(
         &self,
         conn: &mut AsyncPgConnection,
@@ -464,6 +569,39 @@ impl<R: Repair> DynRepair for Erased<R> {
     ) -> Result<Validation, BodyError> {
         let bound = bound.map(R::Key::from_bytes).transpose()?;
         Ok(self.0.validate(conn, bound.as_ref()).await?)
+    }
+}
+
+impl<R: Repair> Erased<R> {
+    /// The repair's one-statement form, its summary checked; `None` when
+    /// the repair has none.
+    async fn one_statement(
+        &self,
+        mut conn: &AsyncPgConnection,
+        after: Option<&R::Key>,
+        bound: &R::Key,
+    ) -> Result<Option<SelectedBatch>, BodyError> {
+        let limit = self.0.batch_limit();
+        let Some(mutated) = self
+            .0
+            .select_and_mutate(&mut conn, after, bound, limit)
+            .await?
+        else {
+            return Ok(None);
+        };
+        // EX-3/EX-4 on the summary: the mutation already ran, so a broken
+        // summary rolls the whole batch back.
+        check_mutated(&mutated, after, bound, limit)?;
+        Ok(Some(match mutated {
+            Mutated::Nothing => SelectedBatch {
+                keys: 0,
+                last: None,
+            },
+            Mutated::Keys { last, count, .. } => SelectedBatch {
+                keys: count as usize,
+                last: Some((last.to_bytes(), last.to_json())),
+            },
+        }))
     }
 }
 
@@ -577,6 +715,37 @@ mod tests {
         );
         assert_eq!(
             check_selection(&[8i64, 10], None, &9, 5),
+            Err(SelectionError::AfterBound)
+        );
+    }
+
+    #[test]
+    fn one_statement_summary_is_checked() {
+        let keys = |first, last, count| Mutated::Keys { first, last, count };
+        assert!(check_mutated(&keys(2i64, 3, 2), Some(&1), &3, 2).is_ok());
+        assert!(check_mutated(&keys(5i64, 5, 1), None, &5, 1).is_ok());
+        assert!(check_mutated(&Mutated::<i64>::Nothing, Some(&1), &3, 2).is_ok());
+        assert_eq!(
+            check_mutated(&keys(2i64, 9, 3), Some(&1), &9, 2),
+            Err(SelectionError::OverLimit { got: 3, limit: 2 })
+        );
+        for bad in [
+            keys(2i64, 3, 0),
+            keys(3, 2, 2),
+            keys(2, 2, 2),
+            keys(2, 3, 1),
+        ] {
+            assert_eq!(
+                check_mutated(&bad, None, &9, 5),
+                Err(SelectionError::Inconsistent)
+            );
+        }
+        assert_eq!(
+            check_mutated(&keys(1i64, 2, 2), Some(&1), &9, 5),
+            Err(SelectionError::NotAfterCheckpoint)
+        );
+        assert_eq!(
+            check_mutated(&keys(8i64, 10, 2), None, &9, 5),
             Err(SelectionError::AfterBound)
         );
     }

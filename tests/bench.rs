@@ -1,6 +1,7 @@
-//! Smoke test of `backfill bench`: at a tiny N it runs every runner, prints
-//! one JSON object of the documented shape, and every run passed the
-//! verification (every row repaired exactly once). Timings are not
+//! Smoke test of `backfill bench`: at a tiny N it runs every runner (the
+//! engine with both forms of the repair), prints one JSON object of the
+//! documented shape, and every run passed the verification (every row
+//! repaired exactly once). Timings are not
 //! asserted: a benchmark prints numbers.
 
 use std::process::Command;
@@ -47,7 +48,10 @@ fn bench_json_shape_and_verification() {
     let runs = report["runs"].as_array().unwrap();
     let mut runners: Vec<&str> = runs.iter().map(|r| r["runner"].as_str().unwrap()).collect();
     runners.sort();
-    assert_eq!(runners, ["client", "engine", "engine-k", "plpgsql"]);
+    assert_eq!(
+        runners,
+        ["client", "engine", "engine-k", "engine-keys", "plpgsql"]
+    );
     for run in runs {
         assert_eq!(run["batch"], 100);
         assert_eq!(run["rows"], 2000);

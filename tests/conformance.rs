@@ -12,6 +12,9 @@
 //! - VAL-6 lifecycle validation waits for an explicit one: `val06_*`
 //! - EX-5/CLM-1 the open batch a claim carries between batches: `ex05_*`,
 //!   `clm01_*`
+//! - EX-6 one-statement batches pipelined behind the previous commit:
+//!   `ex06_*`, `ct05_pause_rejects_the_batch_sent_ahead`,
+//!   `ct02_one_statement_*`
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
 //!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
 //!
@@ -972,11 +975,13 @@ async fn claim_and_commit_first_batch(engine: &Engine) -> backfill::engine::Clai
 /// holds no snapshot, no transaction ID and no lock but its own virtual
 /// transaction ID, so neither DDL on the target table nor a pause waits for
 /// it; the claim's next batch runs in it and, after the pause, is rejected
-/// by the fence and rolled back. Guards: the
-/// reopen text of `checkpoint_advance_commit` taking nothing (a statement
-/// there that reads the table keeps its lock until the next batch and
-/// fails the lock assertion and the ALTER), and the fence in the same
-/// message as COMMIT and BEGIN (the paused batch must not commit).
+/// by the fence and rolled back. This holds for a two-statement repair
+/// (the counter here); a one-statement repair's next statement runs in the
+/// open batch by design (`ex06_*`). Guards: the reopen text of
+/// `checkpoint_advance_commit_reopen` taking nothing (a statement there
+/// that reads the table keeps its lock until the next batch and fails the
+/// lock assertion and the ALTER), and the fence in the same message as
+/// COMMIT (the paused batch must not commit).
 #[tokio::test]
 async fn ex05_open_batch_holds_no_snapshot_lock_or_xid() {
     let (db, engine, _hooks) = started(30, 10).await;
@@ -1140,4 +1145,169 @@ async fn clm01_release_after_the_server_ended_the_open_batch() {
     assert!(engine.release(&claim).await.unwrap());
     let other = engine.claim_next("w2", &[]).await.unwrap().unwrap();
     assert_eq!(other.checkpoint_json(), Some(serde_json::json!(10)));
+}
+
+// ------------------------------------------------- one-statement batches
+
+/// A database with `rows` items and the counter, in its one-statement form
+/// (`Repair::select_and_mutate`), registered and started.
+async fn started_one_statement(rows: i64, limit: u32) -> (TestDb, Engine, Arc<Hooks>) {
+    let db = test_db().await;
+    db.exec(&items_sql(rows)).await;
+    let hooks = Hooks::new();
+    let registry = Registry::new()
+        .with(Counter::new(ID, limit, hooks.clone()).one_statement())
+        .expect("valid definition");
+    let engine = Engine::new(db.pool.clone(), registry, config()).expect("engine");
+    engine.register().await.expect("register");
+    assert!(matches!(
+        engine.start(ID).await.expect("start"),
+        ActionOutcome::Applied { .. }
+    ));
+    (db, engine, hooks)
+}
+
+/// EX-6, CLM-2: with a one-statement repair, each batch's statement is
+/// sent behind the previous batch's commit, yet commits only with its own
+/// fenced checkpoint: after every step the committed rows are exactly the
+/// rows up to the committed checkpoint, and the run completes with every
+/// item repaired once. Guard: the next batch's statement running in the
+/// reopened transaction (sent ahead of the fence, in the committing
+/// transaction, it would commit one batch early: 20 rows at checkpoint 10).
+#[tokio::test]
+async fn ex06_one_statement_batches_commit_with_their_own_checkpoint() {
+    let (db, engine, _hooks) = started_one_statement(25, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    for done in [10, 20] {
+        assert_eq!(
+            engine.run_batch(&mut claim).await.unwrap(),
+            BatchOutcome::Committed {
+                keys: 10,
+                reached_bound: false
+            }
+        );
+        assert_eq!(count_n(&db, 1).await, done, "committed rows = checkpoint");
+        let row = engine.get(ID).await.unwrap();
+        assert_eq!(row.checkpoint_json, Some(serde_json::json!(done)));
+        assert_eq!(row.rows_done, done);
+    }
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 5,
+            reached_bound: true
+        }
+    );
+    assert_eq!(
+        open_transactions(&db).await,
+        0,
+        "nothing opened past the bound"
+    );
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 25);
+}
+
+/// EX-6: the COMMIT itself fails (a deferred constraint trigger rejects an
+/// item of the first batch at commit) while the next batch's statement is
+/// already on its way behind it: neither batch commits, the checkpoint
+/// stays, and the error comes back. Guard: the next batch's `BEGIN` as a
+/// message of its own in `checkpoint_advance_commit_reopen` (inside the
+/// fence's message, PostgreSQL skips it after the failed COMMIT and the
+/// statement behind runs, and commits, on its own: items 11..20 at n = 1).
+#[tokio::test]
+async fn ex06_batch_sent_behind_a_failed_commit_does_not_commit() {
+    let (db, engine, _hooks) = started_one_statement(30, 10).await;
+    db.exec(
+        "CREATE FUNCTION items_reject() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'item rejected at commit'; END $$; \
+         CREATE CONSTRAINT TRIGGER items_reject AFTER UPDATE ON items \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id = 5) \
+             EXECUTE FUNCTION items_reject()",
+    )
+    .await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let err = engine.run_batch(&mut claim).await.unwrap_err();
+    assert!(matches!(err, EngineError::Store(_)), "{err:?}");
+    assert_eq!(count_n(&db, 1).await, 0, "neither batch committed");
+    assert_eq!(engine.get(ID).await.unwrap().checkpoint, None);
+    assert_eq!(
+        open_transactions(&db).await,
+        0,
+        "the batch behind rolled back"
+    );
+}
+
+/// CT-5, EX-5: a pause between two steps rejects the batch that was sent
+/// ahead behind the last commit: its rows, changed in the open
+/// transaction, roll back with the stale fence, and after resume every
+/// item is repaired once. Guard: the generation in the fence (the batch
+/// sent ahead would commit items 11..20).
+#[tokio::test]
+async fn ct05_pause_rejects_the_batch_sent_ahead() {
+    let (db, engine, _hooks) = started_one_statement(30, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        }
+    );
+    assert!(matches!(
+        engine.pause(ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Stale
+    );
+    assert_eq!(count_n(&db, 1).await, 10);
+    assert_eq!(open_transactions(&db).await, 0);
+    assert!(matches!(
+        engine.resume(ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 30);
+}
+
+/// EX-4: a one-statement batch that reports more keys than the limit is
+/// rejected before its commit and rolled back, both as a claim's first
+/// batch and when it was sent ahead behind a commit. Guard:
+/// `check_mutated` (without it both would commit 11 items).
+#[tokio::test]
+async fn ct02_one_statement_over_limit_is_rejected_and_rolled_back() {
+    let (db, engine, hooks) = started_one_statement(50, 10).await;
+    let over_limit = |err: EngineError| {
+        assert!(
+            matches!(
+                err,
+                EngineError::Selection {
+                    error: SelectionError::OverLimit { got: 11, limit: 10 },
+                    ..
+                }
+            ),
+            "{err:?}"
+        )
+    };
+    hooks.select_mode.store(SELECT_OVER_LIMIT, Ordering::SeqCst);
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    over_limit(engine.run_batch(&mut claim).await.unwrap_err());
+    assert_eq!(count_n(&db, 1).await, 0);
+
+    // Batch 1 commits and sends batch 2 ahead, both within the limit; then
+    // batch 2 commits and sends batch 3 ahead over it.
+    hooks.select_mode.store(SELECT_NORMAL, Ordering::SeqCst);
+    engine.run_batch(&mut claim).await.unwrap();
+    hooks.select_mode.store(SELECT_OVER_LIMIT, Ordering::SeqCst);
+    engine.run_batch(&mut claim).await.unwrap();
+    over_limit(engine.run_batch(&mut claim).await.unwrap_err());
+    assert_eq!(count_n(&db, 1).await, 20);
+    assert_eq!(
+        engine.get(ID).await.unwrap().checkpoint_json,
+        Some(serde_json::json!(20))
+    );
+    assert_eq!(open_transactions(&db).await, 0);
 }

@@ -344,7 +344,8 @@ pub async fn lease_release(
 /// Open a batch transaction and bound it (EX-5) in ONE round trip: `BEGIN`
 /// and the `SET LOCAL` timeouts of [`begin_sql`] travel as one
 /// simple-protocol message. Only a claim's first batch uses it; later
-/// batches start in the transaction [`checkpoint_advance_commit`] opened. The values are integers formatted here, never
+/// batches start in the transaction [`checkpoint_advance_commit_reopen`]
+/// opened. The values are integers formatted here, never
 /// caller text, so nothing can be injected; `SET LOCAL` ends with the
 /// transaction like `set_config(.., true)`. diesel-async's transaction
 /// manager tracks the transaction, so a connection returned to the pool
@@ -365,7 +366,8 @@ pub async fn batch_begin(
 
 /// `BEGIN` and the batch timeouts as one simple-protocol text. The idle
 /// timeout bounds the time the transaction may sit between statements
-/// (EX-5), which matters for an open batch (see [`checkpoint_advance_commit`]):
+/// (EX-5), which matters for an open batch (see
+/// [`checkpoint_advance_commit_reopen`]):
 /// a runner that stops without releasing cannot leave it open for longer
 /// than one statement may run. None of these statements takes a snapshot,
 /// a lock or a transaction ID.
@@ -433,7 +435,7 @@ fn text_literal(text: &str) -> String {
 /// The fence, the progress and the COMMIT of one batch in ONE round trip
 /// (CLM-2, EX-6): `SELECT backfill_checkpoint_advance(..); COMMIT` as one
 /// simple-protocol message in the transaction opened by [`batch_begin`] (or
-/// by the previous batch's message, see `reopen` below).
+/// by the previous batch, see [`checkpoint_advance_commit_reopen`]).
 /// The function (migration `..._fence_function`) matches only if the row is
 /// `running`, the generation and owner are the caller's, the lease has not
 /// expired by `clock_timestamp()`, the checkpoint is still the one the batch
@@ -444,14 +446,6 @@ fn text_literal(text: &str) -> String {
 /// included, is aborted ([`FenceCommit::Stale`]). It takes the row lock
 /// until commit, so a concurrent pause either committed first (stale here)
 /// or waits for this commit.
-///
-/// With `reopen` (the timeouts of the next batch) the same message ends with
-/// `BEGIN` and the `SET LOCAL` timeouts of [`batch_begin`]: after a commit
-/// the connection is already inside the next batch's transaction, which
-/// holds no snapshot, lock or transaction ID until its first statement.
-/// When the fence raises, PostgreSQL skips the rest of the message, COMMIT
-/// and BEGIN included, and the caller rolls the aborted transaction back as
-/// before.
 #[allow(clippy::too_many_arguments)]
 pub async fn checkpoint_advance_commit(
     conn: &mut AsyncPgConnection,
@@ -462,41 +456,108 @@ pub async fn checkpoint_advance_commit(
     checkpoint: &[u8],
     checkpoint_json: &Value,
     rows: i64,
-    reopen: Option<(i64, i64)>,
 ) -> Result<FenceCommit, StoreError> {
     use diesel::connection::TransactionDepthChange;
     use diesel_async::{AnsiTransactionManager, SimpleAsyncConnection, TransactionManager};
-    use std::fmt::Write;
-    let mut sql = format!(
+    let sql = fence_commit_sql(
+        id,
+        worker,
+        generation,
+        expected,
+        checkpoint,
+        checkpoint_json,
+        rows,
+    );
+    let outcome = fence_outcome(conn.batch_execute(&sql).await)?;
+    if outcome == FenceCommit::Committed {
+        // The COMMIT ran inside the message: tell the transaction manager
+        // the transaction is over.
+        <AnsiTransactionManager as TransactionManager<AsyncPgConnection>>::transaction_manager_status_mut(conn)
+            .transaction_state()?
+            .change_transaction_depth(TransactionDepthChange::DecreaseDepth)?;
+    }
+    Ok(outcome)
+}
+
+/// [`checkpoint_advance_commit`], then the next batch's `BEGIN` and
+/// timeouts ([`batch_begin`]), sent together in one round trip on a
+/// shared reference, so the caller can pipeline the next batch's first
+/// statement behind them (the repair's one-statement form). After a
+/// commit the connection is inside the next batch's transaction; the
+/// transaction manager's depth (one) is right as it is.
+///
+/// They are two messages, not one, because a statement pipelined behind
+/// them must never run outside a transaction block. If the COMMIT fails
+/// (a deferred constraint, say), PostgreSQL skips the rest of that
+/// message, so a `BEGIN` inside it would be skipped too and the statement
+/// behind would run, and commit, on its own. As a message of its own the
+/// `BEGIN` still runs, the statement behind lands in that transaction and
+/// the caller rolls it back. If the fence raises, the transaction is
+/// aborted and the `BEGIN` and everything behind it fail without effect.
+/// An error of the `BEGIN` alone (only a broken connection) is returned
+/// as an error although the batch committed: the next claim resumes from
+/// the committed checkpoint.
+#[allow(clippy::too_many_arguments)]
+pub async fn checkpoint_advance_commit_reopen(
+    conn: &AsyncPgConnection,
+    id: &str,
+    worker: &str,
+    generation: i64,
+    expected: Option<&[u8]>,
+    checkpoint: &[u8],
+    checkpoint_json: &Value,
+    rows: i64,
+    statement_timeout_ms: i64,
+    lock_timeout_ms: i64,
+) -> Result<FenceCommit, StoreError> {
+    use diesel_async::SimpleAsyncConnection;
+    let fence = fence_commit_sql(
+        id,
+        worker,
+        generation,
+        expected,
+        checkpoint,
+        checkpoint_json,
+        rows,
+    );
+    let begin = begin_sql(statement_timeout_ms, lock_timeout_ms);
+    let (mut first, mut second) = (conn, conn);
+    // `join!` polls the fence first, and a query is queued on the
+    // connection when its future is first polled: the fence goes first.
+    let (fenced, begun) =
+        futures_util::join!(first.batch_execute(&fence), second.batch_execute(&begin));
+    let outcome = fence_outcome(fenced)?;
+    if outcome == FenceCommit::Committed {
+        begun?;
+    }
+    Ok(outcome)
+}
+
+/// `SELECT backfill_checkpoint_advance(..); COMMIT` with every value
+/// hex-encoded ([`hex_literal`]).
+fn fence_commit_sql(
+    id: &str,
+    worker: &str,
+    generation: i64,
+    expected: Option<&[u8]>,
+    checkpoint: &[u8],
+    checkpoint_json: &Value,
+    rows: i64,
+) -> String {
+    format!(
         "SELECT backfill_checkpoint_advance({}, {}, {generation}, {}, {}, ({})::jsonb, {rows}); COMMIT",
         text_literal(id),
         text_literal(worker),
         expected.map(hex_literal).unwrap_or_else(|| "NULL".into()),
         hex_literal(checkpoint),
         text_literal(&checkpoint_json.to_string()),
-    );
-    if let Some((statement_timeout_ms, lock_timeout_ms)) = reopen {
-        // Integers formatted here, as in `batch_begin`.
-        let _ = write!(
-            sql,
-            "; {}",
-            begin_sql(statement_timeout_ms, lock_timeout_ms)
-        );
-    }
-    match conn.batch_execute(&sql).await {
-        Ok(()) if reopen.is_some() => {
-            // COMMIT and BEGIN both ran inside the message: the
-            // transaction manager's depth (one) is right as it is.
-            Ok(FenceCommit::Committed)
-        }
-        Ok(()) => {
-            // The COMMIT ran inside the message: tell the transaction
-            // manager the transaction is over.
-            <AnsiTransactionManager as TransactionManager<AsyncPgConnection>>::transaction_manager_status_mut(conn)
-                .transaction_state()?
-                .change_transaction_depth(TransactionDepthChange::DecreaseDepth)?;
-            Ok(FenceCommit::Committed)
-        }
+    )
+}
+
+/// The fence function's raise is a stale claim, not an error.
+fn fence_outcome(result: Result<(), diesel::result::Error>) -> Result<FenceCommit, StoreError> {
+    match result {
+        Ok(()) => Ok(FenceCommit::Committed),
         Err(diesel::result::Error::DatabaseError(_, info))
             if info.message() == "backfill stale fence" =>
         {

@@ -2,7 +2,7 @@
 //! mutation and commit and inside validation, so races are forced by
 //! channels, never by sleeps.
 
-use backfill::repair::{Repair, RepairError, SourceSet, Validation};
+use backfill::repair::{Mutated, Repair, RepairError, SourceSet, Validation};
 use backfill::{async_trait, AsyncPgConnection};
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Nullable, Timestamptz};
@@ -119,6 +119,16 @@ struct Span {
 }
 
 #[derive(QueryableByName)]
+struct Summary {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    first: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    last: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+#[derive(QueryableByName)]
 struct Count {
     #[diesel(sql_type = BigInt)]
     n: i64,
@@ -141,6 +151,9 @@ pub struct Counter {
     pub hooks: Arc<Hooks>,
     /// The table it repairs (`items` unless set).
     pub table: &'static str,
+    /// Whether it has the one-statement form (`select_and_mutate`). The
+    /// gates and failure hooks apply to the two-statement form only.
+    pub one_statement: bool,
 }
 
 impl Counter {
@@ -150,7 +163,14 @@ impl Counter {
             limit,
             hooks,
             table: "items",
+            one_statement: false,
         }
+    }
+
+    /// The same repair with its one-statement form.
+    pub fn one_statement(mut self) -> Self {
+        self.one_statement = true;
+        self
     }
 
     /// The same repair over another table with the `items` shape.
@@ -229,6 +249,42 @@ impl Repair for Counter {
             .load(conn)
             .await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
+    async fn select_and_mutate(
+        &self,
+        conn: &mut &AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Option<Mutated<i64>>, RepairError> {
+        if !self.one_statement {
+            return Ok(None);
+        }
+        let mut limit = i64::from(limit);
+        if AtomicU8::load(&self.hooks.select_mode, Ordering::SeqCst) == SELECT_OVER_LIMIT {
+            limit += 1;
+        }
+        let row: Summary = diesel::sql_query(format!(
+            "WITH k AS MATERIALIZED (\
+                 SELECT id FROM {t} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3), \
+             u AS (UPDATE {t} SET n = n + 1 WHERE id = ANY(ARRAY(SELECT id FROM k))) \
+             SELECT min(id) AS first, max(id) AS last, count(*) AS n FROM k",
+            t = self.table
+        ))
+        .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+        .bind::<BigInt, _>(*bound)
+        .bind::<BigInt, _>(limit)
+        .get_result(conn)
+        .await?;
+        Ok(Some(match (row.first, row.last) {
+            (Some(first), Some(last)) => Mutated::Keys {
+                first,
+                last,
+                count: row.n as u32,
+            },
+            _ => Mutated::Nothing,
+        }))
     }
 
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
