@@ -232,11 +232,16 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 /// Table names are generated here from fixed prefixes and numbers, never
 /// from input, so splicing them into SQL is safe.
+/// A fresh canonical table of `rows` rows. Autovacuum is off for it: every
+/// run leaves N dead row versions behind, and an autovacuum worker could
+/// start on the table in the middle of some runs and not others (the
+/// launcher wakes once a minute). Every runner gets the same table; the
+/// reset's `VACUUM ANALYZE` still runs.
 fn table_sql(table: &str, rows: u64) -> String {
     format!(
         "DROP TABLE IF EXISTS {table}; \
          CREATE TABLE {table} (id bigint PRIMARY KEY, email text NOT NULL, email_norm text, \
-             touched int NOT NULL DEFAULT 0); \
+             touched int NOT NULL DEFAULT 0) WITH (autovacuum_enabled = off); \
          INSERT INTO {table} (id, email) \
              SELECT g, 'User' || g || '@Example.COM' FROM generate_series(1, {rows}) AS g;"
     )

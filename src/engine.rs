@@ -100,6 +100,17 @@ impl EngineConfig {
                 "validation_timeout must be positive".into(),
             ));
         }
+        // PostgreSQL rejects larger values, and it would reject them inside
+        // an open transaction, on every batch.
+        let max = Duration::from_millis(i32::MAX as u64);
+        if self.statement_timeout > max || self.lock_timeout > max || self.validation_timeout > max
+        {
+            return Err(EngineError::Config(
+                "statement, lock and validation timeouts must be at most 2147483647ms \
+                 (about 24.8 days, PostgreSQL's limit)"
+                    .into(),
+            ));
+        }
         if self.retry.max_attempts < 1 {
             return Err(EngineError::Config(
                 "retry.max_attempts must be at least 1".into(),
@@ -132,7 +143,8 @@ pub enum EngineError {
     #[error("backfill {id:?}: {error}")]
     KeyMismatch { id: String, error: KeyError },
     /// The repair's selection broke the batch contract (EX-3, EX-4); the
-    /// batch was rolled back before its mutation ran.
+    /// batch was rolled back (a two-statement repair's before its mutation
+    /// ran).
     #[error("backfill {id:?}: {error}")]
     Selection { id: String, error: SelectionError },
     /// The repair returned an error; the transaction was rolled back.
@@ -876,5 +888,41 @@ impl Engine {
             },
         };
         Ok(store::backfill_start(conn, id, values).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_rejects_timeouts_postgresql_cannot_take() {
+        assert!(EngineConfig::default().validate().is_ok());
+        let day = Duration::from_secs(86_400);
+        for config in [
+            EngineConfig {
+                statement_timeout: 30 * day,
+                ..EngineConfig::default()
+            },
+            EngineConfig {
+                lock_timeout: 30 * day,
+                ..EngineConfig::default()
+            },
+            EngineConfig {
+                validation_timeout: 30 * day,
+                ..EngineConfig::default()
+            },
+            EngineConfig {
+                statement_timeout: Duration::ZERO,
+                ..EngineConfig::default()
+            },
+        ] {
+            assert!(matches!(config.validate(), Err(EngineError::Config(_))));
+        }
+        let edge = EngineConfig {
+            statement_timeout: Duration::from_millis(i32::MAX as u64),
+            ..EngineConfig::default()
+        };
+        assert!(edge.validate().is_ok());
     }
 }

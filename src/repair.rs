@@ -281,7 +281,15 @@ pub trait Repair: Send + Sync + 'static {
     /// `limit`, first after `after`, last at most `bound`) before the
     /// commit, and rolls the batch back if it does not hold; the
     /// statement timeout bounds the work the statement can do before
-    /// that check (EX-5).
+    /// that check (EX-5). The engine sees only the summary: that the
+    /// statement selects with the `limit` it is given and changes exactly
+    /// the rows it selected is the repair's word, as is `mutate` changing
+    /// exactly its keys in the two-statement form.
+    ///
+    /// The engine sends this statement behind the previous batch's commit,
+    /// before the runtime looks at its mailbox again, so it runs (inside
+    /// the next batch's transaction, holding that batch's row locks) even
+    /// when a pause or a shutdown comes next; it then rolls back.
     ///
     /// Report the selected keys, not the rows the update changed: a key
     /// selected and then deleted by a concurrent transaction still

@@ -1311,3 +1311,107 @@ async fn ct02_one_statement_over_limit_is_rejected_and_rolled_back() {
     );
     assert_eq!(open_transactions(&db).await, 0);
 }
+
+/// CT-4, EX-6: the step is dropped (a timeout around `run_batch`) while
+/// the batch sent ahead behind its commit is still running: the previous
+/// batch stays committed with its checkpoint, the batch sent ahead never
+/// commits, no session is left in a transaction, and the pool hands out
+/// only clean connections. Guard: the transaction manager's depth on the
+/// reopened connection (at zero the pool would hand the open transaction
+/// to the next caller, and the checks below would run inside it).
+#[tokio::test]
+async fn ct04_termination_with_a_batch_sent_ahead_keeps_only_the_committed_batch() {
+    let (db, engine, hooks) = started_one_statement(30, 10).await;
+    hooks.sleep_ms.store(1000, Ordering::SeqCst);
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(1500), engine.run_batch(&mut claim)).await;
+    assert!(dropped.is_err(), "dropped in flight: {dropped:?}");
+    hooks.sleep_ms.store(0, Ordering::SeqCst);
+    support::eventually("no session is active or in a transaction", || async {
+        db.scalar(
+            "SELECT count(*) AS v FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+               AND (state = 'active' OR state LIKE 'idle in transaction%')",
+        )
+        .await
+            == 0
+    })
+    .await;
+    assert_eq!(count_n(&db, 1).await, 10, "batch 1 committed, batch 2 not");
+    assert_eq!(count_n(&db, 2).await, 0);
+    assert_eq!(
+        engine.get(ID).await.unwrap().checkpoint_json,
+        Some(serde_json::json!(10))
+    );
+    // Inside the batch sent ahead's transaction a transaction ID would
+    // already be assigned (its UPDATE took one).
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut conn = engine.pool().get_owned().await.unwrap();
+        let fresh =
+            diesel::sql_query("SELECT 1 AS v WHERE pg_current_xact_id_if_assigned() IS NULL")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+        assert_eq!(fresh, 1, "a pooled connection outside any transaction");
+        held.push(conn);
+    }
+    drop(held);
+    db.expire_lease(ID).await;
+    drive(&engine, "w2").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 30);
+}
+
+/// CT-2, RT-1: the batch sent ahead hits `lock_timeout` on a row another
+/// session holds, after the previous batch committed: that step reports
+/// its commit, the next step returns the retryable error, nothing of the
+/// batch sent ahead commits, and after the backoff the run completes with
+/// every item repaired once. Guard: the error kept with the open batch
+/// (dropped, the next step runs its statement in the aborted transaction
+/// and reports a fatal error instead of the retryable lock timeout).
+#[tokio::test]
+async fn ct02_lock_timeout_of_a_batch_sent_ahead_rolls_it_back() {
+    let (db, engine, _hooks) = started_one_statement(30, 10).await;
+    let mut holder = db.connect().await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    diesel::sql_query("UPDATE items SET n = n WHERE id = 15")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        }
+    );
+    let err = engine.run_batch(&mut claim).await.unwrap_err();
+    let class = err.classification();
+    assert!(matches!(class, Some(RepairError::Retryable(_))), "{err:?}");
+    assert_eq!(count_n(&db, 1).await, 10);
+    assert_eq!(
+        engine.get(ID).await.unwrap().checkpoint_json,
+        Some(serde_json::json!(10))
+    );
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(open_transactions(&db).await, 0);
+    engine
+        .record_failure(&claim, &class.unwrap())
+        .await
+        .unwrap();
+    support::eventually("the backfill completes after the backoff", || async {
+        drive(&engine, "w").await;
+        state(&engine).await == State::Completed
+    })
+    .await;
+    assert_eq!(count_n(&db, 1).await, 30);
+}

@@ -356,11 +356,20 @@ pub async fn batch_begin(
     statement_timeout_ms: i64,
     lock_timeout_ms: i64,
 ) -> Result<(), StoreError> {
-    AnsiTransactionManager::begin_transaction_sql(
+    use diesel_async::SimpleAsyncConnection;
+    let begun = AnsiTransactionManager::begin_transaction_sql(
         conn,
         &begin_sql(statement_timeout_ms, lock_timeout_ms),
     )
-    .await?;
+    .await;
+    if let Err(error) = begun {
+        // The transaction manager counts the transaction only when the
+        // whole message succeeded; if a SET failed after BEGIN ran, the
+        // server sits in an aborted transaction the pool cannot see, and
+        // would hand out. End it here (a warning when there is none).
+        let _ = conn.batch_execute("ROLLBACK").await;
+        return Err(error.into());
+    }
     Ok(())
 }
 

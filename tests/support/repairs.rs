@@ -5,11 +5,11 @@
 use backfill::repair::{Mutated, Repair, RepairError, SourceSet, Validation};
 use backfill::{async_trait, AsyncPgConnection};
 use chrono::{DateTime, Utc};
-use diesel::sql_types::{Array, BigInt, Nullable, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Double, Nullable, Timestamptz};
 use diesel::QueryableByName;
 use diesel_async::RunQueryDsl;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
 
@@ -82,6 +82,9 @@ pub struct Hooks {
     pub fail_validate: Mutex<Option<RepairError>>,
     /// One of the `SELECT_*` modes.
     pub select_mode: AtomicU8,
+    /// Milliseconds the one-statement form sleeps in PostgreSQL
+    /// (`pg_sleep`), to hold a step in flight.
+    pub sleep_ms: AtomicU64,
 }
 
 impl Hooks {
@@ -267,7 +270,8 @@ impl Repair for Counter {
         }
         let row: Summary = diesel::sql_query(format!(
             "WITH k AS MATERIALIZED (\
-                 SELECT id FROM {t} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3), \
+                 SELECT id FROM {t} WHERE id > $1 AND id <= $2 \
+                     AND (SELECT true FROM pg_sleep($4)) ORDER BY id LIMIT $3), \
              u AS (UPDATE {t} SET n = n + 1 WHERE id = ANY(ARRAY(SELECT id FROM k))) \
              SELECT min(id) AS first, max(id) AS last, count(*) AS n FROM k",
             t = self.table
@@ -275,6 +279,7 @@ impl Repair for Counter {
         .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
         .bind::<BigInt, _>(*bound)
         .bind::<BigInt, _>(limit)
+        .bind::<Double, _>(AtomicU64::load(&self.hooks.sleep_ms, Ordering::SeqCst) as f64 / 1000.0)
         .get_result(conn)
         .await?;
         Ok(Some(match (row.first, row.last) {
