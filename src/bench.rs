@@ -190,12 +190,22 @@ impl RunResult {
     fn rows_per_s(&self) -> f64 {
         self.rows as f64 / self.seconds.max(1e-9)
     }
+
+    /// Rows over the summed batch latencies: the batch path alone, without
+    /// the engine's start, claim, validation and the gaps between
+    /// batches. Meaningless for `engine-k`, whose batches overlap.
+    fn batch_phase_rows_per_s(&self) -> Option<f64> {
+        let seconds = self.batch_mean_ms * self.batches as f64 / 1000.0;
+        (self.runner != "engine-k" && seconds > 0.0).then(|| self.rows as f64 / seconds)
+    }
+
     fn json(&self) -> Value {
         json!({
             "runner": self.runner, "batch": self.batch, "rows": self.rows, "rep": self.rep,
             "seconds": round3(self.seconds), "rows_per_s": self.rows_per_s().round(),
             "batches": self.batches, "batch_mean_ms": round3(self.batch_mean_ms),
             "batch_p99_ms": round3(self.batch_p99_ms), "verified": self.verified,
+            "batch_phase_rows_per_s": self.batch_phase_rows_per_s().map(f64::round),
         })
     }
 }
@@ -1127,6 +1137,16 @@ impl Report {
         (!xs.is_empty()).then(|| median(xs))
     }
 
+    fn median_phase_rps(&self, runner: &str, batch: u32) -> Option<f64> {
+        let xs: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|r| r.runner == runner && r.batch == batch)
+            .filter_map(|r| r.batch_phase_rows_per_s())
+            .collect();
+        (!xs.is_empty()).then(|| median(xs))
+    }
+
     fn median_of(&self, runner: &str, batch: u32, f: fn(&RunResult) -> f64) -> f64 {
         median(
             self.runs
@@ -1213,9 +1233,9 @@ impl Report {
         ));
         if !self.runs.is_empty() {
             s.push_str(
-                "| B | runner | rows/s | batch mean ms | batch p99 ms | vs plpgsql | vs client |\n",
+                "| B | runner | rows/s | batch mean ms | batch p99 ms | vs plpgsql | vs client | rows/s in batches |\n",
             );
-            s.push_str("|---:|---|---:|---:|---:|---:|---:|\n");
+            s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|\n");
         }
         for b in self.batches() {
             let p = self.median_rps("plpgsql", b);
@@ -1225,23 +1245,35 @@ impl Report {
                     continue;
                 };
                 let fmt = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
+                let in_batches = self.median_phase_rps(runner, b);
                 s.push_str(&format!(
-                    "| {b} | {runner} | {:.0} | {:.3} | {:.3} | {} | {} |\n",
+                    "| {b} | {runner} | {:.0} | {:.3} | {:.3} | {} | {} | {} |\n",
                     rps,
                     self.median_of(runner, b, |r| r.batch_mean_ms),
                     self.median_of(runner, b, |r| r.batch_p99_ms),
                     fmt(self.ratio(Some(rps), p)),
                     fmt(self.ratio(Some(rps), c)),
+                    in_batches.map(|x| format!("{x:.0}")).unwrap_or("-".into()),
                 ));
             }
         }
         let bs = self.batches();
         if !bs.is_empty() {
-            s.push_str("\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) |\n|---:|---:|---:|---:|\n");
+            s.push_str("\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | engine / plpgsql in batches |\n|---:|---:|---:|---:|---:|\n");
             for b in bs {
                 let f = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
                 let [a, c, k] = self.ratios(b);
-                s.push_str(&format!("| {b} | {} | {} | {} |\n", f(a), f(c), f(k)));
+                let phase = self.ratio(
+                    self.median_phase_rps("engine", b),
+                    self.median_phase_rps("plpgsql", b),
+                );
+                s.push_str(&format!(
+                    "| {b} | {} | {} | {} | {} |\n",
+                    f(a),
+                    f(c),
+                    f(k),
+                    f(phase)
+                ));
             }
         }
         if let Some(t) = &self.takeover {
@@ -1301,7 +1333,8 @@ transaction, so no pool checkout either).\n\
 - `engine-k`: K backfills over K disjoint tables of N/K rows at once, one \
 process, one-statement form.\n\n\
 rows/s = rows / wall time of the whole run (for the engine including start, \
-claim and validation). Batch latency: client and engine from BEGIN to COMMIT \
+claim and validation). rows/s in batches = rows / the sum of the batch \
+latencies: the batch path alone (not shown for engine-k, whose batches overlap). Batch latency: client and engine from BEGIN to COMMIT \
 returned (engine: the whole `step`, from the select to the commit message's \
 reply); plpgsql by the server's clock \
 per loop iteration. After every run every row must have \
