@@ -19,10 +19,10 @@ pub async fn validation_try_lock(
         #[diesel(sql_type = Bool)]
         locked: bool,
     }
-    let row: Locked = diesel::sql_query(
+    let row: Locked = super::cached(diesel::sql_query(
         "SELECT pg_try_advisory_xact_lock(hashtextextended('backfill-validate:' || $1, 0)) AS locked",
     )
-    .bind::<Text, _>(id)
+    .bind::<Text, _>(id))
     .get_result(conn)
     .await?;
     Ok(row.locked)

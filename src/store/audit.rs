@@ -62,21 +62,23 @@ pub async fn audit_insert(
         #[diesel(sql_type = BigInt)]
         seq: i64,
     }
-    let row: Seq = diesel::sql_query(
-        "INSERT INTO backfill_audit (backfill_id, action, actor, authority, correlation, \
+    let row: Seq = super::cached(
+        diesel::sql_query(
+            "INSERT INTO backfill_audit (backfill_id, action, actor, authority, correlation, \
              prior_state, resulting_state, generation, outcome, detail) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq",
+        )
+        .bind::<Text, _>(audit.backfill_id)
+        .bind::<Text, _>(audit.action)
+        .bind::<Nullable<Text>, _>(audit.actor)
+        .bind::<Text, _>(audit.authority)
+        .bind::<Nullable<Text>, _>(audit.correlation)
+        .bind::<Nullable<Text>, _>(audit.prior_state)
+        .bind::<Nullable<Text>, _>(audit.resulting_state)
+        .bind::<Nullable<BigInt>, _>(audit.generation)
+        .bind::<Text, _>(audit.outcome)
+        .bind::<Nullable<Text>, _>(audit.detail),
     )
-    .bind::<Text, _>(audit.backfill_id)
-    .bind::<Text, _>(audit.action)
-    .bind::<Nullable<Text>, _>(audit.actor)
-    .bind::<Text, _>(audit.authority)
-    .bind::<Nullable<Text>, _>(audit.correlation)
-    .bind::<Nullable<Text>, _>(audit.prior_state)
-    .bind::<Nullable<Text>, _>(audit.resulting_state)
-    .bind::<Nullable<BigInt>, _>(audit.generation)
-    .bind::<Text, _>(audit.outcome)
-    .bind::<Nullable<Text>, _>(audit.detail)
     .get_result(conn)
     .await?;
     Ok(row.seq)
@@ -121,10 +123,12 @@ pub struct RequestRow {
 /// concurrent duplicates of one logical request run one at a time and the
 /// later ones find the first one's stored response (ADM-4).
 pub async fn request_lock(conn: &mut AsyncPgConnection, key: &str) -> Result<(), StoreError> {
-    diesel::sql_query(
-        "SELECT pg_advisory_xact_lock(hashtextextended('backfill-request:' || $1, 0))",
+    super::cached(
+        diesel::sql_query(
+            "SELECT pg_advisory_xact_lock(hashtextextended('backfill-request:' || $1, 0))",
+        )
+        .bind::<Text, _>(key),
     )
-    .bind::<Text, _>(key)
     .execute(conn)
     .await?;
     Ok(())
@@ -136,11 +140,13 @@ pub async fn request_get(
     conn: &mut AsyncPgConnection,
     key: &str,
 ) -> Result<Option<RequestRow>, StoreError> {
-    let rows: Vec<RequestRow> = diesel::sql_query(
-        "SELECT backfill_id, action, status, response FROM backfill_request \
+    let rows: Vec<RequestRow> = super::cached(
+        diesel::sql_query(
+            "SELECT backfill_id, action, status, response FROM backfill_request \
          WHERE idempotency_key = $1",
+        )
+        .bind::<Text, _>(key),
     )
-    .bind::<Text, _>(key)
     .load(conn)
     .await?;
     Ok(rows.into_iter().next())
@@ -156,7 +162,7 @@ pub async fn request_insert(
     status: i32,
     response: &Value,
 ) -> Result<(), StoreError> {
-    diesel::sql_query(
+    super::cached(diesel::sql_query(
         "INSERT INTO backfill_request (idempotency_key, backfill_id, action, status, response) \
          VALUES ($1, $2, $3, $4, $5)",
     )
@@ -164,7 +170,7 @@ pub async fn request_insert(
     .bind::<Text, _>(backfill_id)
     .bind::<Text, _>(action)
     .bind::<Integer, _>(status)
-    .bind::<Jsonb, _>(response)
+    .bind::<Jsonb, _>(response))
     .execute(conn)
     .await?;
     Ok(())

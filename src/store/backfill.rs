@@ -138,18 +138,20 @@ pub async fn backfill_register(
     descriptions: &[String],
     build_info: &str,
 ) -> Result<(), StoreError> {
-    diesel::sql_query(
-        "INSERT INTO backfill (id, description, build_info) \
+    super::cached(
+        diesel::sql_query(
+            "INSERT INTO backfill (id, description, build_info) \
          SELECT d.id, NULLIF(d.description, ''), NULLIF($3, '') \
          FROM unnest($1::text[], $2::text[]) AS d(id, description) \
          ON CONFLICT (id) DO UPDATE SET description = EXCLUDED.description, \
              build_info = EXCLUDED.build_info, updated_at = now() \
          WHERE backfill.description IS DISTINCT FROM EXCLUDED.description \
             OR backfill.build_info IS DISTINCT FROM EXCLUDED.build_info",
+        )
+        .bind::<Array<Text>, _>(ids)
+        .bind::<Array<Text>, _>(descriptions)
+        .bind::<Text, _>(build_info),
     )
-    .bind::<Array<Text>, _>(ids)
-    .bind::<Array<Text>, _>(descriptions)
-    .bind::<Text, _>(build_info)
     .execute(conn)
     .await?;
     Ok(())
@@ -160,27 +162,31 @@ pub async fn backfill_get(
     conn: &mut AsyncPgConnection,
     id: &str,
 ) -> Result<Option<BackfillRow>, StoreError> {
-    Ok(
+    Ok(super::cached(
         diesel::sql_query(format!("SELECT {COLUMNS} FROM backfill WHERE id = $1"))
-            .bind::<Text, _>(id)
-            .get_result(conn)
-            .await
-            .map(Some)
-            .or_else(not_found)?,
+            .bind::<Text, _>(id),
     )
+    .get_result(conn)
+    .await
+    .map(Some)
+    .or_else(not_found)?)
 }
 
 /// Read a page of rows ordered by ID, strictly after `after`. No lock.
+/// Every stable ID sorts after the empty string, so the first page is the
+/// same index range scan as the others (an `IS NULL OR` would not be).
 pub async fn backfill_list(
     conn: &mut AsyncPgConnection,
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<BackfillRow>, StoreError> {
-    Ok(diesel::sql_query(format!(
-        "SELECT {COLUMNS} FROM backfill WHERE $1::text IS NULL OR id > $1 ORDER BY id LIMIT $2"
-    ))
-    .bind::<Nullable<Text>, _>(after)
-    .bind::<BigInt, _>(limit)
+    Ok(super::cached(
+        diesel::sql_query(format!(
+            "SELECT {COLUMNS} FROM backfill WHERE id > coalesce($1, '') ORDER BY id LIMIT $2"
+        ))
+        .bind::<Nullable<Text>, _>(after)
+        .bind::<BigInt, _>(limit),
+    )
     .load(conn)
     .await?)
 }
@@ -190,10 +196,12 @@ pub async fn backfill_get_many(
     conn: &mut AsyncPgConnection,
     ids: &[String],
 ) -> Result<Vec<BackfillRow>, StoreError> {
-    Ok(diesel::sql_query(format!(
-        "SELECT {COLUMNS} FROM backfill WHERE id = ANY($1) ORDER BY id"
-    ))
-    .bind::<Array<Text>, _>(ids)
+    Ok(super::cached(
+        diesel::sql_query(format!(
+            "SELECT {COLUMNS} FROM backfill WHERE id = ANY($1) ORDER BY id"
+        ))
+        .bind::<Array<Text>, _>(ids),
+    )
     .load(conn)
     .await?)
 }
@@ -205,10 +213,12 @@ pub async fn backfill_lock(
     conn: &mut AsyncPgConnection,
     id: &str,
 ) -> Result<Option<BackfillRow>, StoreError> {
-    Ok(diesel::sql_query(format!(
-        "SELECT {COLUMNS} FROM backfill WHERE id = $1 FOR UPDATE"
-    ))
-    .bind::<Text, _>(id)
+    Ok(super::cached(
+        diesel::sql_query(format!(
+            "SELECT {COLUMNS} FROM backfill WHERE id = $1 FOR UPDATE"
+        ))
+        .bind::<Text, _>(id),
+    )
     .get_result(conn)
     .await
     .map(Some)
@@ -232,20 +242,22 @@ pub async fn backfill_start(
     id: &str,
     values: StartValues<'_>,
 ) -> Result<Option<BackfillRow>, StoreError> {
-    Ok(diesel::sql_query(format!(
-        "UPDATE backfill SET \
+    Ok(super::cached(
+        diesel::sql_query(format!(
+            "UPDATE backfill SET \
              state = CASE WHEN $2::bytea IS NULL THEN 'validating' ELSE 'running' END, \
              bound = $2, bound_json = $3, empty_source = ($2::bytea IS NULL), key_type = $4, \
              source_rows = $5, generation = generation + 1, attempts = 0, \
              next_attempt_at = NULL, started_at = now(), updated_at = now() \
          WHERE id = $1 AND state = 'pending' \
          RETURNING {COLUMNS}"
-    ))
-    .bind::<Text, _>(id)
-    .bind::<Nullable<Binary>, _>(values.bound)
-    .bind::<Nullable<Jsonb>, _>(values.bound_json)
-    .bind::<Text, _>(values.key_type)
-    .bind::<Nullable<BigInt>, _>(values.source_rows)
+        ))
+        .bind::<Text, _>(id)
+        .bind::<Nullable<Binary>, _>(values.bound)
+        .bind::<Nullable<Jsonb>, _>(values.bound_json)
+        .bind::<Text, _>(values.key_type)
+        .bind::<Nullable<BigInt>, _>(values.source_rows),
+    )
     .get_result(conn)
     .await
     .map(Some)
@@ -267,8 +279,9 @@ pub async fn backfill_claim(
     exclude: &[String],
     ttl_ms: i64,
 ) -> Result<Option<ClaimRow>, StoreError> {
-    Ok(diesel::sql_query(
-        "WITH candidate AS ( \
+    Ok(super::cached(
+        diesel::sql_query(
+            "WITH candidate AS ( \
              SELECT id, owner AS prior_owner FROM backfill \
              WHERE id = ANY($2) AND NOT (id = ANY($3)) \
                AND state IN ('running', 'validating') \
@@ -283,11 +296,12 @@ pub async fn backfill_claim(
          FROM candidate c WHERE b.id = c.id \
          RETURNING b.id, b.state, b.generation, b.bound, b.checkpoint, b.empty_source, \
              b.lease_expires_at, c.prior_owner",
+        )
+        .bind::<Text, _>(worker)
+        .bind::<Array<Text>, _>(ids)
+        .bind::<Array<Text>, _>(exclude)
+        .bind::<BigInt, _>(ttl_ms),
     )
-    .bind::<Text, _>(worker)
-    .bind::<Array<Text>, _>(ids)
-    .bind::<Array<Text>, _>(exclude)
-    .bind::<BigInt, _>(ttl_ms)
     .get_result(conn)
     .await
     .map(Some)
@@ -304,18 +318,20 @@ pub async fn lease_renew(
     generations: &[i64],
     ttl_ms: i64,
 ) -> Result<Vec<RenewedRow>, StoreError> {
-    Ok(diesel::sql_query(
-        "UPDATE backfill b SET \
+    Ok(super::cached(
+        diesel::sql_query(
+            "UPDATE backfill b SET \
              lease_expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
          FROM unnest($2::text[], $3::bigint[]) AS h(id, generation) \
          WHERE b.id = h.id AND b.generation = h.generation AND b.owner = $1 \
            AND b.lease_expires_at > clock_timestamp() \
          RETURNING b.id, b.generation",
+        )
+        .bind::<Text, _>(worker)
+        .bind::<Array<Text>, _>(ids)
+        .bind::<Array<BigInt>, _>(generations)
+        .bind::<BigInt, _>(ttl_ms),
     )
-    .bind::<Text, _>(worker)
-    .bind::<Array<Text>, _>(ids)
-    .bind::<Array<BigInt>, _>(generations)
-    .bind::<BigInt, _>(ttl_ms)
     .load(conn)
     .await?)
 }
@@ -329,13 +345,15 @@ pub async fn lease_release(
     worker: &str,
     generation: i64,
 ) -> Result<bool, StoreError> {
-    let n = diesel::sql_query(
-        "UPDATE backfill SET owner = NULL, lease_expires_at = NULL, updated_at = now() \
+    let n = super::cached(
+        diesel::sql_query(
+            "UPDATE backfill SET owner = NULL, lease_expires_at = NULL, updated_at = now() \
          WHERE id = $1 AND owner = $2 AND generation = $3",
+        )
+        .bind::<Text, _>(id)
+        .bind::<Text, _>(worker)
+        .bind::<BigInt, _>(generation),
     )
-    .bind::<Text, _>(id)
-    .bind::<Text, _>(worker)
-    .bind::<BigInt, _>(generation)
     .execute(conn)
     .await?;
     Ok(n == 1)
@@ -594,7 +612,7 @@ pub async fn backfill_record_failure(
     backoff_base_ms: i64,
     backoff_max_ms: i64,
 ) -> Result<Option<StateRow>, StoreError> {
-    Ok(diesel::sql_query(
+    Ok(super::cached(diesel::sql_query(
         "UPDATE backfill SET \
              attempts = CASE WHEN $4 = 'retryable' THEN attempts + 1 ELSE attempts END, \
              state = CASE WHEN $4 = 'blocked' THEN 'blocked' \
@@ -617,7 +635,7 @@ pub async fn backfill_record_failure(
     .bind::<Text, _>(message)
     .bind::<Integer, _>(max_attempts)
     .bind::<BigInt, _>(backoff_base_ms)
-    .bind::<BigInt, _>(backoff_max_ms)
+    .bind::<BigInt, _>(backoff_max_ms))
     .get_result(conn)
     .await
     .map(Some)
@@ -635,16 +653,18 @@ pub async fn validation_complete(
     worker: &str,
     generation: i64,
 ) -> Result<bool, StoreError> {
-    let n = diesel::sql_query(
-        "UPDATE backfill SET state = 'completed', owner = NULL, lease_expires_at = NULL, \
+    let n = super::cached(
+        diesel::sql_query(
+            "UPDATE backfill SET state = 'completed', owner = NULL, lease_expires_at = NULL, \
              validation_outcome = 'success', validation_detail = NULL, validated_at = now(), \
              completed_at = now(), updated_at = now() \
          WHERE id = $1 AND state = 'validating' AND owner = $2 AND generation = $3 \
            AND lease_expires_at > clock_timestamp()",
+        )
+        .bind::<Text, _>(id)
+        .bind::<Text, _>(worker)
+        .bind::<BigInt, _>(generation),
     )
-    .bind::<Text, _>(id)
-    .bind::<Text, _>(worker)
-    .bind::<BigInt, _>(generation)
     .execute(conn)
     .await?;
     Ok(n == 1)
@@ -661,19 +681,21 @@ pub async fn validation_reject(
     to_state: &str,
     detail: &str,
 ) -> Result<bool, StoreError> {
-    let n = diesel::sql_query(
-        "UPDATE backfill SET state = $4, owner = NULL, lease_expires_at = NULL, \
+    let n = super::cached(
+        diesel::sql_query(
+            "UPDATE backfill SET state = $4, owner = NULL, lease_expires_at = NULL, \
              validation_outcome = 'failure', validation_detail = $5, validated_at = now(), \
              last_error_kind = 'validation', last_error = $5, last_error_at = now(), \
              updated_at = now() \
          WHERE id = $1 AND state = 'validating' AND owner = $2 AND generation = $3 \
            AND lease_expires_at > clock_timestamp() AND $4 IN ('failed', 'blocked')",
+        )
+        .bind::<Text, _>(id)
+        .bind::<Text, _>(worker)
+        .bind::<BigInt, _>(generation)
+        .bind::<Text, _>(to_state)
+        .bind::<Text, _>(detail),
     )
-    .bind::<Text, _>(id)
-    .bind::<Text, _>(worker)
-    .bind::<BigInt, _>(generation)
-    .bind::<Text, _>(to_state)
-    .bind::<Text, _>(detail)
     .execute(conn)
     .await?;
     Ok(n == 1)
@@ -688,13 +710,15 @@ pub async fn backfill_pause(
     conn: &mut AsyncPgConnection,
     id: &str,
 ) -> Result<Option<BackfillRow>, StoreError> {
-    Ok(diesel::sql_query(format!(
-        "UPDATE backfill SET state = 'paused', generation = generation + 1, owner = NULL, \
+    Ok(super::cached(
+        diesel::sql_query(format!(
+            "UPDATE backfill SET state = 'paused', generation = generation + 1, owner = NULL, \
              lease_expires_at = NULL, updated_at = now() \
          WHERE id = $1 AND state IN ('running', 'validating') \
          RETURNING {COLUMNS}"
-    ))
-    .bind::<Text, _>(id)
+        ))
+        .bind::<Text, _>(id),
+    )
     .get_result(conn)
     .await
     .map(Some)
@@ -714,18 +738,20 @@ pub async fn backfill_reactivate(
     reset_attempts: bool,
 ) -> Result<Option<BackfillRow>, StoreError> {
     let from: Vec<String> = from_states.iter().map(|s| s.to_string()).collect();
-    Ok(diesel::sql_query(format!(
-        "UPDATE backfill SET \
+    Ok(super::cached(
+        diesel::sql_query(format!(
+            "UPDATE backfill SET \
              state = CASE WHEN empty_source OR checkpoint = bound THEN 'validating' \
                           ELSE 'running' END, \
              generation = generation + 1, next_attempt_at = NULL, \
              attempts = CASE WHEN $3 THEN 0 ELSE attempts END, updated_at = now() \
          WHERE id = $1 AND state = ANY($2) AND state IN ('paused', 'blocked', 'failed') \
          RETURNING {COLUMNS}"
-    ))
-    .bind::<Text, _>(id)
-    .bind::<Array<Text>, _>(from)
-    .bind::<Bool, _>(reset_attempts)
+        ))
+        .bind::<Text, _>(id)
+        .bind::<Array<Text>, _>(from)
+        .bind::<Bool, _>(reset_attempts),
+    )
     .get_result(conn)
     .await
     .map(Some)
@@ -741,14 +767,16 @@ pub async fn validation_record(
     outcome: &str,
     detail: Option<&str>,
 ) -> Result<bool, StoreError> {
-    let n = diesel::sql_query(
-        "UPDATE backfill SET validation_outcome = $2, validation_detail = $3, \
+    let n = super::cached(
+        diesel::sql_query(
+            "UPDATE backfill SET validation_outcome = $2, validation_detail = $3, \
              validated_at = now() \
          WHERE id = $1",
+        )
+        .bind::<Text, _>(id)
+        .bind::<Text, _>(outcome)
+        .bind::<Nullable<Text>, _>(detail),
     )
-    .bind::<Text, _>(id)
-    .bind::<Text, _>(outcome)
-    .bind::<Nullable<Text>, _>(detail)
     .execute(conn)
     .await?;
     Ok(n == 1)
@@ -776,11 +804,13 @@ pub async fn wake_listen(conn: &mut AsyncPgConnection) -> Result<(), StoreError>
 /// Queue a wake-up for `id` in the caller's transaction: PostgreSQL
 /// delivers it only if (and when) the transaction commits.
 pub async fn wake_notify(conn: &mut AsyncPgConnection, id: &str) -> Result<(), StoreError> {
-    diesel::sql_query("SELECT pg_notify($1, $2)")
-        .bind::<Text, _>(WAKE_CHANNEL)
-        .bind::<Text, _>(id)
-        .execute(conn)
-        .await?;
+    super::cached(
+        diesel::sql_query("SELECT pg_notify($1, $2)")
+            .bind::<Text, _>(WAKE_CHANNEL)
+            .bind::<Text, _>(id),
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -795,9 +825,10 @@ pub async fn backfill_count_by_state(
         #[diesel(sql_type = BigInt)]
         n: i64,
     }
-    let rows: Vec<ByState> =
-        diesel::sql_query("SELECT state, count(*) AS n FROM backfill GROUP BY state")
-            .load(conn)
-            .await?;
+    let rows: Vec<ByState> = super::cached(diesel::sql_query(
+        "SELECT state, count(*) AS n FROM backfill GROUP BY state",
+    ))
+    .load(conn)
+    .await?;
     Ok(rows.into_iter().map(|r| (r.state, r.n)).collect())
 }
