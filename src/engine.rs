@@ -590,21 +590,19 @@ impl Engine {
                     render_json(bound).unwrap_or(serde_json::Value::Null),
                 ),
             };
-            let keys = selected.keys as i64;
+            let advance = store::Advance {
+                id: &claim.id,
+                worker: &claim.worker,
+                generation: claim.generation,
+                expected,
+                checkpoint: &checkpoint,
+                checkpoint_json: &checkpoint_json,
+                rows: selected.keys as i64,
+            };
             // At the bound the row leaves `running` and the claim ends, so
             // no next batch is opened.
             if checkpoint.as_slice() == bound {
-                let fence = store::checkpoint_advance_commit(
-                    conn,
-                    &claim.id,
-                    &claim.worker,
-                    claim.generation,
-                    expected,
-                    &checkpoint,
-                    &checkpoint_json,
-                    keys,
-                )
-                .await?;
+                let fence = store::checkpoint_advance_commit(conn, &advance).await?;
                 if fence == store::FenceCommit::Stale {
                     return Err(TxError::Stale);
                 }
@@ -616,18 +614,7 @@ impl Engine {
             // transaction, and commits only with the next batch's fence.
             let shared: &AsyncPgConnection = conn;
             let (fence, next) = futures_util::join!(
-                store::checkpoint_advance_commit_reopen(
-                    shared,
-                    &claim.id,
-                    &claim.worker,
-                    claim.generation,
-                    expected,
-                    &checkpoint,
-                    &checkpoint_json,
-                    keys,
-                    stmt_ms,
-                    lock_ms,
-                ),
+                store::checkpoint_advance_commit_reopen(shared, &advance, stmt_ms, lock_ms),
                 def.batch_ahead(shared, Some(&checkpoint), bound)
             );
             if fence? == store::FenceCommit::Stale {

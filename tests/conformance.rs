@@ -58,6 +58,18 @@ async fn started(rows: i64, limit: u32) -> (TestDb, Engine, Arc<Hooks>) {
     (db, engine, hooks)
 }
 
+/// A second session inside a transaction that ran `sql`, holding its row
+/// locks until the caller sends `ROLLBACK`.
+async fn lock_holder(db: &TestDb, sql: &str) -> diesel_async::AsyncPgConnection {
+    let mut holder = db.connect().await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    diesel::sql_query(sql).execute(&mut holder).await.unwrap();
+    holder
+}
+
 async fn count_n(db: &TestDb, n: i32) -> i64 {
     db.scalar(&format!("SELECT count(*) AS v FROM items WHERE n = {n}"))
         .await
@@ -268,15 +280,7 @@ async fn ct02_selection_repeating_the_checkpoint_is_rejected() {
 #[tokio::test]
 async fn ct02_lock_timeout_rolls_back_mutation_and_checkpoint() {
     let (db, engine, _hooks) = started(20, 10).await;
-    let mut blocker = db.connect().await;
-    diesel::sql_query("BEGIN")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
-    diesel::sql_query("SELECT id FROM items WHERE id = 5 FOR UPDATE")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    let mut blocker = lock_holder(&db, "SELECT id FROM items WHERE id = 5 FOR UPDATE").await;
     let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
     let err = tokio::time::timeout(Duration::from_secs(20), engine.run_batch(&mut claim))
         .await
@@ -322,17 +326,8 @@ async fn ct03_error_after_mutation_rolls_back_mutation_and_checkpoint() {
 async fn ct03_checkpoint_failure_rolls_back_the_mutation() {
     let (db, engine, _hooks) = started(20, 10).await;
     let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
-    let mut blocker = db.connect().await;
-    diesel::sql_query("BEGIN")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
-    diesel::sql_query(format!(
-        "SELECT id FROM backfill WHERE id = '{ID}' FOR UPDATE"
-    ))
-    .execute(&mut blocker)
-    .await
-    .unwrap();
+    let sql = format!("SELECT id FROM backfill WHERE id = '{ID}' FOR UPDATE");
+    let mut blocker = lock_holder(&db, &sql).await;
     // Bounded: if the checkpoint were written outside the batch transaction
     // (without its lock_timeout) this would wait on the blocker forever.
     let result = tokio::time::timeout(Duration::from_secs(10), engine.run_batch(&mut claim)).await;
@@ -1374,15 +1369,7 @@ async fn ct04_termination_with_a_batch_sent_ahead_keeps_only_the_committed_batch
 #[tokio::test]
 async fn ct02_lock_timeout_of_a_batch_sent_ahead_rolls_it_back() {
     let (db, engine, _hooks) = started_one_statement(30, 10).await;
-    let mut holder = db.connect().await;
-    diesel::sql_query("BEGIN")
-        .execute(&mut holder)
-        .await
-        .unwrap();
-    diesel::sql_query("UPDATE items SET n = n WHERE id = 15")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let mut holder = lock_holder(&db, "UPDATE items SET n = n WHERE id = 15").await;
     let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
     assert_eq!(
         engine.run_batch(&mut claim).await.unwrap(),

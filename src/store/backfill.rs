@@ -473,29 +473,13 @@ fn text_literal(text: &str) -> String {
 /// included, is aborted ([`FenceCommit::Stale`]). It takes the row lock
 /// until commit, so a concurrent pause either committed first (stale here)
 /// or waits for this commit.
-#[allow(clippy::too_many_arguments)]
 pub async fn checkpoint_advance_commit(
     conn: &mut AsyncPgConnection,
-    id: &str,
-    worker: &str,
-    generation: i64,
-    expected: Option<&[u8]>,
-    checkpoint: &[u8],
-    checkpoint_json: &Value,
-    rows: i64,
+    advance: &Advance<'_>,
 ) -> Result<FenceCommit, StoreError> {
     use diesel::connection::TransactionDepthChange;
     use diesel_async::{AnsiTransactionManager, SimpleAsyncConnection, TransactionManager};
-    let sql = fence_commit_sql(
-        id,
-        worker,
-        generation,
-        expected,
-        checkpoint,
-        checkpoint_json,
-        rows,
-    );
-    let outcome = fence_outcome(conn.batch_execute(&sql).await)?;
+    let outcome = fence_outcome(conn.batch_execute(&advance.fence_commit_sql()).await)?;
     if outcome == FenceCommit::Committed {
         // The COMMIT ran inside the message: tell the transaction manager
         // the transaction is over.
@@ -524,29 +508,14 @@ pub async fn checkpoint_advance_commit(
 /// An error of the `BEGIN` alone (only a broken connection) is returned
 /// as an error although the batch committed: the next claim resumes from
 /// the committed checkpoint.
-#[allow(clippy::too_many_arguments)]
 pub async fn checkpoint_advance_commit_reopen(
     conn: &AsyncPgConnection,
-    id: &str,
-    worker: &str,
-    generation: i64,
-    expected: Option<&[u8]>,
-    checkpoint: &[u8],
-    checkpoint_json: &Value,
-    rows: i64,
+    advance: &Advance<'_>,
     statement_timeout_ms: i64,
     lock_timeout_ms: i64,
 ) -> Result<FenceCommit, StoreError> {
     use diesel_async::SimpleAsyncConnection;
-    let fence = fence_commit_sql(
-        id,
-        worker,
-        generation,
-        expected,
-        checkpoint,
-        checkpoint_json,
-        rows,
-    );
+    let fence = advance.fence_commit_sql();
     let begin = begin_sql(statement_timeout_ms, lock_timeout_ms);
     let (mut first, mut second) = (conn, conn);
     // `join!` polls the fence first, and a query is queued on the
@@ -560,25 +529,38 @@ pub async fn checkpoint_advance_commit_reopen(
     Ok(outcome)
 }
 
-/// `SELECT backfill_checkpoint_advance(..); COMMIT` with every value
-/// hex-encoded ([`hex_literal`]).
-fn fence_commit_sql(
-    id: &str,
-    worker: &str,
-    generation: i64,
-    expected: Option<&[u8]>,
-    checkpoint: &[u8],
-    checkpoint_json: &Value,
-    rows: i64,
-) -> String {
-    format!(
-        "SELECT backfill_checkpoint_advance({}, {}, {generation}, {}, {}, ({})::jsonb, {rows}); COMMIT",
-        text_literal(id),
-        text_literal(worker),
-        expected.map(hex_literal).unwrap_or_else(|| "NULL".into()),
-        hex_literal(checkpoint),
-        text_literal(&checkpoint_json.to_string()),
-    )
+/// One batch's fence and progress: who claims to advance which backfill
+/// from which checkpoint to which (see [`checkpoint_advance_commit`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Advance<'a> {
+    pub id: &'a str,
+    pub worker: &'a str,
+    pub generation: i64,
+    /// The checkpoint the batch started from (`None`: before every key).
+    pub expected: Option<&'a [u8]>,
+    pub checkpoint: &'a [u8],
+    pub checkpoint_json: &'a Value,
+    /// Keys the batch changed, added to `rows_done`.
+    pub rows: i64,
+}
+
+impl Advance<'_> {
+    /// `SELECT backfill_checkpoint_advance(..); COMMIT` with every value
+    /// hex-encoded ([`hex_literal`]).
+    fn fence_commit_sql(&self) -> String {
+        format!(
+            "SELECT backfill_checkpoint_advance({}, {}, {}, {}, {}, ({})::jsonb, {}); COMMIT",
+            text_literal(self.id),
+            text_literal(self.worker),
+            self.generation,
+            self.expected
+                .map(hex_literal)
+                .unwrap_or_else(|| "NULL".into()),
+            hex_literal(self.checkpoint),
+            text_literal(&self.checkpoint_json.to_string()),
+            self.rows,
+        )
+    }
 }
 
 /// The fence function's raise is a stale claim, not an error.
