@@ -14,7 +14,8 @@
 //!   `clm01_*`
 //! - EX-6 one-statement batches pipelined behind the previous commit:
 //!   `ex06_*`, `ct05_pause_rejects_the_batch_sent_ahead`,
-//!   `ct02_one_statement_*`
+//!   `ct02_one_statement_*`, `ct02_lock_timeout_of_a_batch_sent_ahead_*`,
+//!   `ct04_termination_with_a_batch_sent_ahead_*`
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
 //!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
 //!
