@@ -122,7 +122,7 @@ impl From<diesel::result::Error> for RepairError {
 /// by the bigint primary key:
 ///
 /// ```
-/// use backfill::repair::{Repair, RepairError, SourceSet, Validation};
+/// use backfill::repair::{Mutated, Repair, RepairError, SourceSet, Validation};
 /// use backfill::{async_trait, AsyncPgConnection};
 /// use diesel::sql_types::{BigInt, Nullable};
 /// use diesel::QueryableByName;
@@ -140,6 +140,16 @@ impl From<diesel::result::Error> for RepairError {
 /// struct MaxId {
 ///     #[diesel(sql_type = Nullable<BigInt>)]
 ///     max: Option<i64>,
+/// }
+///
+/// #[derive(QueryableByName)]
+/// struct Summary {
+///     #[diesel(sql_type = Nullable<BigInt>)]
+///     first: Option<i64>,
+///     #[diesel(sql_type = Nullable<BigInt>)]
+///     last: Option<i64>,
+///     #[diesel(sql_type = BigInt)]
+///     n: i64,
 /// }
 ///
 /// #[derive(QueryableByName)]
@@ -201,6 +211,38 @@ impl From<diesel::result::Error> for RepairError {
 ///             .execute(conn)
 ///             .await?;
 ///         Ok(())
+///     }
+///
+///     // Optional: the same batch as one statement, which the engine
+///     // pipelines behind the previous batch's commit (one round trip per
+///     // batch). It reports what it selected: first key, last key, count.
+///     async fn select_and_mutate(
+///         &self,
+///         conn: &mut &AsyncPgConnection,
+///         after: Option<&i64>,
+///         bound: &i64,
+///         limit: u32,
+///     ) -> Result<Option<Mutated<i64>>, RepairError> {
+///         let row: Summary = diesel::sql_query(
+///             "WITH k AS MATERIALIZED (SELECT id FROM items \
+///                  WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3), \
+///              u AS (UPDATE items SET email_norm = lower(email) \
+///                  WHERE id = ANY(ARRAY(SELECT id FROM k))) \
+///              SELECT min(id) AS first, max(id) AS last, count(*) AS n FROM k",
+///         )
+///         .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+///         .bind::<BigInt, _>(*bound)
+///         .bind::<BigInt, _>(i64::from(limit))
+///         .get_result(conn)
+///         .await?;
+///         Ok(Some(match (row.first, row.last) {
+///             (Some(first), Some(last)) => Mutated::Keys {
+///                 first,
+///                 last,
+///                 count: row.n as u32,
+///             },
+///             _ => Mutated::Nothing,
+///         }))
 ///     }
 ///
 ///     async fn validate(
