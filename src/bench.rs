@@ -240,9 +240,9 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 // ------------------------------------------------------------------ SQL
 
-/// Table names are generated here from fixed prefixes and numbers, never
-/// from input, so splicing them into SQL is safe.
-/// A fresh canonical table of `rows` rows. Autovacuum is off for it: every
+/// A fresh canonical table of `rows` rows. Table names are generated here
+/// from fixed prefixes and numbers, never from input, so splicing them
+/// into SQL is safe. Autovacuum is off for the table: every
 /// run leaves N dead row versions behind, and an autovacuum worker could
 /// start on the table in the middle of some runs and not others (the
 /// launcher wakes once a minute). Every runner gets the same table; the
@@ -472,14 +472,7 @@ impl Repair for ItemsRepair {
         if !self.throttle.is_zero() {
             tokio::time::sleep(self.throttle).await;
         }
-        Ok(Some(match (row.first, row.last) {
-            (Some(first), Some(last)) => Mutated::Keys {
-                first,
-                last,
-                count: u32::try_from(row.n).unwrap_or(u32::MAX),
-            },
-            _ => Mutated::Nothing,
-        }))
+        Ok(Some(Mutated::from_summary(row.first, row.last, row.n)))
     }
 
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
@@ -747,10 +740,9 @@ impl Ctx {
             );
             ids.push(id.clone());
             registry
-                .register(if fused {
-                    ItemsRepair::new(id, table, batch)
-                } else {
-                    ItemsRepair::new(id, table, batch).two_statement()
+                .register(match ItemsRepair::new(id, table, batch) {
+                    repair if fused => repair,
+                    repair => repair.two_statement(),
                 })
                 .map_err(|e| BenchError::Run(e.to_string()))?;
         }
@@ -1127,34 +1119,28 @@ struct Report {
 }
 
 impl Report {
-    fn median_rps(&self, runner: &str, batch: u32) -> Option<f64> {
+    /// Median of `f` over the runs of `runner` at `batch` that have a value.
+    fn median_by(
+        &self,
+        runner: &str,
+        batch: u32,
+        f: impl Fn(&RunResult) -> Option<f64>,
+    ) -> Option<f64> {
         let xs: Vec<f64> = self
             .runs
             .iter()
             .filter(|r| r.runner == runner && r.batch == batch)
-            .map(|r| r.rows_per_s())
+            .filter_map(f)
             .collect();
         (!xs.is_empty()).then(|| median(xs))
+    }
+
+    fn median_rps(&self, runner: &str, batch: u32) -> Option<f64> {
+        self.median_by(runner, batch, |r| Some(r.rows_per_s()))
     }
 
     fn median_phase_rps(&self, runner: &str, batch: u32) -> Option<f64> {
-        let xs: Vec<f64> = self
-            .runs
-            .iter()
-            .filter(|r| r.runner == runner && r.batch == batch)
-            .filter_map(|r| r.batch_phase_rows_per_s())
-            .collect();
-        (!xs.is_empty()).then(|| median(xs))
-    }
-
-    fn median_of(&self, runner: &str, batch: u32, f: fn(&RunResult) -> f64) -> f64 {
-        median(
-            self.runs
-                .iter()
-                .filter(|r| r.runner == runner && r.batch == batch)
-                .map(f)
-                .collect(),
-        )
+        self.median_by(runner, batch, RunResult::batch_phase_rows_per_s)
     }
 
     fn batches(&self) -> Vec<u32> {
@@ -1249,8 +1235,10 @@ impl Report {
                 s.push_str(&format!(
                     "| {b} | {runner} | {:.0} | {:.3} | {:.3} | {} | {} | {} |\n",
                     rps,
-                    self.median_of(runner, b, |r| r.batch_mean_ms),
-                    self.median_of(runner, b, |r| r.batch_p99_ms),
+                    self.median_by(runner, b, |r| Some(r.batch_mean_ms))
+                        .unwrap_or(0.0),
+                    self.median_by(runner, b, |r| Some(r.batch_p99_ms))
+                        .unwrap_or(0.0),
                     fmt(self.ratio(Some(rps), p)),
                     fmt(self.ratio(Some(rps), c)),
                     in_batches.map(|x| format!("{x:.0}")).unwrap_or("-".into()),

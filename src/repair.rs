@@ -65,6 +65,23 @@ pub enum Mutated<K> {
     Keys { first: K, last: K, count: u32 },
 }
 
+impl<K> Mutated<K> {
+    /// The summary from a statement's `min(key)`, `max(key)` and
+    /// `count(*)` over the selected keys: no first or last key is
+    /// [`Mutated::Nothing`]. A count that does not fit a `u32` becomes
+    /// `u32::MAX`, which the engine's limit check rejects.
+    pub fn from_summary(first: Option<K>, last: Option<K>, count: i64) -> Self {
+        match (first, last) {
+            (Some(first), Some(last)) => Mutated::Keys {
+                first,
+                last,
+                count: u32::try_from(count).unwrap_or(u32::MAX),
+            },
+            _ => Mutated::Nothing,
+        }
+    }
+}
+
 /// An error a repair returns, classified so the engine can record it durably
 /// before it counts as handled (RT-1).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -235,14 +252,7 @@ impl From<diesel::result::Error> for RepairError {
 ///         .bind::<BigInt, _>(i64::from(limit))
 ///         .get_result(conn)
 ///         .await?;
-///         Ok(Some(match (row.first, row.last) {
-///             (Some(first), Some(last)) => Mutated::Keys {
-///                 first,
-///                 last,
-///                 count: row.n as u32,
-///             },
-///             _ => Mutated::Nothing,
-///         }))
+///         Ok(Some(Mutated::from_summary(row.first, row.last, row.n)))
 ///     }
 ///
 ///     async fn validate(
@@ -797,6 +807,20 @@ mod tests {
         assert_eq!(
             check_mutated(&keys(8i64, 10, 2), None, &9, 5),
             Err(SelectionError::AfterBound)
+        );
+        assert_eq!(
+            Mutated::<i64>::from_summary(None, None, 0),
+            Mutated::Nothing
+        );
+        assert_eq!(Mutated::from_summary(Some(2i64), Some(3), 2), keys(2, 3, 2));
+        // A count beyond u32 is not truncated into the limit.
+        let huge = Mutated::from_summary(Some(1i64), Some(9), i64::from(u32::MAX) + 2);
+        assert_eq!(
+            check_mutated(&huge, None, &9, 5),
+            Err(SelectionError::OverLimit {
+                got: u32::MAX as usize,
+                limit: 5
+            })
         );
     }
 

@@ -1312,16 +1312,19 @@ async fn ct02_one_statement_over_limit_is_rejected_and_rolled_back() {
 /// the batch sent ahead behind its commit is still running: the previous
 /// batch stays committed with its checkpoint, the batch sent ahead never
 /// commits, no session is left in a transaction, and the pool hands out
-/// only clean connections. Guard: the transaction manager's depth on the
-/// reopened connection (at zero the pool would hand the open transaction
-/// to the next caller, and the checks below would run inside it).
+/// only clean connections. Guard: the transaction manager's depth of one
+/// while the step is in flight (at zero the pool takes the dropped
+/// connection back inside the batch sent ahead's transaction, and a later
+/// caller's statements commit it: 20 items).
 #[tokio::test]
 async fn ct04_termination_with_a_batch_sent_ahead_keeps_only_the_committed_batch() {
     let (db, engine, hooks) = started_one_statement(30, 10).await;
-    hooks.sleep_ms.store(1000, Ordering::SeqCst);
+    // Only the batch sent ahead sleeps: the first batch commits at once,
+    // and the step is still waiting on the batch behind it at the timeout.
+    hooks.sleep_ms.store(3000, Ordering::SeqCst);
     let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
     let dropped =
-        tokio::time::timeout(Duration::from_millis(1500), engine.run_batch(&mut claim)).await;
+        tokio::time::timeout(Duration::from_millis(1000), engine.run_batch(&mut claim)).await;
     assert!(dropped.is_err(), "dropped in flight: {dropped:?}");
     hooks.sleep_ms.store(0, Ordering::SeqCst);
     support::eventually("no session is active or in a transaction", || async {

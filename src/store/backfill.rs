@@ -367,8 +367,8 @@ pub async fn lease_release(
 /// caller text, so nothing can be injected; `SET LOCAL` ends with the
 /// transaction like `set_config(.., true)`. diesel-async's transaction
 /// manager tracks the transaction, so a connection returned to the pool
-/// with it still open is discarded. End it with [`batch_commit`] or
-/// [`batch_rollback`].
+/// with it still open is discarded. It ends with the fence's COMMIT
+/// ([`checkpoint_advance_commit`]) or [`batch_rollback`].
 pub async fn batch_begin(
     conn: &mut AsyncPgConnection,
     statement_timeout_ms: i64,
@@ -404,12 +404,6 @@ fn begin_sql(statement_timeout_ms: i64, lock_timeout_ms: i64) -> String {
          SET LOCAL lock_timeout = {lock_timeout_ms}; \
          SET LOCAL idle_in_transaction_session_timeout = {statement_timeout_ms}"
     )
-}
-
-/// Commit the transaction opened by [`batch_begin`].
-pub async fn batch_commit(conn: &mut AsyncPgConnection) -> Result<(), StoreError> {
-    AnsiTransactionManager::commit_transaction(conn).await?;
-    Ok(())
 }
 
 /// Roll back the transaction opened by [`batch_begin`].

@@ -47,11 +47,12 @@ pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     // Hand out pooled connections without a `SELECT 1` round trip per
     // checkout (the default `Verified` recycling): claims, renewals and a
-    // runner's first batch check out a connection each, and that check
-    // was a round trip on each of them. `Fast` still refuses connections whose driver saw the
-    // socket close or that hold an open or broken transaction; a connection
-    // that died unnoticed fails its first statement, which the engine
-    // classifies as transient and retries (RT-1, RT-2).
+    // runner's first batch check out a connection each, and that check was
+    // a round trip on each of them. `Fast` still refuses connections whose
+    // driver saw the socket close or that hold an open or broken
+    // transaction; a connection that died unnoticed fails its first
+    // statement, which the engine classifies as transient and retries
+    // (RT-1, RT-2).
     config.recycling_method = RecyclingMethod::Fast;
     config.custom_setup = Box::new(|url: &str| {
         let url = url.to_string();
@@ -70,10 +71,10 @@ pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
     Bb8Pool::builder()
         .max_size(size.max(1))
         // Hand out the most recently returned connection: short calls
-        // (claims, renewals, admin reads) check out one each, and LIFO
-        // keeps reusing the one whose
-        // backend has warm caches and prepared statements instead of
-        // cycling through every idle connection (bb8's default FIFO).
+        // (claims, renewals, admin reads) check out one each, and LIFO keeps
+        // reusing the one whose backend has warm caches and prepared
+        // statements instead of cycling through every idle connection
+        // (bb8's default FIFO).
         .queue_strategy(bb8::QueueStrategy::Lifo)
         .connection_timeout(Duration::from_secs(10))
         .build(manager)

@@ -83,7 +83,8 @@ pub struct Hooks {
     /// One of the `SELECT_*` modes.
     pub select_mode: AtomicU8,
     /// Milliseconds the one-statement form sleeps in PostgreSQL
-    /// (`pg_sleep`), to hold a step in flight.
+    /// (`pg_sleep`) in every batch but a claim's first (the batches sent
+    /// ahead), to hold a step in flight.
     pub sleep_ms: AtomicU64,
 }
 
@@ -279,17 +280,13 @@ impl Repair for Counter {
         .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
         .bind::<BigInt, _>(*bound)
         .bind::<BigInt, _>(limit)
-        .bind::<Double, _>(AtomicU64::load(&self.hooks.sleep_ms, Ordering::SeqCst) as f64 / 1000.0)
+        .bind::<Double, _>(match after {
+            Some(_) => AtomicU64::load(&self.hooks.sleep_ms, Ordering::SeqCst) as f64 / 1000.0,
+            None => 0.0,
+        })
         .get_result(conn)
         .await?;
-        Ok(Some(match (row.first, row.last) {
-            (Some(first), Some(last)) => Mutated::Keys {
-                first,
-                last,
-                count: row.n as u32,
-            },
-            _ => Mutated::Nothing,
-        }))
+        Ok(Some(Mutated::from_summary(row.first, row.last, row.n)))
     }
 
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
