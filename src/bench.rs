@@ -19,7 +19,9 @@
 //!    validation to `completed`, the repair in its one-statement form;
 //! 4. `engine-keys`: the same with the repair's two-statement form (select
 //!    the keys, then update them by id);
-//! 5. `engine-k`: K independent backfills over K disjoint tables at once.
+//! 5. `engine-k`: K independent backfills over K disjoint tables at once;
+//! 6. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
+//!    machine's own scaling limit that `engine-k` is read against.
 //!
 //! After every run every row must have `email_norm = lower(email)` and
 //! `touched = 1` (a 2 is a batch applied twice): otherwise the run is
@@ -61,6 +63,9 @@ pub enum Runner {
     EngineKeys,
     /// K backfills over K disjoint tables at once (K = cores by default).
     EngineK,
+    /// K `plpgsql` loops over the same K tables at once: how far the
+    /// server itself scales on this machine, the reference for `engine-k`.
+    PlpgsqlK,
     /// Takeover latency after SIGKILL of the owning process.
     Takeover,
     /// Peak RSS of the worker over a long engine run (`--rss-rows`).
@@ -94,11 +99,11 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "plpgsql,client,engine,engine-keys,engine-k"
+        default_value = "plpgsql,client,engine,engine-keys,engine-k,plpgsql-k"
     )]
     pub only: Vec<Runner>,
-    /// Backfills of `engine-k` (default: the number of cores). The N rows
-    /// are split evenly over K tables.
+    /// Backfills of `engine-k` and loops of `plpgsql-k` (default: the
+    /// number of cores). The N rows are split evenly over K tables.
     #[arg(long)]
     pub k: Option<usize>,
     /// Print one JSON object on stdout instead of the table.
@@ -193,10 +198,11 @@ impl RunResult {
 
     /// Rows over the summed batch latencies: the batch path alone, without
     /// the engine's start, claim, validation and the gaps between
-    /// batches. Meaningless for `engine-k`, whose batches overlap.
+    /// batches. Meaningless for the K runners, whose batches overlap.
     fn batch_phase_rows_per_s(&self) -> Option<f64> {
         let seconds = self.batch_mean_ms * self.batches as f64 / 1000.0;
-        (self.runner != "engine-k" && seconds > 0.0).then(|| self.rows as f64 / seconds)
+        let overlapping = matches!(self.runner, "engine-k" | "plpgsql-k");
+        (!overlapping && seconds > 0.0).then(|| self.rows as f64 / seconds)
     }
 
     fn json(&self) -> Value {
@@ -260,18 +266,25 @@ fn table_sql(table: &str, rows: u64) -> String {
 const SETUP_SQL: &str = "\
 CREATE TABLE IF NOT EXISTS bench_progress (runner text PRIMARY KEY, checkpoint bigint NOT NULL, \
     batches bigint NOT NULL);
-CREATE TABLE IF NOT EXISTS bench_latency (runner text NOT NULL, micros bigint NOT NULL);
-CREATE OR REPLACE PROCEDURE bench_plpgsql(p_batch int)
+CREATE TABLE IF NOT EXISTS bench_latency (runner text NOT NULL, micros bigint NOT NULL);";
+
+/// The `plpgsql` baseline as procedure `name` over `table`, recording its
+/// progress and latencies under `runner`. Every instance has the same
+/// static statements (PL/pgSQL caches their plans), only the names differ:
+/// `plpgsql-k` runs K of them at once. Names are bench-generated.
+fn plpgsql_procedure_sql(name: &str, table: &str, runner: &str) -> String {
+    format!(
+        "CREATE OR REPLACE PROCEDURE {name}(p_batch int)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_ckpt bigint := 0;
     v_bound bigint;
     v_keys bigint[];
     v_t0 timestamptz;
-    v_lat bigint[] := '{}';
+    v_lat bigint[] := '{{}}';
 BEGIN
-    SELECT coalesce(max(id), 0) INTO v_bound FROM items;
-    INSERT INTO bench_progress VALUES ('plpgsql', 0, 0)
+    SELECT coalesce(max(id), 0) INTO v_bound FROM {table};
+    INSERT INTO bench_progress VALUES ('{runner}', 0, 0)
         ON CONFLICT (runner) DO UPDATE SET checkpoint = 0, batches = 0;
     COMMIT;
     LOOP
@@ -279,20 +292,22 @@ BEGIN
         -- The same statements as the client and the engine, minus the
         -- round trips: select at most B keys, update them by id, advance.
         SELECT array_agg(id ORDER BY id) INTO v_keys FROM (
-            SELECT id FROM items WHERE id > v_ckpt AND id <= v_bound ORDER BY id LIMIT p_batch
+            SELECT id FROM {table} WHERE id > v_ckpt AND id <= v_bound ORDER BY id LIMIT p_batch
         ) AS k;
         EXIT WHEN v_keys IS NULL;
-        UPDATE items SET email_norm = lower(email), touched = touched + 1 WHERE id = ANY(v_keys);
+        UPDATE {table} SET email_norm = lower(email), touched = touched + 1 WHERE id = ANY(v_keys);
         v_ckpt := v_keys[array_upper(v_keys, 1)];
         UPDATE bench_progress SET checkpoint = v_ckpt, batches = batches + 1
-            WHERE runner = 'plpgsql';
+            WHERE runner = '{runner}';
         COMMIT;
         v_lat := v_lat || (extract(epoch FROM clock_timestamp() - v_t0) * 1000000)::bigint;
     END LOOP;
-    DELETE FROM bench_latency WHERE runner = 'plpgsql';
-    INSERT INTO bench_latency SELECT 'plpgsql', unnest(v_lat);
+    DELETE FROM bench_latency WHERE runner = '{runner}';
+    INSERT INTO bench_latency SELECT '{runner}', unnest(v_lat);
     COMMIT;
-END $$;";
+END $$;"
+    )
+}
 
 #[derive(QueryableByName)]
 struct Id {
@@ -644,6 +659,54 @@ impl Ctx {
         let verified = self.verify("items").await?;
         Ok(RunResult::new(
             "plpgsql", batch, rows, rep, seconds, &mut lat, verified,
+        ))
+    }
+
+    /// K `plpgsql` loops at once, one connection and one procedure per
+    /// table (`bench_plpgsql_k<i>` over `items_k<i>`, created at setup):
+    /// what the server alone reaches with K writers on this machine.
+    async fn plpgsql_k(
+        &mut self,
+        tables: &[String],
+        rows_each: u64,
+        batch: u32,
+        rep: u32,
+    ) -> Result<RunResult, BenchError> {
+        for table in tables {
+            self.reset(table, rows_each).await?;
+        }
+        self.settle().await;
+        let mut conns = Vec::with_capacity(tables.len());
+        for _ in tables {
+            conns.push(self.pool.get_owned().await.map_err(StoreError::from)?);
+        }
+        let t = Instant::now();
+        // Each CALL is sent on the first poll, so the K loops start
+        // together and run on K backends.
+        futures_util::future::try_join_all(conns.iter_mut().enumerate().map(|(i, conn)| {
+            let sql = format!("CALL bench_plpgsql_k{}({batch})", i + 1);
+            async move { conn.batch_execute(&sql).await }
+        }))
+        .await?;
+        let seconds = t.elapsed().as_secs_f64();
+        let lat: Vec<Micros> =
+            diesel::sql_query("SELECT micros FROM bench_latency WHERE runner LIKE 'plpgsql-k%'")
+                .load(&mut *conns[0])
+                .await?;
+        drop(conns);
+        let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
+        let mut verified = true;
+        for table in tables {
+            verified &= self.verify(table).await?;
+        }
+        Ok(RunResult::new(
+            "plpgsql-k",
+            batch,
+            rows_each * tables.len() as u64,
+            rep,
+            seconds,
+            &mut lat,
+            verified,
         ))
     }
 
@@ -1157,16 +1220,17 @@ impl Report {
         }
     }
 
-    /// `(engine/plpgsql, engine/client, engine-k/(k*engine))` for `batch`.
-    fn ratios(&self, batch: u32) -> [Option<f64>; 3] {
+    /// `(engine/plpgsql, engine/client, engine-k/(k*engine),
+    /// plpgsql-k/(k*plpgsql))` for `batch`.
+    fn ratios(&self, batch: u32) -> [Option<f64>; 4] {
         let e = self.median_rps("engine", batch);
+        let p = self.median_rps("plpgsql", batch);
+        let k = self.k as f64;
         [
-            self.ratio(e, self.median_rps("plpgsql", batch)),
+            self.ratio(e, p),
             self.ratio(e, self.median_rps("client", batch)),
-            self.ratio(
-                self.median_rps("engine-k", batch),
-                e.map(|e| e * self.k as f64),
-            ),
+            self.ratio(self.median_rps("engine-k", batch), e.map(|e| e * k)),
+            self.ratio(self.median_rps("plpgsql-k", batch), p.map(|p| p * k)),
         ]
     }
 
@@ -1181,6 +1245,7 @@ impl Report {
     fn json(&self) -> Value {
         let mut ratios = json!({
             "engine_vs_plpgsql": {}, "engine_vs_client": {}, "engine_k_vs_k_engine": {},
+            "plpgsql_k_vs_k_plpgsql": {},
         });
         for b in self.batches() {
             let r = self.ratios(b);
@@ -1188,6 +1253,7 @@ impl Report {
                 "engine_vs_plpgsql",
                 "engine_vs_client",
                 "engine_k_vs_k_engine",
+                "plpgsql_k_vs_k_plpgsql",
             ]
             .iter()
             .zip(r)
@@ -1214,7 +1280,7 @@ impl Report {
     fn markdown(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
-            "Machine: {} cores; {}.\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k (N split over K tables).\n\n",
+            "Machine: {} cores; {}.\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k and plpgsql-k (N split over K tables).\n\n",
             self.cores, self.pg_version, self.rows, self.reps, self.k
         ));
         if !self.runs.is_empty() {
@@ -1226,7 +1292,14 @@ impl Report {
         for b in self.batches() {
             let p = self.median_rps("plpgsql", b);
             let c = self.median_rps("client", b);
-            for runner in ["plpgsql", "client", "engine", "engine-keys", "engine-k"] {
+            for runner in [
+                "plpgsql",
+                "client",
+                "engine",
+                "engine-keys",
+                "engine-k",
+                "plpgsql-k",
+            ] {
                 let Some(rps) = self.median_rps(runner, b) else {
                     continue;
                 };
@@ -1247,19 +1320,20 @@ impl Report {
         }
         let bs = self.batches();
         if !bs.is_empty() {
-            s.push_str("\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | engine / plpgsql in batches |\n|---:|---:|---:|---:|---:|\n");
+            s.push_str("\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches |\n|---:|---:|---:|---:|---:|---:|\n");
             for b in bs {
                 let f = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
-                let [a, c, k] = self.ratios(b);
+                let [a, c, k, pk] = self.ratios(b);
                 let phase = self.ratio(
                     self.median_phase_rps("engine", b),
                     self.median_phase_rps("plpgsql", b),
                 );
                 s.push_str(&format!(
-                    "| {b} | {} | {} | {} | {} |\n",
+                    "| {b} | {} | {} | {} | {} | {} |\n",
                     f(a),
                     f(c),
                     f(k),
+                    f(pk),
                     f(phase)
                 ));
             }
@@ -1319,10 +1393,14 @@ transaction, so no pool checkout either).\n\
 (select the keys, then update them by id): 3 round trips per batch \
 (select, update, fence + COMMIT + next BEGIN).\n\
 - `engine-k`: K backfills over K disjoint tables of N/K rows at once, one \
-process, one-statement form.\n\n\
+process, one-statement form.\n\
+- `plpgsql-k`: K `plpgsql` loops over the same K tables at once, one \
+connection each: how far the server itself scales with K writers on this \
+machine. Read `engine xK / (K x engine)` against \
+`plpgsql xK / (K x plpgsql)`.\n\n\
 rows/s = rows / wall time of the whole run (for the engine including start, \
 claim and validation). rows/s in batches = rows / the sum of the batch \
-latencies: the batch path alone (not shown for engine-k, whose batches overlap). Batch latency: client and engine from BEGIN to COMMIT \
+latencies: the batch path alone (not shown for the K runners, whose batches overlap). Batch latency: client and engine from BEGIN to COMMIT \
 returned (engine: the whole `step`, from the select to the commit message's \
 reply); plpgsql by the server's clock \
 per loop iteration. After every run every row must have \
@@ -1360,9 +1438,10 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
     };
     let url = store::database_recreate(&server, &args.database).await?;
     store::run_migrations(&url).await?;
-    let pool = store::build_pool(&url, 4).await?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let k = args.k.unwrap_or(cores);
+    // `plpgsql-k` holds K connections at once; one more verifies.
+    let pool = store::build_pool(&url, (k as u32).saturating_add(2).max(4)).await?;
     let mut ctx = Ctx {
         args: args.clone(),
         url,
@@ -1370,6 +1449,16 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         run_seq: 0,
     };
     ctx.exec(SETUP_SQL).await?;
+    ctx.exec(&plpgsql_procedure_sql("bench_plpgsql", "items", "plpgsql"))
+        .await?;
+    for i in 1..=k {
+        ctx.exec(&plpgsql_procedure_sql(
+            &format!("bench_plpgsql_k{i}"),
+            &format!("items_k{i}"),
+            &format!("plpgsql-k{i}"),
+        ))
+        .await?;
+    }
     let pg_version = {
         let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
         let v: TextValue = diesel::sql_query("SELECT version() AS v")
@@ -1394,7 +1483,15 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
     let result = async {
         for &batch in &args.batch {
             for rep in 1..=args.reps {
-                for &runner in &only {
+                // Even repetitions run the runners in reverse order, so a
+                // machine that speeds up or slows down over a repetition
+                // does not favour the same runner every time.
+                let order: Vec<Runner> = if rep % 2 == 0 {
+                    only.iter().rev().copied().collect()
+                } else {
+                    only.clone()
+                };
+                for &runner in &order {
                     let run = match runner {
                         Runner::Plpgsql => ctx.plpgsql(batch, rep).await?,
                         Runner::Client => ctx.client(batch, rep).await?,
@@ -1408,12 +1505,20 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
                                 .await?
                         }
                         Runner::EngineK => {
-                            let tables: Vec<String> =
-                                (1..=k).map(|i| format!("items_k{i}")).collect();
+                            let tables = k_tables(k);
                             let each = (args.rows / k as u64).max(1);
                             let r = ctx
                                 .engine_run("engine-k", &tables, each, batch, rep, true)
                                 .await?;
+                            for t in &tables {
+                                ctx.exec(&format!("DROP TABLE IF EXISTS {t}")).await?;
+                            }
+                            r
+                        }
+                        Runner::PlpgsqlK => {
+                            let tables = k_tables(k);
+                            let each = (args.rows / k as u64).max(1);
+                            let r = ctx.plpgsql_k(&tables, each, batch, rep).await?;
                             for t in &tables {
                                 ctx.exec(&format!("DROP TABLE IF EXISTS {t}")).await?;
                             }
@@ -1472,6 +1577,11 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
             .map_err(|e| BenchError::Run(format!("cannot write {}: {e}", path.display())))?;
     }
     Ok(if report.verified() { 0 } else { 2 })
+}
+
+/// The K tables of `engine-k` and `plpgsql-k`.
+fn k_tables(k: usize) -> Vec<String> {
+    (1..=k).map(|i| format!("items_k{i}")).collect()
 }
 
 async fn drop_database(server: &str, name: &str) -> Result<(), BenchError> {

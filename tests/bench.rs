@@ -41,6 +41,7 @@ fn bench_json_shape_and_verification() {
         "engine_vs_plpgsql",
         "engine_vs_client",
         "engine_k_vs_k_engine",
+        "plpgsql_k_vs_k_plpgsql",
     ] {
         let v = &report["ratios"][key]["100"];
         assert!(v.as_f64().is_some_and(|r| r > 0.0), "{key}: {v}");
@@ -50,7 +51,14 @@ fn bench_json_shape_and_verification() {
     runners.sort();
     assert_eq!(
         runners,
-        ["client", "engine", "engine-k", "engine-keys", "plpgsql"]
+        [
+            "client",
+            "engine",
+            "engine-k",
+            "engine-keys",
+            "plpgsql",
+            "plpgsql-k"
+        ]
     );
     for run in runs {
         assert_eq!(run["batch"], 100);
