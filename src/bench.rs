@@ -1085,6 +1085,9 @@ async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
         let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
         store::backfill_register(&mut conn, &ids, &descriptions, "backfill bench").await?;
     }
+    // Like every throughput run, start from flushed pages: the 10M-row
+    // `rss` run before it leaves a checkpoint's worth of writes behind.
+    ctx.settle().await;
     let token = "bench-admin-token-0123456789abcdef";
     let auth = AuthConfig::from_sources(Some(token), None, false)
         .map_err(|e| BenchError::Run(e.to_string()))?;
