@@ -634,6 +634,24 @@ impl Ctx {
         verify(&mut conn, table).await
     }
 
+    /// Fresh `tables` of `rows_each` rows, then [`Ctx::settle`]: the start
+    /// of every run over several tables.
+    async fn reset_settled(&self, tables: &[String], rows_each: u64) -> Result<(), BenchError> {
+        for table in tables {
+            self.reset(table, rows_each).await?;
+        }
+        self.settle().await;
+        Ok(())
+    }
+
+    /// Drop the K runners' tables after their run (N rows of disk).
+    async fn drop_tables(&self, tables: &[String]) -> Result<(), BenchError> {
+        for table in tables {
+            self.exec(&format!("DROP TABLE IF EXISTS {table}")).await?;
+        }
+        Ok(())
+    }
+
     /// Flush dirty pages so a checkpoint does not land inside a run.
     async fn settle(&self) {
         let _ = self.exec("CHECKPOINT").await;
@@ -672,10 +690,7 @@ impl Ctx {
         batch: u32,
         rep: u32,
     ) -> Result<RunResult, BenchError> {
-        for table in tables {
-            self.reset(table, rows_each).await?;
-        }
-        self.settle().await;
+        self.reset_settled(tables, rows_each).await?;
         let mut conns = Vec::with_capacity(tables.len());
         for _ in tables {
             conns.push(self.pool.get_owned().await.map_err(StoreError::from)?);
@@ -788,10 +803,7 @@ impl Ctx {
         rep: u32,
         fused: bool,
     ) -> Result<RunResult, BenchError> {
-        for table in tables {
-            self.reset(table, rows_each).await?;
-        }
-        self.settle().await;
+        self.reset_settled(tables, rows_each).await?;
         self.run_seq += 1;
         let mut registry = Registry::new();
         let mut ids = Vec::new();
@@ -1513,18 +1525,14 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
                             let r = ctx
                                 .engine_run("engine-k", &tables, each, batch, rep, true)
                                 .await?;
-                            for t in &tables {
-                                ctx.exec(&format!("DROP TABLE IF EXISTS {t}")).await?;
-                            }
+                            ctx.drop_tables(&tables).await?;
                             r
                         }
                         Runner::PlpgsqlK => {
                             let tables = k_tables(k);
                             let each = (args.rows / k as u64).max(1);
                             let r = ctx.plpgsql_k(&tables, each, batch, rep).await?;
-                            for t in &tables {
-                                ctx.exec(&format!("DROP TABLE IF EXISTS {t}")).await?;
-                            }
+                            ctx.drop_tables(&tables).await?;
                             r
                         }
                         Runner::Takeover | Runner::Rss | Runner::AdminList => continue,
