@@ -1249,6 +1249,40 @@ impl Report {
         ]
     }
 
+    /// The same ratio within each repetition: `a`'s rows/s over `scale`
+    /// times `b`'s. A repetition runs every runner once, back to back, so
+    /// each pair saw the same minutes of the machine; the spread of these
+    /// is the noise the medians hide. `(min, max)` over the repetitions
+    /// that have both runs.
+    fn rep_range(&self, a: &str, b: &str, scale: f64, batch: u32) -> Option<(f64, f64)> {
+        let run = |runner: &str, rep: u32| {
+            self.runs
+                .iter()
+                .find(|r| r.runner == runner && r.batch == batch && r.rep == rep)
+        };
+        let xs: Vec<f64> = (1..=self.reps)
+            .filter_map(|rep| {
+                let (x, y) = (run(a, rep)?, run(b, rep)?);
+                let d = y.rows_per_s() * scale;
+                (d > 0.0).then(|| x.rows_per_s() / d)
+            })
+            .collect();
+        let min = xs.iter().copied().reduce(f64::min)?;
+        let max = xs.iter().copied().reduce(f64::max)?;
+        Some((round3(min), round3(max)))
+    }
+
+    /// [`Report::ratios`]' per-repetition ranges, in the same order.
+    fn ranges(&self, batch: u32) -> [Option<(f64, f64)>; 4] {
+        let k = self.k as f64;
+        [
+            self.rep_range("engine", "plpgsql", 1.0, batch),
+            self.rep_range("engine", "client", 1.0, batch),
+            self.rep_range("engine-k", "engine", k, batch),
+            self.rep_range("plpgsql-k", "plpgsql", k, batch),
+        ]
+    }
+
     fn verified(&self) -> bool {
         self.runs.iter().all(|r| r.verified)
             && [&self.takeover, &self.rss]
@@ -1262,18 +1296,17 @@ impl Report {
             "engine_vs_plpgsql": {}, "engine_vs_client": {}, "engine_k_vs_k_engine": {},
             "plpgsql_k_vs_k_plpgsql": {},
         });
+        let mut ranges = ratios.clone();
+        let keys = [
+            "engine_vs_plpgsql",
+            "engine_vs_client",
+            "engine_k_vs_k_engine",
+            "plpgsql_k_vs_k_plpgsql",
+        ];
         for b in self.batches() {
-            let r = self.ratios(b);
-            for (key, v) in [
-                "engine_vs_plpgsql",
-                "engine_vs_client",
-                "engine_k_vs_k_engine",
-                "plpgsql_k_vs_k_plpgsql",
-            ]
-            .iter()
-            .zip(r)
-            {
+            for ((key, v), range) in keys.iter().zip(self.ratios(b)).zip(self.ranges(b)) {
                 ratios[key][b.to_string()] = json!(v);
+                ranges[key][b.to_string()] = json!(range.map(|(lo, hi)| [lo, hi]));
             }
         }
         json!({
@@ -1284,6 +1317,7 @@ impl Report {
             "k": self.k,
             "verified": self.verified(),
             "ratios": ratios,
+            "ratio_ranges_within_reps": ranges,
             "runs": self.runs.iter().map(RunResult::json).collect::<Vec<_>>(),
             "takeover": self.takeover,
             "rss": self.rss,
@@ -1335,20 +1369,27 @@ impl Report {
         }
         let bs = self.batches();
         if !bs.is_empty() {
-            s.push_str("\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches |\n|---:|---:|---:|---:|---:|---:|\n");
+            s.push_str("\nRatios of the medians; in parentheses, the lowest and highest of the same ratio within one repetition (runs of a repetition are back to back).\n\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches |\n|---:|---:|---:|---:|---:|---:|\n");
             for b in bs {
                 let f = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
+                let with_range = |x: Option<f64>, r: Option<(f64, f64)>| match (x, r) {
+                    (Some(x), Some((lo, hi))) if self.reps > 1 => {
+                        format!("{x:.2} ({lo:.2}-{hi:.2})")
+                    }
+                    _ => f(x),
+                };
                 let [a, c, k, pk] = self.ratios(b);
+                let [ra, rc, rk, rpk] = self.ranges(b);
                 let phase = self.ratio(
                     self.median_phase_rps("engine", b),
                     self.median_phase_rps("plpgsql", b),
                 );
                 s.push_str(&format!(
                     "| {b} | {} | {} | {} | {} | {} |\n",
-                    f(a),
-                    f(c),
-                    f(k),
-                    f(pk),
+                    with_range(a, ra),
+                    with_range(c, rc),
+                    with_range(k, rk),
+                    with_range(pk, rpk),
                     f(phase)
                 ));
             }
@@ -1616,5 +1657,44 @@ mod tests {
         assert!((p99 - 99.0).abs() < 1e-9);
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    /// Ratios pair runs of the same repetition; the medians of the ratio
+    /// table and the per-repetition range come from the same runs.
+    #[test]
+    fn ratio_ranges_pair_runs_of_one_repetition() {
+        // rows / seconds = rows/s: engine 100 then 80, plpgsql 200 then 100.
+        let run =
+            |runner, rep, seconds| RunResult::new(runner, 100, 1000, rep, seconds, &mut [], true);
+        let report = Report {
+            cores: 2,
+            pg_version: String::new(),
+            rows: 1000,
+            reps: 2,
+            k: 2,
+            runs: vec![
+                run("engine", 1, 10.0),
+                run("plpgsql", 1, 5.0),
+                run("engine", 2, 12.5),
+                run("plpgsql", 2, 10.0),
+                run("engine-k", 1, 10.0),
+            ],
+            takeover: None,
+            rss: None,
+            admin_list: None,
+        };
+        assert_eq!(
+            report.rep_range("engine", "plpgsql", 1.0, 100),
+            Some((0.5, 0.8))
+        );
+        // Medians: engine 90, plpgsql 150.
+        assert_eq!(report.ratios(100)[0], Some(0.6));
+        // Only repetition 1 has both: 100 / (2 x 100).
+        assert_eq!(
+            report.rep_range("engine-k", "engine", 2.0, 100),
+            Some((0.5, 0.5))
+        );
+        assert_eq!(report.rep_range("client", "engine", 1.0, 100), None);
+        assert!(report.markdown().contains("| 100 | 0.60 (0.50-0.80) |"));
     }
 }

@@ -45,6 +45,10 @@ fn bench_json_shape_and_verification() {
     ] {
         let v = &report["ratios"][key]["100"];
         assert!(v.as_f64().is_some_and(|r| r > 0.0), "{key}: {v}");
+        // One repetition: its range is the ratio itself.
+        let range = &report["ratio_ranges_within_reps"][key]["100"];
+        assert!(range[0].as_f64().is_some_and(|r| r > 0.0), "{key}: {range}");
+        assert_eq!(range[0], range[1], "{key}: {range}");
     }
     let runs = report["runs"].as_array().unwrap();
     let mut runners: Vec<&str> = runs.iter().map(|r| r["runner"].as_str().unwrap()).collect();
