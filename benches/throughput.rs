@@ -1,7 +1,9 @@
 //! `cargo bench`: runs `backfill bench` at a modest N and prints the same
 //! report. The numbers that count are in benches/README.md, regenerated
-//! with `backfill bench --rows 1000000 --batch 100,1000,5000 --reps 3
-//! --markdown benches/README.md` on a release build.
+//! on a release build by the command its first line names (every runner
+//! and the extras `takeover`, `rss` and `admin-list`, N = 1,000,000,
+//! B = 100, 1000, 5000, 3 repetitions); its hand-written section is kept
+//! by hand.
 //!
 //! `BENCH_ROWS`, `BENCH_BATCH` and `BENCH_REPS` override the defaults
 //! (100,000 rows, B = 1000, 3 repetitions); `DATABASE_URL` selects the
