@@ -34,7 +34,7 @@
 //! touched only through the engine.
 
 use crate::engine::{Engine, EngineConfig, EngineError};
-use crate::repair::{Mutated, Registry, Repair, RepairError, SourceSet, Validation};
+use crate::repair::{BigIntSummary, Mutated, Registry, Repair, RepairError, SourceSet, Validation};
 use crate::runtime::{RuntimeConfig, RuntimeHandle};
 use crate::store::{self, cached, Pool, StoreError};
 use async_trait::async_trait;
@@ -321,17 +321,6 @@ struct MaxId {
     max: Option<i64>,
 }
 
-/// The one-statement batch's answer.
-#[derive(QueryableByName)]
-struct Summary {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    first: Option<i64>,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    last: Option<i64>,
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
 #[derive(QueryableByName)]
 struct Count {
     #[diesel(sql_type = BigInt)]
@@ -476,7 +465,7 @@ impl Repair for ItemsRepair {
         let Some(fused) = &self.fused else {
             return Ok(None);
         };
-        let row: Summary = cached(
+        let row: BigIntSummary = cached(
             diesel::sql_query(fused)
                 .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
                 .bind::<BigInt, _>(*bound)
@@ -487,7 +476,7 @@ impl Repair for ItemsRepair {
         if !self.throttle.is_zero() {
             tokio::time::sleep(self.throttle).await;
         }
-        Ok(Some(Mutated::from_summary(row.first, row.last, row.n)))
+        Ok(Some(row.into()))
     }
 
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {

@@ -82,6 +82,29 @@ impl<K> Mutated<K> {
     }
 }
 
+/// The answer row of a one-statement batch over a `bigint` key: the
+/// statement ends in `SELECT min(id) AS first, max(id) AS last, count(*) AS
+/// n FROM ..` over the keys it selected. Load it with diesel and convert it
+/// with `Mutated::from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, diesel::QueryableByName)]
+pub struct BigIntSummary {
+    /// The smallest key selected; `NULL` when none was.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    pub first: Option<i64>,
+    /// The greatest key selected; `NULL` when none was.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    pub last: Option<i64>,
+    /// How many keys were selected.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub n: i64,
+}
+
+impl From<BigIntSummary> for Mutated<i64> {
+    fn from(row: BigIntSummary) -> Self {
+        Mutated::from_summary(row.first, row.last, row.n)
+    }
+}
+
 /// An error a repair returns, classified so the engine can record it durably
 /// before it counts as handled (RT-1).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,7 +162,7 @@ impl From<diesel::result::Error> for RepairError {
 /// by the bigint primary key:
 ///
 /// ```
-/// use backfill::repair::{Mutated, Repair, RepairError, SourceSet, Validation};
+/// use backfill::repair::{BigIntSummary, Mutated, Repair, RepairError, SourceSet, Validation};
 /// use backfill::{async_trait, AsyncPgConnection};
 /// use diesel::sql_types::{BigInt, Nullable};
 /// use diesel::QueryableByName;
@@ -157,16 +180,6 @@ impl From<diesel::result::Error> for RepairError {
 /// struct MaxId {
 ///     #[diesel(sql_type = Nullable<BigInt>)]
 ///     max: Option<i64>,
-/// }
-///
-/// #[derive(QueryableByName)]
-/// struct Summary {
-///     #[diesel(sql_type = Nullable<BigInt>)]
-///     first: Option<i64>,
-///     #[diesel(sql_type = Nullable<BigInt>)]
-///     last: Option<i64>,
-///     #[diesel(sql_type = BigInt)]
-///     n: i64,
 /// }
 ///
 /// #[derive(QueryableByName)]
@@ -240,7 +253,7 @@ impl From<diesel::result::Error> for RepairError {
 ///         bound: &i64,
 ///         limit: u32,
 ///     ) -> Result<Option<Mutated<i64>>, RepairError> {
-///         let row: Summary = diesel::sql_query(
+///         let row: BigIntSummary = diesel::sql_query(
 ///             "WITH k AS MATERIALIZED (SELECT id FROM items \
 ///                  WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3), \
 ///              u AS (UPDATE items SET email_norm = lower(email) \
@@ -252,7 +265,7 @@ impl From<diesel::result::Error> for RepairError {
 ///         .bind::<BigInt, _>(i64::from(limit))
 ///         .get_result(conn)
 ///         .await?;
-///         Ok(Some(Mutated::from_summary(row.first, row.last, row.n)))
+///         Ok(Some(row.into()))
 ///     }
 ///
 ///     async fn validate(
@@ -813,6 +826,12 @@ mod tests {
             Mutated::Nothing
         );
         assert_eq!(Mutated::from_summary(Some(2i64), Some(3), 2), keys(2, 3, 2));
+        let row = BigIntSummary {
+            first: Some(2),
+            last: Some(3),
+            n: 2,
+        };
+        assert_eq!(Mutated::from(row), keys(2, 3, 2));
         // A count beyond u32 is not truncated into the limit.
         let huge = Mutated::from_summary(Some(1i64), Some(9), i64::from(u32::MAX) + 2);
         assert_eq!(

@@ -2,7 +2,7 @@
 //! mutation and commit and inside validation, so races are forced by
 //! channels, never by sleeps.
 
-use backfill::repair::{Mutated, Repair, RepairError, SourceSet, Validation};
+use backfill::repair::{BigIntSummary, Mutated, Repair, RepairError, SourceSet, Validation};
 use backfill::{async_trait, AsyncPgConnection};
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Double, Nullable, Timestamptz};
@@ -118,16 +118,6 @@ struct Id {
 struct Span {
     #[diesel(sql_type = Nullable<BigInt>)]
     max: Option<i64>,
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
-#[derive(QueryableByName)]
-struct Summary {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    first: Option<i64>,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    last: Option<i64>,
     #[diesel(sql_type = BigInt)]
     n: i64,
 }
@@ -269,7 +259,7 @@ impl Repair for Counter {
         if AtomicU8::load(&self.hooks.select_mode, Ordering::SeqCst) == SELECT_OVER_LIMIT {
             limit += 1;
         }
-        let row: Summary = diesel::sql_query(format!(
+        let row: BigIntSummary = diesel::sql_query(format!(
             "WITH k AS MATERIALIZED (\
                  SELECT id FROM {t} WHERE id > $1 AND id <= $2 \
                      AND (SELECT true FROM pg_sleep($4)) ORDER BY id LIMIT $3), \
@@ -286,7 +276,7 @@ impl Repair for Counter {
         })
         .get_result(conn)
         .await?;
-        Ok(Some(Mutated::from_summary(row.first, row.last, row.n)))
+        Ok(Some(row.into()))
     }
 
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
