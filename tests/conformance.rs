@@ -27,7 +27,9 @@ mod support;
 
 use backfill::engine::{ActionOutcome, FailureOutcome, ValidationRun};
 use backfill::repair::{DefinitionError, RepairError, SelectionError};
-use backfill::{Action, BatchOutcome, Engine, EngineConfig, EngineError, Phase, Registry, State};
+use backfill::{
+    Action, BatchOutcome, Claim, Engine, EngineConfig, EngineError, Phase, Registry, State,
+};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -74,6 +76,27 @@ async fn lock_holder(db: &TestDb, sql: &str) -> diesel_async::AsyncPgConnection 
 async fn count_n(db: &TestDb, n: i32) -> i64 {
     db.scalar(&format!("SELECT count(*) AS v FROM items WHERE n = {n}"))
         .await
+}
+
+/// CT-5: pause, then the claim's next batch is rejected by the fence.
+async fn pause_then_next_batch_is_stale(engine: &Engine, claim: &mut Claim) {
+    assert!(matches!(
+        engine.pause(ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    assert_eq!(engine.run_batch(claim).await.unwrap(), BatchOutcome::Stale);
+}
+
+/// Resume the paused backfill and drive it to `completed`: all `rows`
+/// items then repaired exactly once.
+async fn resume_and_complete(db: &TestDb, engine: &Engine, rows: i64) {
+    assert!(matches!(
+        engine.resume(ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    drive(engine, "w").await;
+    assert_eq!(state(engine).await, State::Completed);
+    assert_eq!(count_n(db, 1).await, rows);
 }
 
 async fn state(engine: &Engine) -> State {
@@ -452,7 +475,9 @@ async fn ct04_termination_during_validation_is_repeated_after_restart() {
 
 /// CT-5: pause commits while a batch is between mutation and commit; the
 /// batch's fence fails and mutation and checkpoint roll back. Resume
-/// continues from the checkpoint. Guard: state/generation in the fence.
+/// continues from the checkpoint. Guard: the fence's claim conditions.
+/// A pause changes all four (state, owner, generation, lease), so each
+/// backs up the others; with all four removed this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ct05_pause_rejects_in_flight_batch() {
     let (db, engine, hooks) = started(20, 10).await;
@@ -481,13 +506,7 @@ async fn ct05_pause_rejects_in_flight_batch() {
         engine.pause(ID).await.unwrap(),
         ActionOutcome::Converged(_)
     ));
-    assert!(matches!(
-        engine.resume(ID).await.unwrap(),
-        ActionOutcome::Applied { .. }
-    ));
-    drive(&engine, "w").await;
-    assert_eq!(state(&engine).await, State::Completed);
-    assert_eq!(count_n(&db, 1).await, 20);
+    resume_and_complete(&db, &engine, 20).await;
 }
 
 /// CT-5: the lease expires (by PostgreSQL's clock) while a batch is in
@@ -1008,23 +1027,10 @@ async fn ex05_open_batch_holds_no_snapshot_lock_or_xid() {
          ALTER TABLE items ADD COLUMN extra int; COMMIT",
     )
     .await;
-    assert!(matches!(
-        engine.pause(ID).await.unwrap(),
-        ActionOutcome::Applied { .. }
-    ));
-    assert_eq!(
-        engine.run_batch(&mut claim).await.unwrap(),
-        BatchOutcome::Stale
-    );
+    pause_then_next_batch_is_stale(&engine, &mut claim).await;
     assert_eq!(count_n(&db, 1).await, 10, "the stale batch rolled back");
     assert_eq!(open_transactions(&db).await, 0);
-    assert!(matches!(
-        engine.resume(ID).await.unwrap(),
-        ActionOutcome::Applied { .. }
-    ));
-    drive(&engine, "w").await;
-    assert_eq!(state(&engine).await, State::Completed);
-    assert_eq!(count_n(&db, 1).await, 30);
+    resume_and_complete(&db, &engine, 30).await;
 }
 
 /// CLM-1: releasing a claim that carries an open batch rolls that
@@ -1237,8 +1243,9 @@ async fn ex06_batch_sent_behind_a_failed_commit_does_not_commit() {
 /// CT-5, EX-5: a pause between two steps rejects the batch that was sent
 /// ahead behind the last commit: its rows, changed in the open
 /// transaction, roll back with the stale fence, and after resume every
-/// item is repaired once. Guard: the generation in the fence (the batch
-/// sent ahead would commit items 11..20).
+/// item is repaired once. Guard: the fence's claim conditions (state,
+/// owner, generation, lease: a pause changes all four); with all four
+/// removed the batch sent ahead commits items 11..20 and this test fails.
 #[tokio::test]
 async fn ct05_pause_rejects_the_batch_sent_ahead() {
     let (db, engine, _hooks) = started_one_statement(30, 10).await;
@@ -1250,23 +1257,10 @@ async fn ct05_pause_rejects_the_batch_sent_ahead() {
             reached_bound: false
         }
     );
-    assert!(matches!(
-        engine.pause(ID).await.unwrap(),
-        ActionOutcome::Applied { .. }
-    ));
-    assert_eq!(
-        engine.run_batch(&mut claim).await.unwrap(),
-        BatchOutcome::Stale
-    );
+    pause_then_next_batch_is_stale(&engine, &mut claim).await;
     assert_eq!(count_n(&db, 1).await, 10);
     assert_eq!(open_transactions(&db).await, 0);
-    assert!(matches!(
-        engine.resume(ID).await.unwrap(),
-        ActionOutcome::Applied { .. }
-    ));
-    drive(&engine, "w").await;
-    assert_eq!(state(&engine).await, State::Completed);
-    assert_eq!(count_n(&db, 1).await, 30);
+    resume_and_complete(&db, &engine, 30).await;
 }
 
 /// EX-4: a one-statement batch that reports more keys than the limit is
