@@ -94,6 +94,12 @@ async fn resume_and_complete(db: &TestDb, engine: &Engine, rows: i64) {
         engine.resume(ID).await.unwrap(),
         ActionOutcome::Applied { .. }
     ));
+    drive_to_completed(db, engine, rows).await;
+}
+
+/// Drive the backfill to `completed`: all `rows` items then repaired
+/// exactly once (`n = 1`: a 2 is a batch applied twice).
+async fn drive_to_completed(db: &TestDb, engine: &Engine, rows: i64) {
     drive(engine, "w").await;
     assert_eq!(state(engine).await, State::Completed);
     assert_eq!(count_n(db, 1).await, rows);
@@ -721,9 +727,7 @@ async fn ct08_persistent_retryable_errors_end_in_failed_and_retry_keeps_progress
     assert_eq!(retried.attempts, 0);
     assert_eq!(retried.bound, before.bound);
     assert_eq!(retried.checkpoint, before.checkpoint);
-    drive(&engine, "w").await;
-    assert_eq!(state(&engine).await, State::Completed);
-    assert_eq!(count_n(&db, 1).await, 30);
+    drive_to_completed(&db, &engine, 30).await;
 }
 
 /// CT-8 / RT-1: a blocked error goes to `blocked` with its bounded
@@ -1205,9 +1209,7 @@ async fn ex06_one_statement_batches_commit_with_their_own_checkpoint() {
         0,
         "nothing opened past the bound"
     );
-    drive(&engine, "w").await;
-    assert_eq!(state(&engine).await, State::Completed);
-    assert_eq!(count_n(&db, 1).await, 25);
+    drive_to_completed(&db, &engine, 25).await;
 }
 
 /// EX-6: the COMMIT itself fails (a deferred constraint trigger rejects an
