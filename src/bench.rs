@@ -268,13 +268,15 @@ CREATE TABLE IF NOT EXISTS bench_progress (runner text PRIMARY KEY, checkpoint b
     batches bigint NOT NULL);
 CREATE TABLE IF NOT EXISTS bench_latency (runner text NOT NULL, micros bigint NOT NULL);";
 
-/// The `plpgsql` baseline as procedure `name` over `table`, recording its
-/// progress and latencies under `runner`. Every instance has the same
-/// static statements (PL/pgSQL caches their plans), only the names differ:
-/// `plpgsql-k` runs K of them at once. Names are bench-generated.
-fn plpgsql_procedure_sql(name: &str, table: &str, runner: &str) -> String {
+/// The `plpgsql` baseline as procedure `name` over `table` in batches of
+/// `batch`, recording its progress and latencies under `runner`. Every
+/// instance has the same static statements (PL/pgSQL caches their plans),
+/// only the names and the batch size differ: `plpgsql-k` runs K of them at
+/// once. Names are bench-generated. The batch size is written into the
+/// text, as in every runner's select (see [`ItemsRepair`]).
+fn plpgsql_procedure_sql(name: &str, table: &str, runner: &str, batch: u32) -> String {
     format!(
-        "CREATE OR REPLACE PROCEDURE {name}(p_batch int)
+        "CREATE OR REPLACE PROCEDURE {name}()
 LANGUAGE plpgsql AS $$
 DECLARE
     v_ckpt bigint := 0;
@@ -292,7 +294,7 @@ BEGIN
         -- The same statements as the client and the engine, minus the
         -- round trips: select at most B keys, update them by id, advance.
         SELECT array_agg(id ORDER BY id) INTO v_keys FROM (
-            SELECT id FROM {table} WHERE id > v_ckpt AND id <= v_bound ORDER BY id LIMIT p_batch
+            SELECT id FROM {table} WHERE id > v_ckpt AND id <= v_bound ORDER BY id LIMIT {batch}
         ) AS k;
         EXIT WHEN v_keys IS NULL;
         UPDATE {table} SET email_norm = lower(email), touched = touched + 1 WHERE id = ANY(v_keys);
@@ -355,14 +357,30 @@ async fn verify(conn: &mut AsyncPgConnection, table: &str) -> Result<bool, Bench
 /// The canonical repair of the bench, over one `items`-shaped table.
 ///
 /// Its statements are cached prepared statements (see
-/// [`store::cached`]): the text is fixed per table.
+/// [`store::cached`]): the text is fixed per table and batch size.
+///
+/// The batch size is written into the text (`LIMIT 1000`), not bound
+/// (`LIMIT $3`), as `Repair::batch_limit` advises. With a bound limit
+/// PostgreSQL's generic plan cannot know how many rows the statement
+/// reads, and at 1M rows the plan cache kept choosing custom plans, so
+/// every batch planned its statement anew: 6% of the engine backend's CPU
+/// at B = 100 (2% with the literal, which leaves the fence's planning).
+/// The engine always asks for `batch_limit()` keys; a smaller limit (never
+/// asked today) falls back to the bound form. Every runner uses the same
+/// select text, the PL/pgSQL loop included.
 pub struct ItemsRepair {
     id: &'static str,
     batch: u32,
+    /// Selects with the literal limit `batch`.
     select: String,
+    /// Selects with the limit bound as `$3`.
+    select_bound: String,
     update: String,
-    /// The one-statement form; `None` runs the two-statement form.
+    /// The one-statement form with the literal limit; `None` runs the
+    /// two-statement form.
     fused: Option<String>,
+    /// The one-statement form with the limit bound as `$3`.
+    fused_bound: String,
     bound: String,
     validate: String,
     /// Extra time each mutation holds its transaction (takeover owner only,
@@ -378,23 +396,14 @@ impl ItemsRepair {
         Self {
             id: Box::leak(id.into_boxed_str()),
             batch,
-            select: format!(
-                "SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3"
-            ),
+            select: Self::select_sql(table, &batch.to_string()),
+            select_bound: Self::select_sql(table, "$3"),
             update: format!(
                 "UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
                  WHERE id = ANY($1)"
             ),
-            // The keys stay on the server: the update takes them from the
-            // CTE as an array (an index scan on the primary key whatever
-            // the plan cache decides), and the answer is one row.
-            fused: Some(format!(
-                "WITH k AS MATERIALIZED (\
-                     SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3), \
-                 u AS (UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
-                     WHERE id = ANY(ARRAY(SELECT id FROM k))) \
-                 SELECT min(id) AS first, max(id) AS last, count(*) AS n FROM k"
-            )),
+            fused: Some(Self::fused_sql(table, &batch.to_string())),
+            fused_bound: Self::fused_sql(table, "$3"),
             bound: format!("SELECT max(id) AS max FROM {table}"),
             validate: format!(
                 "SELECT count(*) AS n FROM {table} \
@@ -402,6 +411,23 @@ impl ItemsRepair {
             ),
             throttle: Duration::ZERO,
         }
+    }
+
+    fn select_sql(table: &str, limit: &str) -> String {
+        format!("SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {limit}")
+    }
+
+    /// The keys stay on the server: the update takes them from the CTE as
+    /// an array (an index scan on the primary key whatever the plan cache
+    /// decides), and the answer is one row.
+    fn fused_sql(table: &str, limit: &str) -> String {
+        format!(
+            "WITH k AS MATERIALIZED (\
+                 SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {limit}), \
+             u AS (UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
+                 WHERE id = ANY(ARRAY(SELECT id FROM k))) \
+             SELECT min(id) AS first, max(id) AS last, count(*) AS n FROM k"
+        )
     }
 
     /// The same repair in its two-statement form only.
@@ -444,14 +470,25 @@ impl Repair for ItemsRepair {
         bound: &i64,
         limit: u32,
     ) -> Result<Vec<i64>, RepairError> {
-        let rows: Vec<Id> = cached(
-            diesel::sql_query(&self.select)
-                .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
-                .bind::<BigInt, _>(*bound)
-                .bind::<BigInt, _>(i64::from(limit)),
-        )
-        .load(conn)
-        .await?;
+        let after = after.copied().unwrap_or(i64::MIN);
+        let rows: Vec<Id> = if limit == self.batch {
+            cached(
+                diesel::sql_query(&self.select)
+                    .bind::<BigInt, _>(after)
+                    .bind::<BigInt, _>(*bound),
+            )
+            .load(conn)
+            .await?
+        } else {
+            cached(
+                diesel::sql_query(&self.select_bound)
+                    .bind::<BigInt, _>(after)
+                    .bind::<BigInt, _>(*bound)
+                    .bind::<BigInt, _>(i64::from(limit)),
+            )
+            .load(conn)
+            .await?
+        };
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
 
@@ -465,14 +502,25 @@ impl Repair for ItemsRepair {
         let Some(fused) = &self.fused else {
             return Ok(None);
         };
-        let row: BigIntSummary = cached(
-            diesel::sql_query(fused)
-                .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
-                .bind::<BigInt, _>(*bound)
-                .bind::<BigInt, _>(i64::from(limit)),
-        )
-        .get_result(conn)
-        .await?;
+        let after = after.copied().unwrap_or(i64::MIN);
+        let row: BigIntSummary = if limit == self.batch {
+            cached(
+                diesel::sql_query(fused)
+                    .bind::<BigInt, _>(after)
+                    .bind::<BigInt, _>(*bound),
+            )
+            .get_result(conn)
+            .await?
+        } else {
+            cached(
+                diesel::sql_query(&self.fused_bound)
+                    .bind::<BigInt, _>(after)
+                    .bind::<BigInt, _>(*bound)
+                    .bind::<BigInt, _>(i64::from(limit)),
+            )
+            .get_result(conn)
+            .await?
+        };
         if !self.throttle.is_zero() {
             tokio::time::sleep(self.throttle).await;
         }
@@ -649,13 +697,19 @@ impl Ctx {
     async fn plpgsql(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
         let rows = self.args.rows;
         self.reset("items", rows).await?;
+        self.exec(&plpgsql_procedure_sql(
+            "bench_plpgsql",
+            "items",
+            "plpgsql",
+            batch,
+        ))
+        .await?;
         self.settle().await;
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
         let t = Instant::now();
         // CALL must not run inside a transaction block (the procedure
         // commits); the simple protocol runs it as its own statement.
-        conn.batch_execute(&format!("CALL bench_plpgsql({batch})"))
-            .await?;
+        conn.batch_execute("CALL bench_plpgsql()").await?;
         let seconds = t.elapsed().as_secs_f64();
         let lat: Vec<Micros> =
             diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = 'plpgsql'")
@@ -670,7 +724,7 @@ impl Ctx {
     }
 
     /// K `plpgsql` loops at once, one connection and one procedure per
-    /// table (`bench_plpgsql_k<i>` over `items_k<i>`, created at setup):
+    /// table (`bench_plpgsql_k<i>` over `items_k<i>`, created per run):
     /// what the server alone reaches with K writers on this machine.
     async fn plpgsql_k(
         &mut self,
@@ -679,6 +733,15 @@ impl Ctx {
         batch: u32,
         rep: u32,
     ) -> Result<RunResult, BenchError> {
+        for (i, table) in tables.iter().enumerate() {
+            self.exec(&plpgsql_procedure_sql(
+                &format!("bench_plpgsql_k{}", i + 1),
+                table,
+                &format!("plpgsql-k{}", i + 1),
+                batch,
+            ))
+            .await?;
+        }
         self.reset_settled(tables, rows_each).await?;
         let mut conns = Vec::with_capacity(tables.len());
         for _ in tables {
@@ -688,7 +751,7 @@ impl Ctx {
         // Each CALL is sent on the first poll, so the K loops start
         // together and run on K backends.
         futures_util::future::try_join_all(conns.iter_mut().enumerate().map(|(i, conn)| {
-            let sql = format!("CALL bench_plpgsql_k{}({batch})", i + 1);
+            let sql = format!("CALL bench_plpgsql_k{}()", i + 1);
             async move { conn.batch_execute(&sql).await }
         }))
         .await?;
@@ -728,19 +791,19 @@ impl Ctx {
         let bound = rows as i64;
         let mut lat = Vec::with_capacity((rows / u64::from(batch)) as usize + 2);
         let mut checkpoint = 0i64;
+        // The batch size in the text, as in the other runners (see
+        // [`ItemsRepair`]).
+        let select =
+            format!("SELECT id FROM items WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {batch}");
         let t = Instant::now();
         loop {
             let b = Instant::now();
             let last = conn
                 .transaction::<_, diesel::result::Error, _>(async |conn| {
                     let keys: Vec<Id> = cached(
-                        diesel::sql_query(
-                            "SELECT id FROM items WHERE id > $1 AND id <= $2 \
-                             ORDER BY id LIMIT $3",
-                        )
-                        .bind::<BigInt, _>(checkpoint)
-                        .bind::<BigInt, _>(bound)
-                        .bind::<BigInt, _>(i64::from(batch)),
+                        diesel::sql_query(&select)
+                            .bind::<BigInt, _>(checkpoint)
+                            .bind::<BigInt, _>(bound),
                     )
                     .load(conn)
                     .await?;
@@ -1494,16 +1557,6 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         run_seq: 0,
     };
     ctx.exec(SETUP_SQL).await?;
-    ctx.exec(&plpgsql_procedure_sql("bench_plpgsql", "items", "plpgsql"))
-        .await?;
-    for i in 1..=k {
-        ctx.exec(&plpgsql_procedure_sql(
-            &format!("bench_plpgsql_k{i}"),
-            &format!("items_k{i}"),
-            &format!("plpgsql-k{i}"),
-        ))
-        .await?;
-    }
     let pg_version = {
         let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
         let v: TextValue = diesel::sql_query("SELECT version() AS v")
