@@ -6,6 +6,7 @@ use backfill::host::demo::{DemoConfig, DemoExit};
 use backfill::host::{Host, HostConfig};
 use backfill::runtime::RuntimeConfig;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -72,6 +73,10 @@ struct RuntimeArgs {
     /// How long shutdown waits for in-flight batches, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     shutdown_grace_ms: u64,
+    /// How often each runner logs a `progress` event, in milliseconds
+    /// (every batch is a `batch_committed` event at debug level).
+    #[arg(long, default_value_t = 10_000)]
+    progress_log_interval_ms: u64,
     /// `statement_timeout` of each batch transaction, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     statement_timeout_ms: u64,
@@ -102,6 +107,7 @@ impl RuntimeArgs {
         runtime.poll_interval = Duration::from_millis(self.poll_interval_ms);
         runtime.max_concurrent_runners = self.max_runners;
         runtime.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        runtime.progress_log_interval = Duration::from_millis(self.progress_log_interval_ms);
         runtime.worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
         // Every runner keeps a connection for its claim; size the pool for
         // the runners asked for plus the claim, renewal and admin paths.
@@ -193,8 +199,11 @@ struct SeedArgs {
 fn init_logging(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // Colour codes only on a terminal: a log file, a pipe or a journal
+    // would otherwise carry escape sequences in every line.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),

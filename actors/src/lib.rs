@@ -148,6 +148,11 @@ pub struct RuntimeConfig {
     pub max_concurrent_runners: usize,
     /// How long shutdown waits for in-flight batches. Default 10 s.
     pub shutdown_grace: Duration,
+    /// How often a runner logs a `progress` event (info) while it commits
+    /// batches. Each batch is a `batch_committed` event at debug level: at
+    /// hundreds of batches a second, a line per batch at info would flood
+    /// the operator's log and put log I/O on the batch path. Default 10 s.
+    pub progress_log_interval: Duration,
 }
 
 impl Default for RuntimeConfig {
@@ -160,6 +165,7 @@ impl Default for RuntimeConfig {
             poll_interval: Duration::from_secs(1),
             max_concurrent_runners: 4,
             shutdown_grace: Duration::from_secs(10),
+            progress_log_interval: Duration::from_secs(10),
         }
     }
 }
@@ -199,6 +205,9 @@ impl RuntimeConfig {
             return Err(ConfigError(
                 "max_concurrent_runners must be at least 1".into(),
             ));
+        }
+        if self.progress_log_interval.is_zero() {
+            return Err(ConfigError("progress_log_interval must be positive".into()));
         }
         Ok(())
     }

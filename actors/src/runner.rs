@@ -13,7 +13,7 @@ use crate::supervisor::{ExitReason, RunnerExited};
 use crate::{Backend, ClaimInfo, RuntimeConfig, StepOutcome};
 use actix::prelude::*;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Stop after the current batch and give the claim back (shutdown).
 #[derive(Message)]
@@ -39,6 +39,9 @@ pub struct Runner<B: Backend> {
     busy: bool,
     batches: u64,
     keys: u64,
+    /// Totals at the last `progress` event, and when it was logged.
+    logged: (u64, u64, Instant),
+    progress_log_interval: Duration,
     metrics: Arc<RuntimeMetrics>,
 }
 
@@ -64,8 +67,31 @@ impl<B: Backend> Runner<B> {
             busy: false,
             batches: 0,
             keys: 0,
+            logged: (0, 0, Instant::now()),
+            progress_log_interval: config.progress_log_interval,
             metrics,
         }
+    }
+
+    /// A `progress` event when the interval has passed since the last one
+    /// (or since the claim): totals of this claim and the rate since then.
+    fn log_progress(&mut self) {
+        let (batches, keys, at) = self.logged;
+        let elapsed = at.elapsed();
+        if elapsed < self.progress_log_interval {
+            return;
+        }
+        let keys_per_s = ((self.keys - keys) as f64 / elapsed.as_secs_f64()).round() as u64;
+        tracing::info!(
+            event = "progress",
+            backfill = %self.id,
+            generation = self.generation,
+            batches = self.batches,
+            keys = self.keys,
+            batches_since = self.batches - batches,
+            keys_per_s,
+        );
+        self.logged = (self.batches, self.keys, Instant::now());
     }
 
     fn exit(&mut self, ctx: &mut Context<Self>, reason: ExitReason) {
@@ -138,7 +164,8 @@ impl<B: Backend> Runner<B> {
                     inc(&act.metrics.batches_committed);
                     add(&act.metrics.keys_committed, keys as u64);
                     add(&act.metrics.batch_millis_total, duration_ms);
-                    tracing::info!(event = "batch_committed", backfill = %act.id, generation = act.generation, keys, duration_ms);
+                    tracing::debug!(event = "batch_committed", backfill = %act.id, generation = act.generation, keys, duration_ms);
+                    act.log_progress();
                     if reached_bound {
                         tracing::info!(event = "validating", backfill = %act.id, batches = act.batches, keys = act.keys);
                         act.exit(ctx, ExitReason::ReachedBound);
