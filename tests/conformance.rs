@@ -18,6 +18,7 @@
 //!   `ct04_termination_with_a_batch_sent_ahead_*`
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
 //!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
+//! - RT-1 errors classified whatever the server's language: `rt01_*`
 //!
 //! Races are forced with gates (a channel between the repair's mutation and
 //! the batch's commit) and with a second connection holding row locks;
@@ -1401,4 +1402,68 @@ async fn ct02_lock_timeout_of_a_batch_sent_ahead_rolls_it_back() {
     })
     .await;
     assert_eq!(count_n(&db, 1).await, 30);
+}
+
+/// `url` with its user replaced by `user`.
+fn with_user(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
+    let host = rest.split_once('@').map(|(_, host)| host).unwrap_or(rest);
+    format!("{scheme}://{user}@{host}")
+}
+
+/// RT-1 whatever the server's language: the pool's sessions get
+/// untranslated messages, so a statement timeout is recognised by its text
+/// (diesel-async reports no SQLSTATE) and classified retryable. The
+/// database's own default is set to another value first; removing
+/// `session_messages_untranslated` from the pool's connection setup fails
+/// the first assertion. A role that may not set `lc_messages` still gets
+/// working connections, with the database's setting.
+#[tokio::test]
+async fn rt01_pool_sessions_report_errors_untranslated() {
+    #[derive(diesel::QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        lc_messages: String,
+    }
+    async fn lc_messages(pool: &backfill::store::Pool) -> String {
+        let mut conn = pool.get().await.expect("pool");
+        let row: Setting = diesel::sql_query("SHOW lc_messages")
+            .get_result(&mut conn)
+            .await
+            .expect("show lc_messages");
+        row.lc_messages
+    }
+    let db = test_db().await;
+    db.exec(&format!(
+        "ALTER DATABASE {} SET lc_messages = 'C.UTF-8'",
+        db.name
+    ))
+    .await;
+    let pool = backfill::store::build_pool(&db.url, 2).await.expect("pool");
+    assert_eq!(lc_messages(&pool).await, "C");
+    let mut conn = pool.get().await.expect("pool");
+    let timeout = diesel_async::SimpleAsyncConnection::batch_execute(
+        &mut *conn,
+        "SET statement_timeout = 1; SELECT pg_sleep(1)",
+    )
+    .await
+    .expect_err("the statement times out");
+    assert!(
+        matches!(
+            backfill::store::classify(&timeout),
+            RepairError::Retryable(_)
+        ),
+        "{timeout}"
+    );
+    drop(conn);
+    drop(pool);
+
+    let role = format!("{}_role", db.name);
+    db.exec(&format!("CREATE ROLE {role} LOGIN")).await;
+    let pool = backfill::store::build_pool(&with_user(&db.url, &role), 1)
+        .await
+        .expect("a role without the privilege still connects");
+    assert_eq!(lc_messages(&pool).await, "C.UTF-8");
+    drop(pool);
+    db.exec(&format!("DROP ROLE {role}")).await;
 }

@@ -16,8 +16,8 @@ pub use admin::*;
 pub use audit::*;
 pub use backfill::*;
 pub use pool::{
-    build_pool, connect_dedicated, database_recreate, run_embedded, run_migrations,
-    url_with_database, Pool, PooledConn, MIGRATIONS,
+    build_pool, connect_dedicated, database_recreate, messages_untranslated, run_embedded,
+    run_migrations, session_messages_untranslated, url_with_database, Pool, PooledConn, MIGRATIONS,
 };
 pub use prepared::{cached, Cached};
 
@@ -154,6 +154,17 @@ mod tests {
 
     fn db_error(kind: DatabaseErrorKind, message: &str) -> DieselError {
         DieselError::DatabaseError(kind, Box::new(message.to_string()))
+    }
+
+    /// Which `lc_messages` values the pool warns about (RT-1).
+    #[test]
+    fn translated_message_settings_are_told_apart() {
+        for english in ["C", "c", "C.UTF-8", "POSIX", "en_US.UTF-8", "en_GB", ""] {
+            assert!(messages_untranslated(english), "{english:?}");
+        }
+        for translated in ["de_DE.UTF-8", "fr_FR", "ja_JP.eucJP", "es"] {
+            assert!(!messages_untranslated(translated), "{translated:?}");
+        }
     }
 
     /// RT-2: a session the server ended or the client lost is transient;

@@ -5,7 +5,7 @@ use diesel_async::pooled_connection::bb8::{Pool as Bb8Pool, PooledConnection};
 use diesel_async::pooled_connection::{
     AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
 };
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 use futures_util::FutureExt;
 use std::sync::OnceLock;
@@ -59,7 +59,16 @@ pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
         async move {
             connection_runtime()
                 .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?
-                .spawn(async move { AsyncPgConnection::establish(&url).await })
+                .spawn(async move {
+                    let mut conn = AsyncPgConnection::establish(&url).await?;
+                    // A session whose messages cannot be made untranslated
+                    // still works; only the classification of its errors
+                    // suffers, which `session_messages_untranslated` reports.
+                    if let Ok(lc_messages) = session_messages_untranslated(&mut conn).await {
+                        warn_if_translated(&lc_messages);
+                    }
+                    Ok(conn)
+                })
                 .await
                 .map_err(|_| {
                     diesel::ConnectionError::BadConnection("connection task ended".into())
@@ -80,6 +89,65 @@ pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
         .build(manager)
         .await
         .map_err(|_| StoreError::Pool("could not build the connection pool".into()))
+}
+
+/// Make this session's server messages untranslated (`lc_messages = 'C'`)
+/// and return the setting it ends with. No lock, no transaction.
+///
+/// Why: diesel-async hands errors over without their SQLSTATE, so
+/// [`super::classify`] recognises a lost session, a timeout or a deadlock
+/// by the server's message text, which `lc_messages` translates. In German
+/// a statement timeout would read "Anfrage wurde wegen
+/// Zeitüberschreitung abgebrochen" and classify as fatal instead of
+/// retryable (RT-1). Only a superuser may set `lc_messages`; for any other
+/// role the statement leaves it alone (no error, nothing in the server
+/// log) and the caller warns when the setting is not English.
+pub async fn session_messages_untranslated(
+    conn: &mut AsyncPgConnection,
+) -> Result<String, StoreError> {
+    #[derive(diesel::QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        v: String,
+    }
+    let row: Setting = diesel::sql_query(
+        "SELECT CASE WHEN (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) \
+                     THEN set_config('lc_messages', 'C', false) \
+                     ELSE current_setting('lc_messages') END AS v",
+    )
+    .get_result(conn)
+    .await?;
+    Ok(row.v)
+}
+
+/// Whether an `lc_messages` value gives untranslated (English) messages.
+/// Empty means the server's environment decides, which this process cannot
+/// see; it is not reported.
+pub fn messages_untranslated(lc_messages: &str) -> bool {
+    let v = lc_messages.trim();
+    v.is_empty()
+        || v.eq_ignore_ascii_case("C")
+        || v.eq_ignore_ascii_case("POSIX")
+        || v.starts_with("C.")
+        || v.starts_with("en_")
+        || v.starts_with("en.")
+        || v.eq_ignore_ascii_case("en")
+}
+
+/// Warn once per process when a session's messages are translated.
+fn warn_if_translated(lc_messages: &str) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if messages_untranslated(lc_messages) || WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        return;
+    }
+    tracing::warn!(
+        event = "translated_server_messages",
+        lc_messages = %crate::repair::bounded(lc_messages.to_string()),
+        "the server translates its messages and this role may not change lc_messages: \
+         lost sessions, timeouts and deadlocks will classify as fatal instead of retryable; \
+         have a superuser run ALTER ROLE <this role> SET lc_messages = 'C'"
+    );
 }
 
 /// Run the framework's pending migrations on a dedicated blocking thread
