@@ -373,14 +373,10 @@ pub struct ItemsRepair {
     batch: u32,
     /// Selects with the literal limit `batch`.
     select: String,
-    /// Selects with the limit bound as `$3`.
-    select_bound: String,
     update: String,
     /// The one-statement form with the literal limit; `None` runs the
     /// two-statement form.
     fused: Option<String>,
-    /// The one-statement form with the limit bound as `$3`.
-    fused_bound: String,
     bound: String,
     validate: String,
     /// Extra time each mutation holds its transaction (takeover owner only,
@@ -397,13 +393,11 @@ impl ItemsRepair {
             id: Box::leak(id.into_boxed_str()),
             batch,
             select: Self::select_sql(table, &batch.to_string()),
-            select_bound: Self::select_sql(table, "$3"),
             update: format!(
                 "UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
                  WHERE id = ANY($1)"
             ),
             fused: Some(Self::fused_sql(table, &batch.to_string())),
-            fused_bound: Self::fused_sql(table, "$3"),
             bound: format!("SELECT max(id) AS max FROM {table}"),
             validate: format!(
                 "SELECT count(*) AS n FROM {table} \
@@ -411,6 +405,36 @@ impl ItemsRepair {
             ),
             throttle: Duration::ZERO,
         }
+    }
+
+    /// `sql` (written with this repair's batch size) bound to `after` and
+    /// `bound`. For a smaller `limit`, never asked today, the text's
+    /// `LIMIT <batch>` becomes `LIMIT $3` bound to it: a second cached
+    /// statement, built only if that ever happens.
+    fn query(
+        &self,
+        sql: &str,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> diesel::query_builder::BoxedSqlQuery<
+        'static,
+        diesel::pg::Pg,
+        diesel::query_builder::SqlQuery,
+    > {
+        let after = after.copied().unwrap_or(i64::MIN);
+        if limit == self.batch {
+            return diesel::sql_query(sql.to_string())
+                .into_boxed()
+                .bind::<BigInt, _>(after)
+                .bind::<BigInt, _>(*bound);
+        }
+        let literal = format!("LIMIT {}", self.batch);
+        diesel::sql_query(sql.replace(&literal, "LIMIT $3"))
+            .into_boxed()
+            .bind::<BigInt, _>(after)
+            .bind::<BigInt, _>(*bound)
+            .bind::<BigInt, _>(i64::from(limit))
     }
 
     fn select_sql(table: &str, limit: &str) -> String {
@@ -470,25 +494,9 @@ impl Repair for ItemsRepair {
         bound: &i64,
         limit: u32,
     ) -> Result<Vec<i64>, RepairError> {
-        let after = after.copied().unwrap_or(i64::MIN);
-        let rows: Vec<Id> = if limit == self.batch {
-            cached(
-                diesel::sql_query(&self.select)
-                    .bind::<BigInt, _>(after)
-                    .bind::<BigInt, _>(*bound),
-            )
+        let rows: Vec<Id> = cached(self.query(&self.select, after, bound, limit))
             .load(conn)
-            .await?
-        } else {
-            cached(
-                diesel::sql_query(&self.select_bound)
-                    .bind::<BigInt, _>(after)
-                    .bind::<BigInt, _>(*bound)
-                    .bind::<BigInt, _>(i64::from(limit)),
-            )
-            .load(conn)
-            .await?
-        };
+            .await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
 
@@ -502,25 +510,9 @@ impl Repair for ItemsRepair {
         let Some(fused) = &self.fused else {
             return Ok(None);
         };
-        let after = after.copied().unwrap_or(i64::MIN);
-        let row: BigIntSummary = if limit == self.batch {
-            cached(
-                diesel::sql_query(fused)
-                    .bind::<BigInt, _>(after)
-                    .bind::<BigInt, _>(*bound),
-            )
+        let row: BigIntSummary = cached(self.query(fused, after, bound, limit))
             .get_result(conn)
-            .await?
-        } else {
-            cached(
-                diesel::sql_query(&self.fused_bound)
-                    .bind::<BigInt, _>(after)
-                    .bind::<BigInt, _>(*bound)
-                    .bind::<BigInt, _>(i64::from(limit)),
-            )
-            .get_result(conn)
-            .await?
-        };
+            .await?;
         if !self.throttle.is_zero() {
             tokio::time::sleep(self.throttle).await;
         }
@@ -1690,6 +1682,23 @@ async fn drop_database(server: &str, name: &str) -> Result<(), BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The repair's statements carry the batch size as a literal; a smaller
+    /// limit gets the bound form with the limit as its third parameter.
+    #[test]
+    fn items_repair_writes_its_batch_size_into_the_text() {
+        let repair = ItemsRepair::new("bench.t".into(), "items", 100);
+        let text = |limit| {
+            let q = repair.query(&repair.select, Some(&7), &9, limit);
+            diesel::debug_query::<diesel::pg::Pg, _>(&q).to_string()
+        };
+        let literal = text(100);
+        assert!(literal.contains("LIMIT 100"), "{literal}");
+        assert!(literal.contains("binds: [7, 9]"), "{literal}");
+        let bound = text(40);
+        assert!(bound.contains("LIMIT $3"), "{bound}");
+        assert!(bound.contains("binds: [7, 9, 40]"), "{bound}");
+    }
 
     #[test]
     fn stats() {

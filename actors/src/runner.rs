@@ -6,6 +6,10 @@
 //! and its own trust window: after seeing stop intent, a lost lease or an
 //! expired trust window it starts no further batch (EX-5). It tells the
 //! supervisor why it ended with [`RunnerExited`] (`do_send`, upward).
+//!
+//! It logs each batch as `batch_committed` at debug level and, at info,
+//! one `progress` event per `RuntimeConfig::progress_log_interval`: the
+//! batch path writes no log line at the default level.
 
 use crate::lease_renewer::LeaseStatus;
 use crate::metrics::{add, inc, RuntimeMetrics};
