@@ -392,12 +392,12 @@ impl ItemsRepair {
         Self {
             id: Box::leak(id.into_boxed_str()),
             batch,
-            select: Self::select_sql(table, &batch.to_string()),
+            select: Self::select_sql(table, batch),
             update: format!(
                 "UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
                  WHERE id = ANY($1)"
             ),
-            fused: Some(Self::fused_sql(table, &batch.to_string())),
+            fused: Some(Self::fused_sql(table, batch)),
             bound: format!("SELECT max(id) AS max FROM {table}"),
             validate: format!(
                 "SELECT count(*) AS n FROM {table} \
@@ -437,17 +437,18 @@ impl ItemsRepair {
             .bind::<BigInt, _>(i64::from(limit))
     }
 
-    fn select_sql(table: &str, limit: &str) -> String {
-        format!("SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {limit}")
+    /// The select of every non-PL/pgSQL runner, the client loop's included.
+    fn select_sql(table: &str, batch: u32) -> String {
+        format!("SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {batch}")
     }
 
     /// The keys stay on the server: the update takes them from the CTE as
     /// an array (an index scan on the primary key whatever the plan cache
     /// decides), and the answer is one row.
-    fn fused_sql(table: &str, limit: &str) -> String {
+    fn fused_sql(table: &str, batch: u32) -> String {
         format!(
             "WITH k AS MATERIALIZED (\
-                 SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {limit}), \
+                 SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {batch}), \
              u AS (UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
                  WHERE id = ANY(ARRAY(SELECT id FROM k))) \
              SELECT min(id) AS first, max(id) AS last, count(*) AS n FROM k"
@@ -783,10 +784,8 @@ impl Ctx {
         let bound = rows as i64;
         let mut lat = Vec::with_capacity((rows / u64::from(batch)) as usize + 2);
         let mut checkpoint = 0i64;
-        // The batch size in the text, as in the other runners (see
-        // [`ItemsRepair`]).
-        let select =
-            format!("SELECT id FROM items WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {batch}");
+        // The engine's select text, the batch size in it (see [`ItemsRepair`]).
+        let select = ItemsRepair::select_sql("items", batch);
         let t = Instant::now();
         loop {
             let b = Instant::now();

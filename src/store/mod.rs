@@ -16,8 +16,8 @@ pub use admin::*;
 pub use audit::*;
 pub use backfill::*;
 pub use pool::{
-    build_pool, connect_dedicated, database_recreate, messages_untranslated, run_embedded,
-    run_migrations, session_messages_untranslated, url_with_database, Pool, PooledConn, MIGRATIONS,
+    build_pool, connect_dedicated, database_recreate, run_embedded, run_migrations,
+    url_with_database, Pool, PooledConn, MIGRATIONS,
 };
 pub use prepared::{cached, Cached};
 
@@ -160,10 +160,10 @@ mod tests {
     #[test]
     fn translated_message_settings_are_told_apart() {
         for english in ["C", "c", "C.UTF-8", "POSIX", "en_US.UTF-8", "en_GB", ""] {
-            assert!(messages_untranslated(english), "{english:?}");
+            assert!(pool::messages_untranslated(english), "{english:?}");
         }
         for translated in ["de_DE.UTF-8", "fr_FR", "ja_JP.eucJP", "es"] {
-            assert!(!messages_untranslated(translated), "{translated:?}");
+            assert!(!pool::messages_untranslated(translated), "{translated:?}");
         }
     }
 

@@ -102,9 +102,7 @@ pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
 /// retryable (RT-1). Only a superuser may set `lc_messages`; for any other
 /// role the statement leaves it alone (no error, nothing in the server
 /// log) and the caller warns when the setting is not English.
-pub async fn session_messages_untranslated(
-    conn: &mut AsyncPgConnection,
-) -> Result<String, StoreError> {
+async fn session_messages_untranslated(conn: &mut AsyncPgConnection) -> Result<String, StoreError> {
     #[derive(diesel::QueryableByName)]
     struct Setting {
         #[diesel(sql_type = diesel::sql_types::Text)]
@@ -123,7 +121,7 @@ pub async fn session_messages_untranslated(
 /// Whether an `lc_messages` value gives untranslated (English) messages.
 /// Empty means the server's environment decides, which this process cannot
 /// see; it is not reported.
-pub fn messages_untranslated(lc_messages: &str) -> bool {
+pub(super) fn messages_untranslated(lc_messages: &str) -> bool {
     let v = lc_messages.trim();
     v.is_empty()
         || v.eq_ignore_ascii_case("C")
