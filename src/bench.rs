@@ -19,6 +19,8 @@
 //!    validation to `completed`, the repair in its one-statement form;
 //! 4. `engine-keys`: the same with the repair's two-statement form (select
 //!    the keys, then update them by id);
+//!    `engine-serial`: the same as `engine` with a repair that does not
+//!    overlap commits (`Repair::overlap_commits`), the baseline of that;
 //! 5. `engine-k`: K independent backfills over K disjoint tables at once;
 //! 6. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
 //!    machine's own scaling limit that `engine-k` is read against.
@@ -61,6 +63,10 @@ pub enum Runner {
     /// The same, the repair in its two-statement form (`select_keys`, then
     /// `mutate` with the keys).
     EngineKeys,
+    /// The same as `engine`, the repair declaring that it does not overlap
+    /// commits (`Repair::overlap_commits` false): each batch's body runs
+    /// after the previous batch committed, on the same connection.
+    EngineSerial,
     /// K backfills over K disjoint tables at once (K = cores by default).
     EngineK,
     /// K `plpgsql` loops over the same K tables at once: how far the
@@ -73,6 +79,17 @@ pub enum Runner {
     /// Admin API list latency (p50/p99) with 10,000 registered backfills
     /// under 32 concurrent clients.
     AdminList,
+}
+
+/// How the engine runs' repair is declared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// One-statement form, overlapping commits (`engine`, `engine-k`).
+    OneStatement,
+    /// Two-statement form, overlapping commits (`engine-keys`).
+    TwoStatement,
+    /// One-statement form, batches one after the other (`engine-serial`).
+    Serial,
 }
 
 /// Flags of `backfill bench`.
@@ -99,7 +116,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "plpgsql,client,engine,engine-keys,engine-k,plpgsql-k"
+        default_value = "plpgsql,client,engine,engine-keys,engine-serial,engine-k,plpgsql-k"
     )]
     pub only: Vec<Runner>,
     /// Backfills of `engine-k` and loops of `plpgsql-k` (default: the
@@ -382,6 +399,8 @@ pub struct ItemsRepair {
     /// Extra time each mutation holds its transaction (takeover owner only,
     /// so the run lasts long enough to be killed mid-way).
     throttle: Duration,
+    /// What [`Repair::overlap_commits`] answers.
+    overlap: bool,
 }
 
 impl ItemsRepair {
@@ -404,6 +423,7 @@ impl ItemsRepair {
                  WHERE id <= $1 AND email_norm IS DISTINCT FROM lower(email)"
             ),
             throttle: Duration::ZERO,
+            overlap: true,
         }
     }
 
@@ -460,6 +480,12 @@ impl ItemsRepair {
         self.fused = None;
         self
     }
+
+    /// The same repair, declaring that it does not overlap commits.
+    pub fn serial(mut self) -> Self {
+        self.overlap = false;
+        self
+    }
 }
 
 #[async_trait]
@@ -472,6 +498,12 @@ impl Repair for ItemsRepair {
 
     fn batch_limit(&self) -> u32 {
         self.batch
+    }
+
+    /// Each row's repair reads only that row, so a batch never reads what
+    /// an earlier one wrote (`serial` says otherwise, for comparison).
+    fn overlap_commits(&self) -> bool {
+        self.overlap
     }
 
     async fn capture_bound(
@@ -844,7 +876,7 @@ impl Ctx {
         rows_each: u64,
         batch: u32,
         rep: u32,
-        fused: bool,
+        shape: Shape,
     ) -> Result<RunResult, BenchError> {
         self.reset_settled(tables, rows_each).await?;
         self.run_seq += 1;
@@ -858,14 +890,16 @@ impl Ctx {
             );
             ids.push(id.clone());
             registry
-                .register(match ItemsRepair::new(id, table, batch) {
-                    repair if fused => repair,
-                    repair => repair.two_statement(),
+                .register(match (shape, ItemsRepair::new(id, table, batch)) {
+                    (Shape::OneStatement, repair) => repair,
+                    (Shape::TwoStatement, repair) => repair.two_statement(),
+                    (Shape::Serial, repair) => repair.serial(),
                 })
                 .map_err(|e| BenchError::Run(e.to_string()))?;
         }
-        // Runner connections plus renewer, validator and the bench itself.
-        let pool = store::build_pool(&self.url, tables.len() as u32 + 3).await?;
+        // Two connections per runner (the repair overlaps commits, see
+        // `Repair::overlap_commits`) plus renewer, validator and the bench.
+        let pool = store::build_pool(&self.url, 2 * tables.len() as u32 + 3).await?;
         let engine = Engine::new(pool, registry, self.engine_config())?;
         engine.register().await?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -1093,7 +1127,7 @@ async fn rss(ctx: &mut Ctx, batch: u32) -> Result<Value, BenchError> {
         })
     };
     let run = ctx
-        .engine_run("rss", &["items_rss".to_string()], rows, batch, 1, true)
+        .engine_run("rss", &["items_rss".to_string()], rows, batch, 1, Shape::OneStatement)
         .await;
     let _ = stop_tx.send(());
     let _ = sampler.await;
@@ -1230,6 +1264,8 @@ async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
 struct Report {
     cores: usize,
     pg_version: String,
+    /// The server's `fsync` and `synchronous_commit`.
+    durability: String,
     rows: u64,
     reps: u32,
     k: usize,
@@ -1355,6 +1391,7 @@ impl Report {
         json!({
             "cores": self.cores,
             "postgres_version": self.pg_version,
+            "postgres_durability": self.durability,
             "rows": self.rows,
             "reps": self.reps,
             "k": self.k,
@@ -1372,8 +1409,8 @@ impl Report {
     fn markdown(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
-            "Machine: {} cores; {}.\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k and plpgsql-k (N split over K tables).\n\n",
-            self.cores, self.pg_version, self.rows, self.reps, self.k
+            "Machine: {} cores; {} ({}).\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k and plpgsql-k (N split over K tables).\n\n",
+            self.cores, self.pg_version, self.durability, self.rows, self.reps, self.k
         ));
         if !self.runs.is_empty() {
             s.push_str(
@@ -1389,6 +1426,7 @@ impl Report {
                 "client",
                 "engine",
                 "engine-keys",
+                "engine-serial",
                 "engine-k",
                 "plpgsql-k",
             ] {
@@ -1487,10 +1525,16 @@ u AS (UPDATE .. WHERE id = ANY(ARRAY(SELECT id FROM k))) SELECT min(id), \
 max(id), count(*) FROM k`), so a batch is ONE round trip: the fenced \
 checkpoint advance + COMMIT, the next batch's BEGIN + SET LOCAL timeouts, \
 and the next batch's statement, pipelined (the claim keeps that open \
-transaction, so no pool checkout either).\n\
+transaction, so no pool checkout either). The repair overlaps commits \
+(`Repair::overlap_commits`): the claim holds a second connection, and each \
+batch's statement runs there while the previous batch's fence and COMMIT run \
+on the first, so the commit's WAL flush is off the critical path.\n\
 - `engine-keys`: the same engine with the repair's two-statement form \
 (select the keys, then update them by id): 3 round trips per batch \
-(select, update, fence + COMMIT + next BEGIN).\n\
+(select, update, fence + COMMIT + next BEGIN), overlapping commits too.\n\
+- `engine-serial`: `engine` with a repair that does not overlap commits: \
+each batch's statement runs behind the previous batch's COMMIT on the same \
+connection.\n\
 - `engine-k`: K backfills over K disjoint tables of N/K rows at once, one \
 process, one-statement form.\n\
 - `plpgsql-k`: K `plpgsql` loops over the same K tables at once, one \
@@ -1555,12 +1599,25 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
             .await?;
         v.v.split(" on ").next().unwrap_or(&v.v).to_string()
     };
+    // Commit cost depends on these more than on anything the engine does;
+    // the throwaway cluster runs with both off.
+    let durability = {
+        let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
+        let v: TextValue = diesel::sql_query(
+            "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' \
+                 || current_setting('synchronous_commit') AS v",
+        )
+        .get_result(&mut conn)
+        .await?;
+        v.v
+    };
     let mut only = args.only.clone();
     only.sort();
     only.dedup();
     let mut report = Report {
         cores,
         pg_version,
+        durability,
         rows: args.rows,
         reps: args.reps,
         k,
@@ -1585,19 +1642,25 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
                         Runner::Plpgsql => ctx.plpgsql(batch, rep).await?,
                         Runner::Client => ctx.client(batch, rep).await?,
                         Runner::Engine => {
-                            ctx.engine_run("engine", &["items".into()], args.rows, batch, rep, true)
+                            let table = ["items".into()];
+                            ctx.engine_run("engine", &table, args.rows, batch, rep, Shape::OneStatement)
                                 .await?
                         }
                         Runner::EngineKeys => {
                             let table = ["items".into()];
-                            ctx.engine_run("engine-keys", &table, args.rows, batch, rep, false)
+                            ctx.engine_run("engine-keys", &table, args.rows, batch, rep, Shape::TwoStatement)
+                                .await?
+                        }
+                        Runner::EngineSerial => {
+                            let table = ["items".into()];
+                            ctx.engine_run("engine-serial", &table, args.rows, batch, rep, Shape::Serial)
                                 .await?
                         }
                         Runner::EngineK => {
                             let tables = k_tables(k);
                             let each = (args.rows / k as u64).max(1);
                             let r = ctx
-                                .engine_run("engine-k", &tables, each, batch, rep, true)
+                                .engine_run("engine-k", &tables, each, batch, rep, Shape::OneStatement)
                                 .await?;
                             ctx.drop_tables(&tables).await?;
                             r
@@ -1719,6 +1782,7 @@ mod tests {
         let report = Report {
             cores: 2,
             pg_version: String::new(),
+            durability: String::new(),
             rows: 1000,
             reps: 2,
             k: 2,

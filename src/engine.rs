@@ -19,7 +19,7 @@
 use crate::key::{render_json, KeyError};
 use crate::lifecycle::{Action, State};
 use crate::repair::{bounded, BodyError, DefinitionError, RepairError, SelectionError, Validation};
-use crate::repair::{EncodedSource, Registry, SelectedBatch};
+use crate::repair::{DynRepair, EncodedSource, Registry, SelectedBatch};
 use crate::store::{self, BackfillRow, Pool, PooledConn, StartValues, StoreError};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
@@ -231,6 +231,21 @@ struct Open {
     conn: PooledConn<'static>,
     /// The next batch's body, already run in this transaction.
     ahead: Option<Result<SelectedBatch, BodyError>>,
+    /// A repair that overlaps commits (`Repair::overlap_commits`): the
+    /// pair's other connection, inside the transaction the previous
+    /// batch's commit message opened (`BEGIN` and timeouts, nothing run).
+    /// The batch after next runs its body there while the next batch
+    /// commits on `conn`.
+    spare: Option<PooledConn<'static>>,
+}
+
+/// Where the batch after this one stands once this one committed.
+enum Next {
+    /// On this batch's connection: its body already sent behind the
+    /// commit (`Some`) or not yet run (`None`).
+    Same(Option<Result<SelectedBatch, BodyError>>),
+    /// Run on the pair's other connection while this batch committed.
+    Other(PooledConn<'static>, Result<SelectedBatch, BodyError>),
 }
 
 impl OpenBatch {
@@ -357,6 +372,13 @@ fn body_error(id: &str, error: BodyError) -> EngineError {
             error,
         },
     }
+}
+
+/// Roll back a connection's batch transaction and return it to the pool;
+/// if the rollback fails, the connection reports itself broken and the
+/// pool discards it.
+async fn rollback_to_pool(mut conn: PooledConn<'static>) {
+    let _ = store::batch_rollback(&mut conn).await;
 }
 
 fn millis(d: Duration) -> i64 {
@@ -527,7 +549,12 @@ impl Engine {
     /// ended the idle session), a fresh one does.
     pub async fn release(&self, claim: &Claim) -> Result<bool, EngineError> {
         let reused = match claim.open.take() {
-            Some(Open { mut conn, .. }) => {
+            Some(Open {
+                mut conn, spare, ..
+            }) => {
+                if let Some(spare) = spare {
+                    rollback_to_pool(spare).await;
+                }
                 store::batch_rollback(&mut conn).await.ok().map(|()| conn)
             }
             None => None,
@@ -564,14 +591,15 @@ impl Engine {
         // The transaction the previous batch's commit opened (maybe with
         // this batch's body already run), or a fresh one: BEGIN and the
         // SET LOCAL timeouts in one round trip.
-        let (mut pooled, ahead) = match claim.open.take() {
-            Some(Open { conn, ahead }) => (conn, ahead),
+        let (mut pooled, ahead, mut spare) = match claim.open.take() {
+            Some(Open { conn, ahead, spare }) => (conn, ahead, spare),
             None => {
                 let mut conn = self.pool.get_owned().await.map_err(StoreError::from)?;
                 store::batch_begin(&mut conn, stmt_ms, lock_ms).await?;
-                (conn, None)
+                (conn, None, None)
             }
         };
+        let overlap = def.overlap_commits() && (spare.is_some() || self.pool_can_spare());
         let conn = &mut *pooled;
         // The body borrows the claim instead of cloning it per batch.
         let body = async {
@@ -608,11 +636,35 @@ impl Engine {
                 }
                 return Ok((checkpoint, selected.keys, None));
             }
+            let shared: &AsyncPgConnection = conn;
+            if overlap {
+                // The fence, the COMMIT and the next BEGIN on this
+                // connection while the next batch's body runs on the
+                // other (`Repair::overlap_commits`). That body commits
+                // only with the next batch's fence, which is sent after
+                // this commit returned and expects this checkpoint.
+                let (fence, other) = futures_util::join!(
+                    store::checkpoint_advance_commit_reopen(shared, &advance, stmt_ms, lock_ms),
+                    self.body_on_spare(&**def, spare.take(), &checkpoint, bound, stmt_ms, lock_ms)
+                );
+                let committed = matches!(fence, Ok(store::FenceCommit::Committed));
+                let next = match other {
+                    Some((other, selected)) if committed => Next::Other(other, selected),
+                    Some((other, _)) => {
+                        rollback_to_pool(other).await;
+                        Next::Same(None)
+                    }
+                    None => Next::Same(None),
+                };
+                if fence? == store::FenceCommit::Stale {
+                    return Err(TxError::Stale);
+                }
+                return Ok((checkpoint, selected.keys, Some(next)));
+            }
             // The fence, the COMMIT, the next BEGIN and the next batch's
             // one-statement body (if the repair has one) in one round trip
             // (CLM-2, EX-6). The body runs after the commit, in the new
             // transaction, and commits only with the next batch's fence.
-            let shared: &AsyncPgConnection = conn;
             let (fence, next) = futures_util::join!(
                 store::checkpoint_advance_commit_reopen(shared, &advance, stmt_ms, lock_ms),
                 def.batch_ahead(shared, Some(&checkpoint), bound)
@@ -620,9 +672,14 @@ impl Engine {
             if fence? == store::FenceCommit::Stale {
                 return Err(TxError::Stale);
             }
-            Ok((checkpoint, selected.keys, Some(next.transpose())))
+            Ok((checkpoint, selected.keys, Some(Next::Same(next.transpose()))))
         }
         .await;
+        // A spare the batch did not use (it failed first, or reached the
+        // bound) goes back to the pool, its empty transaction rolled back.
+        if let Some(spare) = spare.take() {
+            rollback_to_pool(spare).await;
+        }
         let result = match body {
             Ok(done) => Ok(done),
             Err(error) => {
@@ -639,11 +696,18 @@ impl Engine {
             Ok((checkpoint, keys, next)) => {
                 claim.checkpoint = Some(checkpoint);
                 let reached_bound = next.is_none();
-                if let Some(ahead) = next {
-                    claim.open.put(Open {
+                match next {
+                    None => {}
+                    Some(Next::Same(ahead)) => claim.open.put(Open {
                         conn: pooled,
                         ahead,
-                    });
+                        spare: None,
+                    }),
+                    Some(Next::Other(other, ahead)) => claim.open.put(Open {
+                        conn: other,
+                        ahead: Some(ahead),
+                        spare: Some(pooled),
+                    }),
                 }
                 Ok(BatchOutcome::Committed {
                     keys,
@@ -653,6 +717,41 @@ impl Engine {
             Err(TxError::Stale | TxError::Busy) => Ok(BatchOutcome::Stale),
             Err(TxError::Engine(e)) => Err(e),
         }
+    }
+
+    /// The next batch's body on the pair's other connection, for a repair
+    /// that overlaps commits: `spare`, or a connection taken from the pool
+    /// and begun (`BEGIN` and the timeouts). `None`: no connection could be
+    /// had and nothing ran; the next batch then runs on the claim's own
+    /// connection as usual.
+    async fn body_on_spare(
+        &self,
+        def: &dyn DynRepair,
+        spare: Option<PooledConn<'static>>,
+        after: &[u8],
+        bound: &[u8],
+        stmt_ms: i64,
+        lock_ms: i64,
+    ) -> Option<(PooledConn<'static>, Result<SelectedBatch, BodyError>)> {
+        let mut conn = match spare {
+            Some(conn) => conn,
+            None => {
+                let mut conn = self.pool.get_owned().await.ok()?;
+                store::batch_begin(&mut conn, stmt_ms, lock_ms).await.ok()?;
+                conn
+            }
+        };
+        let selected = def.batch(&mut conn, Some(after), bound).await;
+        Some((conn, selected))
+    }
+
+    /// Whether a runner may take a second connection (`Open::spare`): only
+    /// while two more stay free for claims, renewals, validation and the
+    /// admin API, which is what the host's minimum pool size reserves.
+    fn pool_can_spare(&self) -> bool {
+        let state = self.pool.state();
+        let busy = state.connections.saturating_sub(state.idle_connections);
+        self.pool.config().max_size.saturating_sub(busy) >= 3
     }
 
     /// Durably record a classified execution error and drop the claim

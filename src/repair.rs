@@ -316,6 +316,34 @@ pub trait Repair: Send + Sync + 'static {
     /// `LIMIT $3` and 2% with the literal.
     fn batch_limit(&self) -> u32;
 
+    /// Whether the engine may run a batch's statements before the previous
+    /// batch has committed. It then keeps two connections per claim and
+    /// runs batch N+1's body on one while batch N's fence and `COMMIT` run
+    /// on the other, so the commit (its WAL flush above all) leaves the
+    /// critical path. Nothing else changes: each batch commits its mutation
+    /// with its own fenced checkpoint advance, in key order; batch N+1's
+    /// fence is sent only after batch N committed and expects batch N's
+    /// checkpoint, so if batch N did not commit, batch N+1 rolls back
+    /// (EX-6, CLM-2).
+    ///
+    /// Return `true` only when no batch *reads* what an earlier batch of
+    /// this repair wrote. Batch N+1's statements start before batch N
+    /// commits, so under READ COMMITTED they see the rows as they were
+    /// before batch N. Updating a row that batch N changed is safe: the
+    /// UPDATE waits for batch N's commit and applies to the row as batch N
+    /// left it, as with any concurrent writer. A repair that derives a row
+    /// from its own columns (`SET email_norm = lower(email)`) qualifies; one
+    /// that reads a flag an earlier batch set on other rows does not. The
+    /// default, `false`, runs batches strictly one after the other.
+    ///
+    /// The second connection is taken only while at least two more stay
+    /// free in the pool (for claims, renewals, validation and the admin
+    /// API); without one, the batches of an overlapping repair run one
+    /// after the other too.
+    fn overlap_commits(&self) -> bool {
+        false
+    }
+
     /// Capture the finite source set once, at `start` (EX-1). Runs inside
     /// the transaction that moves the row to `running`.
     async fn capture_bound(
@@ -544,6 +572,7 @@ pub(crate) fn check_mutated<K: Key>(
 pub(crate) trait DynRepair: Send + Sync {
     fn id(&self) -> &'static str;
     fn description(&self) -> &'static str;
+    fn overlap_commits(&self) -> bool;
     fn key_type(&self) -> String;
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
     fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError>;
@@ -582,6 +611,9 @@ impl<R: Repair> DynRepair for Erased<R> {
     }
     fn description(&self) -> &'static str {
         self.0.description()
+    }
+    fn overlap_commits(&self) -> bool {
+        self.0.overlap_commits()
     }
     fn key_type(&self) -> String {
         R::Key::type_name()

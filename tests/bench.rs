@@ -37,6 +37,10 @@ fn bench_json_shape_and_verification() {
         .as_str()
         .unwrap()
         .starts_with("PostgreSQL"));
+    assert!(report["postgres_durability"]
+        .as_str()
+        .unwrap()
+        .starts_with("fsync="));
     for key in [
         "engine_vs_plpgsql",
         "engine_vs_client",
@@ -60,6 +64,7 @@ fn bench_json_shape_and_verification() {
             "engine",
             "engine-k",
             "engine-keys",
+            "engine-serial",
             "plpgsql",
             "plpgsql-k"
         ]
