@@ -1127,7 +1127,14 @@ async fn rss(ctx: &mut Ctx, batch: u32) -> Result<Value, BenchError> {
         })
     };
     let run = ctx
-        .engine_run("rss", &["items_rss".to_string()], rows, batch, 1, Shape::OneStatement)
+        .engine_run(
+            "rss",
+            &["items_rss".to_string()],
+            rows,
+            batch,
+            1,
+            Shape::OneStatement,
+        )
         .await;
     let _ = stop_tx.send(());
     let _ = sampler.await;

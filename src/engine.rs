@@ -13,8 +13,17 @@
 //! batch costs one round trip: the fence, COMMIT, BEGIN and the next
 //! batch's work. The statement runs after the commit, inside the new
 //! transaction, and commits only with the next batch's fence (EX-6,
-//! CLM-2). The runtime (`backfill-actors`) drives these calls; it never
-//! sees SQL.
+//! CLM-2).
+//!
+//! A repair that overlaps commits (`Repair::overlap_commits`) has its claim
+//! hold a second connection: the next batch's body runs there while the
+//! previous batch's fence, COMMIT and next BEGIN run on the first, so the
+//! commit's WAL flush is off the critical path. The two connections swap
+//! roles every batch. A batch's fence is sent only after the previous
+//! batch's commit returned and expects its checkpoint, so the order of
+//! commits is the order of keys, and a batch whose predecessor did not
+//! commit rolls back. The runtime (`backfill-actors`) drives these calls;
+//! it never sees SQL.
 
 use crate::key::{render_json, KeyError};
 use crate::lifecycle::{Action, State};
@@ -240,6 +249,9 @@ struct Open {
 }
 
 /// Where the batch after this one stands once this one committed.
+// One value per batch, moved once and never stored: boxing the connection
+// would allocate on every batch to save a stack copy.
+#[allow(clippy::large_enum_variant)]
 enum Next {
     /// On this batch's connection: its body already sent behind the
     /// commit (`Some`) or not yet run (`None`).
@@ -672,7 +684,11 @@ impl Engine {
             if fence? == store::FenceCommit::Stale {
                 return Err(TxError::Stale);
             }
-            Ok((checkpoint, selected.keys, Some(Next::Same(next.transpose()))))
+            Ok((
+                checkpoint,
+                selected.keys,
+                Some(Next::Same(next.transpose())),
+            ))
         }
         .await;
         // A spare the batch did not use (it failed first, or reached the

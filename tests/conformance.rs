@@ -16,6 +16,10 @@
 //!   `ex06_*`, `ct05_pause_rejects_the_batch_sent_ahead`,
 //!   `ct02_one_statement_*`, `ct02_lock_timeout_of_a_batch_sent_ahead_*`,
 //!   `ct04_termination_with_a_batch_sent_ahead_*`
+//! - EX-6/CLM-2 overlapped commits (`Repair::overlap_commits`): the next
+//!   batch's body on a second connection while the previous batch commits:
+//!   `ex06_overlapped_*`, `ex06_second_connection_*`,
+//!   `ct05_pause_rejects_an_overlapped_*`, `clm01_release_ends_both_*`
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
 //!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
 //! - RT-1 errors classified whatever the server's language: `rt01_*`
@@ -1466,4 +1470,196 @@ async fn rt01_pool_sessions_report_errors_untranslated() {
     assert_eq!(lc_messages(&pool).await, "C.UTF-8");
     drop(pool);
     db.exec(&format!("DROP ROLE {role}")).await;
+}
+
+// ------------------------------------------- overlapped commits (EX-6, CLM-2)
+
+/// A database with `rows` items and the counter, as `shape` makes it,
+/// registered and started on an engine over `pool` (the test database's
+/// own pool of 8 when `None`).
+async fn started_counter(
+    rows: i64,
+    limit: u32,
+    pool: Option<u32>,
+    shape: impl FnOnce(Counter) -> Counter,
+) -> (TestDb, Engine, Arc<Hooks>) {
+    let db = test_db().await;
+    db.exec(&items_sql(rows)).await;
+    let hooks = Hooks::new();
+    let registry = Registry::new()
+        .with(shape(Counter::new(ID, limit, hooks.clone())))
+        .expect("valid definition");
+    let pool = match pool {
+        Some(size) => backfill::store::build_pool(&db.url, size)
+            .await
+            .expect("pool"),
+        None => db.pool.clone(),
+    };
+    let engine = Engine::new(pool, registry, config()).expect("engine");
+    engine.register().await.expect("register");
+    assert!(matches!(
+        engine.start(ID).await.expect("start"),
+        ActionOutcome::Applied { .. }
+    ));
+    (db, engine, hooks)
+}
+
+/// Connections of the engine's pool in use (checked out, not idle).
+fn busy(engine: &Engine) -> u32 {
+    let state = engine.pool().state();
+    state.connections - state.idle_connections
+}
+
+/// Connections the engine's pool threw away instead of reusing (returned
+/// inside a transaction, or broken).
+fn discarded(engine: &Engine) -> u64 {
+    let stats = engine.pool().state().statistics;
+    stats.connections_closed_broken + stats.connections_closed_invalid
+}
+
+/// Run the claim's batches until the bound, then drive the backfill to
+/// `completed`: all `rows` items repaired exactly once.
+async fn finish(db: &TestDb, engine: &Engine, mut claim: Claim, rows: i64) {
+    while let BatchOutcome::Committed {
+        reached_bound: false,
+        ..
+    } = engine.run_batch(&mut claim).await.unwrap()
+    {}
+    drive_to_completed(db, engine, rows).await;
+}
+
+/// EX-6, CLM-2: with a repair that overlaps commits, batch 2's mutation
+/// runs on a second connection while batch 1's fence still waits (a second
+/// session holds the backfill row), and still commits only with its own
+/// fence in the next step: after the first step exactly batch 1's rows are
+/// committed, after the second exactly 20, and the run completes with
+/// every item repaired once. Guard: the next batch's body on the spare
+/// connection joined with the fence in `run_batch` (without it batch 2's
+/// mutation runs only after batch 1 committed, and the gate below is never
+/// reached while the row is held).
+#[tokio::test]
+async fn ex06_overlapped_batch_runs_while_the_previous_one_commits() {
+    let (db, engine, hooks) = started_counter(30, 10, None, Counter::overlapping).await;
+    let mut gate = hooks.gate_after_mutate();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let mut holder = lock_holder(
+        &db,
+        "SELECT 1 FROM backfill WHERE id = 'items.counter' FOR UPDATE",
+    )
+    .await;
+    let stepper = engine.clone();
+    let step = tokio::spawn(async move {
+        let outcome = stepper.run_batch(&mut claim).await;
+        (claim, outcome)
+    });
+    gate.reached().await;
+    gate.release();
+    // Batch 1 mutated; its fence now waits for the row. Batch 2's mutation
+    // comes to the gate all the same.
+    gate.reached().await;
+    assert_eq!(count_n(&db, 1).await, 0, "nothing committed yet");
+    hooks.clear_gates();
+    gate.release();
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let (mut claim, outcome) = step.await.unwrap();
+    assert_eq!(
+        outcome.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        }
+    );
+    assert_eq!(count_n(&db, 1).await, 10, "batch 2 waits for its own fence");
+    assert_eq!(
+        engine.get(ID).await.unwrap().checkpoint_json,
+        Some(serde_json::json!(10))
+    );
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        }
+    );
+    assert_eq!(count_n(&db, 1).await, 20);
+    finish(&db, &engine, claim, 30).await;
+}
+
+/// CT-5, EX-6: a pause between two steps of a repair that overlaps
+/// commits rejects the batch that ran on the second connection, and the
+/// batch after it, which ran while that fence failed, rolls back too: no
+/// session stays in a transaction, and after resume every item is repaired
+/// once. Guards: the fence's claim conditions (with them removed batch 2
+/// commits: 20 items), and the rollback of the overlapped body when the
+/// fence before it did not commit (dropped instead, its connection is
+/// discarded: the pool would reconnect for every pause).
+#[tokio::test]
+async fn ct05_pause_rejects_an_overlapped_batch_and_the_one_behind_it() {
+    let (db, engine, _hooks) =
+        started_counter(40, 10, None, |c| c.one_statement().overlapping()).await;
+    let mut claim = claim_and_commit_first_batch(&engine).await;
+    assert_eq!(
+        open_transactions(&db).await,
+        2,
+        "batch 2 ran on the second connection; the first is open for batch 3"
+    );
+    pause_then_next_batch_is_stale(&engine, &mut claim).await;
+    assert_eq!(count_n(&db, 1).await, 10, "batches 2 and 3 rolled back");
+    assert_eq!(open_transactions(&db).await, 0);
+    assert_eq!(busy(&engine), 0, "both connections are back in the pool");
+    assert_eq!(discarded(&engine), 0, "both rolled back, neither discarded");
+    resume_and_complete(&db, &engine, 40).await;
+}
+
+/// CLM-1: releasing a claim of a repair that overlaps commits rolls back
+/// both of its transactions: another worker claims at once, at the
+/// committed checkpoint, and no session stays inside a transaction.
+/// Guard: the spare's rollback in `Engine::release` (dropped instead, its
+/// connection is discarded).
+#[tokio::test]
+async fn clm01_release_ends_both_overlapped_transactions() {
+    let (db, engine, _hooks) =
+        started_counter(30, 10, None, |c| c.one_statement().overlapping()).await;
+    let claim = claim_and_commit_first_batch(&engine).await;
+    assert_eq!(busy(&engine), 2);
+    assert!(engine.release(&claim).await.unwrap());
+    assert_eq!(open_transactions(&db).await, 0);
+    assert_eq!(busy(&engine), 0);
+    assert_eq!(discarded(&engine), 0, "both rolled back, neither discarded");
+    let other = engine.claim_next("w2", &[]).await.unwrap().unwrap();
+    assert_eq!(other.checkpoint_json(), Some(serde_json::json!(10)));
+    finish(&db, &engine, other, 30).await;
+}
+
+/// EX-6: the second connection is taken only for a repair that says it
+/// overlaps commits (a repair may read what earlier batches wrote, and then
+/// its batches must run one after the other), and only while two more
+/// connections stay free for claims, renewals, validation and the admin
+/// API. Either way the run completes with every item repaired once.
+/// Guards: `Repair::overlap_commits` in `run_batch` (ignored, the default
+/// repair holds two connections) and `Engine::pool_can_spare` (without it
+/// the runner takes the last free connections of a pool of 3).
+#[tokio::test]
+async fn ex06_second_connection_only_when_the_repair_overlaps_and_the_pool_can_spare() {
+    for (overlap, pool, expected) in [(false, None, 1), (true, None, 2), (true, Some(3), 1)] {
+        let (db, engine, _hooks) = started_counter(30, 10, pool, |c| {
+            let c = c.one_statement();
+            if overlap {
+                c.overlapping()
+            } else {
+                c
+            }
+        })
+        .await;
+        let claim = claim_and_commit_first_batch(&engine).await;
+        assert_eq!(
+            busy(&engine),
+            expected,
+            "overlap {overlap}, pool {pool:?}: connections the claim holds"
+        );
+        finish(&db, &engine, claim, 30).await;
+    }
 }

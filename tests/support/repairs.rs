@@ -148,6 +148,9 @@ pub struct Counter {
     /// Whether it has the one-statement form (`select_and_mutate`). The
     /// gates and failure hooks apply to the two-statement form only.
     pub one_statement: bool,
+    /// What `Repair::overlap_commits` answers (`n = n + 1` reads only its
+    /// own row, so it may).
+    pub overlap: bool,
 }
 
 impl Counter {
@@ -158,7 +161,14 @@ impl Counter {
             hooks,
             table: "items",
             one_statement: false,
+            overlap: false,
         }
+    }
+
+    /// The same repair, overlapping commits (`Repair::overlap_commits`).
+    pub fn overlapping(mut self) -> Self {
+        self.overlap = true;
+        self
     }
 
     /// The same repair with its one-statement form.
@@ -188,6 +198,10 @@ impl Repair for Counter {
 
     fn batch_limit(&self) -> u32 {
         self.limit
+    }
+
+    fn overlap_commits(&self) -> bool {
+        self.overlap
     }
 
     async fn capture_bound(
