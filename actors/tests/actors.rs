@@ -176,10 +176,14 @@ async fn supervisor_caps_concurrent_runners() {
     assert_eq!(fake.releases.load(Ordering::SeqCst), 2);
 }
 
-/// Log lines at info and above written while the guard lives, on this
-/// thread (the actix system of an `actix_rt::test` runs here).
-fn capture_info_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
-    struct Sink(Arc<Mutex<Vec<u8>>>);
+/// Every info event of this test binary, as the operator's log would show
+/// them. A process-wide subscriber, installed once: a thread's own
+/// (`set_default`) misses events whenever another test thread registers
+/// the same call site first without one (tracing caches each call site's
+/// interest process-wide), which made this capture flaky. Tests tell their
+/// events apart by backfill ID.
+fn info_logs() -> &'static Mutex<Vec<u8>> {
+    struct Sink(&'static Mutex<Vec<u8>>);
     impl std::io::Write for Sink {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
             self.0.lock().extend_from_slice(bytes);
@@ -189,28 +193,34 @@ fn capture_info_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuar
             Ok(())
         }
     }
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || Sink(sink.clone()))
-        .finish();
-    (lines, tracing::subscriber::set_default(subscriber))
+    static LINES: std::sync::OnceLock<Mutex<Vec<u8>>> = std::sync::OnceLock::new();
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    let lines = LINES.get_or_init(|| Mutex::new(Vec::new()));
+    INSTALLED.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || Sink(lines))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("no other subscriber");
+    });
+    lines
 }
 
-fn count_events(lines: &Mutex<Vec<u8>>, event: &str) -> usize {
-    let needle = format!("event=\"{event}\"");
-    String::from_utf8_lossy(&lines.lock())
+/// Info events named `event` about backfill `id`.
+fn count_events(id: &str, event: &str) -> usize {
+    let (event, id) = (format!("event=\"{event}\""), format!("backfill={id} "));
+    String::from_utf8_lossy(&info_logs().lock())
         .lines()
-        .filter(|line| line.contains(&needle))
+        .filter(|line| line.contains(&event) && line.contains(&id))
         .count()
 }
 
-async fn run_steps(progress_log_interval: Duration, steps: usize) -> Arc<Mutex<Vec<u8>>> {
-    let (lines, _guard) = capture_info_logs();
+/// Run backfill `id` for `steps` batches with the given progress interval.
+async fn run_steps(id: &str, progress_log_interval: Duration, steps: usize) {
+    info_logs();
     let fake = Arc::new(Fake {
-        ids: Mutex::new(vec!["a".into()]),
+        ids: Mutex::new(vec![id.into()]),
         renew_ok: AtomicBool::new(true),
         ..Fake::default()
     });
@@ -225,7 +235,6 @@ async fn run_steps(progress_log_interval: Duration, steps: usize) -> Arc<Mutex<V
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     rt.shutdown().await;
-    lines
 }
 
 /// OBS-1 without flooding the operator's log: committed batches show up at
@@ -235,19 +244,23 @@ async fn run_steps(progress_log_interval: Duration, steps: usize) -> Arc<Mutex<V
 /// logging `progress` at all fails the second.
 #[actix_rt::test]
 async fn obs01_progress_is_logged_per_interval_not_per_batch() {
-    let lines = run_steps(Duration::from_secs(3600), 50).await;
-    assert_eq!(count_events(&lines, "batch_committed"), 0);
+    run_steps("obs.quiet", Duration::from_secs(3600), 50).await;
+    assert_eq!(count_events("obs.quiet", "batch_committed"), 0);
     assert_eq!(
-        count_events(&lines, "progress"),
+        count_events("obs.quiet", "progress"),
         0,
         "no interval has passed"
     );
-    assert_eq!(count_events(&lines, "claim_acquired"), 1, "capture works");
+    assert_eq!(
+        count_events("obs.quiet", "claim_acquired"),
+        1,
+        "capture works"
+    );
 
     // An interval shorter than a batch: a `progress` event per batch.
-    let lines = run_steps(Duration::from_nanos(1), 50).await;
-    assert!(count_events(&lines, "progress") >= 25);
-    assert_eq!(count_events(&lines, "batch_committed"), 0);
+    run_steps("obs.busy", Duration::from_nanos(1), 50).await;
+    assert!(count_events("obs.busy", "progress") >= 25);
+    assert_eq!(count_events("obs.busy", "batch_committed"), 0);
 }
 
 #[test]
