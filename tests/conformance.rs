@@ -54,16 +54,7 @@ fn counter_engine(db: &TestDb, limit: u32, hooks: &Arc<Hooks>) -> Engine {
 
 /// A database with `rows` items, the counter registered and started.
 async fn started(rows: i64, limit: u32) -> (TestDb, Engine, Arc<Hooks>) {
-    let db = test_db().await;
-    db.exec(&items_sql(rows)).await;
-    let hooks = Hooks::new();
-    let engine = counter_engine(&db, limit, &hooks);
-    engine.register().await.expect("register");
-    assert!(matches!(
-        engine.start(ID).await.expect("start"),
-        ActionOutcome::Applied { .. }
-    ));
-    (db, engine, hooks)
+    started_counter(rows, limit, None, |c| c).await
 }
 
 /// A second session inside a transaction that ran `sql`, holding its row
@@ -1163,19 +1154,7 @@ async fn clm01_release_after_the_server_ended_the_open_batch() {
 /// A database with `rows` items and the counter, in its one-statement form
 /// (`Repair::select_and_mutate`), registered and started.
 async fn started_one_statement(rows: i64, limit: u32) -> (TestDb, Engine, Arc<Hooks>) {
-    let db = test_db().await;
-    db.exec(&items_sql(rows)).await;
-    let hooks = Hooks::new();
-    let registry = Registry::new()
-        .with(Counter::new(ID, limit, hooks.clone()).one_statement())
-        .expect("valid definition");
-    let engine = Engine::new(db.pool.clone(), registry, config()).expect("engine");
-    engine.register().await.expect("register");
-    assert!(matches!(
-        engine.start(ID).await.expect("start"),
-        ActionOutcome::Applied { .. }
-    ));
-    (db, engine, hooks)
+    started_counter(rows, limit, None, Counter::one_statement).await
 }
 
 /// EX-6, CLM-2: with a one-statement repair, each batch's statement is
