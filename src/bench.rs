@@ -462,16 +462,28 @@ impl ItemsRepair {
         format!("SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {batch}")
     }
 
-    /// The keys stay on the server: the update takes them from the CTE as
-    /// an array (an index scan on the primary key whatever the plan cache
-    /// decides), and the answer is one row.
+    /// The keys stay on the server: the CTE collects them into one array
+    /// (`array_agg`, as the PL/pgSQL loop does), the update takes them from
+    /// it (an index scan on the primary key whatever the plan cache
+    /// decides), and the answer is one row read off the array.
+    ///
+    /// This shape replaced `WITH k AS MATERIALIZED (SELECT id ..), u AS
+    /// (UPDATE .. WHERE id = ANY(ARRAY(SELECT id FROM k))) SELECT min(id),
+    /// max(id), count(*) FROM k`, which scans the materialized keys twice
+    /// more. Timed inside one PL/pgSQL loop that alternated the two shapes
+    /// batch by batch (so the machine's drift falls on both alike), the old
+    /// shape took 0.15-0.34 ms more per B=1000 batch than the loop's own
+    /// two statements, this one -0.04 to +0.12 ms; at B=100 neither
+    /// differed. In the bench (300k rows, B=1000, 7 runs each, alternating)
+    /// engine / plpgsql went from a median of 0.86 to 0.93.
     fn fused_sql(table: &str, batch: u32) -> String {
         format!(
-            "WITH k AS MATERIALIZED (\
-                 SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {batch}), \
+            "WITH k AS (SELECT array_agg(id ORDER BY id) AS a FROM (\
+                 SELECT id FROM {table} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT {batch}) AS s), \
              u AS (UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
-                 WHERE id = ANY(ARRAY(SELECT id FROM k))) \
-             SELECT min(id) AS first, max(id) AS last, count(*) AS n FROM k"
+                 WHERE id = ANY((SELECT a FROM k)::bigint[])) \
+             SELECT a[1] AS first, a[cardinality(a)] AS last, \
+                 coalesce(cardinality(a), 0)::bigint AS n FROM k"
         )
     }
 
@@ -1527,9 +1539,9 @@ checkpoint, COMMIT (5 round trips, cached prepared statements), no claims or fen
 - `engine`: the product path end to end: `start` (bound capture), the actor \
 runtime claiming, renewing and running fenced batches, then the validation \
 scan and `completed`. The repair has its one-statement form \
-(`Repair::select_and_mutate`: `WITH k AS MATERIALIZED (SELECT id .. LIMIT B), \
-u AS (UPDATE .. WHERE id = ANY(ARRAY(SELECT id FROM k))) SELECT min(id), \
-max(id), count(*) FROM k`), so a batch is ONE round trip: the fenced \
+(`Repair::select_and_mutate`: `WITH k AS (SELECT array_agg(id ORDER BY id) AS a \
+FROM (SELECT id .. LIMIT B) AS s), u AS (UPDATE .. WHERE id = ANY((SELECT a FROM k)::bigint[])) \
+SELECT a[1], a[cardinality(a)], cardinality(a) FROM k`), so a batch is ONE round trip: the fenced \
 checkpoint advance + COMMIT, the next batch's BEGIN + SET LOCAL timeouts, \
 and the next batch's statement, pipelined (the claim keeps that open \
 transaction, so no pool checkout either). The repair overlaps commits \
