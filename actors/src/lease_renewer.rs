@@ -37,6 +37,12 @@ pub struct Untrack {
 #[rtype(result = "()")]
 pub struct RenewNow;
 
+/// Stop the renewer: its supervisor drained and ends, so nothing is left
+/// to renew. Sent once, by the supervisor.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopRenewing;
+
 /// Sent by the renewer to a claim's holder.
 #[derive(Message, Debug, Clone, PartialEq, Eq)]
 #[rtype(result = "()")]
@@ -154,5 +160,12 @@ impl<B: Backend> Handler<RenewNow> for LeaseRenewer<B> {
     type Result = ();
     fn handle(&mut self, _msg: RenewNow, ctx: &mut Self::Context) {
         self.run_once(ctx);
+    }
+}
+
+impl<B: Backend> Handler<StopRenewing> for LeaseRenewer<B> {
+    type Result = ();
+    fn handle(&mut self, _msg: StopRenewing, ctx: &mut Self::Context) {
+        ctx.stop();
     }
 }

@@ -7,9 +7,12 @@
 //! for a `validating` one, tracking it with the [`LeaseRenewer`]. Holders
 //! report back with [`RunnerExited`] / [`ValidationFinished`]. [`Shutdown`]
 //! drains: no new claims, runners stop after their in-flight batch and
-//! release their claims, within the grace period.
+//! release their claims, within the grace period. Then the supervisor
+//! stops itself, the renewer and the validator, which lets go of the
+//! backend (and so of its connection pool): a host that starts runtimes
+//! one after another does not keep every earlier one's connections.
 
-use crate::lease_renewer::{LeaseRenewer, Track, Untrack};
+use crate::lease_renewer::{LeaseRenewer, StopRenewing, Track, Untrack};
 use crate::metrics::{inc, RuntimeMetrics};
 use crate::runner::{Runner, Stop};
 use crate::validator::{Validate, ValidationFinished, Validator};
@@ -56,7 +59,8 @@ pub struct RunnerExited {
 }
 
 /// Drain and stop claiming. Resolves when every holder ended or the grace
-/// period passed.
+/// period passed; the supervisor, the renewer and the validator then stop
+/// (a [`Status`] sent afterwards gets no answer).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Shutdown;
@@ -348,7 +352,7 @@ impl<B: Backend> Handler<ValidationFinished> for Supervisor<B> {
 }
 
 impl<B: Backend> Handler<Shutdown> for Supervisor<B> {
-    type Result = ResponseFuture<()>;
+    type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, _msg: Shutdown, _ctx: &mut Self::Context) -> Self::Result {
         self.draining = true;
         tracing::info!(event = "draining", worker = %self.config.worker_id, held = self.held.len());
@@ -364,14 +368,27 @@ impl<B: Backend> Handler<Shutdown> for Supervisor<B> {
             }
         }
         let grace = self.config.shutdown_grace;
-        Box::pin(async move {
-            if tokio::time::timeout(grace, rx).await.is_err() {
-                tracing::warn!(
-                    event = "drain_timeout",
-                    "grace period ended with work in flight; its leases will expire"
-                );
+        Box::pin(
+            async move {
+                if tokio::time::timeout(grace, rx).await.is_err() {
+                    tracing::warn!(
+                        event = "drain_timeout",
+                        "grace period ended with work in flight; its leases will expire"
+                    );
+                }
             }
-        })
+            .into_actor(self)
+            .map(|(), act, ctx| {
+                // The renewer's interval would keep it (and the backend it
+                // holds) alive for good; the validator ends once no address
+                // to it is left.
+                if let Some(renewer) = act.renewer.take() {
+                    renewer.do_send(StopRenewing);
+                }
+                act.validator = None;
+                ctx.stop();
+            }),
+        )
     }
 }
 
