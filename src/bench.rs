@@ -1179,12 +1179,21 @@ async fn rss(ctx: &mut Ctx, batch: u32) -> Result<Value, BenchError> {
 
 /// Admin API list latency: 10,000 registered backfills, 32 concurrent
 /// clients each reading the first page (`limit=100`) through the real HTTP
-/// server with a bearer token, 40 requests each.
+/// server with a bearer token.
+///
+/// Each client first sends `WARMUP` requests that are not in the
+/// percentiles, and all clients start measuring together (a barrier). The
+/// first requests open the clients' HTTP connections, the pool's
+/// connections and their prepared statements; with 40 measured requests
+/// per client and no warm-up, those 32 cold requests were 2.5% of the
+/// samples and so decided the p99. The slowest warm-up request is reported
+/// beside the percentiles (`cold_max_ms`), so the cold start stays visible.
 async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
     use crate::admin::{Admin, AdminConfig, AuthConfig};
     const BACKFILLS: usize = 10_000;
     const CLIENTS: usize = 32;
-    const REQUESTS: usize = 40;
+    const WARMUP: usize = 5;
+    const REQUESTS: usize = 100;
     let ids: Vec<String> = (0..BACKFILLS)
         .map(|i| format!("bench.admin.{i:05}"))
         .collect();
@@ -1226,15 +1235,20 @@ async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
     let handle = server.handle();
     actix_rt::spawn(server);
     let url = format!("http://{addr}/admin/backfills?limit=100");
-    let started = Instant::now();
+    let barrier = Arc::new(tokio::sync::Barrier::new(CLIENTS + 1));
     let mut tasks = Vec::with_capacity(CLIENTS);
     for _ in 0..CLIENTS {
         let url = url.clone();
+        let barrier = barrier.clone();
         tasks.push(actix_rt::spawn(async move {
             let client = awc::Client::default();
+            let mut cold = Vec::with_capacity(WARMUP);
             let mut micros = Vec::with_capacity(REQUESTS);
             let mut errors = 0u64;
-            for _ in 0..REQUESTS {
+            for i in 0..WARMUP + REQUESTS {
+                if i == WARMUP {
+                    barrier.wait().await;
+                }
                 let t = Instant::now();
                 match client
                     .get(&url)
@@ -1244,20 +1258,29 @@ async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
                 {
                     Ok(mut res) if res.status().is_success() => {
                         let _ = res.body().limit(16 * 1024 * 1024).await;
-                        micros.push(t.elapsed().as_micros() as u64);
+                        let took = t.elapsed().as_micros() as u64;
+                        if i < WARMUP {
+                            cold.push(took);
+                        } else {
+                            micros.push(took);
+                        }
                     }
                     _ => errors += 1,
                 }
             }
-            (micros, errors)
+            (cold, micros, errors)
         }));
     }
+    barrier.wait().await;
+    let started = Instant::now();
     let mut all = Vec::with_capacity(CLIENTS * REQUESTS);
+    let mut cold_max = 0u64;
     let mut errors = 0;
     for task in tasks {
-        let (micros, e) = task
+        let (cold, micros, e) = task
             .await
             .map_err(|_| BenchError::Run("a client task panicked".into()))?;
+        cold_max = cold.into_iter().fold(cold_max, u64::max);
         all.extend(micros);
         errors += e;
     }
@@ -1273,6 +1296,7 @@ async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
     };
     Ok(json!({
         "backfills": BACKFILLS, "clients": CLIENTS, "requests": all.len(), "errors": errors,
+        "warmup_per_client": WARMUP, "cold_max_ms": round3(cold_max as f64 / 1000.0),
         "page": 100, "p50_ms": pct(0.50), "p99_ms": pct(0.99),
         "requests_per_s": (all.len() as f64 / seconds.max(1e-9)).round(),
     }))
@@ -1515,8 +1539,8 @@ impl Report {
         }
         if let Some(a) = &self.admin_list {
             s.push_str(&format!(
-                "\nAdmin API list (`GET /admin/backfills?limit=100`) with {} registered backfills, {} concurrent clients, {} requests ({} errors): p50 {} ms, p99 {} ms (target p99 < 50 ms).\n",
-                a["backfills"], a["clients"], a["requests"], a["errors"], a["p50_ms"], a["p99_ms"]
+                "\nAdmin API list (`GET /admin/backfills?limit=100`) with {} registered backfills, {} concurrent clients, {} requests after {} unmeasured warm-up requests per client ({} errors): p50 {} ms, p99 {} ms (target p99 < 50 ms); slowest warm-up request {} ms.\n",
+                a["backfills"], a["clients"], a["requests"], a["warmup_per_client"], a["errors"], a["p50_ms"], a["p99_ms"], a["cold_max_ms"]
             ));
         }
         s.push_str(&format!(
