@@ -1441,7 +1441,8 @@ async fn rt01_pool_sessions_report_errors_untranslated() {
     drop(conn);
     drop(pool);
 
-    let role = format!("{}_role", db.name);
+    // Dropped with the test database even if an assertion below fails.
+    let role = db.role();
     db.exec(&format!("CREATE ROLE {role} LOGIN")).await;
     let pool = backfill::store::build_pool(&with_user(&db.url, &role), 1)
         .await

@@ -27,6 +27,12 @@ pub struct TestDb {
 }
 
 impl TestDb {
+    /// The one login role a test may create on the shared server (as
+    /// `CREATE ROLE <role> LOGIN`); dropped with the database.
+    pub fn role(&self) -> String {
+        format!("{}_role", self.name)
+    }
+
     /// A fresh connection outside the pool (for barriers: a second session
     /// that holds locks while the code under test runs).
     pub async fn connect(&self) -> AsyncPgConnection {
@@ -86,7 +92,10 @@ impl TestDb {
 }
 
 /// Each test's database is dropped when the test ends (pass or fail), so
-/// test runs do not accumulate databases on a shared server.
+/// test runs do not accumulate databases on a shared server. So is the
+/// role [`TestDb::role`] names, which a test may create: roles belong to
+/// the server, not to the database, and one left by a test that failed
+/// half-way would stay.
 impl Drop for TestDb {
     fn drop(&mut self) {
         let name = self.name.clone();
@@ -99,8 +108,13 @@ impl Drop for TestDb {
             };
             rt.block_on(async move {
                 if let Ok(mut conn) = store::connect_dedicated(server_url()).await {
+                    // Two messages: DROP DATABASE refuses to run inside a
+                    // multi-statement string.
                     let _ = conn
                         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                    let _ = conn
+                        .batch_execute(&format!("DROP ROLE IF EXISTS {name}_role"))
                         .await;
                 }
             });
