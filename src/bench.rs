@@ -19,17 +19,18 @@
 //!    validation to `completed`, the repair in its one-statement form;
 //! 4. `engine-keys`: the same with the repair's two-statement form (select
 //!    the keys, then update them by id);
-//!    `engine-serial`: the same as `engine` with a repair that does not
+//! 5. `engine-serial`: the same as `engine` with a repair that does not
 //!    overlap commits (`Repair::overlap_commits`), the baseline of that;
-//! 5. `engine-k`: K independent backfills over K disjoint tables at once;
-//! 6. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
+//! 6. `engine-k`: K independent backfills over K disjoint tables at once;
+//! 7. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
 //!    machine's own scaling limit that `engine-k` is read against.
 //!
 //! After every run every row must have `email_norm = lower(email)` and
 //! `touched = 1` (a 2 is a batch applied twice): otherwise the run is
 //! invalid and the command exits non-zero. Extras: `takeover` (latency of a
-//! takeover after SIGKILL of the owner process) and `rss` (peak RSS of a
-//! worker over a long run). A benchmark prints numbers; it asserts nothing
+//! takeover after SIGKILL of the owner process), `rss` (peak RSS of a
+//! worker over a long run) and `admin-list` (list latency under concurrent
+//! clients, after a warm-up). A benchmark prints numbers; it asserts nothing
 //! about timings.
 //!
 //! The bench's SQL is for its own tables only; the framework's tables are

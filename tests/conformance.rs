@@ -45,11 +45,10 @@ use support::{drive, test_db, TestDb};
 
 const ID: &str = "items.counter";
 
-fn counter_engine(db: &TestDb, limit: u32, hooks: &Arc<Hooks>) -> Engine {
-    let registry = Registry::new()
-        .with(Counter::new(ID, limit, hooks.clone()))
-        .expect("valid definition");
-    Engine::new(db.pool.clone(), registry, config()).expect("engine")
+/// An engine over `pool` with `counter` as its only definition.
+fn counter_engine(pool: backfill::store::Pool, counter: Counter) -> Engine {
+    let registry = Registry::new().with(counter).expect("valid definition");
+    Engine::new(pool, registry, config()).expect("engine")
 }
 
 /// A database with `rows` items, the counter registered and started.
@@ -399,10 +398,7 @@ async fn ct04_termination_mid_batch_then_fresh_engine_resumes() {
     hooks.clear_gates();
 
     let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
-    let registry = Registry::new()
-        .with(Counter::new(ID, 10, hooks.clone()))
-        .unwrap();
-    let fresh = Engine::new(pool, registry, config()).unwrap();
+    let fresh = counter_engine(pool, Counter::new(ID, 10, hooks.clone()));
     fresh.register().await.unwrap();
     db.expire_lease(ID).await;
     drive(&fresh, "fresh").await;
@@ -426,10 +422,7 @@ async fn ct04_termination_after_commit_resumes_from_checkpoint() {
     drop(engine);
 
     let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
-    let registry = Registry::new()
-        .with(Counter::new(ID, 10, hooks.clone()))
-        .unwrap();
-    let fresh = Engine::new(pool, registry, config()).unwrap();
+    let fresh = counter_engine(pool, Counter::new(ID, 10, hooks.clone()));
     db.expire_lease(ID).await;
     let claim = fresh.claim_next("fresh", &[]).await.unwrap().unwrap();
     assert_eq!(claim.checkpoint_json(), Some(serde_json::json!(10)));
@@ -464,10 +457,7 @@ async fn ct04_termination_during_validation_is_repeated_after_restart() {
     assert_eq!(state(&engine).await, State::Validating);
 
     let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
-    let registry = Registry::new()
-        .with(Counter::new(ID, 10, hooks.clone()))
-        .unwrap();
-    let fresh = Engine::new(pool, registry, config()).unwrap();
+    let fresh = counter_engine(pool, Counter::new(ID, 10, hooks.clone()));
     db.expire_lease(ID).await;
     drive(&fresh, "fresh").await;
     assert_eq!(state(&fresh).await, State::Completed);
@@ -768,8 +758,8 @@ async fn ct08_blocked_error_is_durable_with_diagnostic() {
 async fn reg01_registration_converges_on_one_row() {
     let db = test_db().await;
     db.exec(&items_sql(5)).await;
-    let a = counter_engine(&db, 10, &Hooks::new());
-    let b = counter_engine(&db, 10, &Hooks::new());
+    let a = counter_engine(db.pool.clone(), Counter::new(ID, 10, Hooks::new()));
+    let b = counter_engine(db.pool.clone(), Counter::new(ID, 10, Hooks::new()));
     let (ra, rb) = tokio::join!(a.register(), b.register());
     ra.unwrap();
     rb.unwrap();
@@ -1441,15 +1431,14 @@ async fn rt01_pool_sessions_report_errors_untranslated() {
     drop(conn);
     drop(pool);
 
-    // Dropped with the test database even if an assertion below fails.
+    // Dropped with the test database (support's `Drop`), whether or not an
+    // assertion below fails.
     let role = db.role();
     db.exec(&format!("CREATE ROLE {role} LOGIN")).await;
     let pool = backfill::store::build_pool(&with_user(&db.url, &role), 1)
         .await
         .expect("a role without the privilege still connects");
     assert_eq!(lc_messages(&pool).await, "C.UTF-8");
-    drop(pool);
-    db.exec(&format!("DROP ROLE {role}")).await;
 }
 
 // ------------------------------------------- overlapped commits (EX-6, CLM-2)
@@ -1466,16 +1455,13 @@ async fn started_counter(
     let db = test_db().await;
     db.exec(&items_sql(rows)).await;
     let hooks = Hooks::new();
-    let registry = Registry::new()
-        .with(shape(Counter::new(ID, limit, hooks.clone())))
-        .expect("valid definition");
     let pool = match pool {
         Some(size) => backfill::store::build_pool(&db.url, size)
             .await
             .expect("pool"),
         None => db.pool.clone(),
     };
-    let engine = Engine::new(pool, registry, config()).expect("engine");
+    let engine = counter_engine(pool, shape(Counter::new(ID, limit, hooks.clone())));
     engine.register().await.expect("register");
     assert!(matches!(
         engine.start(ID).await.expect("start"),

@@ -110,6 +110,16 @@ async fn held(rt: &RuntimeHandle<Fake>) -> usize {
     rt.supervisor().send(Status).await.unwrap().held.len()
 }
 
+/// A backend whose claims of `ids` renew and whose steps take 5 ms.
+fn renewing_fake(ids: Vec<String>) -> Arc<Fake> {
+    Arc::new(Fake {
+        ids: Mutex::new(ids),
+        step_delay: Duration::from_millis(5),
+        renew_ok: AtomicBool::new(true),
+        ..Fake::default()
+    })
+}
+
 /// The trust window: when renewals fail, the runner stops starting batches
 /// before the lease (by the backend's clock) could have expired.
 #[actix_rt::test]
@@ -144,12 +154,7 @@ async fn runner_stops_when_renewals_fail_before_the_lease_can_expire() {
 /// With renewals succeeding, the runner keeps going past the lease TTL.
 #[actix_rt::test]
 async fn renewals_extend_the_trust_window() {
-    let fake = Arc::new(Fake {
-        ids: Mutex::new(vec!["a".into()]),
-        step_delay: Duration::from_millis(5),
-        renew_ok: AtomicBool::new(true),
-        ..Fake::default()
-    });
+    let fake = renewing_fake(vec!["a".into()]);
     let rt = RuntimeHandle::start(fake.clone(), config(300)).unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(held(&rt).await, 1, "still working after 3 lease TTLs");
@@ -168,20 +173,16 @@ async fn renewals_extend_the_trust_window() {
 /// this, the renewer's interval and the supervisor's poll kept them for
 /// the life of the process.
 #[actix_rt::test]
-async fn rt_shutdown_lets_go_of_the_backend() {
-    let fake = Arc::new(Fake {
-        ids: Mutex::new(vec!["a".into(), "b".into()]),
-        step_delay: Duration::from_millis(5),
-        renew_ok: AtomicBool::new(true),
-        ..Fake::default()
-    });
+async fn shutdown_lets_go_of_the_backend() {
+    let fake = renewing_fake(vec!["a".into(), "b".into()]);
     let rt = RuntimeHandle::start(fake.clone(), config(300)).unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Claims and actor stops are asynchronous: poll, bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while held(&rt).await < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(held(&rt).await, 2, "two runners hold the backend");
     rt.shutdown().await;
-    // Actors stop asynchronously after the drain answered: wait for it,
-    // bounded.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while Arc::strong_count(&fake) > 1 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -200,12 +201,7 @@ async fn rt_shutdown_lets_go_of_the_backend() {
 /// The supervisor never holds more than `max_concurrent_runners` claims.
 #[actix_rt::test]
 async fn supervisor_caps_concurrent_runners() {
-    let fake = Arc::new(Fake {
-        ids: Mutex::new((0..5).map(|i| format!("id{i}")).collect()),
-        step_delay: Duration::from_millis(5),
-        renew_ok: AtomicBool::new(true),
-        ..Fake::default()
-    });
+    let fake = renewing_fake((0..5).map(|i| format!("id{i}")).collect());
     let rt = RuntimeHandle::start(fake.clone(), config(10_000)).unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(held(&rt).await, 2);
