@@ -181,6 +181,10 @@ pub struct RunResult {
     pub batch_mean_ms: f64,
     pub batch_p99_ms: f64,
     pub verified: bool,
+    /// How busy the machine's cores were over the timed part of the run
+    /// (0 to 1, all processes: PostgreSQL, this process and the rest);
+    /// `None` where `/proc/stat` cannot be read.
+    pub cpu_busy: Option<f64>,
 }
 
 impl RunResult {
@@ -207,7 +211,14 @@ impl RunResult {
             batch_mean_ms,
             batch_p99_ms,
             verified,
+            cpu_busy: None,
         }
+    }
+
+    /// The machine's CPU use over the timed part ([`CpuClock::busy_since`]).
+    fn with_cpu(mut self, cpu_busy: Option<f64>) -> Self {
+        self.cpu_busy = cpu_busy;
+        self
     }
 
     fn rows_per_s(&self) -> f64 {
@@ -230,7 +241,53 @@ impl RunResult {
             "batches": self.batches, "batch_mean_ms": round3(self.batch_mean_ms),
             "batch_p99_ms": round3(self.batch_p99_ms), "verified": self.verified,
             "batch_phase_rows_per_s": self.batch_phase_rows_per_s().map(f64::round),
+            "cpu_busy": self.cpu_busy.map(round3),
         })
+    }
+}
+
+/// The machine's cumulative CPU time (all cores) from the first line of
+/// `/proc/stat`, in clock ticks: busy (user, nice, system, irq, softirq,
+/// steal) and total (busy plus idle and iowait). Comparing two readings
+/// shows whether a run was bound by the machine's CPUs, which decides how
+/// far K runs at once can scale on it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct CpuClock {
+    busy: u64,
+    total: u64,
+}
+
+impl CpuClock {
+    fn now() -> Option<Self> {
+        Self::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    fn parse(stat: &str) -> Option<Self> {
+        let line = stat.lines().next()?;
+        let mut fields = line.split_whitespace();
+        if fields.next()? != "cpu" {
+            return None;
+        }
+        let v: Vec<u64> = fields
+            .take(8)
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        let [user, nice, system, idle, iowait, irq, softirq, steal] = v[..] else {
+            return None;
+        };
+        let busy = user + nice + system + irq + softirq + steal;
+        Some(Self {
+            busy,
+            total: busy + idle + iowait,
+        })
+    }
+
+    /// Fraction of all cores busy between `start` and now.
+    fn busy_since(start: Option<Self>) -> Option<f64> {
+        let (start, end) = (start?, Self::now()?);
+        let total = end.total.checked_sub(start.total)?;
+        let busy = end.busy.checked_sub(start.busy)?;
+        (total > 0).then(|| busy as f64 / total as f64)
     }
 }
 
@@ -745,10 +802,12 @@ impl Ctx {
         self.settle().await;
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
         let t = Instant::now();
+        let cpu = CpuClock::now();
         // CALL must not run inside a transaction block (the procedure
         // commits); the simple protocol runs it as its own statement.
         conn.batch_execute("CALL bench_plpgsql()").await?;
         let seconds = t.elapsed().as_secs_f64();
+        let cpu = CpuClock::busy_since(cpu);
         let lat: Vec<Micros> =
             diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = 'plpgsql'")
                 .load(&mut conn)
@@ -756,9 +815,7 @@ impl Ctx {
         drop(conn);
         let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
         let verified = self.verify("items").await?;
-        Ok(RunResult::new(
-            "plpgsql", batch, rows, rep, seconds, &mut lat, verified,
-        ))
+        Ok(RunResult::new("plpgsql", batch, rows, rep, seconds, &mut lat, verified).with_cpu(cpu))
     }
 
     /// K `plpgsql` loops at once, one connection and one procedure per
@@ -786,6 +843,7 @@ impl Ctx {
             conns.push(self.pool.get_owned().await.map_err(StoreError::from)?);
         }
         let t = Instant::now();
+        let cpu = CpuClock::now();
         // Each CALL is sent on the first poll, so the K loops start
         // together and run on K backends.
         futures_util::future::try_join_all(conns.iter_mut().enumerate().map(|(i, conn)| {
@@ -794,6 +852,7 @@ impl Ctx {
         }))
         .await?;
         let seconds = t.elapsed().as_secs_f64();
+        let cpu = CpuClock::busy_since(cpu);
         let lat: Vec<Micros> =
             diesel::sql_query("SELECT micros FROM bench_latency WHERE runner LIKE 'plpgsql-k%'")
                 .load(&mut *conns[0])
@@ -812,7 +871,8 @@ impl Ctx {
             seconds,
             &mut lat,
             verified,
-        ))
+        )
+        .with_cpu(cpu))
     }
 
     async fn client(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
@@ -832,6 +892,7 @@ impl Ctx {
         // The engine's select text, the batch size in it (see [`ItemsRepair`]).
         let select = ItemsRepair::select_sql("items", batch);
         let t = Instant::now();
+        let cpu = CpuClock::now();
         loop {
             let b = Instant::now();
             let last = conn
@@ -873,11 +934,10 @@ impl Ctx {
             lat.push(b.elapsed().as_micros() as u64);
         }
         let seconds = t.elapsed().as_secs_f64();
+        let cpu = CpuClock::busy_since(cpu);
         drop(conn);
         let verified = self.verify("items").await?;
-        Ok(RunResult::new(
-            "client", batch, rows, rep, seconds, &mut lat, verified,
-        ))
+        Ok(RunResult::new("client", batch, rows, rep, seconds, &mut lat, verified).with_cpu(cpu))
     }
 
     /// Run `tables.len()` backfills (one per table, `rows_each` rows each)
@@ -926,6 +986,7 @@ impl Ctx {
             failures: AtomicU64::new(0),
         });
         let t = Instant::now();
+        let cpu = CpuClock::now();
         for id in &ids {
             engine.start(id).await?;
         }
@@ -947,6 +1008,7 @@ impl Ctx {
             }
         }
         let seconds = t.elapsed().as_secs_f64();
+        let cpu = CpuClock::busy_since(cpu);
         runtime.shutdown().await;
         if let Some(e) = error {
             return Err(BenchError::Run(format!("{runner} run failed: {e}")));
@@ -956,9 +1018,10 @@ impl Ctx {
         for table in tables {
             verified &= self.verify(table).await?;
         }
-        Ok(RunResult::new(
-            runner, batch, total_rows, rep, seconds, &mut lat, verified,
-        ))
+        Ok(
+            RunResult::new(runner, batch, total_rows, rep, seconds, &mut lat, verified)
+                .with_cpu(cpu),
+        )
     }
 }
 
@@ -1458,9 +1521,9 @@ impl Report {
         ));
         if !self.runs.is_empty() {
             s.push_str(
-                "| B | runner | rows/s | batch mean ms | batch p99 ms | vs plpgsql | vs client | rows/s in batches |\n",
+                "| B | runner | rows/s | batch mean ms | batch p99 ms | vs plpgsql | vs client | rows/s in batches | CPU busy |\n",
             );
-            s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|\n");
+            s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
         }
         for b in self.batches() {
             let p = self.median_rps("plpgsql", b);
@@ -1480,7 +1543,7 @@ impl Report {
                 let fmt = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
                 let in_batches = self.median_phase_rps(runner, b);
                 s.push_str(&format!(
-                    "| {b} | {runner} | {:.0} | {:.3} | {:.3} | {} | {} | {} |\n",
+                    "| {b} | {runner} | {:.0} | {:.3} | {:.3} | {} | {} | {} | {} |\n",
                     rps,
                     self.median_by(runner, b, |r| Some(r.batch_mean_ms))
                         .unwrap_or(0.0),
@@ -1489,6 +1552,9 @@ impl Report {
                     fmt(self.ratio(Some(rps), p)),
                     fmt(self.ratio(Some(rps), c)),
                     in_batches.map(|x| format!("{x:.0}")).unwrap_or("-".into()),
+                    self.median_by(runner, b, |r| r.cpu_busy)
+                        .map(|x| format!("{:.0}%", x * 100.0))
+                        .unwrap_or("-".into()),
                 ));
             }
         }
@@ -1590,8 +1656,11 @@ claim and validation). rows/s in batches = rows / the sum of the batch \
 latencies: the batch path alone (not shown for the K runners, whose batches overlap). Batch latency: client and engine from BEGIN to COMMIT \
 returned (engine: the whole `step`, from the select to the commit message's \
 reply); plpgsql by the server's clock \
-per loop iteration. After every run every row must have \
-`email_norm = lower(email)` and `touched = 1`.\n";
+per loop iteration. CPU busy = the share of all the machine's cores that \
+were busy over the timed part of the run (`/proc/stat`: PostgreSQL, this \
+process and anything else); near 100% the run is bound by the machine's \
+CPUs, and K runs at once cannot scale past what is left. After every run \
+every row must have `email_norm = lower(email)` and `touched = 1`.\n";
 
 // ------------------------------------------------------------- entry
 
@@ -1787,6 +1856,23 @@ async fn drop_database(server: &str, name: &str) -> Result<(), BenchError> {
 
 #[cfg(test)]
 mod tests {
+    use super::CpuClock;
+
+    #[test]
+    fn cpu_clock_reads_the_machine_line_of_proc_stat() {
+        let stat = "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n";
+        assert_eq!(
+            CpuClock::parse(stat),
+            Some(CpuClock {
+                busy: 100 + 5 + 50 + 3 + 2 + 10,
+                total: 170 + 800 + 20,
+            })
+        );
+        assert_eq!(CpuClock::parse("cpu0 1 2 3 4 5 6 7 8\n"), None);
+        assert_eq!(CpuClock::parse("cpu  1 2 3\n"), None);
+        assert_eq!(CpuClock::parse(""), None);
+    }
+
     use super::*;
 
     /// The repair's statements carry the batch size as a literal; a smaller

@@ -74,6 +74,9 @@ fn bench_json_shape_and_verification() {
         assert_eq!(run["rows"], 2000);
         assert!(run["rows_per_s"].as_f64().unwrap() > 0.0);
         assert_eq!(run["verified"], true);
+        // The machine's CPU use over the run, from /proc/stat (this is Linux).
+        let cpu = run["cpu_busy"].as_f64().expect("cpu_busy");
+        assert!((0.0..=1.0).contains(&cpu), "cpu_busy {cpu}");
     }
 }
 
