@@ -188,7 +188,7 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    /// A run of `rows` rows in `seconds`, with per-batch latencies in
+    /// A run of `rows` rows timed by `timing`, with per-batch latencies in
     /// microseconds (sorted in place for the percentile).
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -196,7 +196,7 @@ impl RunResult {
         batch: u32,
         rows: u64,
         rep: u32,
-        seconds: f64,
+        timing: Timing,
         latencies: &mut [u64],
         verified: bool,
     ) -> Self {
@@ -206,19 +206,13 @@ impl RunResult {
             batch,
             rows,
             rep,
-            seconds,
+            seconds: timing.seconds,
             batches: latencies.len(),
             batch_mean_ms,
             batch_p99_ms,
             verified,
-            cpu_busy: None,
+            cpu_busy: timing.cpu_busy,
         }
-    }
-
-    /// The machine's CPU use over the timed part ([`CpuClock::busy_since`]).
-    fn with_cpu(mut self, cpu_busy: Option<f64>) -> Self {
-        self.cpu_busy = cpu_busy;
-        self
     }
 
     fn rows_per_s(&self) -> f64 {
@@ -288,6 +282,36 @@ impl CpuClock {
         let total = end.total.checked_sub(start.total)?;
         let busy = end.busy.checked_sub(start.busy)?;
         (total > 0).then(|| busy as f64 / total as f64)
+    }
+}
+
+/// The timed part of a run: wall time and the machine's CPU use.
+struct RunClock {
+    started: Instant,
+    cpu: Option<CpuClock>,
+}
+
+/// What a [`RunClock`] measured.
+#[derive(Clone, Copy, Debug)]
+struct Timing {
+    seconds: f64,
+    /// See [`RunResult::cpu_busy`].
+    cpu_busy: Option<f64>,
+}
+
+impl RunClock {
+    fn start() -> Self {
+        Self {
+            started: Instant::now(),
+            cpu: CpuClock::now(),
+        }
+    }
+
+    fn stop(&self) -> Timing {
+        Timing {
+            seconds: self.started.elapsed().as_secs_f64(),
+            cpu_busy: CpuClock::busy_since(self.cpu),
+        }
     }
 }
 
@@ -801,13 +825,11 @@ impl Ctx {
         .await?;
         self.settle().await;
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        let t = Instant::now();
-        let cpu = CpuClock::now();
+        let clock = RunClock::start();
         // CALL must not run inside a transaction block (the procedure
         // commits); the simple protocol runs it as its own statement.
         conn.batch_execute("CALL bench_plpgsql()").await?;
-        let seconds = t.elapsed().as_secs_f64();
-        let cpu = CpuClock::busy_since(cpu);
+        let timing = clock.stop();
         let lat: Vec<Micros> =
             diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = 'plpgsql'")
                 .load(&mut conn)
@@ -815,7 +837,9 @@ impl Ctx {
         drop(conn);
         let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
         let verified = self.verify("items").await?;
-        Ok(RunResult::new("plpgsql", batch, rows, rep, seconds, &mut lat, verified).with_cpu(cpu))
+        Ok(RunResult::new(
+            "plpgsql", batch, rows, rep, timing, &mut lat, verified,
+        ))
     }
 
     /// K `plpgsql` loops at once, one connection and one procedure per
@@ -842,8 +866,7 @@ impl Ctx {
         for _ in tables {
             conns.push(self.pool.get_owned().await.map_err(StoreError::from)?);
         }
-        let t = Instant::now();
-        let cpu = CpuClock::now();
+        let clock = RunClock::start();
         // Each CALL is sent on the first poll, so the K loops start
         // together and run on K backends.
         futures_util::future::try_join_all(conns.iter_mut().enumerate().map(|(i, conn)| {
@@ -851,8 +874,7 @@ impl Ctx {
             async move { conn.batch_execute(&sql).await }
         }))
         .await?;
-        let seconds = t.elapsed().as_secs_f64();
-        let cpu = CpuClock::busy_since(cpu);
+        let timing = clock.stop();
         let lat: Vec<Micros> =
             diesel::sql_query("SELECT micros FROM bench_latency WHERE runner LIKE 'plpgsql-k%'")
                 .load(&mut *conns[0])
@@ -868,11 +890,10 @@ impl Ctx {
             batch,
             rows_each * tables.len() as u64,
             rep,
-            seconds,
+            timing,
             &mut lat,
             verified,
-        )
-        .with_cpu(cpu))
+        ))
     }
 
     async fn client(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
@@ -891,8 +912,7 @@ impl Ctx {
         let mut checkpoint = 0i64;
         // The engine's select text, the batch size in it (see [`ItemsRepair`]).
         let select = ItemsRepair::select_sql("items", batch);
-        let t = Instant::now();
-        let cpu = CpuClock::now();
+        let clock = RunClock::start();
         loop {
             let b = Instant::now();
             let last = conn
@@ -933,11 +953,12 @@ impl Ctx {
             checkpoint = last;
             lat.push(b.elapsed().as_micros() as u64);
         }
-        let seconds = t.elapsed().as_secs_f64();
-        let cpu = CpuClock::busy_since(cpu);
+        let timing = clock.stop();
         drop(conn);
         let verified = self.verify("items").await?;
-        Ok(RunResult::new("client", batch, rows, rep, seconds, &mut lat, verified).with_cpu(cpu))
+        Ok(RunResult::new(
+            "client", batch, rows, rep, timing, &mut lat, verified,
+        ))
     }
 
     /// Run `tables.len()` backfills (one per table, `rows_each` rows each)
@@ -985,8 +1006,7 @@ impl Ctx {
             done: tx,
             failures: AtomicU64::new(0),
         });
-        let t = Instant::now();
-        let cpu = CpuClock::now();
+        let clock = RunClock::start();
         for id in &ids {
             engine.start(id).await?;
         }
@@ -1007,8 +1027,7 @@ impl Ctx {
                 None => break,
             }
         }
-        let seconds = t.elapsed().as_secs_f64();
-        let cpu = CpuClock::busy_since(cpu);
+        let timing = clock.stop();
         runtime.shutdown().await;
         if let Some(e) = error {
             return Err(BenchError::Run(format!("{runner} run failed: {e}")));
@@ -1018,10 +1037,9 @@ impl Ctx {
         for table in tables {
             verified &= self.verify(table).await?;
         }
-        Ok(
-            RunResult::new(runner, batch, total_rows, rep, seconds, &mut lat, verified)
-                .with_cpu(cpu),
-        )
+        Ok(RunResult::new(
+            runner, batch, total_rows, rep, timing, &mut lat, verified,
+        ))
     }
 }
 
@@ -1856,7 +1874,7 @@ async fn drop_database(server: &str, name: &str) -> Result<(), BenchError> {
 
 #[cfg(test)]
 mod tests {
-    use super::CpuClock;
+    use super::*;
 
     #[test]
     fn cpu_clock_reads_the_machine_line_of_proc_stat() {
@@ -1872,8 +1890,6 @@ mod tests {
         assert_eq!(CpuClock::parse("cpu  1 2 3\n"), None);
         assert_eq!(CpuClock::parse(""), None);
     }
-
-    use super::*;
 
     /// The repair's statements carry the batch size as a literal; a smaller
     /// limit gets the bound form with the limit as its third parameter.
@@ -1907,8 +1923,13 @@ mod tests {
     #[test]
     fn ratio_ranges_pair_runs_of_one_repetition() {
         // rows / seconds = rows/s: engine 100 then 80, plpgsql 200 then 100.
-        let run =
-            |runner, rep, seconds| RunResult::new(runner, 100, 1000, rep, seconds, &mut [], true);
+        let run = |runner, rep, seconds| {
+            let timing = Timing {
+                seconds,
+                cpu_busy: None,
+            };
+            RunResult::new(runner, 100, 1000, rep, timing, &mut [], true)
+        };
         let report = Report {
             cores: 2,
             pg_version: String::new(),

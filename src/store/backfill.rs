@@ -70,68 +70,61 @@ pub struct BackfillRow {
 /// tests) panic on it instead, so it cannot go unnoticed.
 impl QueryableByName<Pg> for BackfillRow {
     fn build<'a>(row: &impl NamedRow<'a, Pg>) -> deserialize::Result<Self> {
-        let mut at = 0usize;
-        let mut next = |name: &'static str| {
-            let here = at;
-            at += 1;
-            Column { here, name }
-        };
+        let mut c = Columns { row, at: 0 };
         Ok(Self {
-            id: next("id").get::<Text, _>(row)?,
-            state: next("state").get::<Text, _>(row)?,
-            bound: next("bound").get::<Nullable<Binary>, _>(row)?,
-            bound_json: next("bound_json").get::<Nullable<Jsonb>, _>(row)?,
-            empty_source: next("empty_source").get::<Bool, _>(row)?,
-            checkpoint: next("checkpoint").get::<Nullable<Binary>, _>(row)?,
-            checkpoint_json: next("checkpoint_json").get::<Nullable<Jsonb>, _>(row)?,
-            key_type: next("key_type").get::<Nullable<Text>, _>(row)?,
-            source_rows: next("source_rows").get::<Nullable<BigInt>, _>(row)?,
-            generation: next("generation").get::<BigInt, _>(row)?,
-            owner: next("owner").get::<Nullable<Text>, _>(row)?,
-            lease_expires_at: next("lease_expires_at").get::<Nullable<Timestamptz>, _>(row)?,
-            attempts: next("attempts").get::<Integer, _>(row)?,
-            next_attempt_at: next("next_attempt_at").get::<Nullable<Timestamptz>, _>(row)?,
-            last_error_kind: next("last_error_kind").get::<Nullable<Text>, _>(row)?,
-            last_error: next("last_error").get::<Nullable<Text>, _>(row)?,
-            last_error_at: next("last_error_at").get::<Nullable<Timestamptz>, _>(row)?,
-            rows_done: next("rows_done").get::<BigInt, _>(row)?,
-            batches_done: next("batches_done").get::<BigInt, _>(row)?,
-            validation_outcome: next("validation_outcome").get::<Nullable<Text>, _>(row)?,
-            validation_detail: next("validation_detail").get::<Nullable<Text>, _>(row)?,
-            validated_at: next("validated_at").get::<Nullable<Timestamptz>, _>(row)?,
-            description: next("description").get::<Nullable<Text>, _>(row)?,
-            build_info: next("build_info").get::<Nullable<Text>, _>(row)?,
-            registered_at: next("registered_at").get::<Timestamptz, _>(row)?,
-            updated_at: next("updated_at").get::<Timestamptz, _>(row)?,
-            started_at: next("started_at").get::<Nullable<Timestamptz>, _>(row)?,
-            completed_at: next("completed_at").get::<Nullable<Timestamptz>, _>(row)?,
-            db_now: next("db_now").get::<Timestamptz, _>(row)?,
+            id: c.next::<Text, _>("id")?,
+            state: c.next::<Text, _>("state")?,
+            bound: c.next::<Nullable<Binary>, _>("bound")?,
+            bound_json: c.next::<Nullable<Jsonb>, _>("bound_json")?,
+            empty_source: c.next::<Bool, _>("empty_source")?,
+            checkpoint: c.next::<Nullable<Binary>, _>("checkpoint")?,
+            checkpoint_json: c.next::<Nullable<Jsonb>, _>("checkpoint_json")?,
+            key_type: c.next::<Nullable<Text>, _>("key_type")?,
+            source_rows: c.next::<Nullable<BigInt>, _>("source_rows")?,
+            generation: c.next::<BigInt, _>("generation")?,
+            owner: c.next::<Nullable<Text>, _>("owner")?,
+            lease_expires_at: c.next::<Nullable<Timestamptz>, _>("lease_expires_at")?,
+            attempts: c.next::<Integer, _>("attempts")?,
+            next_attempt_at: c.next::<Nullable<Timestamptz>, _>("next_attempt_at")?,
+            last_error_kind: c.next::<Nullable<Text>, _>("last_error_kind")?,
+            last_error: c.next::<Nullable<Text>, _>("last_error")?,
+            last_error_at: c.next::<Nullable<Timestamptz>, _>("last_error_at")?,
+            rows_done: c.next::<BigInt, _>("rows_done")?,
+            batches_done: c.next::<BigInt, _>("batches_done")?,
+            validation_outcome: c.next::<Nullable<Text>, _>("validation_outcome")?,
+            validation_detail: c.next::<Nullable<Text>, _>("validation_detail")?,
+            validated_at: c.next::<Nullable<Timestamptz>, _>("validated_at")?,
+            description: c.next::<Nullable<Text>, _>("description")?,
+            build_info: c.next::<Nullable<Text>, _>("build_info")?,
+            registered_at: c.next::<Timestamptz, _>("registered_at")?,
+            updated_at: c.next::<Timestamptz, _>("updated_at")?,
+            started_at: c.next::<Nullable<Timestamptz>, _>("started_at")?,
+            completed_at: c.next::<Nullable<Timestamptz>, _>("completed_at")?,
+            db_now: c.next::<Timestamptz, _>("db_now")?,
         })
     }
 }
 
-/// One expected column of a positional decode.
-struct Column {
-    here: usize,
-    name: &'static str,
+/// A cursor over one row's columns in the order of [`COLUMNS`].
+struct Columns<'r, R> {
+    row: &'r R,
+    at: usize,
 }
 
-impl Column {
-    fn get<'a, ST, T: FromSql<ST, Pg>>(
-        &self,
-        row: &impl NamedRow<'a, Pg>,
-    ) -> deserialize::Result<T> {
-        match Row::get(row, self.here) {
-            Some(field) if field.field_name() == Some(self.name) => {
-                T::from_nullable_sql(field.value())
-            }
+impl<'r, R> Columns<'r, R> {
+    /// The next column, expected to be called `name`.
+    fn next<'a, ST, T>(&mut self, name: &str) -> deserialize::Result<T>
+    where
+        R: NamedRow<'a, Pg>,
+        T: FromSql<ST, Pg>,
+    {
+        let here = self.at;
+        self.at += 1;
+        match Row::get(self.row, here) {
+            Some(field) if field.field_name() == Some(name) => T::from_nullable_sql(field.value()),
             _ => {
-                debug_assert!(
-                    false,
-                    "column `{}` is not at position {}",
-                    self.name, self.here
-                );
-                NamedRow::get::<ST, T>(row, self.name)
+                debug_assert!(false, "column `{name}` is not at position {here}");
+                NamedRow::get::<ST, T>(self.row, name)
             }
         }
     }

@@ -99,6 +99,7 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         let name = self.name.clone();
+        let role = self.role();
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -114,7 +115,7 @@ impl Drop for TestDb {
                         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                         .await;
                     let _ = conn
-                        .batch_execute(&format!("DROP ROLE IF EXISTS {name}_role"))
+                        .batch_execute(&format!("DROP ROLE IF EXISTS {role}"))
                         .await;
                 }
             });
