@@ -738,8 +738,15 @@ impl Engine {
     /// The next batch's body on the pair's other connection, for a repair
     /// that overlaps commits: `spare`, or a connection taken from the pool
     /// and begun (`BEGIN` and the timeouts). `None`: no connection could be
-    /// had and nothing ran; the next batch then runs on the claim's own
-    /// connection as usual.
+    /// had within [`Engine::spare_wait`] and nothing ran; the next batch
+    /// then runs on the claim's own connection as usual.
+    ///
+    /// Why the wait is bounded: `pool_can_spare` only looked, so others may
+    /// take the free connections before this get, and the pool's own
+    /// timeout is 10 s. Meanwhile the claim's connection holds the next
+    /// batch's open transaction, which the server ends once it sits idle
+    /// for the statement timeout (EX-5). A get that gives up leaves any
+    /// connection it started opening to the pool, for the next batch.
     async fn body_on_spare(
         &self,
         def: &dyn DynRepair,
@@ -752,13 +759,23 @@ impl Engine {
         let mut conn = match spare {
             Some(conn) => conn,
             None => {
-                let mut conn = self.pool.get_owned().await.ok()?;
+                let mut conn = tokio::time::timeout(self.spare_wait(), self.pool.get_owned())
+                    .await
+                    .ok()?
+                    .ok()?;
                 store::batch_begin(&mut conn, stmt_ms, lock_ms).await.ok()?;
                 conn
             }
         };
         let selected = def.batch(&mut conn, Some(after), bound).await;
         Some((conn, selected))
+    }
+
+    /// How long [`Engine::body_on_spare`] waits for a pool connection: long
+    /// enough to open one to a distant server, and at most half the idle
+    /// time the server allows the claim's open transaction.
+    fn spare_wait(&self) -> Duration {
+        (self.config.statement_timeout / 2).min(Duration::from_secs(1))
     }
 
     /// Whether a runner may take a second connection (`Open::spare`): only

@@ -19,6 +19,7 @@
 //! - EX-6/CLM-2 overlapped commits (`Repair::overlap_commits`): the next
 //!   batch's body on a second connection while the previous batch commits:
 //!   `ex06_overlapped_*`, `ex06_second_connection_*`,
+//!   `ex06_runner_does_not_wait_*`,
 //!   `ct05_pause_rejects_an_overlapped_*`, `clm01_release_ends_both_*`
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
 //!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
@@ -1628,4 +1629,70 @@ async fn ex06_second_connection_only_when_the_repair_overlaps_and_the_pool_can_s
         );
         finish(&db, &engine, claim, 30).await;
     }
+}
+
+/// EX-6, EX-5: a runner waits only briefly for its second connection.
+/// Here the pool's last free connections are taken after the runner saw
+/// them free and before it asks for one: the batch commits without a
+/// second connection, and the next batch runs on the claim's own
+/// connection, whose open transaction the server has not ended. Guard: the
+/// bounded wait in `Engine::body_on_spare` (with the pool's 10 s timeout
+/// instead, the claim's transaction sits idle past the 3 s statement
+/// timeout, the server ends that session and the next batch fails).
+#[tokio::test]
+async fn ex06_runner_does_not_wait_for_a_taken_second_connection() {
+    let db = test_db().await;
+    db.exec(&items_sql(30)).await;
+    let hooks = Hooks::new();
+    let pool = backfill::store::build_pool(&db.url, 4).await.expect("pool");
+    let registry = Registry::new()
+        .with(Counter::new(ID, 10, hooks.clone()).overlapping())
+        .expect("valid definition");
+    let config = EngineConfig {
+        statement_timeout: Duration::from_secs(3),
+        ..config()
+    };
+    let engine = Engine::new(pool, registry, config).expect("engine");
+    engine.register().await.expect("register");
+    engine.start(ID).await.expect("start");
+    let mut gate = hooks.gate_after_mutate();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let stepper = engine.clone();
+    let step = tokio::spawn(async move {
+        let outcome = stepper.run_batch(&mut claim).await;
+        (claim, outcome)
+    });
+    // Batch 1 holds one of the 4 connections and has decided to overlap
+    // (3 free). Now the other three are taken.
+    gate.reached().await;
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        taken.push(engine.pool().get_owned().await.expect("a free connection"));
+    }
+    hooks.clear_gates();
+    gate.release();
+    let (mut claim, outcome) = step.await.unwrap();
+    assert_eq!(
+        outcome.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        }
+    );
+    assert_eq!(
+        busy(&engine),
+        4,
+        "the claim's one connection and the 3 taken"
+    );
+    drop(taken);
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        },
+        "the next batch runs in the transaction the claim kept open"
+    );
+    assert_eq!(count_n(&db, 1).await, 20);
+    finish(&db, &engine, claim, 30).await;
 }
