@@ -332,8 +332,13 @@ impl Admin {
     ) -> Result<BackfillPage, AdminError> {
         self.authorize(meta, ALL, "list", Capability::Read).await?;
         let limit = page_limit(limit)?;
-        let mut conn = self.conn().await?;
-        let rows = store::backfill_list(&mut conn, after, limit + 1).await?;
+        // The connection goes back to the pool before the page is built:
+        // concurrent readers wait for connections, not for each other's
+        // rendering.
+        let rows = {
+            let mut conn = self.conn().await?;
+            store::backfill_list(&mut conn, after, limit + 1).await?
+        };
         let more = rows.len() as i64 > limit;
         let items: Vec<BackfillView> = rows
             .iter()
@@ -351,10 +356,11 @@ impl Admin {
         id: &str,
     ) -> Result<BackfillView, AdminError> {
         self.authorize(meta, id, "show", Capability::Read).await?;
-        let mut conn = self.conn().await?;
-        let row = store::backfill_get(&mut conn, id)
-            .await?
-            .ok_or(AdminError::NotFound)?;
+        let row = {
+            let mut conn = self.conn().await?;
+            store::backfill_get(&mut conn, id).await?
+        }
+        .ok_or(AdminError::NotFound)?;
         Ok(self.view(&row))
     }
 
