@@ -611,7 +611,16 @@ impl Engine {
                 (conn, None, None)
             }
         };
-        let overlap = def.overlap_commits() && (spare.is_some() || self.pool_can_spare());
+        // A spare held from earlier batches goes back while the pool is
+        // short, so that other runners' claims, renewals and validation get
+        // a connection within one batch instead of waiting for this claim
+        // to end.
+        if spare.is_some() && !self.pool_can_spare(true) {
+            if let Some(spare) = spare.take() {
+                rollback_to_pool(spare).await;
+            }
+        }
+        let overlap = def.overlap_commits() && (spare.is_some() || self.pool_can_spare(false));
         let conn = &mut *pooled;
         // The body borrows the claim instead of cloning it per batch.
         let body = async {
@@ -778,13 +787,17 @@ impl Engine {
         (self.config.statement_timeout / 2).min(Duration::from_secs(1))
     }
 
-    /// Whether a runner may take a second connection (`Open::spare`): only
-    /// while two more stay free for claims, renewals, validation and the
-    /// admin API, which is what the host's minimum pool size reserves.
-    fn pool_can_spare(&self) -> bool {
+    /// Whether a runner may take (`holding` false) or keep (`holding`
+    /// true) a second connection (`Open::spare`): only while two more stay
+    /// free for claims, renewals, validation and the admin API, which is
+    /// what the host's minimum pool size reserves. Checked before every
+    /// batch, not only when the spare is taken: runners claimed later take
+    /// their own connections, and a kept spare would then hold the reserve.
+    fn pool_can_spare(&self, holding: bool) -> bool {
         let state = self.pool.state();
         let busy = state.connections.saturating_sub(state.idle_connections);
-        self.pool.config().max_size.saturating_sub(busy) >= 3
+        let free = self.pool.config().max_size.saturating_sub(busy);
+        free >= if holding { 2 } else { 3 }
     }
 
     /// Durably record a classified execution error and drop the claim

@@ -19,7 +19,7 @@
 //! - EX-6/CLM-2 overlapped commits (`Repair::overlap_commits`): the next
 //!   batch's body on a second connection while the previous batch commits:
 //!   `ex06_overlapped_*`, `ex06_second_connection_*`,
-//!   `ex06_runner_does_not_wait_*`,
+//!   `ex06_runner_does_not_wait_*`, `ex06_second_connection_goes_back_*`,
 //!   `ct05_pause_rejects_an_overlapped_*`, `clm01_release_ends_both_*`
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
 //!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
@@ -1629,6 +1629,39 @@ async fn ex06_second_connection_only_when_the_repair_overlaps_and_the_pool_can_s
         );
         finish(&db, &engine, claim, 30).await;
     }
+}
+
+/// EX-6, CLM-3: a runner keeps its second connection only while two more
+/// stay free. Here the pool of 4 runs short after the claim took its pair:
+/// another caller takes the last two connections and a third (a renewal,
+/// say) waits for one. The next batch gives the spare back, the waiting
+/// caller gets it, and the run still completes with every item repaired
+/// once. Guard: the check of `Engine::pool_can_spare` before every batch
+/// (without it the claim keeps both connections until it ends, and the
+/// waiting get fails at the pool's 10 s timeout).
+#[tokio::test]
+async fn ex06_second_connection_goes_back_when_the_pool_runs_short() {
+    let (db, engine, _hooks) =
+        started_counter(40, 10, Some(4), |c| c.one_statement().overlapping()).await;
+    let mut claim = claim_and_commit_first_batch(&engine).await;
+    assert_eq!(busy(&engine), 2, "the claim holds its pair");
+    let taken = [
+        engine.pool().get_owned().await.expect("a free connection"),
+        engine.pool().get_owned().await.expect("a free connection"),
+    ];
+    let pool = engine.pool().clone();
+    let waiter = tokio::spawn(async move { pool.get_owned().await.map(drop).is_ok() });
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 10,
+            reached_bound: false
+        }
+    );
+    assert!(waiter.await.unwrap(), "the waiting caller got the spare");
+    drop(taken);
+    assert_eq!(count_n(&db, 1).await, 20);
+    finish(&db, &engine, claim, 40).await;
 }
 
 /// EX-6, EX-5: a runner waits only briefly for its second connection.
