@@ -6,6 +6,7 @@
 //! - CT-6 rolling deployment: `ct06_*`
 //! - graceful shutdown releases claims: `clm_graceful_shutdown_*`
 //! - the concurrency cap: `rt_concurrency_cap_*`
+//! - RT-1/CLM-3 a repair that panics: `rt01_panic_*`
 //!
 //! Races are forced with gates in the test repair and a second session's
 //! row locks; waiting for an outcome polls PostgreSQL with a deadline.
@@ -340,5 +341,86 @@ async fn rt_concurrency_cap_is_respected() {
             60
         );
     }
+    runtime.shutdown().await;
+}
+
+/// RT-1, RT-2, CLM-3: a repair whose code panics, in a batch or in
+/// validation, is recorded as a fatal failure: the backfill goes to
+/// `failed` with no owner, the runtime holds no claim for it, and the
+/// runtime keeps working: after `retry` the same backfill goes on and
+/// completes with every item repaired once. Guard: the panic capture in
+/// the engine's `Backend` (`catching_panics` in src/runtime.rs); without
+/// it the runner or the validator dies silently, the renewer keeps the
+/// lease alive and the row stays `running` (or `validating`), owned.
+#[actix_rt::test]
+async fn rt01_panic_in_a_repair_is_recorded_and_the_runtime_carries_on() {
+    use std::sync::atomic::Ordering;
+    let db = test_db().await;
+    db.exec(&items_sql(20)).await;
+    let hooks = Hooks::new();
+    let ttl = Duration::from_secs(10);
+    let engine = engine_on_own_pool(
+        &db,
+        Registry::new()
+            .with(Counter::new(ID, 10, hooks.clone()))
+            .unwrap(),
+        ttl,
+    )
+    .await;
+    engine.register().await.unwrap();
+    engine.start(ID).await.unwrap();
+    let failed_by_panic = || async {
+        db.scalar(&format!(
+            "SELECT count(*) AS v FROM backfill WHERE id = '{ID}' AND state = 'failed' \
+             AND owner IS NULL AND last_error_kind = 'fatal' \
+             AND last_error LIKE '%panicked%'"
+        ))
+        .await
+            == 1
+    };
+
+    hooks.panic_in_mutate.store(true, Ordering::SeqCst);
+    let runtime =
+        RuntimeHandle::start(Arc::new(engine.clone()), runtime_config("w1", ttl)).unwrap();
+    eventually("the panic in a batch is recorded", failed_by_panic).await;
+    eventually("the runtime holds no claim", || async {
+        runtime.status().await.unwrap().held.is_empty()
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n <> 0")
+            .await,
+        0,
+        "the batch that panicked rolled back"
+    );
+
+    hooks.panic_in_mutate.store(false, Ordering::SeqCst);
+    hooks.panic_in_validate.store(true, Ordering::SeqCst);
+    engine.retry(ID).await.unwrap();
+    runtime.wake();
+    eventually("the panic in validation is recorded", failed_by_panic).await;
+    eventually("the runtime holds no claim", || async {
+        runtime.status().await.unwrap().held.is_empty()
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        20,
+        "every batch committed before validation"
+    );
+
+    hooks.panic_in_validate.store(false, Ordering::SeqCst);
+    engine.retry(ID).await.unwrap();
+    runtime.wake();
+    eventually("completion", || async {
+        state_of(&db, ID).await == "completed"
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        20
+    );
     runtime.shutdown().await;
 }

@@ -80,6 +80,10 @@ pub struct Hooks {
     pub fail_after_mutate: Mutex<Option<RepairError>>,
     /// Returned by validation when set.
     pub fail_validate: Mutex<Option<RepairError>>,
+    /// The mutation panics (a bug in a repair's code) when set.
+    pub panic_in_mutate: std::sync::atomic::AtomicBool,
+    /// Validation panics when set.
+    pub panic_in_validate: std::sync::atomic::AtomicBool,
     /// One of the `SELECT_*` modes.
     pub select_mode: AtomicU8,
     /// Milliseconds the one-statement form sleeps in PostgreSQL
@@ -301,6 +305,9 @@ impl Repair for Counter {
         .bind::<Array<BigInt>, _>(keys)
         .execute(conn)
         .await?;
+        if std::sync::atomic::AtomicBool::load(&self.hooks.panic_in_mutate, Ordering::SeqCst) {
+            panic!("the test repair's mutation panics");
+        }
         let gate = self.hooks.after_mutate.lock().clone();
         if let Some(gate) = gate {
             gate.pass().await;
@@ -323,6 +330,9 @@ impl Repair for Counter {
         }
         if let Some(error) = self.hooks.fail_validate.lock().clone() {
             return Err(error);
+        }
+        if std::sync::atomic::AtomicBool::load(&self.hooks.panic_in_validate, Ordering::SeqCst) {
+            panic!("the test repair's validation panics");
         }
         let bad: Count = diesel::sql_query(format!(
             "SELECT count(*) AS n FROM {} WHERE id <= $1 AND n <> 1",
