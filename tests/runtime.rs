@@ -7,6 +7,8 @@
 //! - graceful shutdown releases claims: `clm_graceful_shutdown_*`
 //! - the concurrency cap: `rt_concurrency_cap_*`
 //! - RT-1/CLM-3 a repair that panics: `rt01_panic_*`
+//! - VAL-6 lifecycle validation waits for an explicit one at the poll
+//!   interval: `val06_*`
 //!
 //! Races are forced with gates in the test repair and a second session's
 //! row locks; waiting for an outcome polls PostgreSQL with a deadline.
@@ -422,5 +424,79 @@ async fn rt01_panic_in_a_repair_is_recorded_and_the_runtime_carries_on() {
             .await,
         20
     );
+    runtime.shutdown().await;
+}
+
+/// VAL-6: while an explicit validation holds a backfill's validation lock,
+/// the runtime's lifecycle validation finds it busy, gives the claim back
+/// and tries again at the next poll, not at once: in the second after the
+/// first busy try (half the 2 s poll interval) there is at most one more
+/// try and one more generation. Once the lock is gone the backfill
+/// completes. Guard: the supervisor not claiming again right after a busy
+/// validation (without it the claim, the busy validation and the release
+/// repeat back to back: 306 times in that second, each with a new
+/// generation).
+#[actix_rt::test]
+async fn val06_busy_lifecycle_validation_waits_for_the_next_poll() {
+    use diesel_async::RunQueryDsl;
+    let db = test_db().await;
+    db.exec(&items_sql(20)).await;
+    let ttl = Duration::from_secs(10);
+    let engine = engine_on_own_pool(
+        &db,
+        Registry::new()
+            .with(Counter::new(ID, 10, Hooks::new()))
+            .unwrap(),
+        ttl,
+    )
+    .await;
+    engine.register().await.unwrap();
+    engine.start(ID).await.unwrap();
+    // The explicit validation: a second session holding the lock.
+    let mut holder = db.connect().await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    assert!(backfill::store::validation_try_lock(&mut holder, ID)
+        .await
+        .unwrap());
+    let config = RuntimeConfig {
+        poll_interval: Duration::from_secs(2),
+        ..runtime_config("w1", ttl)
+    };
+    let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config).unwrap();
+    let busy = || {
+        std::sync::atomic::AtomicU64::load(
+            &runtime.metrics().validation_errors,
+            std::sync::atomic::Ordering::Relaxed,
+        )
+    };
+    eventually("a busy lifecycle validation", || async { busy() >= 1 }).await;
+    let generation = db
+        .scalar(&format!(
+            "SELECT generation AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(busy() <= 2, "{} busy validations in 1 s", busy());
+    let later = db
+        .scalar(&format!(
+            "SELECT generation AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await;
+    assert!(
+        later - generation <= 1,
+        "generation {generation} -> {later}"
+    );
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    runtime.wake();
+    eventually("completion", || async {
+        state_of(&db, ID).await == "completed"
+    })
+    .await;
     runtime.shutdown().await;
 }

@@ -347,7 +347,14 @@ impl<B: Backend> Handler<ValidationFinished> for Supervisor<B> {
             self.excluded.push(msg.id.clone());
         }
         self.forget(&msg.id, msg.generation);
-        self.tick(ctx);
+        // An explicit validation holds this ID's validation lock (VAL-6)
+        // and the claim was given back. Claiming again at once would find
+        // the same row and the same lock, over and over (a new generation
+        // each time) for as long as that validation runs; the next poll
+        // tries again instead.
+        if !matches!(msg.outcome, Ok(crate::ValidationOutcome::Busy)) {
+            self.tick(ctx);
+        }
     }
 }
 
