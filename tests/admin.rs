@@ -11,6 +11,7 @@
 //! - ADM-2/3 projection, ADM-6 absent destructive routes, supervisor
 //!   waker: `adm2_*`, `adm6_*`, `adm_waker_*`
 //! - OpenAPI document: `adm_openapi_*`
+//! - Bad input: IDs no backfill can have: `adm_invalid_ids_*`
 //!
 //! Races use PostgreSQL's own lock queue (a test session holds the row lock
 //! and the test waits until every request is queued) or repair gates.
@@ -1003,4 +1004,63 @@ async fn ct11_explicit_validation_cannot_commit_definition_writes() {
     );
     server.stop().await;
     assert_audit_complete(&db).await;
+}
+
+/// Bad input, AUD-1: an ID no backfill can have (a NUL byte sent as `%00`,
+/// or upper case) is a 400 whose JSON names the rule, on every route that
+/// takes an ID (the path, `after`, `backfill`), and changes nothing. A
+/// rejected action with such an ID is audited like any other rejection,
+/// with a token (400) and without one (401). Guards: `requested_id` in the
+/// admin layer (without it the NUL reaches PostgreSQL, which fails the
+/// statement: a 500) and `audit_id` (without it the audit insert of a NUL
+/// ID fails, and the rejection goes unaudited).
+#[actix_rt::test]
+async fn adm_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
+    let (db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine));
+    let before = snapshot(&db, ID).await;
+    let audits = || db.scalar("SELECT count(*) AS v FROM backfill_audit");
+    let audits_before = audits().await;
+    let mut rejected_actions = 0;
+    for bad in ["items%00counter", "Items.Counter"] {
+        for path in [
+            format!("/admin/backfills/{bad}"),
+            format!("/admin/backfills?after={bad}"),
+            format!("/admin/audit?backfill={bad}"),
+        ] {
+            let r = call(&server.url, "GET", &path, Some(READER), None).await;
+            assert_eq!(r.status, 400, "GET {path}: {}", r.text);
+            assert_eq!(r.body["error"], "bad_request", "{}", r.text);
+            assert!(
+                r.body["message"].as_str().unwrap().contains("backfill ID"),
+                "{}",
+                r.text
+            );
+        }
+        for action in ["start", "pause", "resume", "retry", "validate"] {
+            let path = format!("/admin/backfills/{bad}/{action}");
+            for (token, expected) in [(Some(OPERATOR), 400), (None, 401)] {
+                rejected_actions += 1;
+                let key = format!("bad-id-{rejected_actions}");
+                let r = call(&server.url, "POST", &path, token, Some(&key)).await;
+                assert_eq!(r.status, expected, "POST {path} {token:?}: {}", r.text);
+            }
+        }
+    }
+    assert_eq!(
+        audits().await - audits_before,
+        rejected_actions,
+        "every rejected action audited"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) AS v FROM backfill_audit \
+             WHERE backfill_id = 'items\u{fffd}counter' AND outcome IN ('bad_request', 'unauthorized')"
+        )
+        .await,
+        10,
+        "the NUL is stored replaced"
+    );
+    assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
+    server.stop().await;
 }

@@ -215,6 +215,25 @@ impl std::fmt::Debug for Admin {
     }
 }
 
+/// Check an ID taken from a request (path, `after`, `backfill`) before it
+/// reaches PostgreSQL: an ID that no backfill can have is a 400 naming the
+/// rule, not a query (a NUL byte, say, makes PostgreSQL fail the statement
+/// and the caller would see a 500).
+fn requested_id(what: &str, id: &str) -> Result<(), AdminError> {
+    crate::repair::validate_id(id).map_err(|_| {
+        AdminError::BadRequest(format!(
+            "{what} must be a backfill ID: 1 to 128 characters from a-z, 0-9, '.', '_' and '-'"
+        ))
+    })
+}
+
+/// The ID as an audit row can hold it: at most 128 bytes and no NUL,
+/// which PostgreSQL's text cannot store (a rejection must still be
+/// audited, AUD-1).
+fn audit_id(id: &str) -> String {
+    truncate(&id.replace('\0', "\u{fffd}"), 128)
+}
+
 fn truncate(s: &str, max: usize) -> String {
     let mut cut = s.len().min(max);
     while !s.is_char_boundary(cut) {
@@ -273,7 +292,7 @@ impl Admin {
         prior: Option<(&str, i64)>,
     ) {
         let correlation = meta.correlation();
-        let id = truncate(id, 128);
+        let id = audit_id(id);
         let detail = bounded(error.to_string());
         let audit = NewAudit {
             backfill_id: &id,
@@ -331,6 +350,9 @@ impl Admin {
         limit: Option<i64>,
     ) -> Result<BackfillPage, AdminError> {
         self.authorize(meta, ALL, "list", Capability::Read).await?;
+        if let Some(after) = after {
+            requested_id("after", after)?;
+        }
         let limit = page_limit(limit)?;
         // The connection goes back to the pool before the page is built:
         // concurrent readers wait for connections, not for each other's
@@ -356,6 +378,7 @@ impl Admin {
         id: &str,
     ) -> Result<BackfillView, AdminError> {
         self.authorize(meta, id, "show", Capability::Read).await?;
+        requested_id("the path's ID", id)?;
         let row = {
             let mut conn = self.conn().await?;
             store::backfill_get(&mut conn, id).await?
@@ -374,6 +397,9 @@ impl Admin {
     ) -> Result<AuditPage, AdminError> {
         self.authorize(meta, backfill.unwrap_or(ALL), "audit", Capability::Read)
             .await?;
+        if let Some(backfill) = backfill {
+            requested_id("backfill", backfill)?;
+        }
         let limit = page_limit(limit)?;
         let mut conn = self.conn().await?;
         let rows = store::audit_list(&mut conn, backfill, before, limit + 1).await?;
@@ -440,6 +466,11 @@ impl Admin {
         let authority = self
             .authorize(meta, id, action.as_str(), Capability::Operate)
             .await?;
+        if let Err(error) = requested_id("the path's ID", id) {
+            return Err(self
+                .rejected(&authority, id, action.as_str(), meta, error)
+                .await);
+        }
         let key = self
             .require_key(meta, &authority, id, action.as_str())
             .await?;

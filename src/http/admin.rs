@@ -159,7 +159,7 @@ pub struct AuditQuery {
     get, path = "/admin/backfills", params(ListQuery),
     responses(
         (status = 200, description = "A page of backfills", body = BackfillPage),
-        (status = 400, description = "Bad paging parameters", body = ErrorBody),
+        (status = 400, description = "Bad paging parameters, or `after` or `backfill` not a backfill ID", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody),
         (status = 403, description = "Lacks backfill:read", body = ErrorBody),
         (status = 500, description = "Server error", body = ErrorBody),
@@ -185,6 +185,7 @@ async fn list(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
     params(("id" = String, Path, description = "Stable ID")),
     responses(
         (status = 200, description = "The backfill", body = BackfillView),
+        (status = 400, description = "Not a backfill ID", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody),
         (status = 403, description = "Lacks backfill:read", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
@@ -216,7 +217,7 @@ async fn act(
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
-        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
@@ -239,7 +240,7 @@ async fn start(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
-        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
@@ -262,7 +263,7 @@ async fn pause(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
-        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
@@ -286,7 +287,7 @@ async fn resume(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
-        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
@@ -310,7 +311,7 @@ async fn retry(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
     ),
     responses(
         (status = 200, description = "The validation outcome", body = ValidationResponse),
-        (status = 400, description = "Missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
@@ -332,7 +333,7 @@ async fn validate(
     get, path = "/admin/audit", params(AuditQuery),
     responses(
         (status = 200, description = "A page of audit records", body = AuditPage),
-        (status = 400, description = "Bad paging parameters", body = ErrorBody),
+        (status = 400, description = "Bad paging parameters, or `after` or `backfill` not a backfill ID", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody),
         (status = 403, description = "Lacks backfill:read", body = ErrorBody),
         (status = 500, description = "Server error", body = ErrorBody),
