@@ -363,9 +363,11 @@ async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
             count,
         } => {
             let (interval, count) = (*interval, *count);
-            if !(interval.is_finite() && interval > 0.0) {
+            // A day at most: `Duration` cannot hold every float, and an
+            // operator watching wants refreshes, not a sleep of years.
+            if !(interval.is_finite() && interval > 0.0 && interval <= 86_400.0) {
                 return Err(CtlError::Usage(
-                    "--interval must be a positive number of seconds".into(),
+                    "--interval must be a number of seconds above 0 and at most 86400".into(),
                 ));
             }
             return watch(

@@ -212,7 +212,10 @@ fn init_logging(format: LogFormat, default_level: &str) {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => usage_error(error),
+    };
     let code = match run(cli) {
         Ok(code) => code,
         Err(error) => {
@@ -222,6 +225,37 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Bad arguments: one readable line and exit code 2, like every other
+/// usage error of the CLI. clap's own report spreads the problem over
+/// several lines (the missing argument's name on the second) followed by a
+/// usage block; its first paragraph, joined, is the line. Help and version
+/// requests print as clap prints them.
+fn usage_error(error: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        error.exit();
+    }
+    let text = error.render().to_string();
+    let line = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let line = if line.is_empty() {
+        "error: invalid arguments".to_string()
+    } else {
+        line
+    };
+    eprintln!("{line} (see --help)");
+    std::process::exit(2);
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {

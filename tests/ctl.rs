@@ -272,3 +272,40 @@ async fn ctl_resends_with_the_same_key_after_a_lost_response() {
     server.stop().await;
     assert_audit_complete(&db).await;
 }
+
+/// Bad input: a usage error is one readable line naming the problem and
+/// exit code 2, whether clap finds it (a missing ID, an unknown command or
+/// flag) or the client does (an interval `Duration` cannot hold), and
+/// nothing is sent. Guards: `usage_error` in main.rs (without it clap
+/// prints the problem over several lines plus a usage block) and the
+/// bound on `--interval` (without it `watch` goes on to send requests,
+/// and after its first refresh panics turning 1e20 s into a `Duration`).
+#[actix_rt::test]
+async fn ctl_usage_errors_are_one_line_with_exit_2() {
+    // Nothing listens here: a request would fail with exit 5, not 2.
+    let url = "http://127.0.0.1:9";
+    for (args, names) in [
+        (&["show"][..], "<ID>"),
+        (&["frob"][..], "frob"),
+        (&["list", "--bogus"][..], "--bogus"),
+        (
+            &["watch", "--count", "1", "--interval", "1e20"][..],
+            "--interval",
+        ),
+        (
+            &["watch", "--count", "1", "--interval", "abc"][..],
+            "--interval",
+        ),
+    ] {
+        let out = ctl(url, Some(READER), args).await;
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        assert_eq!(
+            out.stderr.trim().lines().count(),
+            1,
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(names), "{args:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
+    }
+}
