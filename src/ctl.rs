@@ -9,8 +9,7 @@
 //! 4 unauthorized (401/403), 5 server or network error.
 
 use crate::admin::{
-    ActionResponse, AuditPage, BackfillPage, BackfillView, ConflictBody, ErrorBody,
-    ValidationResponse,
+    ActionResponse, AuditPage, BackfillView, ConflictBody, ErrorBody, ValidationResponse,
 };
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
@@ -225,6 +224,43 @@ fn conflict_line(body: &Value) -> String {
     }
 }
 
+/// Every backfill, following `next_after` page by page, so that a long
+/// list is never cut at one page (ADM-2). Items stay as the server sent
+/// them, for `--json`.
+async fn list_all(client: &Client) -> Result<Vec<Value>, CtlError> {
+    #[derive(serde::Deserialize)]
+    struct Page {
+        items: Vec<Value>,
+        next_after: Option<String>,
+    }
+    let mut items = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let path = match &after {
+            None => "/admin/backfills?limit=500".to_string(),
+            Some(after) => format!("/admin/backfills?limit=500&after={after}"),
+        };
+        let page: Page = decode(client.get(&path).await?)?;
+        items.extend(page.items);
+        match page.next_after {
+            // IDs are URL-safe; a cursor that is not an ID, or that does
+            // not move forward, would loop or inject.
+            Some(next)
+                if crate::repair::validate_id(&next).is_ok()
+                    && after.as_deref().is_none_or(|a| next.as_str() > a) =>
+            {
+                after = Some(next)
+            }
+            Some(_) => {
+                return Err(CtlError::Server(
+                    "the server's next_after does not continue the list".into(),
+                ))
+            }
+            None => return Ok(items),
+        }
+    }
+}
+
 fn decode<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, CtlError> {
     serde_json::from_value(value)
         .map_err(|_| CtlError::Server("the server's response has an unexpected shape".into()))
@@ -259,12 +295,12 @@ async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
     };
     match &args.command {
         CtlCommand::List => {
-            let body = client.get("/admin/backfills?limit=500").await?;
+            let items = list_all(&client).await?;
             if json {
-                print_json(&body);
+                print_json(&serde_json::json!({ "items": items, "next_after": null }));
             } else {
-                let page: BackfillPage = decode(body)?;
-                print!("{}", table(&page.items, &BTreeMap::new(), None));
+                let items: Vec<BackfillView> = decode(Value::Array(items))?;
+                print!("{}", table(&items, &BTreeMap::new(), None));
             }
         }
         CtlCommand::Show { id } => {
@@ -404,10 +440,9 @@ async fn watch(
                 .get(&format!("/admin/backfills/{id}"))
                 .await
                 .and_then(|v| decode::<BackfillView>(v).map(|b| vec![b])),
-            None => client
-                .get("/admin/backfills?limit=500")
+            None => list_all(client)
                 .await
-                .and_then(|v| decode::<BackfillPage>(v).map(|p| p.items)),
+                .and_then(|items| decode::<Vec<BackfillView>>(Value::Array(items))),
         };
         let mut out = String::new();
         if tty {

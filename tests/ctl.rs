@@ -309,3 +309,45 @@ async fn ctl_usage_errors_are_one_line_with_exit_2() {
         assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
     }
 }
+
+/// ADM-2: `list` and `watch` show every backfill, however many pages the
+/// API splits them into (500 per page): with 1,200 more registered, `list
+/// --json`, the `list` table and `watch --json` each name every one of
+/// them. Guard: `list_all` following `next_after` (without it the client
+/// shows the first 500 and says nothing of the rest).
+#[actix_rt::test]
+async fn ctl_list_and_watch_follow_every_page() {
+    let (db, engine, _hooks) = setup(3).await;
+    let ids: Vec<String> = (0..1200).map(|i| format!("bulk.{i:05}")).collect();
+    let descriptions = vec![String::new(); ids.len()];
+    {
+        let mut conn = engine.pool().get().await.expect("connection");
+        backfill::store::backfill_register(&mut conn, &ids, &descriptions, "test")
+            .await
+            .expect("register");
+    }
+    let total = db.scalar("SELECT count(*) AS v FROM backfill").await;
+    assert!(total > 1200);
+    let server = serve(admin(engine));
+    let url = server.url.as_str();
+
+    let list = ctl(url, Some(READER), &["list", "--json"]).await;
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let body: serde_json::Value = serde_json::from_str(&list.stdout).expect("json");
+    assert_eq!(body["items"].as_array().unwrap().len() as i64, total);
+    assert_eq!(body["next_after"], serde_json::Value::Null);
+
+    let table = ctl(url, Some(READER), &["list"]).await;
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert!(
+        table.stdout.contains("bulk.01199"),
+        "the last page is shown"
+    );
+
+    let watch = ctl(url, Some(READER), &["watch", "--count", "1", "--json"]).await;
+    assert_eq!(watch.code, 0, "{}", watch.stderr);
+    let items: Vec<serde_json::Value> =
+        serde_json::from_str(watch.stdout.trim()).expect("one JSON array");
+    assert_eq!(items.len() as i64, total);
+    server.stop().await;
+}

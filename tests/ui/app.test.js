@@ -53,3 +53,25 @@ test("ct12 rows escape server text", () => {
   assert.match(html, /gating/);
   assert.match(html, /none yet/);
 });
+
+test("adm2 the list follows next_after to the last page, and shows nothing partial on an error", async () => {
+  const pages = {
+    "/admin/backfills?limit=500": { items: [{ id: "a" }, { id: "b" }], next_after: "b" },
+    "/admin/backfills?limit=500&after=b": { items: [{ id: "c" }], next_after: "c" },
+    "/admin/backfills?limit=500&after=c": { items: [{ id: "d" }], next_after: null },
+  };
+  const seen = [];
+  const get = async (path) => {
+    seen.push(path);
+    return { ok: true, status: 200, json: async () => pages[path] };
+  };
+  const got = await app.fetchAll(get);
+  assert.deepStrictEqual(got.items.map((b) => b.id), ["a", "b", "c", "d"]);
+  assert.strictEqual(seen.length, 3);
+  let calls = 0;
+  const failing = async (path) => {
+    calls += 1;
+    return calls === 1 ? { ok: true, status: 200, json: async () => pages[path] } : { ok: false, status: 503 };
+  };
+  assert.deepStrictEqual(await app.fetchAll(failing), { status: 503 });
+});

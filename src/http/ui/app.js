@@ -111,8 +111,27 @@ function describeResult(action, status, body) {
   return `${action}: HTTP ${status}, no readable answer (the outcome is unknown; refresh to see the server state)`;
 }
 
+// Every backfill, following `next_after` page by page (ADM-2): a long list
+// is never cut at one page. `get(path)` returns a fetch Response. Resolves
+// to { items } or, on the first page that fails, { status } (401/403 and
+// other HTTP errors) with nothing partial: a half list is not shown.
+async function fetchAll(get) {
+  const items = [];
+  let after = null;
+  for (;;) {
+    const path = "/admin/backfills?limit=500" + (after === null ? "" : "&after=" + encodeURIComponent(after));
+    const res = await get(path);
+    if (!res.ok) return { status: res.status };
+    const page = await res.json();
+    items.push(...page.items);
+    // A cursor that does not move forward would loop.
+    if (page.next_after == null || (after !== null && !(page.next_after > after))) return { items };
+    after = page.next_after;
+  }
+}
+
 if (typeof module !== "undefined") {
-  module.exports = { ACTIONS, actionsFor, progressCell, ownerCell, statusLine, describeResult, row, escapeHtml };
+  module.exports = { ACTIONS, actionsFor, progressCell, ownerCell, statusLine, describeResult, row, escapeHtml, fetchAll };
 }
 
 if (typeof document !== "undefined") {
@@ -129,15 +148,14 @@ if (typeof document !== "undefined") {
   const refresh = async () => {
     if (!state.token) return render();
     try {
-      const res = await fetch("/admin/backfills?limit=200", { headers: { Authorization: `Bearer ${state.token}` } });
-      if (res.status === 401 || res.status === 403) {
-        state.unauthorized = `HTTP ${res.status}`;
+      const got = await fetchAll((path) => fetch(path, { headers: { Authorization: `Bearer ${state.token}` } }));
+      if (got.status === 401 || got.status === 403) {
+        state.unauthorized = `HTTP ${got.status}`;
         state.views = [];
-      } else if (!res.ok) {
-        state.lastError = `HTTP ${res.status}`;
+      } else if (got.status !== undefined) {
+        state.lastError = `HTTP ${got.status}`;
       } else {
-        const page = await res.json();
-        state.views = page.items;
+        state.views = got.items;
         state.unauthorized = null;
         state.lastError = null;
         state.lastOk = new Date().toISOString();
