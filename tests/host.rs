@@ -334,3 +334,52 @@ async fn cfg_notify_wakes_the_supervisor_as_a_hint() {
     }
     host.stop().await;
 }
+
+/// OBS-2, ADM-3: when PostgreSQL cannot be read, `/metrics` says the
+/// lifecycle counts and the automatic gate are unknown
+/// (`backfill_state_known 0`, no gate samples), never zero. In particular
+/// it exports no `backfill_gate_gating 0`, which would read as "nothing
+/// keeps the gate closed". Guard: the known-gate check before
+/// `backfill_gate_gating` in src/http/metrics.rs (without it the count of
+/// an unread gate is exported as 0).
+#[actix_rt::test]
+async fn obs2_metrics_of_an_unreadable_database_are_unknown_not_zero() {
+    use backfill::host::readiness::Readiness;
+    use backfill::http::metrics::MetricsSource;
+    // A database that does not exist on a live server: every checkout
+    // fails (after the pool's timeout).
+    let url = support::with_database(support::server_url(), "bft_no_such_database");
+    let pool = backfill::store::build_pool(&url, 1).await.expect("pool");
+    let source = actix_web::web::Data::new(MetricsSource {
+        pool: pool.clone(),
+        readiness: Readiness::new(pool, true, vec!["events.required".into()]),
+        runtime: Default::default(),
+    });
+    let server = actix_web::HttpServer::new(move || {
+        let source = source.clone();
+        actix_web::App::new().configure(move |cfg| backfill::http::metrics::configure(cfg, source))
+    })
+    .workers(1)
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let addr = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    let metrics = get(addr, "/metrics").await;
+    assert_eq!(metrics.status, 200);
+    let text = metrics.text;
+    assert!(text.contains("backfill_state_known 0"), "{text}");
+    let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    for name in [
+        "backfill_gate_open",
+        "backfill_gate_gating",
+        "backfill_backfills",
+    ] {
+        assert!(
+            !samples.iter().any(|l| l.starts_with(name)),
+            "{name} exported while unknown: {text}"
+        );
+    }
+    handle.stop(true).await;
+}

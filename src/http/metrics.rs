@@ -62,9 +62,17 @@ async fn metrics(source: web::Data<MetricsSource>) -> HttpResponse {
     }
     let _ = writeln!(
         out,
-        "# HELP backfill_gate_gating Required backfills keeping the gate closed.\n# TYPE backfill_gate_gating gauge\nbackfill_gate_gating {}",
-        report.backfill_gate.gating.len()
+        "# HELP backfill_gate_gating Required backfills keeping the gate closed (absent when unknown).\n# TYPE backfill_gate_gating gauge"
     );
+    // Unknown is not zero (OBS-2): when the gate could not be read, no
+    // count is exported, as for `backfill_gate_open`.
+    if report.backfill_gate.open.is_some() {
+        let _ = writeln!(
+            out,
+            "backfill_gate_gating {}",
+            report.backfill_gate.gating.len()
+        );
+    }
     for (name, help, value) in source.runtime.snapshot() {
         let _ = writeln!(
             out,
