@@ -862,7 +862,9 @@ async fn adm_waker_fires_only_after_accepted_activation() {
 
 /// ADM-6: no destructive control exists: reset, rewind, bound edit,
 /// delete, force-complete, release and cancel are not routes, and trying
-/// them changes nothing.
+/// them changes nothing and answers a JSON `not_found` (guard: the
+/// catch-all `no_route` of the admin routes; without it the body is
+/// empty).
 #[actix_rt::test]
 async fn adm6_no_destructive_routes() {
     let (db, engine, _hooks) = setup(3).await;
@@ -897,6 +899,8 @@ async fn adm6_no_destructive_routes() {
             "{method} {path}: {}",
             r.status
         );
+        // A JSON error like every other rejection, not an empty body.
+        assert_eq!(r.body["error"], "not_found", "{method} {path}: {}", r.text);
     }
     assert_eq!(snapshot(&db, ID).await, before);
     server.stop().await;

@@ -9,7 +9,7 @@
 //! - (migrate on,  auto on):  `ct13_on_on_*`
 //! - CFG-2 restart rebuilds the gate: `ct13_restart_*`; NOTIFY as a hint:
 //!   `cfg_notify_*`; CFG-3 and OBS-1/2 (admin listener, /metrics) inside
-//!   `ct13_off_on_*`
+//!   `ct13_off_on_*`; OBS-2 unknown is not zero: `obs2_*`
 //!
 //! Gates are held closed deterministically with a second session's row lock
 //! (the batches wait on it), never with sleeps.

@@ -59,7 +59,20 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
         .route("/admin/backfills/{id}/resume", web::post().to(resume))
         .route("/admin/backfills/{id}/retry", web::post().to(retry))
         .route("/admin/backfills/{id}/validate", web::post().to(validate))
-        .route("/admin/audit", web::get().to(audit));
+        .route("/admin/audit", web::get().to(audit))
+        // Registered last: any other method or path under /admin gets a
+        // JSON error like every other rejection, not an empty body.
+        .route("/admin", web::route().to(no_route))
+        .route("/admin/{tail:.*}", web::route().to(no_route));
+}
+
+/// An admin path or method that is not a route (ADM-6: there is no reset,
+/// delete, force-complete ...). Nothing is read or changed.
+async fn no_route() -> HttpResponse {
+    HttpResponse::NotFound().json(ErrorBody {
+        error: "not_found".into(),
+        message: "no admin route for this method and path".into(),
+    })
 }
 
 /// Headers of one request, owned.
