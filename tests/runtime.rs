@@ -56,6 +56,38 @@ async fn engine_on_own_pool(db: &TestDb, registry: Registry, ttl: Duration) -> E
     Engine::new(pool, registry, engine_config(ttl)).unwrap()
 }
 
+/// A database with `rows` items, the counter (batches of 10, `hooks`)
+/// registered and started on an engine with its own pool.
+async fn started(rows: i64, hooks: Arc<Hooks>, ttl: Duration) -> (TestDb, Engine) {
+    let db = test_db().await;
+    db.exec(&items_sql(rows)).await;
+    let engine = engine_on_own_pool(
+        &db,
+        Registry::new().with(Counter::new(ID, 10, hooks)).unwrap(),
+        ttl,
+    )
+    .await;
+    engine.register().await.unwrap();
+    engine.start(ID).await.unwrap();
+    (db, engine)
+}
+
+/// Wake the runtime, wait until the backfill completes with every one of
+/// `rows` items repaired exactly once, then shut the runtime down.
+async fn completes(db: &TestDb, runtime: RuntimeHandle<Engine>, rows: i64) {
+    runtime.wake();
+    eventually("completion", || async {
+        state_of(db, ID).await == "completed"
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        rows
+    );
+    runtime.shutdown().await;
+}
+
 /// Wait (polling PostgreSQL or the runtime) until `check` holds.
 async fn state_of(db: &TestDb, id: &str) -> String {
     db.text(&format!(
@@ -73,20 +105,9 @@ async fn state_of(db: &TestDb, id: &str) -> String {
 /// resumed run makes n = 2) and the runner's stop on a stale outcome.
 #[actix_rt::test]
 async fn ct05_pause_mid_batch_rolls_back_and_resume_continues() {
-    let db = test_db().await;
-    db.exec(&items_sql(40)).await;
     let hooks = Hooks::new();
     let ttl = Duration::from_secs(10);
-    let engine = engine_on_own_pool(
-        &db,
-        Registry::new()
-            .with(Counter::new(ID, 10, hooks.clone()))
-            .unwrap(),
-        ttl,
-    )
-    .await;
-    engine.register().await.unwrap();
-    engine.start(ID).await.unwrap();
+    let (db, engine) = started(40, hooks.clone(), ttl).await;
     let mut gate = hooks.gate_after_mutate();
     let runtime =
         RuntimeHandle::start(Arc::new(engine.clone()), runtime_config("w1", ttl)).unwrap();
@@ -107,17 +128,7 @@ async fn ct05_pause_mid_batch_rolls_back_and_resume_continues() {
     hooks.clear_gates();
 
     engine.resume(ID).await.unwrap();
-    runtime.wake();
-    eventually("completion", || async {
-        state_of(&db, ID).await == "completed"
-    })
-    .await;
-    assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
-            .await,
-        40
-    );
-    runtime.shutdown().await;
+    completes(&db, runtime, 40).await;
 }
 
 /// CT-6: two compatible processes (separate pools and runtimes) register one
@@ -357,20 +368,9 @@ async fn rt_concurrency_cap_is_respected() {
 #[actix_rt::test]
 async fn rt01_panic_in_a_repair_is_recorded_and_the_runtime_carries_on() {
     use std::sync::atomic::Ordering;
-    let db = test_db().await;
-    db.exec(&items_sql(20)).await;
     let hooks = Hooks::new();
     let ttl = Duration::from_secs(10);
-    let engine = engine_on_own_pool(
-        &db,
-        Registry::new()
-            .with(Counter::new(ID, 10, hooks.clone()))
-            .unwrap(),
-        ttl,
-    )
-    .await;
-    engine.register().await.unwrap();
-    engine.start(ID).await.unwrap();
+    let (db, engine) = started(20, hooks.clone(), ttl).await;
     let failed_by_panic = || async {
         db.scalar(&format!(
             "SELECT count(*) AS v FROM backfill WHERE id = '{ID}' AND state = 'failed' \
@@ -414,17 +414,7 @@ async fn rt01_panic_in_a_repair_is_recorded_and_the_runtime_carries_on() {
 
     hooks.panic_in_validate.store(false, Ordering::SeqCst);
     engine.retry(ID).await.unwrap();
-    runtime.wake();
-    eventually("completion", || async {
-        state_of(&db, ID).await == "completed"
-    })
-    .await;
-    assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
-            .await,
-        20
-    );
-    runtime.shutdown().await;
+    completes(&db, runtime, 20).await;
 }
 
 /// VAL-6: while an explicit validation holds a backfill's validation lock,
@@ -439,19 +429,8 @@ async fn rt01_panic_in_a_repair_is_recorded_and_the_runtime_carries_on() {
 #[actix_rt::test]
 async fn val06_busy_lifecycle_validation_waits_for_the_next_poll() {
     use diesel_async::RunQueryDsl;
-    let db = test_db().await;
-    db.exec(&items_sql(20)).await;
     let ttl = Duration::from_secs(10);
-    let engine = engine_on_own_pool(
-        &db,
-        Registry::new()
-            .with(Counter::new(ID, 10, Hooks::new()))
-            .unwrap(),
-        ttl,
-    )
-    .await;
-    engine.register().await.unwrap();
-    engine.start(ID).await.unwrap();
+    let (db, engine) = started(20, Hooks::new(), ttl).await;
     // The explicit validation: a second session holding the lock.
     let mut holder = db.connect().await;
     diesel::sql_query("BEGIN")
@@ -493,10 +472,5 @@ async fn val06_busy_lifecycle_validation_waits_for_the_next_poll() {
         .execute(&mut holder)
         .await
         .unwrap();
-    runtime.wake();
-    eventually("completion", || async {
-        state_of(&db, ID).await == "completed"
-    })
-    .await;
-    runtime.shutdown().await;
+    completes(&db, runtime, 20).await;
 }
