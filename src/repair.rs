@@ -63,13 +63,21 @@ pub enum Mutated<K> {
     /// `count` keys from `first` to `last` (both inclusive) were selected
     /// and mutated.
     Keys { first: K, last: K, count: u32 },
+    /// A summary whose keys and count disagree: a count of keys without a
+    /// first or last key, or only one of the two (say, first and last
+    /// read from `UPDATE .. RETURNING` rows that concurrent deletes
+    /// removed, and the count from the selected keys). The engine rejects
+    /// it and the batch rolls back (EX-3); read as "nothing left" it would
+    /// move the checkpoint to the bound past keys nobody repaired.
+    Inconsistent,
 }
 
 impl<K> Mutated<K> {
     /// The summary from a statement's `min(key)`, `max(key)` and
-    /// `count(*)` over the selected keys: no first or last key is
-    /// [`Mutated::Nothing`]. A count that does not fit a `u32` becomes
-    /// `u32::MAX`, which the engine's limit check rejects.
+    /// `count(*)` over the selected keys: no first and no last key with a
+    /// count of 0 is [`Mutated::Nothing`]; any other shape without both
+    /// keys is [`Mutated::Inconsistent`]. A count that does not fit a
+    /// `u32` becomes `u32::MAX`, which the engine's limit check rejects.
     pub fn from_summary(first: Option<K>, last: Option<K>, count: i64) -> Self {
         match (first, last) {
             (Some(first), Some(last)) => Mutated::Keys {
@@ -77,7 +85,8 @@ impl<K> Mutated<K> {
                 last,
                 count: u32::try_from(count).unwrap_or(u32::MAX),
             },
-            _ => Mutated::Nothing,
+            (None, None) if count == 0 => Mutated::Nothing,
+            _ => Mutated::Inconsistent,
         }
     }
 }
@@ -551,8 +560,10 @@ pub(crate) fn check_mutated<K: Key>(
     bound: &K,
     limit: u32,
 ) -> Result<(), SelectionError> {
-    let Mutated::Keys { first, last, count } = mutated else {
-        return Ok(());
+    let (first, last, count) = match mutated {
+        Mutated::Nothing => return Ok(()),
+        Mutated::Inconsistent => return Err(SelectionError::Inconsistent),
+        Mutated::Keys { first, last, count } => (first, last, count),
     };
     if *count > limit {
         return Err(SelectionError::OverLimit {
@@ -722,6 +733,8 @@ impl<R: Repair> Erased<R> {
                 keys: count as usize,
                 last: Some((last.to_bytes(), last.to_json())),
             },
+            // Rejected by `check_mutated` above.
+            Mutated::Inconsistent => return Err(SelectionError::Inconsistent.into()),
         }))
     }
 }
@@ -873,6 +886,21 @@ mod tests {
             Mutated::<i64>::from_summary(None, None, 0),
             Mutated::Nothing
         );
+        // A count without keys, or one key without the other, is never
+        // "nothing left" (EX-3).
+        for (first, last, n) in [
+            (None, None, 1000),
+            (Some(6i64), None, 7),
+            (None, Some(6i64), 7),
+            (None, Some(6i64), 0),
+        ] {
+            let summary = Mutated::from_summary(first, last, n);
+            assert_eq!(summary, Mutated::Inconsistent, "{first:?} {last:?} {n}");
+            assert_eq!(
+                check_mutated(&summary, None, &9, 5),
+                Err(SelectionError::Inconsistent)
+            );
+        }
         assert_eq!(Mutated::from_summary(Some(2i64), Some(3), 2), keys(2, 3, 2));
         let row = BigIntSummary {
             first: Some(2),

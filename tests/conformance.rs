@@ -1240,6 +1240,36 @@ async fn ct05_pause_rejects_the_batch_sent_ahead() {
     resume_and_complete(&db, &engine, 30).await;
 }
 
+/// EX-3: a one-statement batch whose summary counts keys but names no
+/// first or last key is rejected and rolled back, not read as "nothing
+/// left": the checkpoint stays, nothing commits, and the backfill is not
+/// moved to the bound. Guard: `Mutated::from_summary` (with every shape
+/// without both keys read as `Nothing`, the checkpoint jumps to the bound
+/// with 10 items mutated and 40 never repaired).
+#[tokio::test]
+async fn ct02_one_statement_summary_without_keys_is_rejected() {
+    let (db, engine, hooks) = started_one_statement(50, 10).await;
+    hooks
+        .select_mode
+        .store(SELECT_SUMMARY_WITHOUT_KEYS, Ordering::SeqCst);
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let err = engine.run_batch(&mut claim).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Selection {
+                error: SelectionError::Inconsistent,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(count_n(&db, 1).await, 0, "the mutation rolled back");
+    let row = engine.get(ID).await.unwrap();
+    assert_eq!(row.checkpoint_json, None);
+    assert_eq!(row.state, "running");
+}
+
 /// EX-4: a one-statement batch that reports more keys than the limit is
 /// rejected before its commit and rolled back, both as a claim's first
 /// batch and when it was sent ahead behind a commit. Guard:
