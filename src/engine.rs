@@ -639,6 +639,19 @@ impl Engine {
                     render_json(bound).unwrap_or(serde_json::Value::Null),
                 ),
             };
+            // Stored checkpoints compare by their encoding, and the fence
+            // wants it strictly forward. A key type whose encoding does not
+            // strictly follow its own order (a timestamp below microsecond
+            // precision encodes equal to its neighbour) would meet the
+            // fence as a stale claim, batch after batch, never recorded;
+            // fail closed with the reason instead (EX-3).
+            if expected.is_some_and(|e| checkpoint.as_slice() <= e) {
+                return Err(body_error(
+                    &claim.id,
+                    BodyError::Selection(SelectionError::NotAfterCheckpoint),
+                )
+                .into());
+            }
             let advance = store::Advance {
                 id: &claim.id,
                 worker: &claim.worker,

@@ -1270,6 +1270,100 @@ async fn ct02_one_statement_summary_without_keys_is_rejected() {
     assert_eq!(row.state, "running");
 }
 
+/// A repair over timestamps that builds its keys in Rust, with
+/// nanoseconds the key encoding (like PostgreSQL) keeps to microseconds:
+/// its second batch's key is the checkpoint plus 500 ns, after it as a
+/// timestamp and equal to it once encoded.
+struct NanosKeyed;
+
+fn nanos_t0() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+}
+
+#[backfill::async_trait]
+impl backfill::repair::Repair for NanosKeyed {
+    type Key = chrono::DateTime<chrono::Utc>;
+    fn id(&self) -> &'static str {
+        "items.nanos"
+    }
+    fn batch_limit(&self) -> u32 {
+        1
+    }
+    async fn capture_bound(
+        &self,
+        _conn: &mut backfill::AsyncPgConnection,
+    ) -> Result<backfill::repair::SourceSet<Self::Key>, RepairError> {
+        Ok(backfill::repair::SourceSet::Bounded {
+            upper: nanos_t0() + chrono::Duration::seconds(10),
+            rows: None,
+        })
+    }
+    async fn select_keys(
+        &self,
+        _conn: &mut backfill::AsyncPgConnection,
+        after: Option<&Self::Key>,
+        _bound: &Self::Key,
+        _limit: u32,
+    ) -> Result<Vec<Self::Key>, RepairError> {
+        Ok(vec![match after {
+            None => nanos_t0(),
+            Some(after) => *after + chrono::Duration::nanoseconds(500),
+        }])
+    }
+    async fn mutate(
+        &self,
+        _conn: &mut backfill::AsyncPgConnection,
+        _keys: &[Self::Key],
+    ) -> Result<(), RepairError> {
+        Ok(())
+    }
+    async fn validate(
+        &self,
+        _conn: &mut backfill::AsyncPgConnection,
+        _bound: Option<&Self::Key>,
+    ) -> Result<backfill::repair::Validation, RepairError> {
+        Ok(backfill::repair::Validation::Success)
+    }
+}
+
+/// EX-3: a batch whose new checkpoint does not encode strictly after the
+/// old one (a key after it by the key type's order, equal once encoded)
+/// fails closed with a selection error, which the runtime records as
+/// fatal, instead of meeting the fence as a stale claim batch after batch,
+/// never recorded. Guard: the encoded-checkpoint check in `run_batch`
+/// (without it the second batch comes back `Stale`).
+#[tokio::test]
+async fn ct02_checkpoint_that_does_not_advance_once_encoded_fails_closed() {
+    let db = test_db().await;
+    let engine = Engine::new(
+        db.pool.clone(),
+        Registry::new().with(NanosKeyed).expect("valid definition"),
+        config(),
+    )
+    .expect("engine");
+    engine.register().await.unwrap();
+    engine.start("items.nanos").await.unwrap();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 1,
+            reached_bound: false
+        }
+    );
+    let err = engine.run_batch(&mut claim).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Selection {
+                error: SelectionError::NotAfterCheckpoint,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
 /// EX-4: a one-statement batch that reports more keys than the limit is
 /// rejected before its commit and rolled back, both as a claim's first
 /// batch and when it was sent ahead behind a commit. Guard:
