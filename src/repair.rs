@@ -507,6 +507,12 @@ pub enum SelectionError {
     /// (zero keys, or a first key after its last, or one key spanning two).
     #[error("one-statement batch reported an inconsistent selection")]
     Inconsistent,
+    /// The repair's batch limit was 0 for this batch. Registration refuses
+    /// 0, but the limit is asked again for every batch; a batch must be
+    /// finite and non-zero (EX-4), and an empty selection would move the
+    /// checkpoint to the bound.
+    #[error("the repair's batch limit is 0")]
+    ZeroLimit,
 }
 
 /// Errors of the erased batch body.
@@ -658,7 +664,7 @@ impl<R: Repair> DynRepair for Erased<R> {
     ) -> Result<SelectedBatch, BodyError> {
         let after = after.map(R::Key::from_bytes).transpose()?;
         let bound = R::Key::from_bytes(bound)?;
-        let limit = self.0.batch_limit();
+        let limit = self.limit()?;
         if let Some(selected) = self.one_statement(&*conn, after.as_ref(), &bound).await? {
             return Ok(selected);
         }
@@ -707,13 +713,21 @@ impl<R: Repair> DynRepair for Erased<R> {
 impl<R: Repair> Erased<R> {
     /// The repair's one-statement form, its summary checked; `None` when
     /// the repair has none.
+    /// The batch limit of this batch, never 0 (EX-4).
+    fn limit(&self) -> Result<u32, SelectionError> {
+        match self.0.batch_limit() {
+            0 => Err(SelectionError::ZeroLimit),
+            limit => Ok(limit),
+        }
+    }
+
     async fn one_statement(
         &self,
         mut conn: &AsyncPgConnection,
         after: Option<&R::Key>,
         bound: &R::Key,
     ) -> Result<Option<SelectedBatch>, BodyError> {
-        let limit = self.0.batch_limit();
+        let limit = self.limit()?;
         let Some(mutated) = self
             .0
             .select_and_mutate(&mut conn, after, bound, limit)

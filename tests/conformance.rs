@@ -1270,6 +1270,43 @@ async fn ct02_one_statement_summary_without_keys_is_rejected() {
     assert_eq!(row.state, "running");
 }
 
+/// EX-4: a repair whose batch limit turns 0 after registration (the limit
+/// is asked for every batch) gets a selection error on both the
+/// two-statement and the one-statement form; nothing commits and the
+/// checkpoint stays. Guard: `Erased::limit` (without it the empty
+/// selection moves the checkpoint to the bound: `Committed { keys: 0,
+/// reached_bound: true }` with nothing repaired).
+#[tokio::test]
+async fn ct02_batch_limit_of_zero_at_run_time_is_rejected() {
+    for one_statement in [false, true] {
+        let (db, engine, hooks) = started_counter(30, 10, None, |c| {
+            if one_statement {
+                c.one_statement()
+            } else {
+                c
+            }
+        })
+        .await;
+        hooks.zero_limit.store(true, Ordering::SeqCst);
+        let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+        let err = engine.run_batch(&mut claim).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EngineError::Selection {
+                    error: SelectionError::ZeroLimit,
+                    ..
+                }
+            ),
+            "one statement {one_statement}: {err:?}"
+        );
+        let row = engine.get(ID).await.unwrap();
+        assert_eq!(row.checkpoint_json, None);
+        assert_eq!(row.state, "running");
+        assert_eq!(count_n(&db, 1).await, 0);
+    }
+}
+
 /// A repair over timestamps that builds its keys in Rust, with
 /// nanoseconds the key encoding (like PostgreSQL) keeps to microseconds:
 /// its second batch's key is the checkpoint plus 500 ns, after it as a

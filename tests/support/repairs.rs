@@ -86,6 +86,8 @@ pub struct Hooks {
     pub panic_in_mutate: std::sync::atomic::AtomicBool,
     /// Validation panics when set.
     pub panic_in_validate: std::sync::atomic::AtomicBool,
+    /// `batch_limit` answers 0 when set (registration saw the real one).
+    pub zero_limit: std::sync::atomic::AtomicBool,
     /// One of the `SELECT_*` modes.
     pub select_mode: AtomicU8,
     /// Milliseconds the one-statement form sleeps in PostgreSQL
@@ -203,6 +205,9 @@ impl Repair for Counter {
     }
 
     fn batch_limit(&self) -> u32 {
+        if std::sync::atomic::AtomicBool::load(&self.hooks.zero_limit, Ordering::SeqCst) {
+            return 0;
+        }
         self.limit
     }
 
