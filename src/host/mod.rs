@@ -207,7 +207,9 @@ impl Host {
                     Err(error) => {
                         // The gate stays closed (the row stays pending); the
                         // operator sees the reason and can start by hand.
-                        tracing::error!(event = "auto_start_failed", backfill = %id, error = %error)
+                        // Bounded like every diagnostic (AUD-2): the
+                        // repair's capture error is its own text.
+                        tracing::error!(event = "auto_start_failed", backfill = %id, error = %crate::repair::bounded(error.to_string()))
                     }
                 }
             }
