@@ -180,6 +180,11 @@ async fn ct13_migrate_off_missing_schema_fails_startup_naming_it() {
     assert!(matches!(err, HostError::Schema(_)), "{err}");
     assert!(err.to_string().contains("events"), "{err}");
     assert_eq!(
+        err.to_string().matches("schema is not compatible").count(),
+        1,
+        "said once: {err}"
+    );
+    assert_eq!(
         db.scalar(
             "SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'"
         )

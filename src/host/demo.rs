@@ -188,6 +188,7 @@ async fn progress(host: &Host, exit_when_done: bool) -> DemoExit {
     let mut rates = HashMap::new();
     let mut drawn = 0usize;
     let mut last_print = Instant::now() - Duration::from_secs(60);
+    let mut printed_ready = false;
     let signal = super::wait_for_signal();
     tokio::pin!(signal);
     loop {
@@ -220,12 +221,18 @@ async fn progress(host: &Host, exit_when_done: bool) -> DemoExit {
                 let _ = writeln!(out, "\x1b[2K{line}");
             }
             drawn = lines.len() + 1;
-        } else if last_print.elapsed() >= Duration::from_secs(2) || ready {
+        } else if (ready && !printed_ready)
+            || (!ready && last_print.elapsed() >= Duration::from_secs(2))
+        {
+            // Not a terminal (a log, a pipe): a frame every 2 s while work
+            // goes on, the final frame once, then silence until something
+            // changes.
             let _ = writeln!(out, "{header}");
             for line in &lines {
                 let _ = writeln!(out, "{line}");
             }
             last_print = Instant::now();
+            printed_ready = ready;
         }
         let _ = out.flush();
         drop(out);

@@ -35,8 +35,9 @@ pub enum HostError {
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// The schema the application and its repairs need is not in place
-    /// (with `--migrate off`, a backfill never changes schema).
-    #[error("schema is not compatible: {0}")]
+    /// (with `--migrate off`, a backfill never changes schema). The text
+    /// is the schema check's own, which already says so.
+    #[error("{0}")]
     Schema(String),
     /// A `--required` ID has no local definition.
     #[error("--required names {0:?}, which this build does not define")]
