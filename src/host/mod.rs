@@ -241,6 +241,10 @@ impl Host {
         };
         let serving_pool = pool.clone();
         let serving_ready = web::Data::new(readiness.clone());
+        // In-flight requests get the same grace as the runtime's drain on
+        // shutdown, not actix's own 30 s (a slow request would hold the
+        // process past a supervisor's kill).
+        let http_grace = config.runtime.shutdown_grace.as_secs().max(1);
         // Port 0 asks for two fresh ports, so it never means "shared".
         let shared = config.listen == config.admin_listen && config.listen.port() != 0;
         let shared_admin = admin.clone();
@@ -258,6 +262,7 @@ impl Host {
                 })
         })
         .disable_signals()
+        .shutdown_timeout(http_grace)
         .workers(2)
         .bind(config.listen)
         .map_err(|e| listen_error(config.listen, e))?;
@@ -275,6 +280,7 @@ impl Host {
                 App::new().configure(move |cfg| admin.configure(cfg))
             })
             .disable_signals()
+            .shutdown_timeout(http_grace)
             .workers(1)
             .bind(config.admin_listen)
             .map_err(|e| listen_error(config.admin_listen, e))?;
@@ -301,13 +307,14 @@ impl Host {
     }
 
     /// Stop the listeners and drain the runtime (claims are released so
-    /// another process continues at once).
+    /// another process continues at once), at the same time: the drain
+    /// does not wait for slow HTTP requests, and both are bounded by the
+    /// shutdown grace.
     pub async fn stop(self) {
         self.listener.abort();
-        for server in &self.servers {
-            server.stop(true).await;
-        }
-        self.runtime.shutdown().await;
+        let servers =
+            futures_util::future::join_all(self.servers.iter().map(|server| server.stop(true)));
+        futures_util::join!(servers, self.runtime.shutdown());
     }
 
     /// Run until SIGINT or SIGTERM, then stop gracefully.
