@@ -4,7 +4,8 @@
 //!
 //! Index:
 //! - (migrate off, auto off): `ct13_off_off_*`
-//! - (migrate off, auto on):  `ct13_off_on_*`, `ct13_migrate_off_missing_schema_*`
+//! - (migrate off, auto on):  `ct13_off_on_*`, `ct13_migrate_off_missing_schema_*`,
+//!   `ct13_auto_start_retries_*`
 //! - (migrate on,  auto off): `ct13_on_off_*`
 //! - (migrate on,  auto on):  `ct13_on_on_*`
 //! - CFG-2 restart rebuilds the gate: `ct13_restart_*`; NOTIFY as a hint:
@@ -387,4 +388,33 @@ async fn obs2_metrics_of_an_unreadable_database_are_unknown_not_zero() {
         );
     }
     handle.stop(true).await;
+}
+
+/// CT-13 (off, on), RT-1: an automatic start that fails for a passing
+/// reason (here the events table is locked at startup, so capturing the
+/// bound hits the lock timeout) is tried again in the background: once the
+/// lock is gone, every required backfill starts and completes and the
+/// gate opens, with no operator action. Guard: `retry_auto_starts` (without
+/// it the rows stay `pending` and the process unready until someone starts
+/// them by hand).
+#[actix_rt::test]
+async fn ct13_auto_start_retries_after_a_transient_failure() {
+    let db = app_db(200, 0).await;
+    let mut lock = db.connect().await;
+    lock.batch_execute("BEGIN; LOCK events IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let mut config = host_config(&db, false, true);
+    config.engine.lock_timeout = Duration::from_millis(200);
+    let host = Host::start(config).await.unwrap();
+    assert!(all_in(&db, "pending").await, "{:?}", states(&db).await);
+    assert_eq!(get(host.serving_addr, "/readyz").await.status, 503);
+
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    eventually("every required backfill completes", || async {
+        all_in(&db, "completed").await
+    })
+    .await;
+    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    host.stop().await;
 }

@@ -143,6 +143,7 @@ pub struct Host {
     pub required: Vec<String>,
     servers: Vec<ServerHandle>,
     listener: actix_rt::task::JoinHandle<()>,
+    auto_retry: actix_rt::task::JoinHandle<()>,
 }
 
 /// The routes of the admin listener: metrics, admin API, UI.
@@ -199,24 +200,26 @@ impl Host {
         let engine = Engine::new(pool.clone(), registry, config.engine.clone())?;
         engine.register().await?;
         tracing::info!(event = "registered", definitions = engine.registry().len(), automatic = config.auto_backfills, required = ?required);
+        let mut retry_starts = Vec::new();
         if config.auto_backfills {
             for id in &required {
-                match engine.start(id).await {
-                    Ok(outcome) => {
-                        tracing::info!(event = "auto_start", backfill = %id, state = %outcome.row().state)
-                    }
-                    Err(error) => {
-                        // The gate stays closed (the row stays pending); the
-                        // operator sees the reason and can start by hand.
-                        // Bounded like every diagnostic (AUD-2): the
-                        // repair's capture error is its own text.
-                        tracing::error!(event = "auto_start_failed", backfill = %id, error = %crate::repair::bounded(error.to_string()))
-                    }
+                if !auto_start(&engine, id).await {
+                    retry_starts.push(id.clone());
                 }
             }
         }
         let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config.runtime.clone())
             .map_err(|e| HostError::Config(e.to_string()))?;
+        // A start that failed for a passing reason (a lock held during a
+        // deploy, a restart of PostgreSQL) is tried again in the
+        // background, or the gate would stay closed until an operator
+        // started the backfill by hand.
+        let auto_retry = actix_rt::spawn(retry_auto_starts(
+            engine.clone(),
+            runtime.clone(),
+            retry_starts,
+            config.runtime.poll_interval,
+        ));
         let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
         let listener = spawn_wake_listener(config.database_url.clone(), runtime.clone());
 
@@ -303,6 +306,7 @@ impl Host {
             required,
             servers: std::mem::take(&mut servers),
             listener,
+            auto_retry,
         })
     }
 
@@ -312,6 +316,7 @@ impl Host {
     /// shutdown grace.
     pub async fn stop(self) {
         self.listener.abort();
+        self.auto_retry.abort();
         let servers =
             futures_util::future::join_all(self.servers.iter().map(|server| server.stop(true)));
         futures_util::join!(servers, self.runtime.shutdown());
@@ -378,5 +383,53 @@ pub async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Start one required backfill (automatic mode). `false`: it failed for a
+/// reason that may pass (retryable), so it is worth trying again; a
+/// definite failure is logged and left to the operator.
+async fn auto_start(engine: &Engine, id: &str) -> bool {
+    match engine.start(id).await {
+        Ok(outcome) => {
+            tracing::info!(event = "auto_start", backfill = %id, state = %outcome.row().state);
+            true
+        }
+        Err(error) => {
+            let retryable = matches!(
+                error.classification(),
+                Some(crate::repair::RepairError::Retryable(_))
+            );
+            // The gate stays closed (the row stays pending). Bounded like
+            // every diagnostic (AUD-2): the repair's capture error is its
+            // own text.
+            tracing::error!(event = "auto_start_failed", backfill = %id, retryable, error = %crate::repair::bounded(error.to_string()));
+            !retryable
+        }
+    }
+}
+
+/// Try the failed automatic starts again, from the poll interval doubling
+/// up to 30 s, until each has started or failed for good; wake the runtime
+/// after each start.
+async fn retry_auto_starts(
+    engine: Engine,
+    runtime: RuntimeHandle<Engine>,
+    mut ids: Vec<String>,
+    poll: std::time::Duration,
+) {
+    let mut wait = poll.max(std::time::Duration::from_millis(50));
+    while !ids.is_empty() {
+        actix_rt::time::sleep(wait).await;
+        let mut left = Vec::new();
+        for id in ids {
+            if auto_start(&engine, &id).await {
+                runtime.wake();
+            } else {
+                left.push(id);
+            }
+        }
+        ids = left;
+        wait = (wait * 2).min(std::time::Duration::from_secs(30));
     }
 }
