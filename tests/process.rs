@@ -5,6 +5,7 @@
 //! Index:
 //! - CT-4 across processes: `ct04_sigkill_*`
 //! - graceful shutdown releases claims: `clm_sigterm_*`
+//! - the demo's throwaway cluster outlives no signal: `demo_stopped_*`
 //!
 //! Each kill point is reached with a PostgreSQL barrier, not a sleep: a
 //! second session holds a row lock that the worker's batch waits on (kill
@@ -257,4 +258,55 @@ async fn clm_sigterm_releases_the_claim_and_exits_cleanly() {
     assert!(exit.success(), "exit status {exit:?}");
     assert_eq!(row_text(&db, "owner").await, None, "the claim was released");
     assert_exactly_committed(&db).await;
+}
+
+/// The demo stopped while it seeds (Ctrl-C or SIGTERM before its progress
+/// screen) still stops and removes its throwaway PostgreSQL: the process
+/// exits and neither the cluster's directory nor its postmaster outlive
+/// it. Guard: the signal listener installed at the start of `demo::run`
+/// (without it the first SIGTERM kills the process at once, and the
+/// cluster pg_ctl detached keeps running with its directory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_stopped_while_seeding_removes_its_throwaway_cluster() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args(["demo", "--rows", "20000000", "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the demo");
+    let pid = child.id();
+    let stdout = child.stdout.take().expect("stdout");
+    // Wait (on the child's own output, not a clock) until it seeds.
+    let seeding = tokio::task::spawn_blocking(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.starts_with("seeding"))
+    })
+    .await
+    .unwrap();
+    assert!(seeding, "the demo never started seeding");
+    let prefix = format!("backfill-demo-pg-{pid}-");
+    let cluster_dirs = || {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .count()
+    };
+    assert_eq!(cluster_dirs(), 1, "the throwaway cluster is there");
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.code().is_some(), "ended by the signal: {status:?}");
+    assert_eq!(cluster_dirs(), 0, "the throwaway cluster was removed");
 }

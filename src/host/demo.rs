@@ -110,6 +110,14 @@ fn render(rows: &[BackfillRow], rates: &mut HashMap<String, Rate>) -> Vec<String
 
 /// Run the demo. Must run inside an actix system.
 pub async fn run(config: DemoConfig) -> Result<DemoExit, HostError> {
+    // Ctrl-C and SIGTERM are handled from the very start: polled once, the
+    // listener installs its handlers, so a signal during the cluster's
+    // start, the seeding or the host's start ends the demo through the
+    // cleanup below instead of killing the process and leaving the
+    // throwaway cluster (which pg_ctl detached) running.
+    let signal = super::wait_for_signal();
+    tokio::pin!(signal);
+    let early = futures_util::poll!(signal.as_mut()).is_ready();
     let mut ephemeral = None;
     let server_url = match &config.database_url {
         Some(url) => url.clone(),
@@ -123,7 +131,11 @@ pub async fn run(config: DemoConfig) -> Result<DemoExit, HostError> {
             url
         }
     };
-    let result = run_on(&server_url, &config).await;
+    let result = if early {
+        Ok(DemoExit::Done)
+    } else {
+        run_on(&server_url, &config, signal.as_mut()).await
+    };
     if let Some(mut pg) = ephemeral {
         tokio::task::spawn_blocking(move || pg.stop()).await.ok();
         println!("throwaway PostgreSQL stopped and removed");
@@ -131,7 +143,23 @@ pub async fn run(config: DemoConfig) -> Result<DemoExit, HostError> {
     result
 }
 
-async fn run_on(server_url: &str, config: &DemoConfig) -> Result<DemoExit, HostError> {
+async fn run_on<S: std::future::Future<Output = ()>>(
+    server_url: &str,
+    config: &DemoConfig,
+    mut signal: std::pin::Pin<&mut S>,
+) -> Result<DemoExit, HostError> {
+    let host = tokio::select! {
+        host = start_host(server_url, config) => host?,
+        _ = signal.as_mut() => return Ok(DemoExit::Done),
+    };
+    let exit = progress(&host, config.exit_when_done, signal).await;
+    host.stop().await;
+    Ok(exit)
+}
+
+/// Create and seed the demo database, start the host and print how to
+/// reach it.
+async fn start_host(server_url: &str, config: &DemoConfig) -> Result<Host, HostError> {
     let url = store::database_recreate(server_url, "backfill_demo").await?;
     store::run_migrations(&url).await?;
     example::migrate(&url)
@@ -176,21 +204,20 @@ async fn run_on(server_url: &str, config: &DemoConfig) -> Result<DemoExit, HostE
         host.admin_addr
     );
     println!();
-
-    let exit = progress(&host, config.exit_when_done).await;
-    host.stop().await;
-    Ok(exit)
+    Ok(host)
 }
 
 /// Redraw progress until done (with `exit_when_done`) or Ctrl-C.
-async fn progress(host: &Host, exit_when_done: bool) -> DemoExit {
+async fn progress<S: std::future::Future<Output = ()>>(
+    host: &Host,
+    exit_when_done: bool,
+    mut signal: std::pin::Pin<&mut S>,
+) -> DemoExit {
     let tty = std::io::stdout().is_terminal();
     let mut rates = HashMap::new();
     let mut drawn = 0usize;
     let mut last_print = Instant::now() - Duration::from_secs(60);
     let mut printed_ready = false;
-    let signal = super::wait_for_signal();
-    tokio::pin!(signal);
     loop {
         let rows = match host.engine.pool().get().await {
             Ok(mut conn) => store::backfill_get_many(&mut conn, &host.required)
@@ -250,7 +277,7 @@ async fn progress(host: &Host, exit_when_done: bool) -> DemoExit {
             }
         }
         tokio::select! {
-            _ = &mut signal => return DemoExit::Done,
+            _ = signal.as_mut() => return DemoExit::Done,
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
     }
