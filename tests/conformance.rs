@@ -1253,17 +1253,7 @@ async fn ct02_one_statement_summary_without_keys_is_rejected() {
         .select_mode
         .store(SELECT_SUMMARY_WITHOUT_KEYS, Ordering::SeqCst);
     let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
-    let err = engine.run_batch(&mut claim).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            EngineError::Selection {
-                error: SelectionError::Inconsistent,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    rejects_selection(&engine, &mut claim, SelectionError::Inconsistent).await;
     assert_eq!(count_n(&db, 1).await, 0, "the mutation rolled back");
     let row = engine.get(ID).await.unwrap();
     assert_eq!(row.checkpoint_json, None);
@@ -1289,22 +1279,33 @@ async fn ct02_batch_limit_of_zero_at_run_time_is_rejected() {
         .await;
         hooks.zero_limit.store(true, Ordering::SeqCst);
         let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
-        let err = engine.run_batch(&mut claim).await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                EngineError::Selection {
-                    error: SelectionError::ZeroLimit,
-                    ..
-                }
-            ),
-            "one statement {one_statement}: {err:?}"
-        );
+        rejects_selection(&engine, &mut claim, SelectionError::ZeroLimit).await;
         let row = engine.get(ID).await.unwrap();
         assert_eq!(row.checkpoint_json, None);
         assert_eq!(row.state, "running");
         assert_eq!(count_n(&db, 1).await, 0);
     }
+}
+
+/// Run one batch and expect it to commit `keys` keys short of the bound.
+async fn commits(engine: &Engine, claim: &mut Claim, keys: usize) {
+    assert_eq!(
+        engine.run_batch(claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys,
+            reached_bound: false
+        }
+    );
+}
+
+/// Run one batch and expect the engine to reject its selection (EX-3,
+/// EX-4) with `expected`.
+async fn rejects_selection(engine: &Engine, claim: &mut Claim, expected: SelectionError) {
+    let err = engine.run_batch(claim).await.unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Selection { error, .. } if *error == expected),
+        "{err:?}"
+    );
 }
 
 /// A repair over timestamps that builds its keys in Rust, with
@@ -1381,24 +1382,8 @@ async fn ct02_checkpoint_that_does_not_advance_once_encoded_fails_closed() {
     engine.register().await.unwrap();
     engine.start("items.nanos").await.unwrap();
     let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
-    assert_eq!(
-        engine.run_batch(&mut claim).await.unwrap(),
-        BatchOutcome::Committed {
-            keys: 1,
-            reached_bound: false
-        }
-    );
-    let err = engine.run_batch(&mut claim).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            EngineError::Selection {
-                error: SelectionError::NotAfterCheckpoint,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    commits(&engine, &mut claim, 1).await;
+    rejects_selection(&engine, &mut claim, SelectionError::NotAfterCheckpoint).await;
 }
 
 /// EX-4: a one-statement batch that reports more keys than the limit is
@@ -1812,13 +1797,7 @@ async fn ex06_second_connection_goes_back_when_the_pool_runs_short() {
     ];
     let pool = engine.pool().clone();
     let waiter = tokio::spawn(async move { pool.get_owned().await.map(drop).is_ok() });
-    assert_eq!(
-        engine.run_batch(&mut claim).await.unwrap(),
-        BatchOutcome::Committed {
-            keys: 10,
-            reached_bound: false
-        }
-    );
+    commits(&engine, &mut claim, 10).await;
     assert!(waiter.await.unwrap(), "the waiting caller got the spare");
     drop(taken);
     assert_eq!(count_n(&db, 1).await, 20);
@@ -1879,14 +1858,8 @@ async fn ex06_runner_does_not_wait_for_a_taken_second_connection() {
         "the claim's one connection and the 3 taken"
     );
     drop(taken);
-    assert_eq!(
-        engine.run_batch(&mut claim).await.unwrap(),
-        BatchOutcome::Committed {
-            keys: 10,
-            reached_bound: false
-        },
-        "the next batch runs in the transaction the claim kept open"
-    );
+    // The next batch runs in the transaction the claim kept open.
+    commits(&engine, &mut claim, 10).await;
     assert_eq!(count_n(&db, 1).await, 20);
     finish(&db, &engine, claim, 30).await;
 }
