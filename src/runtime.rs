@@ -24,30 +24,27 @@ impl ClaimInfo for Claim {
     }
 }
 
-/// Run `work`, turning a panic (a bug in a repair's code, say) into a fatal
-/// repair error for `id`, so it is recorded against the backfill like any
-/// other failure (RT-1, RT-2). Uncaught, it would end the runner or the
-/// validator task without a word to the supervisor, and the renewer would
-/// keep the lease alive with nobody working on it (CLM-3). The panic's
+/// `work`'s output, or `None` if it panicked (a bug in a repair's code,
+/// say). The caller records the panic against the backfill like any other
+/// failure ([`panicked`], RT-1, RT-2). Uncaught, it would end the runner or
+/// the validator task without a word to the supervisor, and the renewer
+/// would keep the lease alive with nobody working on it (CLM-3).
+async fn unless_panicked<T>(work: impl std::future::Future<Output = T>) -> Option<T> {
+    use futures_util::FutureExt;
+    std::panic::AssertUnwindSafe(work).catch_unwind().await.ok()
+}
+
+/// The fatal error a panic in `id`'s repair is recorded as. The panic's
 /// message is not kept: it may carry row values (AUD-2); the panic hook
 /// has already written it to the worker's stderr.
-async fn catching_panics<T>(
-    id: &str,
-    work: impl std::future::Future<Output = Result<T, EngineError>>,
-) -> Result<T, EngineError> {
-    use futures_util::FutureExt;
-    std::panic::AssertUnwindSafe(work)
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|_| {
-            tracing::error!(event = "repair_panicked", backfill = %id, "the repair's code panicked; recorded as fatal");
-            Err(EngineError::Repair {
-                id: id.to_string(),
-                error: crate::repair::RepairError::Fatal(
-                    "the repair's code panicked (see the worker's log)".into(),
-                ),
-            })
-        })
+fn panicked(id: &str) -> EngineError {
+    tracing::error!(event = "repair_panicked", backfill = %id, "the repair's code panicked; recorded as fatal");
+    EngineError::Repair {
+        id: id.to_string(),
+        error: crate::repair::RepairError::Fatal(
+            "the repair's code panicked (see the worker's log)".into(),
+        ),
+    }
 }
 
 fn backend_error(error: EngineError) -> BackendError {
@@ -114,8 +111,8 @@ impl Backend for Engine {
     }
 
     async fn step(&self, claim: &mut Claim) -> Result<StepOutcome, BackendError> {
-        let id = claim.id.clone();
-        match catching_panics(&id, self.run_batch(claim)).await {
+        let batch = unless_panicked(self.run_batch(claim)).await;
+        match batch.unwrap_or_else(|| Err(panicked(&claim.id))) {
             Ok(BatchOutcome::Committed {
                 keys,
                 reached_bound,
@@ -138,7 +135,8 @@ impl Backend for Engine {
     }
 
     async fn validate(&self, claim: &Claim) -> Result<ValidationOutcome, BackendError> {
-        match catching_panics(&claim.id, self.validate_claimed(claim)).await {
+        let run = unless_panicked(self.validate_claimed(claim)).await;
+        match run.unwrap_or_else(|| Err(panicked(&claim.id))) {
             Ok(ValidationRun::Completed) => Ok(ValidationOutcome::Completed),
             Ok(ValidationRun::Rejected { state, detail }) => Ok(ValidationOutcome::Rejected {
                 state: state.as_str().to_string(),

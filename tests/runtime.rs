@@ -362,7 +362,7 @@ async fn rt_concurrency_cap_is_respected() {
 /// `failed` with no owner, the runtime holds no claim for it, and the
 /// runtime keeps working: after `retry` the same backfill goes on and
 /// completes with every item repaired once. Guard: the panic capture in
-/// the engine's `Backend` (`catching_panics` in src/runtime.rs); without
+/// the engine's `Backend` (`unless_panicked` in src/runtime.rs); without
 /// it the runner or the validator dies silently, the renewer keeps the
 /// lease alive and the row stays `running` (or `validating`), owned.
 #[actix_rt::test]
