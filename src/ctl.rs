@@ -243,11 +243,12 @@ async fn list_all(client: &Client) -> Result<Vec<Value>, CtlError> {
         let page: Page = decode(client.get(&path).await?)?;
         items.extend(page.items);
         match page.next_after {
-            // IDs are URL-safe; a cursor that is not an ID, or that does
-            // not move forward, would loop or inject.
+            // IDs are URL-safe; a cursor that is not an ID would inject,
+            // one that repeats would loop. (Whether it moves forward is the
+            // server's collation's to say, not byte order's.)
             Some(next)
                 if crate::repair::validate_id(&next).is_ok()
-                    && after.as_deref().is_none_or(|a| next.as_str() > a) =>
+                    && after.as_deref() != Some(next.as_str()) =>
             {
                 after = Some(next)
             }

@@ -124,8 +124,9 @@ async function fetchAll(get) {
     if (!res.ok) return { status: res.status };
     const page = await res.json();
     items.push(...page.items);
-    // A cursor that does not move forward would loop.
-    if (page.next_after == null || (after !== null && !(page.next_after > after))) return { items };
+    // A cursor that repeats would loop. (Whether it moves forward is the
+    // server's collation's to say, not this string comparison's.)
+    if (page.next_after == null || page.next_after === after) return { items };
     after = page.next_after;
   }
 }
