@@ -615,10 +615,8 @@ impl Engine {
         // short, so that other runners' claims, renewals and validation get
         // a connection within one batch instead of waiting for this claim
         // to end.
-        if spare.is_some() && !self.pool_can_spare(true) {
-            if let Some(spare) = spare.take() {
-                rollback_to_pool(spare).await;
-            }
+        if let Some(spare) = spare.take_if(|_| !self.pool_can_spare(true)) {
+            rollback_to_pool(spare).await;
         }
         let overlap = def.overlap_commits() && (spare.is_some() || self.pool_can_spare(false));
         let conn = &mut *pooled;

@@ -560,14 +560,15 @@ pub(crate) fn check_selection<K: Key>(
 
 /// Check a one-statement batch's summary against the same contract as
 /// [`check_selection`]: at most `limit` keys, all in `(after, bound]`.
-pub(crate) fn check_mutated<K: Key>(
-    mutated: &Mutated<K>,
+/// `Some((last, count))` when keys were mutated, `None` for nothing left.
+pub(crate) fn check_mutated<'m, K: Key>(
+    mutated: &'m Mutated<K>,
     after: Option<&K>,
     bound: &K,
     limit: u32,
-) -> Result<(), SelectionError> {
+) -> Result<Option<(&'m K, u32)>, SelectionError> {
     let (first, last, count) = match mutated {
-        Mutated::Nothing => return Ok(()),
+        Mutated::Nothing => return Ok(None),
         Mutated::Inconsistent => return Err(SelectionError::Inconsistent),
         Mutated::Keys { first, last, count } => (first, last, count),
     };
@@ -586,7 +587,7 @@ pub(crate) fn check_mutated<K: Key>(
     if last > bound {
         return Err(SelectionError::AfterBound);
     }
-    Ok(())
+    Ok(Some((last, *count)))
 }
 
 /// The object-safe face of a [`Repair`]: keys cross it in their stored
@@ -737,18 +738,15 @@ impl<R: Repair> Erased<R> {
         };
         // EX-3/EX-4 on the summary: the mutation already ran, so a broken
         // summary rolls the whole batch back.
-        check_mutated(&mutated, after, bound, limit)?;
-        Ok(Some(match mutated {
-            Mutated::Nothing => SelectedBatch {
+        Ok(Some(match check_mutated(&mutated, after, bound, limit)? {
+            None => SelectedBatch {
                 keys: 0,
                 last: None,
             },
-            Mutated::Keys { last, count, .. } => SelectedBatch {
+            Some((last, count)) => SelectedBatch {
                 keys: count as usize,
                 last: Some((last.to_bytes(), last.to_json())),
             },
-            // Rejected by `check_mutated` above.
-            Mutated::Inconsistent => return Err(SelectionError::Inconsistent.into()),
         }))
     }
 }
