@@ -11,12 +11,12 @@
 
 use clap::Parser;
 
-/// Wraps [`backfill::bench::BenchArgs`] so the harness can parse the same
+/// Wraps [`backfill_cli::bench::BenchArgs`] so the harness can parse the same
 /// flags the binary takes.
 #[derive(Parser)]
 struct Wrapper {
     #[command(flatten)]
-    args: backfill::bench::BenchArgs,
+    args: backfill_cli::bench::BenchArgs,
 }
 
 fn main() {
@@ -43,7 +43,7 @@ fn main() {
         }
     };
     let code = actix_rt::System::new().block_on(async move {
-        match backfill::bench::run(wrapper.args).await {
+        match backfill_cli::bench::run(wrapper.args).await {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("error: {e}");

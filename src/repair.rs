@@ -814,6 +814,12 @@ impl Registry {
         self.repairs.is_empty()
     }
 
+    /// Whether any definition overlaps commits (and so may hold a second
+    /// connection per claim).
+    pub fn any_overlaps(&self) -> bool {
+        self.repairs.values().any(|r| r.overlap_commits())
+    }
+
     /// Key type name of a definition.
     pub fn key_type(&self, id: &str) -> Option<String> {
         self.repairs.get(id).map(|r| r.key_type())

@@ -5,9 +5,11 @@
 use crate::engine::{
     BatchOutcome, Claim, Engine, EngineError, FailureOutcome, Phase, ValidationRun,
 };
-use backfill_actors::{Backend, BackendError, ClaimInfo, StepOutcome, ValidationOutcome};
 
-pub use backfill_actors::{RuntimeConfig, RuntimeHandle};
+pub use backfill_actors::{
+    Backend, BackendError, ClaimInfo, RuntimeConfig, RuntimeHandle, RuntimeMetrics, StepOutcome,
+    ValidationOutcome,
+};
 
 impl ClaimInfo for Claim {
     fn id(&self) -> &str {
@@ -174,5 +176,9 @@ impl Backend for Engine {
 
     async fn release(&self, claim: &Claim) -> Result<bool, BackendError> {
         Engine::release(self, claim).await.map_err(backend_error)
+    }
+
+    fn lease_ttl(&self) -> std::time::Duration {
+        self.config().lease_ttl
     }
 }

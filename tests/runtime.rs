@@ -40,7 +40,8 @@ fn engine_config(ttl: Duration) -> EngineConfig {
     }
 }
 
-fn runtime_config(worker: &str, ttl: Duration) -> RuntimeConfig {
+/// The runtime's settings; its lease TTL is the engine's.
+fn runtime_config(worker: &str) -> RuntimeConfig {
     RuntimeConfig {
         worker_id: worker.into(),
         poll_interval: Duration::from_millis(50),
@@ -48,7 +49,6 @@ fn runtime_config(worker: &str, ttl: Duration) -> RuntimeConfig {
         shutdown_grace: Duration::from_secs(10),
         ..RuntimeConfig::default()
     }
-    .with_lease_ttl(ttl)
 }
 
 async fn engine_on_own_pool(db: &TestDb, registry: Registry, ttl: Duration) -> Engine {
@@ -109,8 +109,7 @@ async fn ct05_pause_mid_batch_rolls_back_and_resume_continues() {
     let ttl = Duration::from_secs(10);
     let (db, engine) = started(40, hooks.clone(), ttl).await;
     let mut gate = hooks.gate_after_mutate();
-    let runtime =
-        RuntimeHandle::start(Arc::new(engine.clone()), runtime_config("w1", ttl)).unwrap();
+    let runtime = RuntimeHandle::start(Arc::new(engine.clone()), runtime_config("w1")).unwrap();
     gate.reached().await;
     engine.pause(ID).await.unwrap();
     gate.release();
@@ -182,7 +181,7 @@ async fn ct06_rolling_deployment_one_row_takeover_fences_prior_owner() {
     a.start(ID).await.unwrap();
 
     let mut gate_a = hooks_a.gate_after_mutate();
-    let runtime_a = RuntimeHandle::start(Arc::new(a.clone()), runtime_config("a", ttl)).unwrap();
+    let runtime_a = RuntimeHandle::start(Arc::new(a.clone()), runtime_config("a")).unwrap();
     gate_a.reached().await;
     let gen_a = db
         .scalar(&format!(
@@ -190,9 +189,8 @@ async fn ct06_rolling_deployment_one_row_takeover_fences_prior_owner() {
         ))
         .await;
 
-    let runtime_s =
-        RuntimeHandle::start(Arc::new(stranger), runtime_config("stranger", ttl)).unwrap();
-    let runtime_b = RuntimeHandle::start(Arc::new(b.clone()), runtime_config("b", ttl)).unwrap();
+    let runtime_s = RuntimeHandle::start(Arc::new(stranger), runtime_config("stranger")).unwrap();
+    let runtime_b = RuntimeHandle::start(Arc::new(b.clone()), runtime_config("b")).unwrap();
     // B cannot claim while A's lease is valid; make it expire (as if A
     // stopped renewing long ago) and B takes over.
     db.expire_lease(ID).await;
@@ -257,7 +255,7 @@ async fn clm_graceful_shutdown_releases_claims_for_immediate_pickup() {
     a.register().await.unwrap();
     a.start(ID).await.unwrap();
     let mut gate = hooks.gate_after_mutate();
-    let runtime_a = RuntimeHandle::start(Arc::new(a.clone()), runtime_config("a", ttl)).unwrap();
+    let runtime_a = RuntimeHandle::start(Arc::new(a.clone()), runtime_config("a")).unwrap();
     gate.reached().await;
     // Shutdown while a batch is in flight; the batch may finish.
     let shutdown = {
@@ -289,7 +287,7 @@ async fn clm_graceful_shutdown_releases_claims_for_immediate_pickup() {
         ttl,
     )
     .await;
-    let runtime_b = RuntimeHandle::start(Arc::new(b), runtime_config("b", ttl)).unwrap();
+    let runtime_b = RuntimeHandle::start(Arc::new(b), runtime_config("b")).unwrap();
     eventually("B completes", || async {
         state_of(&db, ID).await == "completed"
     })
@@ -324,7 +322,7 @@ async fn rt_concurrency_cap_is_respected() {
     }
     let config = RuntimeConfig {
         max_concurrent_runners: 2,
-        ..runtime_config("capped", ttl)
+        ..runtime_config("capped")
     };
     let runtime = RuntimeHandle::start(Arc::new(engine), config).unwrap();
     let mut max_held = 0;
@@ -382,8 +380,7 @@ async fn rt01_panic_in_a_repair_is_recorded_and_the_runtime_carries_on() {
     };
 
     hooks.panic_in_mutate.store(true, Ordering::SeqCst);
-    let runtime =
-        RuntimeHandle::start(Arc::new(engine.clone()), runtime_config("w1", ttl)).unwrap();
+    let runtime = RuntimeHandle::start(Arc::new(engine.clone()), runtime_config("w1")).unwrap();
     eventually("the panic in a batch is recorded", failed_by_panic).await;
     eventually("the runtime holds no claim", || async {
         runtime.status().await.unwrap().held.is_empty()
@@ -442,7 +439,7 @@ async fn val06_busy_lifecycle_validation_waits_for_the_next_poll() {
         .unwrap());
     let config = RuntimeConfig {
         poll_interval: Duration::from_secs(2),
-        ..runtime_config("w1", ttl)
+        ..runtime_config("w1")
     };
     let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config).unwrap();
     let busy = || {

@@ -31,7 +31,9 @@ async fn ct12_admin_listener_serves_the_client() {
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.admin_listen = "127.0.0.1:0".parse().unwrap();
     config.auto_backfills = false;
-    let host = Host::start(config).await.unwrap();
+    let host = Host::start(config, backfill::Registry::new())
+        .await
+        .unwrap();
     let page = get(host.admin_addr, "/ui").await;
     assert_eq!(page.status, 200);
     assert!(page.text.contains("/ui/app.js"));

@@ -9,7 +9,7 @@
 //! the lease can have expired in PostgreSQL.
 
 use crate::metrics::{inc, RuntimeMetrics};
-use crate::{Backend, RuntimeConfig};
+use crate::{Backend, Timing};
 use actix::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,18 +60,25 @@ pub enum LeaseStatus {
 /// The renewer actor.
 pub struct LeaseRenewer<B: Backend> {
     backend: Arc<B>,
-    config: RuntimeConfig,
+    worker_id: String,
+    timing: Timing,
     claims: HashMap<String, (i64, Recipient<LeaseStatus>)>,
     in_flight: bool,
     metrics: Arc<RuntimeMetrics>,
 }
 
 impl<B: Backend> LeaseRenewer<B> {
-    /// A renewer for the claims of `config.worker_id`.
-    pub fn new(backend: Arc<B>, config: RuntimeConfig, metrics: Arc<RuntimeMetrics>) -> Self {
+    /// A renewer for the claims of `worker_id`.
+    pub(crate) fn new(
+        backend: Arc<B>,
+        worker_id: String,
+        timing: Timing,
+        metrics: Arc<RuntimeMetrics>,
+    ) -> Self {
         Self {
             backend,
-            config,
+            worker_id,
+            timing,
             claims: HashMap::new(),
             in_flight: false,
             metrics,
@@ -90,7 +97,7 @@ impl<B: Backend> LeaseRenewer<B> {
             .map(|(id, (generation, _))| (id.clone(), *generation))
             .collect();
         let backend = self.backend.clone();
-        let worker = self.config.worker_id.clone();
+        let worker = self.worker_id.clone();
         let sent = Instant::now();
         let fut = async move {
             let result = backend.renew(&worker, &pairs).await;
@@ -102,11 +109,11 @@ impl<B: Backend> LeaseRenewer<B> {
                 Ok(renewed) => renewed,
                 Err(error) => {
                     inc(&act.metrics.renew_failures);
-                    tracing::warn!(event = "renew_failed", worker = %act.config.worker_id, error = %error.0, "lease renewal failed; holders stop when their trust window ends");
+                    tracing::warn!(event = "renew_failed", worker = %act.worker_id, error = %error.0, "lease renewal failed; holders stop when their trust window ends");
                     return;
                 }
             };
-            let trusted_until = act.config.trusted_until(sent);
+            let trusted_until = act.timing.trusted_until(sent);
             for (id, generation) in pairs {
                 let Some((current, holder)) = act.claims.get(&id) else {
                     continue;
@@ -123,7 +130,7 @@ impl<B: Backend> LeaseRenewer<B> {
                     });
                 } else {
                     inc(&act.metrics.claims_lost);
-                    tracing::warn!(event = "claim_lost", backfill = %id, generation, worker = %act.config.worker_id);
+                    tracing::warn!(event = "claim_lost", backfill = %id, generation, worker = %act.worker_id);
                     holder.do_send(LeaseStatus::Lost { generation });
                     act.claims.remove(&id);
                 }
@@ -136,7 +143,7 @@ impl<B: Backend> Actor for LeaseRenewer<B> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(self.config.renew_interval, |act, ctx| act.run_once(ctx));
+        ctx.run_interval(self.timing.renew_interval, |act, ctx| act.run_once(ctx));
     }
 }
 

@@ -127,20 +127,23 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Give a claim back (graceful shutdown).
     async fn release(&self, claim: &Self::Claim) -> Result<bool, BackendError>;
+
+    /// The TTL of the leases [`Backend::claim_next`] and [`Backend::renew`]
+    /// grant: the runtime derives its renewal cadence and trust window
+    /// from it.
+    fn lease_ttl(&self) -> Duration;
 }
 
 /// Runtime configuration. Defaults follow the contract's expectations:
 /// renew well inside the lease, stop trusting a claim before it can have
-/// expired.
+/// expired. The lease TTL is not here: it is the backend's
+/// ([`Backend::lease_ttl`]), stated once where the leases are granted.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// This process's worker ID (the claim owner). Default: `worker-<pid>`.
     pub worker_id: String,
-    /// Lease TTL the backend grants per claim/renewal. Default 30 s. Must
-    /// match the backend's configuration.
-    pub lease_ttl: Duration,
-    /// Renewal cadence. Default `lease_ttl / 3`.
-    pub renew_interval: Duration,
+    /// Renewal cadence. Default (`None`): a third of the lease TTL.
+    pub renew_interval: Option<Duration>,
     /// How often the supervisor looks for claimable work (NOTIFY and admin
     /// wake-ups come on top; they are hints only). Default 1 s.
     pub poll_interval: Duration,
@@ -157,11 +160,9 @@ pub struct RuntimeConfig {
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        let lease_ttl = Duration::from_secs(30);
         Self {
             worker_id: format!("worker-{}", std::process::id()),
-            lease_ttl,
-            renew_interval: lease_ttl / 3,
+            renew_interval: None,
             poll_interval: Duration::from_secs(1),
             max_concurrent_runners: 4,
             shutdown_grace: Duration::from_secs(10),
@@ -176,24 +177,22 @@ impl Default for RuntimeConfig {
 pub struct ConfigError(pub String);
 
 impl RuntimeConfig {
-    /// A configuration with `lease_ttl` and the renew interval derived
-    /// from it.
-    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl;
-        self.renew_interval = ttl / 3;
-        self
+    /// Reject configurations that would let a claim expire while its owner
+    /// still trusts it, for leases of `lease_ttl`.
+    pub fn validate(&self, lease_ttl: Duration) -> Result<(), ConfigError> {
+        self.timing(lease_ttl).map(|_| ())
     }
 
-    /// Reject configurations that would let a claim expire while its owner
-    /// still trusts it.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// The timings in force for leases of `lease_ttl`, checked.
+    pub(crate) fn timing(&self, lease_ttl: Duration) -> Result<Timing, ConfigError> {
         if self.worker_id.is_empty() || self.worker_id.len() > 128 {
             return Err(ConfigError("worker_id must be 1-128 bytes".into()));
         }
-        if self.lease_ttl < Duration::from_millis(100) {
+        if lease_ttl < Duration::from_millis(100) {
             return Err(ConfigError("lease_ttl must be at least 100ms".into()));
         }
-        if self.renew_interval.is_zero() || self.renew_interval * 2 > self.lease_ttl {
+        let renew_interval = self.renew_interval.unwrap_or(lease_ttl / 3);
+        if renew_interval.is_zero() || renew_interval * 2 > lease_ttl {
             return Err(ConfigError(
                 "renew_interval must be positive and at most half the lease_ttl".into(),
             ));
@@ -209,9 +208,22 @@ impl RuntimeConfig {
         if self.progress_log_interval.is_zero() {
             return Err(ConfigError("progress_log_interval must be positive".into()));
         }
-        Ok(())
+        Ok(Timing {
+            lease_ttl,
+            renew_interval,
+        })
     }
+}
 
+/// The lease timings in force: the backend's TTL and the renewal cadence
+/// derived from it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub lease_ttl: Duration,
+    pub renew_interval: Duration,
+}
+
+impl Timing {
     /// How long after a claim or renewal request was *sent* the holder may
     /// still trust it: three quarters of the TTL. PostgreSQL computed the
     /// expiry after the request was sent, so the real lease outlives this

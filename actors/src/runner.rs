@@ -14,7 +14,7 @@
 use crate::lease_renewer::LeaseStatus;
 use crate::metrics::{add, inc, RuntimeMetrics};
 use crate::supervisor::{ExitReason, RunnerExited};
-use crate::{Backend, ClaimInfo, RuntimeConfig, StepOutcome};
+use crate::{Backend, ClaimInfo, RuntimeConfig, StepOutcome, Timing};
 use actix::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,9 +51,10 @@ pub struct Runner<B: Backend> {
 
 impl<B: Backend> Runner<B> {
     /// A runner for `claim`, whose claim request was sent at `sent`.
-    pub fn new(
+    pub(crate) fn new(
         backend: Arc<B>,
-        config: RuntimeConfig,
+        config: &RuntimeConfig,
+        timing: Timing,
         claim: B::Claim,
         sent: Instant,
         supervisor: Recipient<RunnerExited>,
@@ -64,7 +65,7 @@ impl<B: Backend> Runner<B> {
             id: claim.id().to_string(),
             generation: claim.generation(),
             claim: Some(claim),
-            trusted_until: config.trusted_until(sent),
+            trusted_until: timing.trusted_until(sent),
             supervisor,
             stopping: false,
             lost: false,

@@ -16,7 +16,7 @@ use crate::lease_renewer::{LeaseRenewer, StopRenewing, Track, Untrack};
 use crate::metrics::{inc, RuntimeMetrics};
 use crate::runner::{Runner, Stop};
 use crate::validator::{Validate, ValidationFinished, Validator};
-use crate::{Backend, ClaimInfo, ConfigError, RuntimeConfig};
+use crate::{Backend, ClaimInfo, ConfigError, RuntimeConfig, Timing};
 use actix::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -96,6 +96,7 @@ struct Held<B: Backend> {
 pub struct Supervisor<B: Backend> {
     backend: Arc<B>,
     config: RuntimeConfig,
+    timing: Timing,
     renewer: Option<Addr<LeaseRenewer<B>>>,
     validator: Option<Addr<Validator<B>>>,
     held: HashMap<String, Held<B>>,
@@ -111,10 +112,11 @@ pub struct Supervisor<B: Backend> {
 impl<B: Backend> Supervisor<B> {
     /// A supervisor over `backend`.
     pub fn new(backend: Arc<B>, config: RuntimeConfig) -> Result<Self, ConfigError> {
-        config.validate()?;
+        let timing = config.timing(backend.lease_ttl())?;
         Ok(Self {
             backend,
             config,
+            timing,
             renewer: None,
             validator: None,
             held: HashMap::new(),
@@ -258,7 +260,8 @@ impl<B: Backend> Supervisor<B> {
         } else {
             let runner = Runner::new(
                 self.backend.clone(),
-                self.config.clone(),
+                &self.config,
+                self.timing,
                 claim,
                 sent,
                 ctx.address().recipient(),
@@ -300,7 +303,8 @@ impl<B: Backend> Actor for Supervisor<B> {
         self.renewer = Some(
             LeaseRenewer::new(
                 self.backend.clone(),
-                self.config.clone(),
+                self.config.worker_id.clone(),
+                self.timing,
                 self.metrics.clone(),
             )
             .start(),

@@ -11,7 +11,7 @@ use backfill_actors::{
     Backend, BackendError, ClaimInfo, RuntimeConfig, RuntimeHandle, StepOutcome, ValidationOutcome,
 };
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +46,8 @@ struct Fake {
     renewals: AtomicUsize,
     releases: AtomicUsize,
     step_delay: Duration,
+    /// The lease TTL the fake grants, in milliseconds.
+    lease_ttl_ms: AtomicU64,
 }
 
 #[async_trait]
@@ -89,13 +91,16 @@ impl Backend for Fake {
             Err(BackendError("database unreachable".into()))
         }
     }
+    fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms.load(Ordering::SeqCst))
+    }
     async fn release(&self, _claim: &FakeClaim) -> Result<bool, BackendError> {
         self.releases.fetch_add(1, Ordering::SeqCst);
         Ok(true)
     }
 }
 
-fn config(ttl_ms: u64) -> RuntimeConfig {
+fn config() -> RuntimeConfig {
     RuntimeConfig {
         worker_id: "unit".into(),
         poll_interval: Duration::from_millis(20),
@@ -103,7 +108,12 @@ fn config(ttl_ms: u64) -> RuntimeConfig {
         shutdown_grace: Duration::from_secs(5),
         ..RuntimeConfig::default()
     }
-    .with_lease_ttl(Duration::from_millis(ttl_ms))
+}
+
+/// Start the runtime over `fake`, whose leases last `ttl_ms`.
+fn start(fake: &Arc<Fake>, ttl_ms: u64, config: RuntimeConfig) -> RuntimeHandle<Fake> {
+    fake.lease_ttl_ms.store(ttl_ms, Ordering::SeqCst);
+    RuntimeHandle::start(fake.clone(), config).unwrap()
 }
 
 async fn held(rt: &RuntimeHandle<Fake>) -> usize {
@@ -130,7 +140,7 @@ async fn runner_stops_when_renewals_fail_before_the_lease_can_expire() {
         ..Fake::default()
     });
     let started = std::time::Instant::now();
-    let rt = RuntimeHandle::start(fake.clone(), config(1000)).unwrap();
+    let rt = start(&fake, 1000, config());
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while fake.steps.load(Ordering::SeqCst) == 0 || held(&rt).await > 0 {
         assert!(std::time::Instant::now() < deadline, "runner never stopped");
@@ -155,7 +165,7 @@ async fn runner_stops_when_renewals_fail_before_the_lease_can_expire() {
 #[actix_rt::test]
 async fn renewals_extend_the_trust_window() {
     let fake = renewing_fake(vec!["a".into()]);
-    let rt = RuntimeHandle::start(fake.clone(), config(300)).unwrap();
+    let rt = start(&fake, 300, config());
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(held(&rt).await, 1, "still working after 3 lease TTLs");
     assert!(fake.renewals.load(Ordering::SeqCst) >= 3);
@@ -175,7 +185,7 @@ async fn renewals_extend_the_trust_window() {
 #[actix_rt::test]
 async fn shutdown_lets_go_of_the_backend() {
     let fake = renewing_fake(vec!["a".into(), "b".into()]);
-    let rt = RuntimeHandle::start(fake.clone(), config(300)).unwrap();
+    let rt = start(&fake, 300, config());
     // Claims and actor stops are asynchronous: poll, bounded.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while held(&rt).await < 2 && std::time::Instant::now() < deadline {
@@ -202,7 +212,7 @@ async fn shutdown_lets_go_of_the_backend() {
 #[actix_rt::test]
 async fn supervisor_caps_concurrent_runners() {
     let fake = renewing_fake((0..5).map(|i| format!("id{i}")).collect());
-    let rt = RuntimeHandle::start(fake.clone(), config(10_000)).unwrap();
+    let rt = start(&fake, 10_000, config());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(held(&rt).await, 2);
     assert_eq!(fake.ids.lock().len(), 3, "the rest was never claimed");
@@ -260,9 +270,9 @@ async fn run_steps(id: &str, progress_log_interval: Duration, steps: usize) {
     });
     let config = RuntimeConfig {
         progress_log_interval,
-        ..config(10_000)
+        ..config()
     };
-    let rt = RuntimeHandle::start(fake.clone(), config).unwrap();
+    let rt = start(&fake, 10_000, config);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while fake.steps.load(Ordering::SeqCst) < steps {
         assert!(std::time::Instant::now() < deadline, "runner stalled");
@@ -303,5 +313,5 @@ fn runtime_config_rejects_a_zero_progress_interval() {
         progress_log_interval: Duration::ZERO,
         ..RuntimeConfig::default()
     };
-    assert!(config.validate().is_err());
+    assert!(config.validate(Duration::from_secs(30)).is_err());
 }

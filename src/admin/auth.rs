@@ -11,7 +11,7 @@
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use subtle::ConstantTimeEq;
 
 /// A deployment-operator capability (AUTH-1).
@@ -178,33 +178,6 @@ impl AuthConfig {
             principals.extend(Self::parse_tokens_file(&text)?);
         }
         Ok(AuthConfig::Tokens(principals))
-    }
-}
-
-/// Command-line flags of the admin boundary, for hosts that serve it.
-#[derive(Debug, Clone, clap::Args)]
-pub struct AdminAuthArgs {
-    /// A bearer token granting backfill:read and backfill:operate, audited
-    /// as principal "operator".
-    #[arg(long, env = "BACKFILL_OPERATOR_TOKEN", hide_env_values = true)]
-    pub operator_token: Option<String>,
-    /// JSON file of principals: [{"name","sha256","capabilities"}].
-    #[arg(long, env = "BACKFILL_ADMIN_TOKENS_FILE")]
-    pub admin_tokens_file: Option<PathBuf>,
-    /// `tokens` (default) or `trusted-network` (AUTH-2: the network boundary
-    /// authorizes; audit names no individual actor).
-    #[arg(long, default_value = "tokens", value_parser = ["tokens", "trusted-network"])]
-    pub admin_auth: String,
-}
-
-impl AdminAuthArgs {
-    /// The configuration these flags describe.
-    pub fn to_config(&self) -> Result<AuthConfig, AuthError> {
-        AuthConfig::from_sources(
-            self.operator_token.as_deref(),
-            self.admin_tokens_file.as_deref(),
-            self.admin_auth == "trusted-network",
-        )
     }
 }
 

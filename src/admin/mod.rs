@@ -12,7 +12,7 @@
 pub mod auth;
 pub mod view;
 
-pub use auth::{AdminAuthArgs, AuthConfig, AuthError, Authority, Capability, Principal};
+pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
 pub use view::*;
 
 use crate::engine::{ActionOutcome, Engine, EngineError};

@@ -6,10 +6,10 @@ use crate::store::{AuditRow, BackfillRow};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 /// Progress derived from the checkpoint and the captured source size.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Progress {
     /// Keys whose mutation committed so far.
     pub rows_done: i64,
@@ -22,7 +22,8 @@ pub struct Progress {
 }
 
 /// Who holds the claim, judged by PostgreSQL's clock.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Ownership {
     /// `none`, `held` or `expired`.
     pub disposition: String,
@@ -34,7 +35,8 @@ pub struct Ownership {
 }
 
 /// A bounded diagnostic with its time.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Diagnostic {
     /// `retryable`, `blocked`, `fatal` or `validation`.
     pub kind: Option<String>,
@@ -45,7 +47,8 @@ pub struct Diagnostic {
 }
 
 /// The latest validation outcome recorded on the row.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct ValidationSummary {
     /// `success` or `failure`.
     pub outcome: String,
@@ -56,7 +59,8 @@ pub struct ValidationSummary {
 }
 
 /// Readiness participation (CFG-1).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Readiness {
     /// The deployment lists this ID as a required automatic backfill.
     pub required: bool,
@@ -66,7 +70,8 @@ pub struct Readiness {
 }
 
 /// One backfill as the admin API shows it (ADM-2).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct BackfillView {
     pub id: String,
     pub description: Option<String>,
@@ -76,10 +81,10 @@ pub struct BackfillView {
     pub key_type: Option<String>,
     /// Inclusive upper bound in the key's own type; `null` before start or
     /// for an empty source set.
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "http", schema(value_type = Option<Object>))]
     pub bound: Option<Value>,
     /// Greatest committed key; `null` = before every key.
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "http", schema(value_type = Option<Object>))]
     pub checkpoint: Option<Value>,
     /// `start` found nothing to repair (EX-1).
     pub empty_source: bool,
@@ -176,7 +181,8 @@ impl BackfillView {
 }
 
 /// A page of backfills, ordered by ID.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct BackfillPage {
     pub items: Vec<BackfillView>,
     /// Pass as `after` for the next page; `null` = last page.
@@ -184,7 +190,8 @@ pub struct BackfillPage {
 }
 
 /// The response of an accepted action (200).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct ActionResponse {
     /// `applied` (the transition committed) or `converged` (already there,
     /// LC-3: nothing changed).
@@ -197,7 +204,8 @@ pub struct ActionResponse {
 }
 
 /// The typed conflict (409, ADM-5).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct ConflictBody {
     /// Always `conflict`.
     pub error: String,
@@ -207,7 +215,8 @@ pub struct ConflictBody {
 }
 
 /// An error (4xx/5xx other than 409 conflicts). Bounded and redacted.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// Stable code: `unauthorized`, `forbidden`, `bad_request`,
     /// `not_found`, `idempotency_key_reused`, `no_definition`,
@@ -218,7 +227,8 @@ pub struct ErrorBody {
 
 /// The outcome of an explicit validation (VAL-4): exactly one of
 /// `success`, `failure` or `current-state`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct ValidationResponse {
     /// `success`, `failure` or `current-state`.
     pub outcome: String,
@@ -237,7 +247,8 @@ pub struct ValidationResponse {
 }
 
 /// One audit record (AUD-1).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
     pub seq: i64,
     #[serde(serialize_with = "timestamp::serialize")]
@@ -279,7 +290,8 @@ impl From<AuditRow> for AuditEntry {
 }
 
 /// A page of audit records, newest first.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct AuditPage {
     pub items: Vec<AuditEntry>,
     /// Pass as `before` for the next page; `null` = last page.

@@ -6,8 +6,8 @@
 //! belong to the authorized admin views. A failed read is exported as
 //! unknown (`backfill_state_known 0`), never as zeros.
 
-use crate::host::readiness::Readiness;
 use crate::lifecycle::State;
+use crate::readiness::Readiness;
 use crate::store::{self, Pool};
 use actix_web::{web, HttpResponse};
 use backfill_actors::RuntimeMetrics;

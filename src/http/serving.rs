@@ -2,7 +2,7 @@
 //! and `/readyz` (CONTRACT section 8: 503 with the gating IDs until every
 //! required backfill is `completed` in automatic mode).
 
-use crate::host::readiness::Readiness;
+use crate::readiness::Readiness;
 use actix_web::{web, HttpResponse};
 
 async fn livez() -> HttpResponse {

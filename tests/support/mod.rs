@@ -167,7 +167,7 @@ pub async fn test_db() -> TestDb {
 }
 
 fn throwaway_cluster() -> Result<String, String> {
-    backfill::host::ephemeral::EphemeralPostgres::start("test")
+    backfill::ephemeral::EphemeralPostgres::start("test")
         .map(|pg| pg.keep())
         .map_err(|e| e.to_string())
 }

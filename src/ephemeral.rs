@@ -49,6 +49,18 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// A value no other cluster of this process, or of a process that had the
+/// same ID before, has used: a per-process counter and the clock.
+fn unique() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{nanos}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 impl EphemeralPostgres {
     /// Start a cluster. Blocking (about a second); call it from a blocking
     /// context or before the async runtime starts.
@@ -58,7 +70,7 @@ impl EphemeralPostgres {
         let dir = std::env::temp_dir().join(format!(
             "backfill-{label}-pg-{}-{}",
             std::process::id(),
-            rand::random::<u32>()
+            unique()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| EphemeralError::Step(e.to_string()))?;
         let as_root = is_root();

@@ -7,10 +7,10 @@
 //! and operator token, and serves until Ctrl-C (or, with
 //! `--exit-when-done`, until every required backfill is `completed`).
 
-use super::ephemeral::EphemeralPostgres;
-use super::{Host, HostConfig, HostError};
-use crate::example;
-use crate::store::{self, BackfillRow};
+use crate::example::{self, ExampleApp, ExampleError};
+use backfill::ephemeral::{EphemeralError, EphemeralPostgres};
+use backfill::host::{Host, HostConfig, HostError};
+use backfill::store::{self, BackfillRow, StoreError};
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -29,6 +29,21 @@ pub struct DemoConfig {
     pub admin_listen: SocketAddr,
     pub batch_size: u32,
     pub operator_token: Option<String>,
+}
+
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Ephemeral(#[from] EphemeralError),
+    #[error("example application: {0}")]
+    Example(#[from] ExampleError),
+    #[error("{0}")]
+    Other(String),
 }
 
 /// How the demo ended.
@@ -109,13 +124,13 @@ fn render(rows: &[BackfillRow], rates: &mut HashMap<String, Rate>) -> Vec<String
 }
 
 /// Run the demo. Must run inside an actix system.
-pub async fn run(config: DemoConfig) -> Result<DemoExit, HostError> {
+pub async fn run(config: DemoConfig) -> Result<DemoExit, DemoError> {
     // Ctrl-C and SIGTERM are handled from the very start: polled once, the
     // listener installs its handlers, so a signal during the cluster's
     // start, the seeding or the host's start ends the demo through the
     // cleanup below instead of killing the process and leaving the
     // throwaway cluster (which pg_ctl detached) running.
-    let signal = super::wait_for_signal();
+    let signal = backfill::host::wait_for_signal();
     tokio::pin!(signal);
     let early = futures_util::poll!(signal.as_mut()).is_ready();
     let mut ephemeral = None;
@@ -125,7 +140,7 @@ pub async fn run(config: DemoConfig) -> Result<DemoExit, HostError> {
             println!("DATABASE_URL is not set: starting a throwaway PostgreSQL ...");
             let pg = tokio::task::spawn_blocking(|| EphemeralPostgres::start("demo"))
                 .await
-                .map_err(|_| HostError::Config("the PostgreSQL start task panicked".into()))??;
+                .map_err(|_| DemoError::Other("the PostgreSQL start task panicked".into()))??;
             let url = pg.url();
             ephemeral = Some(pg);
             url
@@ -147,7 +162,7 @@ async fn run_on<S: std::future::Future<Output = ()>>(
     server_url: &str,
     config: &DemoConfig,
     mut signal: std::pin::Pin<&mut S>,
-) -> Result<DemoExit, HostError> {
+) -> Result<DemoExit, DemoError> {
     let host = tokio::select! {
         host = start_host(server_url, config) => host?,
         _ = signal.as_mut() => return Ok(DemoExit::Done),
@@ -159,18 +174,14 @@ async fn run_on<S: std::future::Future<Output = ()>>(
 
 /// Create and seed the demo database, start the host and print how to
 /// reach it.
-async fn start_host(server_url: &str, config: &DemoConfig) -> Result<Host, HostError> {
+async fn start_host(server_url: &str, config: &DemoConfig) -> Result<Host, DemoError> {
     let url = store::database_recreate(server_url, "backfill_demo").await?;
     store::run_migrations(&url).await?;
-    example::migrate(&url)
-        .await
-        .map_err(|e| HostError::Example(e.to_string()))?;
+    example::migrate(&url).await?;
     let pool = store::build_pool(&url, 4).await?;
     let started = Instant::now();
     println!("seeding {} events ...", config.rows);
-    let seeded = example::seed(&pool, config.rows, config.bad_rows)
-        .await
-        .map_err(|e| HostError::Example(e.to_string()))?;
+    let seeded = example::seed(&pool, config.rows, config.bad_rows).await?;
     let took = started.elapsed().as_secs_f64();
     println!(
         "seeded {seeded} events in {took:.1}s ({:.0} rows/s)",
@@ -187,10 +198,12 @@ async fn start_host(server_url: &str, config: &DemoConfig) -> Result<Host, HostE
     host_config.admin_listen = config.admin_listen;
     host_config.migrate = false;
     host_config.auto_backfills = true;
-    host_config.batch_size = config.batch_size;
-    host_config.admin_auth = crate::admin::AuthConfig::from_sources(Some(&token), None, false)
-        .map_err(|e| HostError::Config(e.to_string()))?;
-    let host = Host::start(host_config).await?;
+    host_config.admin_auth = backfill::admin::AuthConfig::from_sources(Some(&token), None, false)
+        .map_err(|e| DemoError::Other(e.to_string()))?;
+    let app = ExampleApp {
+        batch_size: config.batch_size,
+    };
+    let host = Host::start(host_config, app).await?;
     println!();
     println!(
         "serving   http://{}/events  (readiness: /readyz)",
@@ -219,8 +232,8 @@ async fn progress<S: std::future::Future<Output = ()>>(
     let mut last_print = Instant::now() - Duration::from_secs(60);
     let mut printed_ready = false;
     loop {
-        let rows = match host.engine.pool().get().await {
-            Ok(mut conn) => store::backfill_get_many(&mut conn, &host.required)
+        let rows = match host.engine().pool().get().await {
+            Ok(mut conn) => store::backfill_get_many(&mut conn, host.required())
                 .await
                 .ok(),
             Err(_) => None,

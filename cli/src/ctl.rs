@@ -8,7 +8,7 @@
 //! Exit codes: 0 ok, 2 usage (also 400/404/422), 3 conflict (409),
 //! 4 unauthorized (401/403), 5 server or network error.
 
-use crate::admin::{
+use backfill::admin::{
     ActionResponse, AuditPage, BackfillView, ConflictBody, ErrorBody, ValidationResponse,
 };
 use chrono::{DateTime, Utc};
@@ -211,7 +211,7 @@ impl Client {
 
 fn one_line(s: &str) -> String {
     let line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    crate::repair::bounded(line)
+    backfill::repair::bounded(line)
 }
 
 fn conflict_line(body: &Value) -> String {
@@ -247,7 +247,7 @@ async fn list_all(client: &Client) -> Result<Vec<Value>, CtlError> {
             // one that repeats would loop. (Whether it moves forward is the
             // server's collation's to say, not byte order's.)
             Some(next)
-                if crate::repair::validate_id(&next).is_ok()
+                if backfill::repair::validate_id(&next).is_ok()
                     && after.as_deref() != Some(next.as_str()) =>
             {
                 after = Some(next)
@@ -290,7 +290,7 @@ async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
     let json = args.json;
     // Stable IDs are URL-safe by construction; anything else is a typo.
     let enc = |id: &str| -> Result<String, CtlError> {
-        crate::repair::validate_id(id)
+        backfill::repair::validate_id(id)
             .map(|()| id.to_string())
             .map_err(|_| CtlError::Usage(format!("{:?} is not a stable backfill ID", one_line(id))))
     };

@@ -24,12 +24,14 @@ pub use repairs::{
 pub use schema::{check_schema, SchemaError, SchemaItem};
 pub use seed::{seed, SEED_CHUNK};
 
-use crate::repair::{DefinitionError, Registry};
-use crate::store::{self, StoreError};
+use backfill::host::{AppError, Application};
+use backfill::repair::{DefinitionError, Registry};
+use backfill::store::{self, Pool, StoreError};
+use backfill::AsyncPgConnection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 
 /// The example application's migrations (the `events` table), separate from
-/// the framework's [`crate::store::MIGRATIONS`].
+/// the framework's [`backfill::store::MIGRATIONS`].
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("src/example/migrations");
 
 /// Errors of the example application's setup paths. `Display` is redacted
@@ -55,7 +57,7 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for Example
 
 /// Apply the example application's pending migrations to the database at
 /// `url`. Independent of the framework's own migrations, which the host runs
-/// with [`crate::store::run_migrations`].
+/// with [`backfill::store::run_migrations`].
 pub async fn migrate(url: &str) -> Result<(), ExampleError> {
     store::run_embedded(url, MIGRATIONS).await?;
     Ok(())
@@ -74,6 +76,42 @@ pub fn registry(batch: u32) -> Result<Registry, DefinitionError> {
         .with(ContentLen::new(batch))?
         .with(TagCount::new(batch))?
         .with(TouchCount::new(batch))
+}
+
+/// The example application as the library's host sees it: its
+/// migrations, its schema check, its four repairs and its `/events`
+/// routes.
+#[derive(Debug, Clone, Copy)]
+pub struct ExampleApp {
+    /// Keys per batch of every repair.
+    pub batch_size: u32,
+}
+
+impl Default for ExampleApp {
+    fn default() -> Self {
+        Self {
+            batch_size: DEFAULT_BATCH,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Application for ExampleApp {
+    fn registry(&self) -> Result<Registry, DefinitionError> {
+        registry(self.batch_size)
+    }
+
+    async fn migrate(&self, database_url: &str) -> Result<(), AppError> {
+        Ok(migrate(database_url).await?)
+    }
+
+    async fn check_schema(&self, conn: &mut AsyncPgConnection) -> Result<(), AppError> {
+        Ok(check_schema(conn).await?)
+    }
+
+    fn configure(&self, cfg: &mut actix_web::web::ServiceConfig, pool: &Pool) {
+        configure(cfg, pool.clone());
+    }
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@
 // Every mutation locks its rows in id order first (a CTE with ORDER BY id
 // FOR UPDATE): the four repairs touch the same rows concurrently, and one
 // lock order for all of them turns would-be deadlocks into short waits.
-use crate::repair::{Repair, RepairError, SourceSet, Validation};
 use async_trait::async_trait;
+use backfill::repair::{Repair, RepairError, SourceSet, Validation};
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Timestamptz};
 use diesel::QueryableByName;

@@ -36,12 +36,14 @@
 //! The bench's SQL is for its own tables only; the framework's tables are
 //! touched only through the engine.
 
-use crate::engine::{Engine, EngineConfig, EngineError};
-use crate::repair::{BigIntSummary, Mutated, Registry, Repair, RepairError, SourceSet, Validation};
-use crate::runtime::{RuntimeConfig, RuntimeHandle};
-use crate::store::{self, cached, Pool, StoreError};
 use async_trait::async_trait;
-use backfill_actors::{Backend, BackendError, StepOutcome, ValidationOutcome};
+use backfill::engine::{Engine, EngineConfig, EngineError};
+use backfill::repair::{
+    BigIntSummary, Mutated, Registry, Repair, RepairError, SourceSet, Validation,
+};
+use backfill::runtime::{Backend, BackendError, StepOutcome, ValidationOutcome};
+use backfill::runtime::{RuntimeConfig, RuntimeHandle};
+use backfill::store::{self, cached, Pool, StoreError};
 use diesel::sql_types::{Array, BigInt, Nullable, Text};
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
@@ -687,7 +689,7 @@ struct Timed {
 
 #[async_trait]
 impl Backend for Timed {
-    type Claim = crate::engine::Claim;
+    type Claim = backfill::engine::Claim;
 
     async fn register(&self) -> Result<(), BackendError> {
         Backend::register(&self.engine).await
@@ -742,6 +744,10 @@ impl Backend for Timed {
     async fn release(&self, claim: &Self::Claim) -> Result<bool, BackendError> {
         Backend::release(&self.engine, claim).await
     }
+
+    fn lease_ttl(&self) -> Duration {
+        Backend::lease_ttl(&self.engine)
+    }
 }
 
 // ------------------------------------------------------------- context
@@ -763,12 +769,12 @@ impl Ctx {
     }
 
     fn runtime_config(&self, worker: &str, runners: usize) -> RuntimeConfig {
-        let mut c =
-            RuntimeConfig::default().with_lease_ttl(Duration::from_millis(self.args.lease_ttl_ms));
-        c.worker_id = worker.to_string();
-        c.poll_interval = Duration::from_millis(self.args.poll_interval_ms);
-        c.max_concurrent_runners = runners;
-        c
+        RuntimeConfig {
+            worker_id: worker.to_string(),
+            poll_interval: Duration::from_millis(self.args.poll_interval_ms),
+            max_concurrent_runners: runners,
+            ..RuntimeConfig::default()
+        }
     }
 
     async fn exec(&self, sql: &str) -> Result<(), BenchError> {
@@ -1176,9 +1182,11 @@ async fn takeover_owner(args: &BenchArgs, url: &str) -> Result<(), BenchError> {
         ..EngineConfig::default()
     };
     let engine = Engine::new(pool, registry, config)?;
-    let mut rc = RuntimeConfig::default().with_lease_ttl(Duration::from_millis(args.lease_ttl_ms));
-    rc.worker_id = "bench-owner".into();
-    rc.poll_interval = Duration::from_millis(args.poll_interval_ms);
+    let rc = RuntimeConfig {
+        worker_id: "bench-owner".into(),
+        poll_interval: Duration::from_millis(args.poll_interval_ms),
+        ..RuntimeConfig::default()
+    };
     let _runtime =
         RuntimeHandle::start(Arc::new(engine), rc).map_err(|e| BenchError::Run(e.to_string()))?;
     // Run until killed; the parent kills us long before this ends.
@@ -1271,7 +1279,7 @@ async fn rss(ctx: &mut Ctx, batch: u32) -> Result<Value, BenchError> {
 /// samples and so decided the p99. The slowest warm-up request is reported
 /// beside the percentiles (`cold_max_ms`), so the cold start stays visible.
 async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
-    use crate::admin::{Admin, AdminConfig, AuthConfig};
+    use backfill::admin::{Admin, AdminConfig, AuthConfig};
     const BACKFILLS: usize = 10_000;
     const CLIENTS: usize = 32;
     const WARMUP: usize = 5;
@@ -1302,7 +1310,7 @@ async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
     ));
     let server = actix_web::HttpServer::new(move || {
         let admin = admin.clone();
-        actix_web::App::new().configure(move |cfg| crate::http::admin::configure(cfg, admin))
+        actix_web::App::new().configure(move |cfg| backfill::http::admin::configure(cfg, admin))
     })
     .workers(2)
     .disable_signals()
@@ -1702,7 +1710,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         Some(url) => (url.clone(), None),
         None => {
             let cluster = tokio::task::spawn_blocking(|| {
-                crate::host::ephemeral::EphemeralPostgres::start("bench")
+                backfill::ephemeral::EphemeralPostgres::start("bench")
             })
             .await
             .map_err(|_| BenchError::Run("starting PostgreSQL panicked".into()))?

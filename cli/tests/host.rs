@@ -15,12 +15,13 @@
 //! Gates are held closed deterministically with a second session's row lock
 //! (the batches wait on it), never with sleeps.
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use backfill::engine::EngineConfig;
-use backfill::example;
 use backfill::host::{Host, HostConfig, HostError};
 use backfill::runtime::RuntimeConfig;
+use backfill_cli::example::{self, ExampleApp};
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use std::time::Duration;
 use support::http::get;
@@ -33,8 +34,7 @@ fn host_config(db: &TestDb, migrate: bool, auto: bool) -> HostConfig {
     config.admin_listen = "127.0.0.1:0".parse().unwrap();
     config.migrate = migrate;
     config.auto_backfills = auto;
-    config.batch_size = 50;
-    config.pool_size = 8;
+    config.pool_size = Some(8);
     config.engine = EngineConfig {
         lease_ttl: ttl,
         lock_timeout: Duration::from_secs(30),
@@ -44,9 +44,13 @@ fn host_config(db: &TestDb, migrate: bool, auto: bool) -> HostConfig {
         worker_id: "host-test".into(),
         poll_interval: Duration::from_millis(50),
         ..RuntimeConfig::default()
-    }
-    .with_lease_ttl(ttl);
+    };
     config
+}
+
+/// The example application with batches of 50 keys.
+fn app() -> ExampleApp {
+    ExampleApp { batch_size: 50 }
 }
 
 /// A database with the example schema and `rows` seeded events.
@@ -94,7 +98,9 @@ async fn hold_event_lock(db: &TestDb) -> AsyncPgConnection {
 #[actix_rt::test]
 async fn ct13_off_off_manual_never_gates_and_recovers_started_work() {
     let db = app_db(300, 0).await;
-    let host = Host::start(host_config(&db, false, false)).await.unwrap();
+    let host = Host::start(host_config(&db, false, false), app())
+        .await
+        .unwrap();
     let ready = get(host.serving_addr, "/readyz").await;
     assert_eq!(ready.status, 200, "{}", ready.text);
     assert_eq!(ready.body["backfill_gate"]["mode"], "manual");
@@ -102,8 +108,8 @@ async fn ct13_off_off_manual_never_gates_and_recovers_started_work() {
 
     // An operator starts one by hand; the runtime recovers it even though
     // automatic mode is off.
-    host.engine.start(example::TOUCH_COUNT_ID).await.unwrap();
-    host.runtime.wake();
+    host.engine().start(example::TOUCH_COUNT_ID).await.unwrap();
+    host.runtime().wake();
     eventually("the started backfill completes", || async {
         db.text(&format!(
             "SELECT state AS v FROM backfill WHERE id = '{}'",
@@ -130,7 +136,9 @@ async fn ct13_off_off_manual_never_gates_and_recovers_started_work() {
 async fn ct13_off_on_gates_until_every_required_backfill_completes() {
     let db = app_db(300, 0).await;
     let mut lock = hold_event_lock(&db).await;
-    let host = Host::start(host_config(&db, false, true)).await.unwrap();
+    let host = Host::start(host_config(&db, false, true), app())
+        .await
+        .unwrap();
     let ready = get(host.serving_addr, "/readyz").await;
     assert_eq!(ready.status, 503, "{}", ready.text);
     assert_eq!(ready.body["ready"], false);
@@ -174,7 +182,7 @@ async fn ct13_off_on_gates_until_every_required_backfill_completes() {
 #[actix_rt::test]
 async fn ct13_migrate_off_missing_schema_fails_startup_naming_it() {
     let db = test_db().await; // framework tables only, no `events`
-    let err = Host::start(host_config(&db, false, true))
+    let err = Host::start(host_config(&db, false, true), app())
         .await
         .err()
         .expect("startup must fail");
@@ -200,7 +208,9 @@ async fn ct13_migrate_off_missing_schema_fails_startup_naming_it() {
 #[actix_rt::test]
 async fn ct13_on_off_migrates_and_never_gates() {
     let db = test_db().await;
-    let host = Host::start(host_config(&db, true, false)).await.unwrap();
+    let host = Host::start(host_config(&db, true, false), app())
+        .await
+        .unwrap();
     assert_eq!(
         db.scalar(
             "SELECT count(*) AS v FROM information_schema.tables WHERE table_name = 'events'"
@@ -227,9 +237,11 @@ async fn ct13_on_on_gates_through_paused_blocked_failed_and_recovers() {
     db.exec("UPDATE events SET touch_count = 7 WHERE id = (SELECT max(id) FROM events)")
         .await;
     let mut lock = hold_event_lock(&db).await;
-    let host = Host::start(host_config(&db, true, true)).await.unwrap();
+    let host = Host::start(host_config(&db, true, true), app())
+        .await
+        .unwrap();
     // Pause one while everything waits on the lock.
-    host.engine.pause(example::AUTHOR_NORM_ID).await.unwrap();
+    host.engine().pause(example::AUTHOR_NORM_ID).await.unwrap();
     lock.batch_execute("ROLLBACK").await.unwrap();
 
     eventually("blocked and failed appear", || async {
@@ -257,15 +269,15 @@ async fn ct13_on_on_gates_through_paused_blocked_failed_and_recovers() {
     for (id, state) in states(&db).await {
         match state.as_str() {
             "paused" => {
-                host.engine.resume(&id).await.unwrap();
+                host.engine().resume(&id).await.unwrap();
             }
             "blocked" | "failed" => {
-                host.engine.retry(&id).await.unwrap();
+                host.engine().retry(&id).await.unwrap();
             }
             _ => {}
         }
     }
-    host.runtime.wake();
+    host.runtime().wake();
     eventually("ready after recovery", || async {
         get(host.serving_addr, "/readyz").await.status == 200
     })
@@ -281,14 +293,20 @@ async fn ct13_on_on_gates_through_paused_blocked_failed_and_recovers() {
 async fn ct13_restart_rebuilds_gate_from_postgres() {
     let db = app_db(200, 0).await;
     let mut lock = hold_event_lock(&db).await;
-    let first = Host::start(host_config(&db, false, true)).await.unwrap();
+    let first = Host::start(host_config(&db, false, true), app())
+        .await
+        .unwrap();
     first.stop().await;
-    let second = Host::start(host_config(&db, false, true)).await.unwrap();
+    let second = Host::start(host_config(&db, false, true), app())
+        .await
+        .unwrap();
     assert_eq!(get(second.serving_addr, "/readyz").await.status, 503);
     lock.batch_execute("ROLLBACK").await.unwrap();
     eventually("completed", || async { all_in(&db, "completed").await }).await;
     second.stop().await;
-    let third = Host::start(host_config(&db, false, true)).await.unwrap();
+    let third = Host::start(host_config(&db, false, true), app())
+        .await
+        .unwrap();
     assert_eq!(get(third.serving_addr, "/readyz").await.status, 200);
     third.stop().await;
 }
@@ -303,7 +321,7 @@ async fn cfg_notify_wakes_the_supervisor_as_a_hint() {
     let db = app_db(200, 0).await;
     let mut config = host_config(&db, false, false);
     config.runtime.poll_interval = Duration::from_secs(600);
-    let host = Host::start(config).await.unwrap();
+    let host = Host::start(config, app()).await.unwrap();
     // Let the listener connect; its first wake finds nothing to do.
     let other = backfill::Engine::new(
         backfill::store::build_pool(&db.url, 2).await.unwrap(),
@@ -350,8 +368,8 @@ async fn cfg_notify_wakes_the_supervisor_as_a_hint() {
 /// an unread gate is exported as 0).
 #[actix_rt::test]
 async fn obs2_metrics_of_an_unreadable_database_are_unknown_not_zero() {
-    use backfill::host::readiness::Readiness;
     use backfill::http::metrics::MetricsSource;
+    use backfill::readiness::Readiness;
     // A database that does not exist on a live server: every checkout
     // fails (after the pool's timeout).
     let url = support::with_database(support::server_url(), "bft_no_such_database");
@@ -406,7 +424,7 @@ async fn ct13_auto_start_retries_after_a_transient_failure() {
         .unwrap();
     let mut config = host_config(&db, false, true);
     config.engine.lock_timeout = Duration::from_millis(200);
-    let host = Host::start(config).await.unwrap();
+    let host = Host::start(config, app()).await.unwrap();
     assert!(all_in(&db, "pending").await, "{:?}", states(&db).await);
     assert_eq!(get(host.serving_addr, "/readyz").await.status, 503);
 

@@ -12,9 +12,10 @@
 //! before commit), or an ACCESS EXCLUSIVE table lock queued behind the last
 //! batch so that validation waits on it (kill during validation).
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
-use backfill::example::{self, TOUCH_COUNT_ID};
+use backfill_cli::example::{self, TOUCH_COUNT_ID};
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;

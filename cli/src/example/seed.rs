@@ -7,7 +7,7 @@
 //! half-done transaction.
 
 use super::ExampleError;
-use crate::store::Pool;
+use backfill::store::Pool;
 use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 

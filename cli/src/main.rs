@@ -2,9 +2,10 @@
 
 use anyhow::Context;
 use backfill::engine::EngineConfig;
-use backfill::host::demo::{DemoConfig, DemoExit};
 use backfill::host::{Host, HostConfig};
 use backfill::runtime::RuntimeConfig;
+use backfill_cli::demo::{DemoConfig, DemoExit};
+use backfill_cli::example::ExampleApp;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -31,10 +32,10 @@ enum Command {
     /// Insert example events fast.
     Seed(SeedArgs),
     /// Operator CLI over the admin API.
-    Ctl(backfill::ctl::CtlArgs),
+    Ctl(backfill_cli::ctl::CtlArgs),
     /// Throughput benchmark: the engine against a PL/pgSQL loop and a
     /// minimal client loop on the same database (benches/README.md).
-    Bench(backfill::bench::BenchArgs),
+    Bench(backfill_cli::bench::BenchArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -93,6 +94,8 @@ struct RuntimeArgs {
 
 impl RuntimeArgs {
     fn apply(&self, config: &mut HostConfig) {
+        // The lease TTL is the engine's; the runtime derives its renewal
+        // cadence and trust window from it.
         let ttl = Duration::from_millis(self.lease_ttl_ms);
         config.engine = EngineConfig {
             lease_ttl: ttl,
@@ -100,24 +103,14 @@ impl RuntimeArgs {
             lock_timeout: Duration::from_millis(self.lock_timeout_ms),
             ..EngineConfig::default()
         };
-        let mut runtime = RuntimeConfig::default().with_lease_ttl(ttl);
-        if let Some(ms) = self.renew_interval_ms {
-            runtime.renew_interval = Duration::from_millis(ms);
-        }
-        runtime.poll_interval = Duration::from_millis(self.poll_interval_ms);
-        runtime.max_concurrent_runners = self.max_runners;
-        runtime.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
-        runtime.progress_log_interval = Duration::from_millis(self.progress_log_interval_ms);
-        runtime.worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
-        // Every runner keeps a connection for its claim; size the pool for
-        // the runners asked for plus the claim, renewal and admin paths.
-        config.pool_size = config.pool_size.max(
-            u32::try_from(self.max_runners)
-                .unwrap_or(u32::MAX)
-                .saturating_add(2),
-        );
-        config.runtime = runtime;
-        config.batch_size = self.batch_size;
+        config.runtime = RuntimeConfig {
+            worker_id: self.worker_id.clone().unwrap_or_else(default_worker_id),
+            renew_interval: self.renew_interval_ms.map(Duration::from_millis),
+            poll_interval: Duration::from_millis(self.poll_interval_ms),
+            max_concurrent_runners: self.max_runners,
+            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+            progress_log_interval: Duration::from_millis(self.progress_log_interval_ms),
+        };
     }
 }
 
@@ -152,7 +145,7 @@ struct ServeArgs {
     #[arg(long, num_args = 1..)]
     required: Option<Vec<String>>,
     #[command(flatten)]
-    admin: backfill::admin::AdminAuthArgs,
+    admin: AdminAuthArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
 }
@@ -271,7 +264,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             config.admin_auth = args.admin.to_config()?;
             args.runtime.apply(&mut config);
             actix_rt::System::new().block_on(async move {
-                let host = Host::start(config).await.context("startup failed")?;
+                let app = ExampleApp {
+                    batch_size: args.runtime.batch_size,
+                };
+                let host = Host::start(config, app).await.context("startup failed")?;
                 tracing::info!(event = "serving", listen = %host.serving_addr, admin = %host.admin_addr);
                 host.run_until_signal().await;
                 Ok(0)
@@ -290,7 +286,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 operator_token: args.operator_token,
             };
             actix_rt::System::new().block_on(async move {
-                match backfill::host::demo::run(config)
+                match backfill_cli::demo::run(config)
                     .await
                     .context("demo failed")?
                 {
@@ -299,22 +295,23 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
             })
         }
-        Command::Ctl(args) => Ok(backfill::ctl::run(args)),
+        Command::Ctl(args) => Ok(backfill_cli::ctl::run(args)),
         Command::Bench(args) => {
             init_logging(cli.log_format, "warn");
-            actix_rt::System::new()
-                .block_on(async move { backfill::bench::run(args).await.context("bench failed") })
+            actix_rt::System::new().block_on(async move {
+                backfill_cli::bench::run(args).await.context("bench failed")
+            })
         }
         Command::Seed(args) => {
             init_logging(cli.log_format, "info");
             actix_rt::System::new().block_on(async move {
                 if args.migrate.on() {
                     backfill::store::run_migrations(&args.database_url).await?;
-                    backfill::example::migrate(&args.database_url).await?;
+                    backfill_cli::example::migrate(&args.database_url).await?;
                 }
                 let pool = backfill::store::build_pool(&args.database_url, 4).await?;
                 let started = std::time::Instant::now();
-                let n = backfill::example::seed(&pool, args.rows, args.bad_rows).await?;
+                let n = backfill_cli::example::seed(&pool, args.rows, args.bad_rows).await?;
                 println!(
                     "seeded {n} events in {:.1}s",
                     started.elapsed().as_secs_f64()
@@ -322,5 +319,32 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Ok(0)
             })
         }
+    }
+}
+
+/// Command-line flags of the admin boundary, for hosts that serve it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdminAuthArgs {
+    /// A bearer token granting backfill:read and backfill:operate, audited
+    /// as principal "operator".
+    #[arg(long, env = "BACKFILL_OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<String>,
+    /// JSON file of principals: [{"name","sha256","capabilities"}].
+    #[arg(long, env = "BACKFILL_ADMIN_TOKENS_FILE")]
+    pub admin_tokens_file: Option<std::path::PathBuf>,
+    /// `tokens` (default) or `trusted-network` (AUTH-2: the network boundary
+    /// authorizes; audit names no individual actor).
+    #[arg(long, default_value = "tokens", value_parser = ["tokens", "trusted-network"])]
+    pub admin_auth: String,
+}
+
+impl AdminAuthArgs {
+    /// The configuration these flags describe.
+    pub fn to_config(&self) -> Result<backfill::admin::AuthConfig, backfill::admin::AuthError> {
+        backfill::admin::AuthConfig::from_sources(
+            self.operator_token.as_deref(),
+            self.admin_tokens_file.as_deref(),
+            self.admin_auth == "trusted-network",
+        )
     }
 }

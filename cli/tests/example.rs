@@ -10,15 +10,16 @@
 //! - RT-1/RT-3 (blocked with a bounded diagnostic, operator retry): `rt01_*`
 //! - VAL-3 (validation blocked/failure are durable): `val03_*`
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use backfill::engine::{ActionOutcome, ValidationRun};
-use backfill::example::{
+use backfill::repair::Repair;
+use backfill::{BatchOutcome, Engine, State, Validation};
+use backfill_cli::example::{
     self, SchemaError, SchemaItem, TouchCount, AUTHOR_NORM_ID, CONTENT_LEN_ID, TAG_COUNT_ID,
     TOUCH_COUNT_ID,
 };
-use backfill::repair::Repair;
-use backfill::{BatchOutcome, Engine, State, Validation};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::Instant;

@@ -8,8 +8,8 @@
 //! bound are the normal write path's job.
 
 use super::repairs::{normalize_author, tag_count_of};
-use crate::store::{describe, Pool};
 use actix_web::{web, HttpRequest, HttpResponse};
+use backfill::store::{describe, Pool};
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{BigInt, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::QueryableByName;

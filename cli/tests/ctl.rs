@@ -1,6 +1,7 @@
 //! `backfill ctl` against a live admin server (ADM-1, ADM-3, CT-11 client
 //! part): the real binary, the real HTTP server, a real PostgreSQL.
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::process::Command;

@@ -1,0 +1,8 @@
+//! The `backfill` binary's library: the example relay-like application,
+//! the demo, the operator CLI and the benchmark. It is one embedder of the
+//! `backfill` crate and uses only its public API.
+
+pub mod bench;
+pub mod ctl;
+pub mod demo;
+pub mod example;

@@ -1,0 +1,39 @@
+//! The LISTEN/NOTIFY wake-up listener: a hint only. The poll interval
+//! finds the same work if a notification is lost (CONTRACT section 0).
+
+use crate::engine::Engine;
+use crate::runtime::RuntimeHandle;
+use crate::store;
+use std::time::Duration;
+
+/// LISTEN for wake-ups on a dedicated connection and wake the supervisor on
+/// each one (and after every reconnect).
+pub(super) fn spawn_listener(
+    url: String,
+    runtime: RuntimeHandle<Engine>,
+) -> actix_rt::task::JoinHandle<()> {
+    use futures_util::StreamExt;
+    actix_rt::spawn(async move {
+        loop {
+            match store::connect_dedicated(&url).await {
+                Ok(mut conn) => {
+                    if store::wake_listen(&mut conn).await.is_ok() {
+                        runtime.wake();
+                        let mut stream = std::pin::pin!(conn.notifications_stream());
+                        while let Some(Ok(_)) = stream.next().await {
+                            runtime.wake();
+                        }
+                    }
+                    tracing::warn!(
+                        event = "wake_listener_lost",
+                        "LISTEN connection ended; reconnecting (polling continues)"
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(event = "wake_listener_lost", error = %error, "cannot LISTEN; polling continues");
+                }
+            }
+            actix_rt::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
