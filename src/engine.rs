@@ -25,6 +25,7 @@
 //! commit rolls back. The runtime (`backfill-actors`) drives these calls;
 //! it never sees SQL.
 
+use crate::events::Events;
 use crate::key::{render_json, KeyError};
 use crate::lifecycle::{Action, State};
 use crate::repair::{bounded, BodyError, DefinitionError, RepairError, SelectionError, Validation};
@@ -346,6 +347,38 @@ impl ActionOutcome {
     }
 }
 
+/// What [`Engine::start`] did. `start` is idempotent by stable ID: only a
+/// `pending` row is started (its bound captured, once); on any other row
+/// nothing changes, and the caller learns the state it found, so a row
+/// already `completed` is never mistaken for a run that just happened.
+#[derive(Debug, Clone)]
+pub enum Started {
+    /// This call captured the bound and moved the row to `running` (or
+    /// straight to `validating` for an empty source set, EX-1).
+    Started(Box<BackfillRow>),
+    /// The row was already past `pending`; nothing changed.
+    AlreadyStarted { state: State, row: Box<BackfillRow> },
+}
+
+impl Started {
+    /// The row as the call left it.
+    pub fn row(&self) -> &BackfillRow {
+        match self {
+            Started::Started(row) | Started::AlreadyStarted { row, .. } => row,
+        }
+    }
+}
+
+/// Why [`Engine::wait_for`] returned without the state it waited for.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    /// The timeout passed; `state` is the last one read from PostgreSQL.
+    #[error("timed out waiting; the backfill is {state}")]
+    Timeout { state: State },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
 /// Errors inside an engine transaction: anything here rolls it back.
 #[derive(Debug, thiserror::Error)]
 enum TxError {
@@ -409,6 +442,7 @@ pub struct Engine {
     pool: Pool,
     registry: Arc<Registry>,
     config: Arc<EngineConfig>,
+    events: Events,
 }
 
 impl std::fmt::Debug for Engine {
@@ -428,7 +462,59 @@ impl Engine {
             pool,
             registry: Arc::new(registry),
             config: Arc::new(config),
+            events: Events::default(),
         })
+    }
+
+    /// The events of the backfills this engine works on (claims, batches,
+    /// state changes), and, when a host's wake-up listener runs, changes
+    /// other processes announce. Hints only (EMB-3).
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// Wait until `id` is in one of `states`, reading PostgreSQL again on
+    /// every event about it and at least every `poll`-ish second, for at
+    /// most `timeout`. The answer is always a row read from PostgreSQL,
+    /// never an event's word (EMB-3).
+    pub async fn wait_for(
+        &self,
+        id: &str,
+        states: &[State],
+        timeout: Duration,
+    ) -> Result<BackfillRow, WaitError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Subscribe before the first read, so nothing between the read and
+        // the wait goes unnoticed.
+        let mut events = self.events.subscribe();
+        loop {
+            let row = self.get(id).await?;
+            let state = parse_state(&row)?;
+            if states.contains(&state) {
+                return Ok(row);
+            }
+            let reread = tokio::time::Instant::now() + Duration::from_secs(1);
+            let wake = reread.min(deadline);
+            loop {
+                tokio::select! {
+                    event = events.recv() => match event {
+                        Ok(event) if event.id() != id => continue,
+                        // About `id`, lagged or closed: read again.
+                        _ => break,
+                    },
+                    _ = tokio::time::sleep_until(wake) => break,
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let row = self.get(id).await?;
+                let state = parse_state(&row)?;
+                return if states.contains(&state) {
+                    Ok(row)
+                } else {
+                    Err(WaitError::Timeout { state })
+                };
+            }
+        }
     }
 
     /// The pool this engine uses.
@@ -877,6 +963,8 @@ impl Engine {
                 match verdict {
                     Validation::Success => {
                         if store::validation_complete(conn, id, worker, generation).await? {
+                            // Tells waiters in other processes (a hint).
+                            store::wake_notify(conn, id).await?;
                             Ok(ValidationRun::Completed)
                         } else {
                             Err(TxError::Stale)
@@ -899,6 +987,7 @@ impl Engine {
                         )
                         .await?
                         {
+                            store::wake_notify(conn, id).await?;
                             Ok(ValidationRun::Rejected { state, detail })
                         } else {
                             Err(TxError::Stale)
@@ -915,9 +1004,18 @@ impl Engine {
         }
     }
 
-    /// `start` (CONTRACT section 3) in its own transaction.
-    pub async fn start(&self, id: &str) -> Result<ActionOutcome, EngineError> {
-        self.act(id, Action::Start).await
+    /// `start` (CONTRACT section 3) in its own transaction; see
+    /// [`Started`] for what a second call answers.
+    pub async fn start(&self, id: &str) -> Result<Started, EngineError> {
+        Ok(match self.act(id, Action::Start).await? {
+            ActionOutcome::Applied { row, .. } => Started::Started(row),
+            ActionOutcome::Converged(row) | ActionOutcome::Conflict(row) => {
+                Started::AlreadyStarted {
+                    state: parse_state(&row)?,
+                    row,
+                }
+            }
+        })
     }
 
     /// `pause` in its own transaction.

@@ -11,11 +11,14 @@
 //! schema check and routes) and starts [`host::Host`] (with the `http`
 //! feature: listeners, admin API, `/metrics`, UI) or [`host::Embedded`]
 //! (the runtime and readiness gate alone, for a service that serves its
-//! own way). `examples/embed.rs` is a complete one.
+//! own way; [`host::Embedded::spawn`] from a plain tokio service).
+//! [`Engine::wait_for`] awaits a state and [`events`] delivers typed
+//! events. `examples/embed.rs` is a complete one.
 
 pub mod admin;
 pub mod engine;
 pub mod ephemeral;
+pub mod events;
 pub mod host;
 #[cfg(feature = "http")]
 pub mod http;
@@ -28,7 +31,7 @@ pub mod store;
 
 pub use async_trait::async_trait;
 pub use diesel_async::AsyncPgConnection;
-pub use engine::{BatchOutcome, Claim, Engine, EngineConfig, EngineError, Phase};
+pub use engine::{BatchOutcome, Claim, Engine, EngineConfig, EngineError, Phase, Started};
 pub use key::Key;
 pub use lifecycle::{Action, State};
 pub use repair::{Mutated, Registry, Repair, RepairError, SourceSet, Validation};

@@ -5,6 +5,8 @@
 use crate::engine::{
     BatchOutcome, Claim, Engine, EngineError, FailureOutcome, Phase, ValidationRun,
 };
+use crate::events::Event;
+use crate::lifecycle::State;
 
 pub use backfill_actors::{
     Backend, BackendError, ClaimInfo, RuntimeConfig, RuntimeHandle, RuntimeMetrics, StepOutcome,
@@ -78,12 +80,18 @@ impl Engine {
         match self.record_failure(claim, &class).await {
             Ok(FailureOutcome::Recorded {
                 state, attempts, ..
-            }) => Ok(Ok(Some(Recorded {
-                state: state.as_str().to_string(),
-                kind: class.kind().to_string(),
-                message: class.message(),
-                attempts,
-            }))),
+            }) => {
+                self.events().publish(|| Event::State {
+                    id: claim.id.clone(),
+                    state,
+                });
+                Ok(Ok(Some(Recorded {
+                    state: state.as_str().to_string(),
+                    kind: class.kind().to_string(),
+                    message: class.message(),
+                    attempts,
+                })))
+            }
             Ok(FailureOutcome::Stale) => Ok(Ok(None)),
             Err(e) => Err(backend_error(e)),
         }
@@ -104,7 +112,15 @@ impl Backend for Engine {
         exclude: &[String],
     ) -> Result<Result<Option<Claim>, String>, BackendError> {
         match Engine::claim_next(self, worker, exclude).await {
-            Ok(claim) => Ok(Ok(claim)),
+            Ok(Some(claim)) => {
+                self.events().publish(|| Event::Claimed {
+                    id: claim.id.clone(),
+                    generation: claim.generation,
+                    validation: claim.phase == Phase::Validate,
+                });
+                Ok(Ok(Some(claim)))
+            }
+            Ok(None) => Ok(Ok(None)),
             Err(EngineError::KeyMismatch { id, .. })
             | Err(EngineError::NoDefinition(id))
             | Err(EngineError::UnknownState(id)) => Ok(Err(id)),
@@ -118,10 +134,22 @@ impl Backend for Engine {
             Ok(BatchOutcome::Committed {
                 keys,
                 reached_bound,
-            }) => Ok(StepOutcome::Committed {
-                keys,
-                reached_bound,
-            }),
+            }) => {
+                self.events().publish(|| Event::Progress {
+                    id: claim.id.clone(),
+                    keys,
+                });
+                if reached_bound {
+                    self.events().publish(|| Event::State {
+                        id: claim.id.clone(),
+                        state: State::Validating,
+                    });
+                }
+                Ok(StepOutcome::Committed {
+                    keys,
+                    reached_bound,
+                })
+            }
             Ok(BatchOutcome::Stale) => Ok(StepOutcome::Stale),
             Err(error) => Ok(match self.record(claim, error).await? {
                 Ok(Some(r)) => StepOutcome::Recorded {
@@ -139,11 +167,23 @@ impl Backend for Engine {
     async fn validate(&self, claim: &Claim) -> Result<ValidationOutcome, BackendError> {
         let run = unless_panicked(self.validate_claimed(claim)).await;
         match run.unwrap_or_else(|| Err(panicked(&claim.id))) {
-            Ok(ValidationRun::Completed) => Ok(ValidationOutcome::Completed),
-            Ok(ValidationRun::Rejected { state, detail }) => Ok(ValidationOutcome::Rejected {
-                state: state.as_str().to_string(),
-                detail,
-            }),
+            Ok(ValidationRun::Completed) => {
+                self.events().publish(|| Event::State {
+                    id: claim.id.clone(),
+                    state: State::Completed,
+                });
+                Ok(ValidationOutcome::Completed)
+            }
+            Ok(ValidationRun::Rejected { state, detail }) => {
+                self.events().publish(|| Event::State {
+                    id: claim.id.clone(),
+                    state,
+                });
+                Ok(ValidationOutcome::Rejected {
+                    state: state.as_str().to_string(),
+                    detail,
+                })
+            }
             Ok(ValidationRun::Stale) => Ok(ValidationOutcome::Stale),
             Ok(ValidationRun::Busy) => {
                 // Give the claim back; the next poll tries again after the

@@ -31,7 +31,7 @@
 
 mod support;
 
-use backfill::engine::{ActionOutcome, FailureOutcome, ValidationRun};
+use backfill::engine::{ActionOutcome, FailureOutcome, Started, ValidationRun};
 use backfill::repair::{DefinitionError, RepairError, SelectionError};
 use backfill::{
     Action, BatchOutcome, Claim, Engine, EngineConfig, EngineError, Phase, Registry, State,
@@ -1612,7 +1612,7 @@ async fn started_counter(
     engine.register().await.expect("register");
     assert!(matches!(
         engine.start(ID).await.expect("start"),
-        ActionOutcome::Applied { .. }
+        Started::Started(_)
     ));
     (db, engine, hooks)
 }

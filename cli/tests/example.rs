@@ -13,7 +13,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use backfill::engine::{ActionOutcome, ValidationRun};
+use backfill::engine::{ActionOutcome, Started, ValidationRun};
 use backfill::repair::Repair;
 use backfill::{BatchOutcome, Engine, State, Validation};
 use backfill_cli::example::{
@@ -45,10 +45,7 @@ async fn example_engine(db: &TestDb, batch: u32) -> Engine {
 
 async fn start(engine: &Engine, id: &str) {
     assert!(
-        matches!(
-            engine.start(id).await.expect("start"),
-            ActionOutcome::Applied { .. }
-        ),
+        matches!(engine.start(id).await.expect("start"), Started::Started(_)),
         "start {id}"
     );
 }

@@ -19,10 +19,12 @@
 mod auto_start;
 #[cfg(feature = "http")]
 mod server;
+mod spawned;
 mod wake;
 
 #[cfg(feature = "http")]
 pub use server::Host;
+pub use spawned::Spawned;
 
 use crate::admin::{Admin, AdminConfig, AuthConfig};
 use crate::engine::{Engine, EngineConfig, EngineError};
@@ -221,7 +223,7 @@ pub struct Embedded {
 impl Embedded {
     /// Start in the contract's order. Must run inside an actix system
     /// (`actix_web::main`, `actix_rt::System`); from plain tokio, see
-    /// [`crate::runtime::spawn_system`].
+    /// [`Embedded::spawn`].
     pub async fn start(config: HostConfig, app: &dyn Application) -> Result<Self, HostError> {
         let registry = app.registry()?;
         let pool_size = config.validate(&registry)?;
@@ -270,7 +272,11 @@ impl Embedded {
                 retry_starts,
                 config.runtime.poll_interval,
             )),
-            wake::spawn_listener(config.database_url.clone(), runtime.clone()),
+            wake::spawn_listener(
+                config.database_url.clone(),
+                runtime.clone(),
+                engine.events().clone(),
+            ),
         ];
         let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
         Ok(Self {

@@ -2,15 +2,19 @@
 //! finds the same work if a notification is lost (CONTRACT section 0).
 
 use crate::engine::Engine;
+use crate::events::{Event, Events};
 use crate::runtime::RuntimeHandle;
 use crate::store;
 use std::time::Duration;
 
 /// LISTEN for wake-ups on a dedicated connection and wake the supervisor on
-/// each one (and after every reconnect).
+/// each one (and after every reconnect); each is also an
+/// [`Event::Changed`] for the engine's subscribers, so a waiter here sees
+/// another process's completion without waiting for its next re-read.
 pub(super) fn spawn_listener(
     url: String,
     runtime: RuntimeHandle<Engine>,
+    events: Events,
 ) -> actix_rt::task::JoinHandle<()> {
     use futures_util::StreamExt;
     actix_rt::spawn(async move {
@@ -20,8 +24,11 @@ pub(super) fn spawn_listener(
                     if store::wake_listen(&mut conn).await.is_ok() {
                         runtime.wake();
                         let mut stream = std::pin::pin!(conn.notifications_stream());
-                        while let Some(Ok(_)) = stream.next().await {
+                        while let Some(Ok(notification)) = stream.next().await {
                             runtime.wake();
+                            events.publish(|| Event::Changed {
+                                id: notification.payload,
+                            });
                         }
                     }
                     tracing::warn!(

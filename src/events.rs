@@ -1,0 +1,77 @@
+//! Typed events of the backfills this process works on, and of lifecycle
+//! changes other processes announce (EMB-3).
+//!
+//! Events are hints derived from PostgreSQL, like NOTIFY (CONTRACT section
+//! 0): a subscriber that lags loses the oldest ones, and a missed or
+//! repeated event changes nothing committed. [`crate::Engine::wait_for`]
+//! uses them only to re-read PostgreSQL sooner.
+
+use crate::lifecycle::State;
+use tokio::sync::broadcast;
+
+/// Events a subscriber may fall behind by before it loses the oldest.
+const CAPACITY: usize = 1024;
+
+/// Something that happened to a backfill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// This process claimed it (`validation`: to validate it).
+    Claimed {
+        id: String,
+        generation: i64,
+        validation: bool,
+    },
+    /// This process committed a batch of `keys` keys.
+    Progress { id: String, keys: usize },
+    /// It entered `state`, as recorded by this process.
+    State { id: String, state: State },
+    /// Another process announced a change (NOTIFY); read the row for what.
+    Changed { id: String },
+}
+
+impl Event {
+    /// The stable ID the event is about.
+    pub fn id(&self) -> &str {
+        match self {
+            Event::Claimed { id, .. }
+            | Event::Progress { id, .. }
+            | Event::State { id, .. }
+            | Event::Changed { id } => id,
+        }
+    }
+}
+
+/// The publishing side, shared by an engine and its clones.
+#[derive(Clone)]
+pub struct Events(broadcast::Sender<Event>);
+
+impl Default for Events {
+    fn default() -> Self {
+        Self(broadcast::channel(CAPACITY).0)
+    }
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events")
+            .field("subscribers", &self.0.receiver_count())
+            .finish()
+    }
+}
+
+impl Events {
+    /// A new subscription: every event from now on, until it lags
+    /// 1,024 events behind (then `RecvError::Lagged`, and it goes on
+    /// from the oldest it still has).
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.0.subscribe()
+    }
+
+    /// Publish what `make` builds, only when someone listens: the batch
+    /// path pays nothing for an unwatched engine.
+    pub(crate) fn publish(&self, make: impl FnOnce() -> Event) {
+        if self.0.receiver_count() > 0 {
+            let _ = self.0.send(make());
+        }
+    }
+}

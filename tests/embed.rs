@@ -1,0 +1,419 @@
+//! Embedding the library in a host service of its own (docs/CONTRACT.md
+//! section 12.1), through the public API only: an application defined
+//! here (its own table, migration, schema check, repair and route).
+//!
+//! Index:
+//! - EMB-1 the configuration matrix of CT-13 through `Host::start` with
+//!   this application: `emb1_*`; the admin boundary and readiness mounted
+//!   into an `App` the test builds itself: `emb1_admin_routes_mount_*`
+//! - EMB-3 awaiting and events: `emb3_*`
+//! - EMB-6 settings checked before anything reaches PostgreSQL: `emb6_*`
+//! - EMB-7 the runtime from a plain tokio context: `emb7_*`
+//!
+//! Races (the gate must be closed while validation runs) are forced with
+//! the validation gate of `support::repairs::Hooks`, not with sleeps.
+
+mod support;
+
+use backfill::engine::WaitError;
+use backfill::events::Event;
+use backfill::host::{AppError, Application, Embedded, Host, HostConfig, HostError};
+use backfill::repair::{DefinitionError, Registry};
+use backfill::{AsyncPgConnection, Engine, State};
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use std::sync::Arc;
+use std::time::Duration;
+use support::http::{get, request};
+use support::repairs::{items_sql, Counter, Hooks};
+use support::{engine_config, test_db, TestDb};
+
+const ID: &str = "items.counter";
+const TOKEN: &str = "embed-operator-token-0123456789";
+
+/// The host service's own application: an `items` table, its counter
+/// repair and one route.
+struct Shop {
+    hooks: Arc<Hooks>,
+    rows: i64,
+}
+
+#[derive(diesel::QueryableByName)]
+struct Present {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    present: bool,
+}
+
+#[backfill::async_trait]
+impl Application for Shop {
+    fn registry(&self) -> Result<Registry, DefinitionError> {
+        Registry::new().with(Counter::new(ID, 10, self.hooks.clone()).one_statement())
+    }
+
+    async fn migrate(&self, url: &str) -> Result<(), AppError> {
+        use diesel_async::AsyncConnection;
+        let mut conn = AsyncPgConnection::establish(url).await?;
+        conn.batch_execute(&format!(
+            "DO $$ BEGIN IF to_regclass('items') IS NULL THEN {}; END IF; END $$",
+            items_sql(self.rows)
+        ))
+        .await?;
+        Ok(())
+    }
+
+    async fn check_schema(&self, conn: &mut AsyncPgConnection) -> Result<(), AppError> {
+        let row: Present = diesel::sql_query("SELECT to_regclass('items') IS NOT NULL AS present")
+            .get_result(conn)
+            .await?;
+        if row.present {
+            Ok(())
+        } else {
+            Err("schema is not compatible: table items is missing".into())
+        }
+    }
+
+    fn configure(&self, cfg: &mut actix_web::web::ServiceConfig, _pool: &backfill::store::Pool) {
+        cfg.route("/shop", actix_web::web::get().to(|| async { "shop" }));
+    }
+}
+
+fn shop(hooks: &Arc<Hooks>) -> Shop {
+    Shop {
+        hooks: hooks.clone(),
+        rows: 200,
+    }
+}
+
+fn config(db: &TestDb, migrate: bool, auto: bool) -> HostConfig {
+    let mut config = HostConfig::new(db.url.clone());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.migrate = migrate;
+    config.auto_backfills = auto;
+    config.engine = engine_config();
+    config.runtime.poll_interval = Duration::from_millis(50);
+    config.admin_auth =
+        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+    config
+}
+
+async fn state(engine: &Engine) -> State {
+    engine.get(ID).await.unwrap().state.parse().unwrap()
+}
+
+/// Automatic mode: `/readyz` is 503 until the required backfill is
+/// `completed`, and only validation completes it; the application's route
+/// and the admin listener serve meanwhile (CFG-1, CFG-3).
+async fn gates_until_validated(db: &TestDb, migrate: bool) {
+    let hooks = Hooks::new();
+    let mut validation = hooks.gate_in_validate();
+    let host = Host::start(config(db, migrate, true), shop(&hooks))
+        .await
+        .unwrap();
+    validation.reached().await;
+    assert_eq!(state(host.engine()).await, State::Validating);
+    let ready = get(host.serving_addr, "/readyz").await;
+    assert_eq!(ready.status, 503, "{}", ready.text);
+    assert!(ready.text.contains(ID), "{}", ready.text);
+    assert_eq!(get(host.serving_addr, "/shop").await.text, "shop");
+    let auth = format!("Bearer {TOKEN}");
+    let list = request(
+        host.admin_addr,
+        "GET",
+        "/admin/backfills",
+        &[("Authorization", &auth)],
+        None,
+    )
+    .await;
+    assert_eq!(list.status, 200, "{}", list.text);
+    validation.release();
+    let row = host
+        .engine()
+        .wait_for(ID, &[State::Completed], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(row.state, "completed");
+    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        200
+    );
+    host.stop().await;
+}
+
+/// Manual mode: no gate, the row stays `pending` (CFG-4).
+async fn never_gates(db: &TestDb, migrate: bool) {
+    let hooks = Hooks::new();
+    let host = Host::start(config(db, migrate, false), shop(&hooks))
+        .await
+        .unwrap();
+    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    assert_eq!(get(host.serving_addr, "/shop").await.status, 200);
+    assert_eq!(state(host.engine()).await, State::Pending);
+    host.stop().await;
+}
+
+/// Migrations on, automatic on. Guards: the application's migration (no
+/// `items`: the schema check fails), the gate (503 while validating).
+#[actix_rt::test]
+async fn emb1_migrate_on_auto_on_gates_until_completed() {
+    let db = test_db().await;
+    gates_until_validated(&db, true).await;
+}
+
+/// Migrations on, automatic off.
+#[actix_rt::test]
+async fn emb1_migrate_on_auto_off_never_gates() {
+    let db = test_db().await;
+    never_gates(&db, true).await;
+}
+
+/// Migrations off, automatic on: with the schema in place it gates like
+/// the automatic mode above; without it, startup fails with the schema
+/// check's words and nothing listens.
+#[actix_rt::test]
+async fn emb1_migrate_off_auto_on_needs_the_schema() {
+    let db = test_db().await;
+    let hooks = Hooks::new();
+    let err = Host::start(config(&db, false, true), shop(&hooks))
+        .await
+        .err()
+        .expect("startup must fail without the application's table");
+    assert!(matches!(err, HostError::Schema(_)), "{err}");
+    assert!(err.to_string().contains("items is missing"), "{err}");
+    db.exec(&items_sql(200)).await;
+    gates_until_validated(&db, false).await;
+}
+
+/// Migrations off, automatic off.
+#[actix_rt::test]
+async fn emb1_migrate_off_auto_off_never_gates() {
+    let db = test_db().await;
+    db.exec(&items_sql(200)).await;
+    never_gates(&db, false).await;
+}
+
+/// The pieces one by one: a service with its own `App` mounts the admin
+/// boundary and readiness beside its own route. Guards: admin
+/// authorization (401 without a token), the gate (503 while pending in
+/// automatic mode).
+#[actix_rt::test]
+async fn emb1_admin_routes_mount_into_an_app_of_the_service() {
+    use actix_web::{test, web, App};
+    let db = test_db().await;
+    let hooks = Hooks::new();
+    let mut validation = hooks.gate_in_validate();
+    let app = shop(&hooks);
+    let embedded = Embedded::start(config(&db, true, true), &app)
+        .await
+        .unwrap();
+    validation.reached().await;
+    let admin = embedded.admin_routes();
+    let readiness = embedded.readiness_routes();
+    let service = test::init_service(
+        App::new()
+            .configure(|cfg| admin.configure(cfg))
+            .configure(readiness)
+            .route("/mine", web::get().to(|| async { "mine" })),
+    )
+    .await;
+    let call = |path: &str, token: Option<&str>| {
+        let mut req = test::TestRequest::get().uri(path);
+        if let Some(token) = token {
+            req = req.insert_header(("Authorization", format!("Bearer {token}")));
+        }
+        req.to_request()
+    };
+    let mine = test::call_service(&service, call("/mine", None)).await;
+    assert_eq!(mine.status(), 200);
+    let denied = test::call_service(&service, call("/admin/backfills", None)).await;
+    assert_eq!(denied.status(), 401);
+    let listed = test::call_service(&service, call("/admin/backfills", Some(TOKEN))).await;
+    assert_eq!(listed.status(), 200);
+    let body: serde_json::Value = test::read_body_json(listed).await;
+    assert!(body.to_string().contains(ID), "{body}");
+    let gated = test::call_service(&service, call("/readyz", None)).await;
+    assert_eq!(gated.status(), 503);
+    validation.release();
+    embedded
+        .engine
+        .wait_for(ID, &[State::Completed], Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ready = test::call_service(&service, call("/readyz", None)).await;
+    assert_eq!(ready.status(), 200);
+    embedded.stop().await;
+}
+
+/// `wait_for` returns when another process (a runtime on its own pool)
+/// completes the backfill; the waiter itself runs no runtime, so only
+/// re-reading PostgreSQL can tell it. A subscriber sees claimed, progress,
+/// validating, completed in that order; one that lagged behind still ends
+/// with the right final state, read from PostgreSQL.
+#[actix_rt::test]
+async fn emb3_wait_for_and_events_follow_another_process() {
+    let db = test_db().await;
+    // 1,200 batches: more events than a subscriber may lag behind by.
+    db.exec(&items_sql(12_000)).await;
+    let hooks = Hooks::new();
+    let registry = shop(&hooks).registry().unwrap();
+    let waiter = Engine::new(
+        backfill::store::build_pool(&db.url, 2).await.unwrap(),
+        registry,
+        engine_config(),
+    )
+    .unwrap();
+    waiter.register().await.unwrap();
+    let early = waiter
+        .wait_for(ID, &[State::Completed], Duration::from_millis(50))
+        .await;
+    assert!(
+        matches!(
+            early,
+            Err(WaitError::Timeout {
+                state: State::Pending
+            })
+        ),
+        "{early:?}"
+    );
+
+    let app = shop(&hooks);
+    let worker = Embedded::start(config(&db, false, false), &app)
+        .await
+        .unwrap();
+    let mut events = worker.engine.events().subscribe();
+    let mut lagging = worker.engine.events().subscribe();
+    // Read every event as it comes, folding repeats, until completion.
+    let reader = actix_rt::spawn(async move {
+        let mut seen = Vec::new();
+        while let Ok(event) = events.recv().await {
+            let step = match event {
+                Event::Claimed {
+                    validation: false, ..
+                } => "claimed",
+                Event::Progress { .. } => "progress",
+                Event::State {
+                    state: State::Validating,
+                    ..
+                } => "validating",
+                Event::State {
+                    state: State::Completed,
+                    ..
+                } => "completed",
+                _ => continue,
+            };
+            if seen.last() != Some(&step) {
+                seen.push(step);
+            }
+            if step == "completed" {
+                break;
+            }
+        }
+        seen
+    });
+    worker.engine.start(ID).await.unwrap();
+    worker.runtime.wake();
+
+    let row = waiter
+        .wait_for(ID, &[State::Completed], Duration::from_secs(90))
+        .await
+        .unwrap();
+    assert_eq!(row.state, "completed");
+
+    let seen = tokio::time::timeout(Duration::from_secs(30), reader)
+        .await
+        .expect("the subscriber saw completion")
+        .unwrap();
+    assert_eq!(seen, ["claimed", "progress", "validating", "completed"]);
+
+    // The subscriber that never read lost the oldest events, and still
+    // ends with the truth from PostgreSQL.
+    assert!(matches!(
+        lagging.try_recv(),
+        Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_))
+    ));
+    let row = worker
+        .engine
+        .wait_for(ID, &[State::Completed], Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(row.state, "completed");
+    worker.stop().await;
+}
+
+/// A pool too small for the runners is one typed error naming both
+/// numbers, before anything reaches PostgreSQL (not even the framework's
+/// migrations ran). So are a duplicate definition and a required ID the
+/// application does not define.
+#[actix_rt::test]
+async fn emb6_bad_configuration_fails_before_postgresql_is_touched() {
+    let db = test_db().await;
+    db.exec("DROP TABLE IF EXISTS backfill CASCADE").await;
+    let hooks = Hooks::new();
+    let mut small = config(&db, true, true);
+    small.pool_size = Some(3);
+    small.runtime.max_concurrent_runners = 4;
+    let err = Host::start(small, shop(&hooks)).await.err().expect("error");
+    assert!(
+        matches!(
+            err,
+            HostError::PoolTooSmall {
+                pool: 3,
+                needed: 6,
+                runners: 4
+            }
+        ),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("pool size 3") && text.contains("at least 6"),
+        "{text}"
+    );
+
+    let mut unknown = config(&db, true, true);
+    unknown.required = Some(vec!["items.nobody-defines-this".into()]);
+    let err = Host::start(unknown, shop(&hooks))
+        .await
+        .err()
+        .expect("error");
+    assert!(matches!(err, HostError::UnknownRequired(_)), "{err}");
+
+    let twice = Registry::new()
+        .with(Counter::new(ID, 10, hooks.clone()))
+        .and_then(|r| r.with(Counter::new(ID, 10, hooks.clone())));
+    assert!(matches!(twice, Err(DefinitionError::DuplicateId(_))));
+
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM pg_tables WHERE tablename IN ('backfill', 'items')")
+            .await,
+        0,
+        "nothing may be written before the configuration is known valid"
+    );
+}
+
+/// EMB-7: a plain tokio service (no actix system of its own) starts the
+/// runtime, starts a backfill and awaits its completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emb7_runtime_from_plain_tokio_completes_a_backfill() {
+    let db = test_db().await;
+    db.exec(&items_sql(500)).await;
+    let hooks = Hooks::new();
+    let mut config = config(&db, false, false);
+    config.runtime.poll_interval = Duration::from_millis(50);
+    let spawned = Embedded::spawn(config, shop(&hooks)).await.unwrap();
+    spawned.engine.start(ID).await.unwrap();
+    spawned.runtime.wake();
+    let row = spawned
+        .engine
+        .wait_for(ID, &[State::Completed], Duration::from_secs(90))
+        .await
+        .unwrap();
+    assert_eq!(row.state, "completed");
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        500
+    );
+    spawned.stop().await;
+}
