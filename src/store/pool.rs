@@ -23,7 +23,7 @@ pub type PooledConn<'a> = PooledConnection<'a, AsyncPgConnection>;
 ///
 /// A tokio-postgres connection's driver runs on the runtime that created it;
 /// created on an actix arbiter or a short-lived test runtime, it would die
-/// with that thread and break the pooled connection (DESIGN.md facts).
+/// with that thread and break the pooled connection.
 fn connection_runtime() -> Result<&'static tokio::runtime::Runtime, StoreError> {
     static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
     RUNTIME
@@ -150,7 +150,7 @@ fn warn_if_translated(lc_messages: &str) {
 
 /// Run the framework's pending migrations on a dedicated blocking thread
 /// (diesel's migration harness is synchronous; `AsyncMigrationHarness`
-/// panics on actix-rt, DESIGN.md facts).
+/// panics on actix-rt).
 pub async fn run_migrations(url: &str) -> Result<(), StoreError> {
     run_embedded(url, MIGRATIONS).await
 }
