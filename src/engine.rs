@@ -33,6 +33,7 @@ use crate::repair::{DynRepair, EncodedSource, Registry, SelectedBatch};
 use crate::store::{self, BackfillRow, Pool, PooledConn, StartValues, StoreError};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -443,6 +444,10 @@ pub struct Engine {
     registry: Arc<Registry>,
     config: Arc<EngineConfig>,
     events: Events,
+    /// Batches of a repair that overlaps commits which ran one after the
+    /// other because no second connection could be had (EMB-6: the
+    /// embedder can see the pool is too small for overlap).
+    serial_fallbacks: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -463,7 +468,16 @@ impl Engine {
             registry: Arc::new(registry),
             config: Arc::new(config),
             events: Events::default(),
+            serial_fallbacks: Arc::default(),
         })
+    }
+
+    /// How many batches of repairs that overlap commits ran serially
+    /// because the pool could not spare a second connection (see
+    /// [`crate::Repair::overlap_commits`]). Rising steadily, it says the
+    /// pool is too small for the runners' overlap.
+    pub fn serial_fallbacks(&self) -> u64 {
+        self.serial_fallbacks.load(Ordering::Relaxed)
     }
 
     /// The events of the backfills this engine works on (claims, batches,
@@ -705,6 +719,9 @@ impl Engine {
             rollback_to_pool(spare).await;
         }
         let overlap = def.overlap_commits() && (spare.is_some() || self.pool_can_spare(false));
+        if def.overlap_commits() && !overlap {
+            self.serial_fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
         let conn = &mut *pooled;
         // The body borrows the claim instead of cloning it per batch.
         let body = async {
@@ -772,7 +789,10 @@ impl Engine {
                         rollback_to_pool(other).await;
                         Next::Same(None)
                     }
-                    None => Next::Same(None),
+                    None => {
+                        self.serial_fallbacks.fetch_add(1, Ordering::Relaxed);
+                        Next::Same(None)
+                    }
                 };
                 if fence? == store::FenceCommit::Stale {
                     return Err(TxError::Stale);

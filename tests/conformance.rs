@@ -1754,7 +1754,8 @@ async fn clm01_release_ends_both_overlapped_transactions() {
 /// API. Either way the run completes with every item repaired once.
 /// Guards: `Repair::overlap_commits` in `run_batch` (ignored, the default
 /// repair holds two connections) and `Engine::pool_can_spare` (without it
-/// the runner takes the last free connections of a pool of 3).
+/// the runner takes the last free connections of a pool of 3); the
+/// serial-fallback counter (EMB-6) counts only the pool's refusals.
 #[tokio::test]
 async fn ex06_second_connection_only_when_the_repair_overlaps_and_the_pool_can_spare() {
     for (overlap, pool, expected) in [(false, None, 1), (true, None, 2), (true, Some(3), 1)] {
@@ -1774,6 +1775,12 @@ async fn ex06_second_connection_only_when_the_repair_overlaps_and_the_pool_can_s
             "overlap {overlap}, pool {pool:?}: connections the claim holds"
         );
         finish(&db, &engine, claim, 30).await;
+        // EMB-6: an embedder can see when overlap fell back to serial.
+        assert_eq!(
+            engine.serial_fallbacks() > 0,
+            overlap && pool.is_some(),
+            "overlap {overlap}, pool {pool:?}: serial fallbacks counted"
+        );
     }
 }
 

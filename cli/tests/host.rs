@@ -374,8 +374,15 @@ async fn obs2_metrics_of_an_unreadable_database_are_unknown_not_zero() {
     // fails (after the pool's timeout).
     let url = support::with_database(support::server_url(), "bft_no_such_database");
     let pool = backfill::store::build_pool(&url, 1).await.expect("pool");
+    let engine = backfill::Engine::new(
+        pool.clone(),
+        backfill::Registry::new(),
+        EngineConfig::default(),
+    )
+    .expect("engine");
     let source = actix_web::web::Data::new(MetricsSource {
         pool: pool.clone(),
+        engine,
         readiness: Readiness::new(pool, true, vec!["events.required".into()]),
         runtime: Default::default(),
     });

@@ -18,6 +18,7 @@ impl Embedded {
             self.admin(),
             MetricsSource {
                 pool: self.pool.clone(),
+                engine: self.engine.clone(),
                 readiness: self.readiness.clone(),
                 runtime: self.runtime.metrics().clone(),
             },

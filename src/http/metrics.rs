@@ -18,6 +18,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct MetricsSource {
     pub pool: Pool,
+    /// The engine, for its batch-path counters.
+    pub engine: crate::engine::Engine,
     pub readiness: Readiness,
     pub runtime: Arc<RuntimeMetrics>,
 }
@@ -79,6 +81,11 @@ async fn metrics(source: web::Data<MetricsSource>) -> HttpResponse {
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP backfill_overlap_serial_batches_total Batches of repairs that overlap commits which ran serially because the pool could not spare a second connection.\n# TYPE backfill_overlap_serial_batches_total counter\nbackfill_overlap_serial_batches_total {}",
+        source.engine.serial_fallbacks()
+    );
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(out)
