@@ -7,10 +7,11 @@ use crate::engine::{
 };
 use crate::events::Event;
 use crate::lifecycle::State;
+use crate::repair::RepairError;
 
 pub use backfill_actors::{
-    Backend, BackendError, ClaimInfo, RuntimeConfig, RuntimeHandle, RuntimeMetrics, StepOutcome,
-    ValidationOutcome,
+    Backend, BackendError, ClaimInfo, Disposition, ErrorKind, RuntimeConfig, RuntimeHandle,
+    RuntimeMetrics, StepOutcome, ValidationOutcome,
 };
 
 impl ClaimInfo for Claim {
@@ -57,10 +58,29 @@ fn backend_error(error: EngineError) -> BackendError {
 
 /// What recording an error produced, in the runtime's vocabulary.
 struct Recorded {
-    state: String,
-    kind: String,
+    disposition: Disposition,
+    kind: ErrorKind,
     message: String,
     attempts: i32,
+}
+
+/// The runtime's view of a lifecycle state a failure was recorded as:
+/// `blocked` and `failed` are themselves, anything else (`running` with a
+/// backoff) is a retry.
+fn disposition(state: State) -> Disposition {
+    match state {
+        State::Blocked => Disposition::Blocked,
+        State::Failed => Disposition::Failed,
+        _ => Disposition::Retrying,
+    }
+}
+
+fn error_kind(error: &RepairError) -> ErrorKind {
+    match error {
+        RepairError::Retryable(_) => ErrorKind::Retryable,
+        RepairError::Blocked(_) => ErrorKind::Blocked,
+        RepairError::Fatal(_) => ErrorKind::Fatal,
+    }
 }
 
 impl Engine {
@@ -86,8 +106,8 @@ impl Engine {
                     state,
                 });
                 Ok(Ok(Some(Recorded {
-                    state: state.as_str().to_string(),
-                    kind: class.kind().to_string(),
+                    disposition: disposition(state),
+                    kind: error_kind(&class),
                     message: class.message(),
                     attempts,
                 })))
@@ -153,7 +173,7 @@ impl Backend for Engine {
             Ok(BatchOutcome::Stale) => Ok(StepOutcome::Stale),
             Err(error) => Ok(match self.record(claim, error).await? {
                 Ok(Some(r)) => StepOutcome::Recorded {
-                    state: r.state,
+                    disposition: r.disposition,
                     kind: r.kind,
                     message: r.message,
                     attempts: r.attempts,
@@ -180,7 +200,7 @@ impl Backend for Engine {
                     state,
                 });
                 Ok(ValidationOutcome::Rejected {
-                    state: state.as_str().to_string(),
+                    disposition: disposition(state),
                     detail,
                 })
             }
@@ -193,7 +213,7 @@ impl Backend for Engine {
             }
             Err(error) => Ok(match self.record(claim, error).await? {
                 Ok(Some(r)) => ValidationOutcome::Recorded {
-                    state: r.state,
+                    disposition: r.disposition,
                     kind: r.kind,
                     message: r.message,
                     attempts: r.attempts,

@@ -32,11 +32,6 @@ pub struct Untrack {
     pub generation: i64,
 }
 
-/// Renew now instead of waiting for the next tick (tests, shutdown).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct RenewNow;
-
 /// Stop the renewer: its supervisor drained and ends, so nothing is left
 /// to renew. Sent once, by the supervisor.
 #[derive(Message)]
@@ -160,13 +155,6 @@ impl<B: Backend> Handler<Untrack> for LeaseRenewer<B> {
         if matches!(self.claims.get(&msg.id), Some((g, _)) if *g == msg.generation) {
             self.claims.remove(&msg.id);
         }
-    }
-}
-
-impl<B: Backend> Handler<RenewNow> for LeaseRenewer<B> {
-    type Result = ();
-    fn handle(&mut self, _msg: RenewNow, ctx: &mut Self::Context) {
-        self.run_once(ctx);
     }
 }
 

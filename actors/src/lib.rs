@@ -37,6 +37,47 @@ pub trait ClaimInfo: Send + Sync + Unpin + 'static {
     fn takeover_from(&self) -> Option<&str>;
 }
 
+/// What a recorded failure left a backfill in: all the runtime must tell
+/// apart (the lifecycle itself is the backend's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Still `running`, after a backoff (RT-2).
+    Retrying,
+    /// `blocked`: an operator must act.
+    Blocked,
+    /// `failed`: retries exhausted or validation rejected the result.
+    Failed,
+}
+
+impl std::fmt::Display for Disposition {
+    /// The lifecycle state's name, as operators read it in the log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Disposition::Retrying => "running",
+            Disposition::Blocked => "blocked",
+            Disposition::Failed => "failed",
+        })
+    }
+}
+
+/// How a recorded error was classified (RT-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    Retryable,
+    Blocked,
+    Fatal,
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ErrorKind::Retryable => "retryable",
+            ErrorKind::Blocked => "blocked",
+            ErrorKind::Fatal => "fatal",
+        })
+    }
+}
+
 /// The outcome of one batch step, after the backend made it durable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StepOutcome {
@@ -46,11 +87,12 @@ pub enum StepOutcome {
     /// The fence rejected the batch (paused, taken over, lease expired).
     Stale,
     /// The batch failed; the error was classified and recorded durably
-    /// (RT-1) and the claim released. `state` is the resulting lifecycle
-    /// state, `kind` the classification, `message` a bounded diagnostic.
+    /// (RT-1) and the claim released. `disposition` is what that left the
+    /// backfill in, `kind` the classification, `message` a bounded
+    /// diagnostic.
     Recorded {
-        state: String,
-        kind: String,
+        disposition: Disposition,
+        kind: ErrorKind,
         message: String,
         attempts: i32,
     },
@@ -65,7 +107,10 @@ pub enum ValidationOutcome {
     /// Fenced completion committed.
     Completed,
     /// Validation failed; the row is `failed` or `blocked`.
-    Rejected { state: String, detail: String },
+    Rejected {
+        disposition: Disposition,
+        detail: String,
+    },
     /// Fence rejected the result.
     Stale,
     /// Another validation of the same ID was running (VAL-6); nothing ran
@@ -73,8 +118,8 @@ pub enum ValidationOutcome {
     Busy,
     /// Validation errored; recorded durably like a batch failure.
     Recorded {
-        state: String,
-        kind: String,
+        disposition: Disposition,
+        kind: ErrorKind,
         message: String,
         attempts: i32,
     },

@@ -13,8 +13,7 @@
 
 use crate::lease_renewer::LeaseStatus;
 use crate::metrics::{add, inc, RuntimeMetrics};
-use crate::supervisor::{ExitReason, RunnerExited};
-use crate::{Backend, ClaimInfo, RuntimeConfig, StepOutcome, Timing};
+use crate::{Backend, ClaimInfo, Disposition, RuntimeConfig, StepOutcome, Timing};
 use actix::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +22,36 @@ use std::time::{Duration, Instant};
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Stop;
+
+/// Why a runner ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitReason {
+    /// The checkpoint reached the bound; the row is `validating`.
+    ReachedBound,
+    /// The fence rejected a batch (paused, taken over, expired).
+    Stale,
+    /// The lease renewal failed or the trust window ended.
+    LeaseLost,
+    /// An error was recorded durably; what it left the backfill in.
+    Recorded { disposition: Disposition },
+    /// The row cannot be interpreted by this process (REG-4).
+    FailClosed,
+    /// Stopped on request; the claim was given back.
+    Stopped,
+    /// The backend failed; the lease will expire.
+    BackendError,
+}
+
+/// Sent by a runner when it ends.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct RunnerExited {
+    pub id: String,
+    pub generation: i64,
+    pub reason: ExitReason,
+    pub batches: u64,
+    pub keys: u64,
+}
 
 /// Run the next batch (sent by the runner to itself).
 #[derive(Message)]
@@ -183,18 +212,18 @@ impl<B: Backend> Runner<B> {
                     tracing::warn!(event = "stale_owner_rejected", backfill = %act.id, generation = act.generation, duration_ms, "the fence rejected this batch; it rolled back");
                     act.exit(ctx, ExitReason::Stale);
                 }
-                Ok(StepOutcome::Recorded { state, kind, message, attempts }) => {
-                    inc(match state.as_str() {
-                        "blocked" => &act.metrics.errors_blocked,
-                        "failed" => &act.metrics.errors_failed,
-                        _ => &act.metrics.errors_retryable,
+                Ok(StepOutcome::Recorded { disposition, kind, message, attempts }) => {
+                    inc(match disposition {
+                        Disposition::Blocked => &act.metrics.errors_blocked,
+                        Disposition::Failed => &act.metrics.errors_failed,
+                        Disposition::Retrying => &act.metrics.errors_retryable,
                     });
-                    match state.as_str() {
-                        "blocked" => tracing::warn!(event = "blocked", backfill = %act.id, generation = act.generation, kind = %kind, diagnostic = %message),
-                        "failed" => tracing::error!(event = "failed", backfill = %act.id, generation = act.generation, kind = %kind, attempts, diagnostic = %message),
-                        _ => tracing::warn!(event = "backoff_scheduled", backfill = %act.id, generation = act.generation, kind = %kind, attempts, diagnostic = %message),
+                    match disposition {
+                        Disposition::Blocked => tracing::warn!(event = "blocked", backfill = %act.id, generation = act.generation, kind = %kind, diagnostic = %message),
+                        Disposition::Failed => tracing::error!(event = "failed", backfill = %act.id, generation = act.generation, kind = %kind, attempts, diagnostic = %message),
+                        Disposition::Retrying => tracing::warn!(event = "backoff_scheduled", backfill = %act.id, generation = act.generation, kind = %kind, attempts, diagnostic = %message),
                     }
-                    act.exit(ctx, ExitReason::Recorded { state });
+                    act.exit(ctx, ExitReason::Recorded { disposition });
                 }
                 Ok(StepOutcome::FailClosed { message }) => {
                     inc(&act.metrics.fail_closed);

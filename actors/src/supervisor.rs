@@ -14,7 +14,7 @@
 
 use crate::lease_renewer::{LeaseRenewer, StopRenewing, Track, Untrack};
 use crate::metrics::{inc, RuntimeMetrics};
-use crate::runner::{Runner, Stop};
+use crate::runner::{ExitReason, Runner, RunnerExited, Stop};
 use crate::validator::{Validate, ValidationFinished, Validator};
 use crate::{Backend, ClaimInfo, ConfigError, RuntimeConfig, Timing};
 use actix::prelude::*;
@@ -27,36 +27,6 @@ use tokio::sync::oneshot;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Wake;
-
-/// Why a runner ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExitReason {
-    /// The checkpoint reached the bound; the row is `validating`.
-    ReachedBound,
-    /// The fence rejected a batch (paused, taken over, expired).
-    Stale,
-    /// The lease renewal failed or the trust window ended.
-    LeaseLost,
-    /// An error was recorded durably; `state` is the resulting state.
-    Recorded { state: String },
-    /// The row cannot be interpreted by this process (REG-4).
-    FailClosed,
-    /// Stopped on request; the claim was given back.
-    Stopped,
-    /// The backend failed; the lease will expire.
-    BackendError,
-}
-
-/// Sent by a runner when it ends.
-#[derive(Message, Debug, Clone)]
-#[rtype(result = "()")]
-pub struct RunnerExited {
-    pub id: String,
-    pub generation: i64,
-    pub reason: ExitReason,
-    pub batches: u64,
-    pub keys: u64,
-}
 
 /// Drain and stop claiming. Resolves when every holder ended or the grace
 /// period passed; the supervisor, the renewer and the validator then stop

@@ -88,8 +88,8 @@ impl<B: Backend> Handler<Validate<B::Claim>> for Validator<B> {
                 Ok(ValidationOutcome::Completed) => {
                     tracing::info!(event = "completed", backfill = %id, generation, duration_ms)
                 }
-                Ok(ValidationOutcome::Rejected { state, detail }) => {
-                    tracing::error!(event = "validation_failed", backfill = %id, generation, state = %state, diagnostic = %detail, duration_ms)
+                Ok(ValidationOutcome::Rejected { disposition, detail }) => {
+                    tracing::error!(event = "validation_failed", backfill = %id, generation, state = %disposition, diagnostic = %detail, duration_ms)
                 }
                 Ok(ValidationOutcome::Stale) => {
                     tracing::warn!(event = "stale_owner_rejected", backfill = %id, generation, phase = "validation")
@@ -97,8 +97,8 @@ impl<B: Backend> Handler<Validate<B::Claim>> for Validator<B> {
                 Ok(ValidationOutcome::Busy) => {
                     tracing::info!(event = "validation_busy", backfill = %id, generation, "an explicit validation is running; will retry")
                 }
-                Ok(ValidationOutcome::Recorded { state, kind, message, attempts }) => {
-                    tracing::warn!(event = "validation_error", backfill = %id, generation, state = %state, kind = %kind, attempts, diagnostic = %message)
+                Ok(ValidationOutcome::Recorded { disposition, kind, message, attempts }) => {
+                    tracing::warn!(event = "validation_error", backfill = %id, generation, state = %disposition, kind = %kind, attempts, diagnostic = %message)
                 }
                 Ok(ValidationOutcome::FailClosed { message }) => {
                     tracing::error!(event = "fail_closed", backfill = %id, diagnostic = %message)

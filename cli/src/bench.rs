@@ -41,7 +41,7 @@ use backfill::engine::{Engine, EngineConfig, EngineError};
 use backfill::repair::{
     BigIntSummary, Mutated, Registry, Repair, RepairError, SourceSet, Validation,
 };
-use backfill::runtime::{Backend, BackendError, StepOutcome, ValidationOutcome};
+use backfill::runtime::{Backend, BackendError, Disposition, StepOutcome, ValidationOutcome};
 use backfill::runtime::{RuntimeConfig, RuntimeHandle};
 use backfill::store::{self, cached, Pool, StoreError};
 use diesel::sql_types::{Array, BigInt, Nullable, Text};
@@ -710,7 +710,10 @@ impl Backend for Timed {
         self.latencies.lock().push(micros);
         match &outcome {
             Ok(StepOutcome::Committed { .. }) => {}
-            Ok(StepOutcome::Recorded { state, .. }) if state == "running" => {
+            Ok(StepOutcome::Recorded {
+                disposition: Disposition::Retrying,
+                ..
+            }) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
             }
             Ok(other) => {
