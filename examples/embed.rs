@@ -23,7 +23,7 @@ struct Key {
 #[async_trait]
 impl Repair for EmailNorm {
     type Key = i64;
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         "items.email-norm.v1"
     }
     fn batch_limit(&self) -> u32 {

@@ -201,7 +201,7 @@ impl From<diesel::result::Error> for RepairError {
 /// impl Repair for NormalizeEmail {
 ///     type Key = i64;
 ///
-///     fn id(&self) -> &'static str {
+///     fn id(&self) -> &str {
 ///         "items.normalize-email.v1"
 ///     }
 ///
@@ -307,10 +307,16 @@ pub trait Repair: Send + Sync + 'static {
 
     /// The stable ID: 1-128 characters of `[a-z0-9._-]`, never reused for
     /// different behaviour (REG-3).
-    fn id(&self) -> &'static str;
+    ///
+    /// The repair value owns it, so a parametrized repair computes its own
+    /// (`items.email-norm.v1` and `orders.email-norm.v1` from one type,
+    /// EMB-2). [`Registry::register`] reads and checks it once; the
+    /// process uses that ID from then on, so it must not depend on
+    /// anything but the repair's parameters.
+    fn id(&self) -> &str;
 
     /// Diagnostic description (REG-2: last write wins, never a fence).
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         ""
     }
 
@@ -594,8 +600,8 @@ pub(crate) fn check_mutated<'m, K: Key>(
 /// encoding, so the engine and the runtime never need the key type.
 #[async_trait]
 pub(crate) trait DynRepair: Send + Sync {
-    fn id(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    fn id(&self) -> &str;
+    fn description(&self) -> &str;
     fn overlap_commits(&self) -> bool;
     fn key_type(&self) -> String;
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
@@ -626,18 +632,24 @@ pub(crate) trait DynRepair: Send + Sync {
     ) -> Result<Validation, BodyError>;
 }
 
-struct Erased<R>(R);
+/// A registered repair with the stable ID it had at registration: the
+/// ID checked there is the one the engine uses, whatever `Repair::id`
+/// would answer later (REG-3).
+struct Erased<R> {
+    id: String,
+    repair: R,
+}
 
 #[async_trait]
 impl<R: Repair> DynRepair for Erased<R> {
-    fn id(&self) -> &'static str {
-        self.0.id()
+    fn id(&self) -> &str {
+        &self.id
     }
-    fn description(&self) -> &'static str {
-        self.0.description()
+    fn description(&self) -> &str {
+        self.repair.description()
     }
     fn overlap_commits(&self) -> bool {
-        self.0.overlap_commits()
+        self.repair.overlap_commits()
     }
     fn key_type(&self) -> String {
         R::Key::type_name()
@@ -647,7 +659,7 @@ impl<R: Repair> DynRepair for Erased<R> {
     }
 
     async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError> {
-        Ok(match self.0.capture_bound(conn).await? {
+        Ok(match self.repair.capture_bound(conn).await? {
             SourceSet::Empty => EncodedSource::Empty,
             SourceSet::Bounded { upper, rows } => EncodedSource::Bounded {
                 upper: upper.to_bytes(),
@@ -670,7 +682,7 @@ impl<R: Repair> DynRepair for Erased<R> {
             return Ok(selected);
         }
         let keys = self
-            .0
+            .repair
             .select_keys(conn, after.as_ref(), &bound, limit)
             .await?;
         // EX-3/EX-4 enforced here, on the production path: a repair cannot
@@ -682,7 +694,7 @@ impl<R: Repair> DynRepair for Erased<R> {
                 last: None,
             });
         }
-        self.0.mutate(conn, &keys).await?;
+        self.repair.mutate(conn, &keys).await?;
         let last = keys.last().map(|k| (k.to_bytes(), k.to_json()));
         Ok(SelectedBatch {
             keys: keys.len(),
@@ -707,7 +719,7 @@ impl<R: Repair> DynRepair for Erased<R> {
         bound: Option<&[u8]>,
     ) -> Result<Validation, BodyError> {
         let bound = bound.map(R::Key::from_bytes).transpose()?;
-        Ok(self.0.validate(conn, bound.as_ref()).await?)
+        Ok(self.repair.validate(conn, bound.as_ref()).await?)
     }
 }
 
@@ -716,7 +728,7 @@ impl<R: Repair> Erased<R> {
     /// the repair has none.
     /// The batch limit of this batch, never 0 (EX-4).
     fn limit(&self) -> Result<u32, SelectionError> {
-        match self.0.batch_limit() {
+        match self.repair.batch_limit() {
             0 => Err(SelectionError::ZeroLimit),
             limit => Ok(limit),
         }
@@ -730,7 +742,7 @@ impl<R: Repair> Erased<R> {
     ) -> Result<Option<SelectedBatch>, BodyError> {
         let limit = self.limit()?;
         let Some(mutated) = self
-            .0
+            .repair
             .select_and_mutate(&mut conn, after, bound, limit)
             .await?
         else {
@@ -758,7 +770,7 @@ impl<R: Repair> Erased<R> {
 /// construction.
 #[derive(Default, Clone)]
 pub struct Registry {
-    repairs: BTreeMap<&'static str, Arc<dyn DynRepair>>,
+    repairs: BTreeMap<String, Arc<dyn DynRepair>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -776,15 +788,19 @@ impl Registry {
     /// Add a definition. The stable ID is validated here, before anything
     /// reaches the database.
     pub fn register<R: Repair>(&mut self, repair: R) -> Result<&mut Self, DefinitionError> {
-        let id = repair.id();
-        validate_id(id)?;
+        let id = repair.id().to_string();
+        validate_id(&id)?;
         if repair.batch_limit() == 0 {
-            return Err(DefinitionError::ZeroBatchLimit(id.to_string()));
+            return Err(DefinitionError::ZeroBatchLimit(id));
         }
-        if self.repairs.contains_key(id) {
-            return Err(DefinitionError::DuplicateId(id.to_string()));
+        if self.repairs.contains_key(&id) {
+            return Err(DefinitionError::DuplicateId(id));
         }
-        self.repairs.insert(id, Arc::new(Erased(repair)));
+        let erased = Erased {
+            id: id.clone(),
+            repair,
+        };
+        self.repairs.insert(id, Arc::new(erased));
         Ok(self)
     }
 
@@ -796,7 +812,7 @@ impl Registry {
 
     /// The stable IDs this process can work on.
     pub fn ids(&self) -> Vec<String> {
-        self.repairs.keys().map(|s| s.to_string()).collect()
+        self.repairs.keys().cloned().collect()
     }
 
     /// Whether this process has a definition for `id`.

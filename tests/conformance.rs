@@ -1321,7 +1321,7 @@ fn nanos_t0() -> chrono::DateTime<chrono::Utc> {
 #[backfill::async_trait]
 impl backfill::repair::Repair for NanosKeyed {
     type Key = chrono::DateTime<chrono::Utc>;
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         "items.nanos"
     }
     fn batch_limit(&self) -> u32 {

@@ -254,7 +254,7 @@ pub struct CarelessCounter {
 #[backfill::async_trait]
 impl backfill::Repair for CarelessCounter {
     type Key = i64;
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         self.inner.id()
     }
     fn batch_limit(&self) -> u32 {

@@ -196,11 +196,11 @@ impl Counter {
 impl Repair for Counter {
     type Key = i64;
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         self.id
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "test: n = n + 1 on every item"
     }
 
@@ -369,7 +369,7 @@ pub struct TextKeyed {
 #[async_trait]
 impl Repair for TextKeyed {
     type Key = String;
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         self.id
     }
     fn batch_limit(&self) -> u32 {
@@ -438,7 +438,7 @@ pub struct CompoundCounter {
 impl Repair for CompoundCounter {
     type Key = (DateTime<Utc>, i64);
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         "events.compound-counter"
     }
 

@@ -170,11 +170,11 @@ impl Default for AuthorNorm {
 impl Repair for AuthorNorm {
     type Key = i64;
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         AUTHOR_NORM_ID
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "events: fill author_norm = lower(btrim(author)), keyed by id"
     }
 
@@ -264,11 +264,11 @@ impl Default for ContentLen {
 impl Repair for ContentLen {
     type Key = (DateTime<Utc>, i64);
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         CONTENT_LEN_ID
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "events: fill content_len = char_length(content), keyed by (created_at, id)"
     }
 
@@ -445,11 +445,11 @@ const TAGS_REMEDY: &str = "have tags that are not a JSON array; set their tags t
 impl Repair for TagCount {
     type Key = i64;
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         TAG_COUNT_ID
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "events: fill tag_count = jsonb_array_length(tags); blocks on tags that are not arrays"
     }
 
@@ -584,11 +584,11 @@ impl Default for TouchCount {
 impl Repair for TouchCount {
     type Key = i64;
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         TOUCH_COUNT_ID
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "events: touch_count + 1 on every row (non-idempotent double-apply detector)"
     }
 
