@@ -6,7 +6,9 @@
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo run --example embed`
 
 use backfill::host::{AppError, Application, Host, HostConfig};
-use backfill::repair::{DefinitionError, Repair, RepairError, SourceSet, Validation};
+use backfill::repair::{
+    Batches, DefinitionError, Repair, RepairError, SelectThenMutate, SourceSet, Validation,
+};
 use backfill::{async_trait, AsyncPgConnection, Registry};
 use diesel::sql_types::{Array, BigInt, Nullable};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
@@ -41,6 +43,30 @@ impl Repair for EmailNorm {
             rows: None,
         }))
     }
+    fn batches(&self) -> Batches<'_, i64> {
+        Batches::TwoStatements(self)
+    }
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&i64>,
+    ) -> Result<Validation, RepairError> {
+        let bad: Key = diesel::sql_query(
+            "SELECT count(*) AS k FROM items WHERE id <= $1 \
+             AND email_norm IS DISTINCT FROM lower(email)",
+        )
+        .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
+        .get_result(conn)
+        .await?;
+        Ok(match bad.k {
+            Some(0) => Validation::Success,
+            _ => Validation::Failure("rows up to the bound are not normalized".into()),
+        })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for EmailNorm {
     async fn select_keys(
         &self,
         conn: &mut AsyncPgConnection,
@@ -63,23 +89,6 @@ impl Repair for EmailNorm {
             .execute(conn)
             .await?;
         Ok(())
-    }
-    async fn validate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        bound: Option<&i64>,
-    ) -> Result<Validation, RepairError> {
-        let bad: Key = diesel::sql_query(
-            "SELECT count(*) AS k FROM items WHERE id <= $1 \
-             AND email_norm IS DISTINCT FROM lower(email)",
-        )
-        .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
-        .get_result(conn)
-        .await?;
-        Ok(match bad.k {
-            Some(0) => Validation::Success,
-            _ => Validation::Failure("rows up to the bound are not normalized".into()),
-        })
     }
 }
 

@@ -31,4 +31,7 @@ pub use diesel_async::AsyncPgConnection;
 pub use engine::{BatchOutcome, Claim, Engine, EngineConfig, EngineError, Phase};
 pub use key::Key;
 pub use lifecycle::{Action, State};
-pub use repair::{Mutated, Registry, Repair, RepairError, SourceSet, Validation};
+pub use repair::{
+    Batches, Mutated, Registry, Repair, RepairError, SelectAndMutate, SelectThenMutate, SourceSet,
+    SqlRepair, Validation,
+};

@@ -39,7 +39,8 @@
 use async_trait::async_trait;
 use backfill::engine::{Engine, EngineConfig, EngineError};
 use backfill::repair::{
-    BigIntSummary, Mutated, Registry, Repair, RepairError, SourceSet, Validation,
+    Batches, BigIntSummary, Mutated, Registry, Repair, RepairError, SelectAndMutate,
+    SelectThenMutate, SourceSet, Validation,
 };
 use backfill::runtime::{Backend, BackendError, StepOutcome, ValidationOutcome};
 use backfill::runtime::{RuntimeConfig, RuntimeHandle};
@@ -475,9 +476,10 @@ pub struct ItemsRepair {
     /// Selects with the literal limit `batch`.
     select: String,
     update: String,
-    /// The one-statement form with the literal limit; `None` runs the
-    /// two-statement form.
-    fused: Option<String>,
+    /// The one-statement form with the literal limit.
+    fused: String,
+    /// Whether [`Repair::batches`] answers the one-statement form.
+    one_statement: bool,
     bound: String,
     validate: String,
     /// Extra time each mutation holds its transaction (takeover owner only,
@@ -499,7 +501,8 @@ impl ItemsRepair {
                 "UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
                  WHERE id = ANY($1)"
             ),
-            fused: Some(Self::fused_sql(table, batch)),
+            fused: Self::fused_sql(table, batch),
+            one_statement: true,
             bound: format!("SELECT max(id) AS max FROM {table}"),
             validate: format!(
                 "SELECT count(*) AS n FROM {table} \
@@ -572,7 +575,7 @@ impl ItemsRepair {
 
     /// The same repair in its two-statement form only.
     pub fn two_statement(mut self) -> Self {
-        self.fused = None;
+        self.one_statement = false;
         self
     }
 
@@ -615,46 +618,12 @@ impl Repair for ItemsRepair {
         })
     }
 
-    async fn select_keys(
-        &self,
-        conn: &mut AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Vec<i64>, RepairError> {
-        let rows: Vec<Id> = cached(self.query(&self.select, after, bound, limit))
-            .load(conn)
-            .await?;
-        Ok(rows.into_iter().map(|r| r.id).collect())
-    }
-
-    async fn select_and_mutate(
-        &self,
-        conn: &mut &AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Option<Mutated<i64>>, RepairError> {
-        let Some(fused) = &self.fused else {
-            return Ok(None);
-        };
-        let row: BigIntSummary = cached(self.query(fused, after, bound, limit))
-            .get_result(conn)
-            .await?;
-        if !self.throttle.is_zero() {
-            tokio::time::sleep(self.throttle).await;
+    fn batches(&self) -> Batches<'_, i64> {
+        if self.one_statement {
+            Batches::OneStatement(self)
+        } else {
+            Batches::TwoStatements(self)
         }
-        Ok(Some(row.into()))
-    }
-
-    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        cached(diesel::sql_query(&self.update).bind::<Array<BigInt>, _>(keys))
-            .execute(conn)
-            .await?;
-        if !self.throttle.is_zero() {
-            tokio::time::sleep(self.throttle).await;
-        }
-        Ok(())
     }
 
     async fn validate(
@@ -671,6 +640,50 @@ impl Repair for ItemsRepair {
         } else {
             Validation::Failure(format!("{} rows are not normalized", bad.n))
         })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for ItemsRepair {
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        let rows: Vec<Id> = cached(self.query(&self.select, after, bound, limit))
+            .load(conn)
+            .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        cached(diesel::sql_query(&self.update).bind::<Array<BigInt>, _>(keys))
+            .execute(conn)
+            .await?;
+        if !self.throttle.is_zero() {
+            tokio::time::sleep(self.throttle).await;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SelectAndMutate<i64> for ItemsRepair {
+    async fn select_and_mutate(
+        &self,
+        conn: &mut &AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Mutated<i64>, RepairError> {
+        let row: BigIntSummary = cached(self.query(&self.fused, after, bound, limit))
+            .get_result(conn)
+            .await?;
+        if !self.throttle.is_zero() {
+            tokio::time::sleep(self.throttle).await;
+        }
+        Ok(row.into())
     }
 }
 

@@ -15,7 +15,7 @@
 // FOR UPDATE): the four repairs touch the same rows concurrently, and one
 // lock order for all of them turns would-be deadlocks into short waits.
 use async_trait::async_trait;
-use backfill::repair::{Repair, RepairError, SourceSet, Validation};
+use backfill::repair::{Batches, Repair, RepairError, SelectThenMutate, SourceSet, Validation};
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Timestamptz};
 use diesel::QueryableByName;
@@ -189,27 +189,8 @@ impl Repair for AuthorNorm {
         capture_id_bound(conn).await
     }
 
-    async fn select_keys(
-        &self,
-        conn: &mut AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Vec<i64>, RepairError> {
-        select_ids(conn, after, bound, limit).await
-    }
-
-    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        diesel::sql_query(concat!(
-            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
-             UPDATE events SET author_norm = ",
-            normalize_author!("author"),
-            " FROM locked WHERE events.id = locked.id"
-        ))
-        .bind::<Array<BigInt>, _>(keys)
-        .execute(conn)
-        .await?;
-        Ok(())
+    fn batches(&self) -> Batches<'_, i64> {
+        Batches::TwoStatements(self)
     }
 
     async fn validate(
@@ -234,6 +215,31 @@ impl Repair for AuthorNorm {
                  lower(btrim(author))"
             ))
         })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for AuthorNorm {
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        select_ids(conn, after, bound, limit).await
+    }
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        diesel::sql_query(concat!(
+            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
+             UPDATE events SET author_norm = ",
+            normalize_author!("author"),
+            " FROM locked WHERE events.id = locked.id"
+        ))
+        .bind::<Array<BigInt>, _>(keys)
+        .execute(conn)
+        .await?;
+        Ok(())
     }
 }
 
@@ -311,13 +317,49 @@ impl Repair for ContentLen {
         })
     }
 
+    fn batches(&self) -> Batches<'_, (DateTime<Utc>, i64)> {
+        Batches::TwoStatements(self)
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&Self::Key>,
+    ) -> Result<Validation, RepairError> {
+        let Some((at, id)) = bound else {
+            // Empty source set: nothing existed to repair.
+            return Ok(Validation::Success);
+        };
+        let bad: Count = diesel::sql_query(
+            "SELECT count(*) AS n FROM events \
+             WHERE (created_at, id) <= ($1, $2) \
+               AND content_len IS DISTINCT FROM char_length(content)",
+        )
+        .bind::<Timestamptz, _>(*at)
+        .bind::<BigInt, _>(*id)
+        .get_result(conn)
+        .await?;
+        Ok(if bad.n == 0 {
+            Validation::Success
+        } else {
+            Validation::Failure(format!(
+                "{} events up to the bound have content_len missing or different from \
+                 char_length(content)",
+                bad.n
+            ))
+        })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<(DateTime<Utc>, i64)> for ContentLen {
     async fn select_keys(
         &self,
         conn: &mut AsyncPgConnection,
-        after: Option<&Self::Key>,
-        bound: &Self::Key,
+        after: Option<&(DateTime<Utc>, i64)>,
+        bound: &(DateTime<Utc>, i64),
         limit: u32,
-    ) -> Result<Vec<Self::Key>, RepairError> {
+    ) -> Result<Vec<(DateTime<Utc>, i64)>, RepairError> {
         // Row-value comparisons walk the (created_at, id) index in order.
         // Two statements rather than one with an "after is NULL" flag, so
         // each keeps a plain index range condition.
@@ -351,11 +393,10 @@ impl Repair for ContentLen {
         };
         Ok(rows.into_iter().map(|k| (k.created_at, k.id)).collect())
     }
-
     async fn mutate(
         &self,
         conn: &mut AsyncPgConnection,
-        keys: &[Self::Key],
+        keys: &[(DateTime<Utc>, i64)],
     ) -> Result<(), RepairError> {
         // `id` alone identifies a row (primary key); the compound key only
         // orders the walk. Both are matched anyway so that a row whose
@@ -376,35 +417,6 @@ impl Repair for ContentLen {
         .execute(conn)
         .await?;
         Ok(())
-    }
-
-    async fn validate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        bound: Option<&Self::Key>,
-    ) -> Result<Validation, RepairError> {
-        let Some((at, id)) = bound else {
-            // Empty source set: nothing existed to repair.
-            return Ok(Validation::Success);
-        };
-        let bad: Count = diesel::sql_query(
-            "SELECT count(*) AS n FROM events \
-             WHERE (created_at, id) <= ($1, $2) \
-               AND content_len IS DISTINCT FROM char_length(content)",
-        )
-        .bind::<Timestamptz, _>(*at)
-        .bind::<BigInt, _>(*id)
-        .get_result(conn)
-        .await?;
-        Ok(if bad.n == 0 {
-            Validation::Success
-        } else {
-            Validation::Failure(format!(
-                "{} events up to the bound have content_len missing or different from \
-                 char_length(content)",
-                bad.n
-            ))
-        })
     }
 }
 
@@ -464,6 +476,48 @@ impl Repair for TagCount {
         capture_id_bound(conn).await
     }
 
+    fn batches(&self) -> Batches<'_, i64> {
+        Batches::TwoStatements(self)
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&i64>,
+    ) -> Result<Validation, RepairError> {
+        let not_arrays = count_up_to(
+            conn,
+            "SELECT count(*) AS n FROM events WHERE id <= $1 AND jsonb_typeof(tags) <> 'array'",
+            bound,
+        )
+        .await?;
+        if not_arrays > 0 {
+            return Ok(Validation::Blocked(format!(
+                "{not_arrays} events up to the bound {TAGS_REMEDY}"
+            )));
+        }
+        let wrong = count_up_to(
+            conn,
+            concat!(
+                "SELECT count(*) AS n FROM events WHERE id <= $1 AND tag_count IS DISTINCT FROM ",
+                tag_count_of!("tags")
+            ),
+            bound,
+        )
+        .await?;
+        Ok(if wrong == 0 {
+            Validation::Success
+        } else {
+            Validation::Failure(format!(
+                "{wrong} events up to the bound have tag_count missing or different from the \
+                 number of tags"
+            ))
+        })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for TagCount {
     async fn select_keys(
         &self,
         conn: &mut AsyncPgConnection,
@@ -500,7 +554,6 @@ impl Repair for TagCount {
             bad.n
         )))
     }
-
     async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
         // The selection checked that every key has array tags, in this same
         // transaction; the CASE keeps the statement from raising regardless.
@@ -514,41 +567,6 @@ impl Repair for TagCount {
         .execute(conn)
         .await?;
         Ok(())
-    }
-
-    async fn validate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        bound: Option<&i64>,
-    ) -> Result<Validation, RepairError> {
-        let not_arrays = count_up_to(
-            conn,
-            "SELECT count(*) AS n FROM events WHERE id <= $1 AND jsonb_typeof(tags) <> 'array'",
-            bound,
-        )
-        .await?;
-        if not_arrays > 0 {
-            return Ok(Validation::Blocked(format!(
-                "{not_arrays} events up to the bound {TAGS_REMEDY}"
-            )));
-        }
-        let wrong = count_up_to(
-            conn,
-            concat!(
-                "SELECT count(*) AS n FROM events WHERE id <= $1 AND tag_count IS DISTINCT FROM ",
-                tag_count_of!("tags")
-            ),
-            bound,
-        )
-        .await?;
-        Ok(if wrong == 0 {
-            Validation::Success
-        } else {
-            Validation::Failure(format!(
-                "{wrong} events up to the bound have tag_count missing or different from the \
-                 number of tags"
-            ))
-        })
     }
 }
 
@@ -603,25 +621,8 @@ impl Repair for TouchCount {
         capture_id_bound(conn).await
     }
 
-    async fn select_keys(
-        &self,
-        conn: &mut AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Vec<i64>, RepairError> {
-        select_ids(conn, after, bound, limit).await
-    }
-
-    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        diesel::sql_query(
-            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
-             UPDATE events SET touch_count = touch_count + 1 FROM locked WHERE events.id = locked.id",
-        )
-            .bind::<Array<BigInt>, _>(keys)
-            .execute(conn)
-            .await?;
-        Ok(())
+    fn batches(&self) -> Batches<'_, i64> {
+        Batches::TwoStatements(self)
     }
 
     async fn validate(
@@ -654,5 +655,28 @@ impl Repair for TouchCount {
                  more than once, {never} were not touched"
             ))
         })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for TouchCount {
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        select_ids(conn, after, bound, limit).await
+    }
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        diesel::sql_query(
+            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
+             UPDATE events SET touch_count = touch_count + 1 FROM locked WHERE events.id = locked.id",
+        )
+            .bind::<Array<BigInt>, _>(keys)
+            .execute(conn)
+            .await?;
+        Ok(())
     }
 }
