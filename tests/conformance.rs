@@ -1143,7 +1143,7 @@ async fn clm01_release_after_the_server_ended_the_open_batch() {
 // ------------------------------------------------- one-statement batches
 
 /// A database with `rows` items and the counter, in its one-statement form
-/// (`Repair::select_and_mutate`), registered and started.
+/// (`SelectAndMutate`), registered and started.
 async fn started_one_statement(rows: i64, limit: u32) -> (TestDb, Engine, Arc<Hooks>) {
     started_counter(rows, limit, None, Counter::one_statement).await
 }
