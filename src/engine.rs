@@ -8,7 +8,7 @@
 //! batch also opens the next batch's transaction (`BEGIN` and its
 //! timeouts), and the claim carries that connection to the next
 //! [`Engine::run_batch`], which so starts without a round trip. When the
-//! repair has a one-statement form (`Repair::select_and_mutate`), that
+//! repair has a one-statement form (`SelectAndMutate`), that
 //! statement of the next batch is pipelined behind the commit too, so a
 //! batch costs one round trip: the fence, COMMIT, BEGIN and the next
 //! batch's work. The statement runs after the commit, inside the new

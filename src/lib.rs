@@ -13,7 +13,43 @@
 //! (the runtime and readiness gate alone, for a service that serves its
 //! own way; [`host::Embedded::spawn`] from a plain tokio service).
 //! [`Engine::wait_for`] awaits a state and [`events`] delivers typed
-//! events. `examples/embed.rs` is a complete one.
+//! events.
+//!
+//! # Quickstart
+//!
+//! Repair `items.email_norm = lower(email)` for every existing row, with
+//! the readiness gate closed until validation proved it, from a plain
+//! tokio service:
+//!
+//! ```no_run
+//! use backfill::host::{Embedded, HostConfig};
+//! use backfill::{Registry, SqlRepair, State};
+//! use std::time::Duration;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let email_norm = SqlRepair::new("items.email-norm.v1", "items")
+//!     .key("id")
+//!     .set("email_norm = lower(email)")
+//!     .validate_where("email_norm IS DISTINCT FROM lower(email)")
+//!     .build()?;
+//! let config = HostConfig::new("postgres://postgres@127.0.0.1:5432/app");
+//! // Migrates the framework's tables, registers, starts the required
+//! // backfill (automatic mode) and runs it.
+//! let backfills = Embedded::spawn(config, Registry::new().with(email_norm)?).await?;
+//! let row = backfills
+//!     .engine
+//!     .wait_for("items.email-norm.v1", &[State::Completed], Duration::from_secs(3600))
+//!     .await?;
+//! println!("{} is {}", row.id, row.state);
+//! backfills.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! More in `examples/`: `embed.rs` (the smallest service with the admin
+//! API and UI), `actix_service.rs` (the pieces mounted into an `App` of
+//! the service's own) and `tokio_service.rs` (events and awaiting from
+//! plain tokio).
 
 pub mod admin;
 pub mod engine;
@@ -34,4 +70,7 @@ pub use diesel_async::AsyncPgConnection;
 pub use engine::{BatchOutcome, Claim, Engine, EngineConfig, EngineError, Phase, Started};
 pub use key::Key;
 pub use lifecycle::{Action, State};
-pub use repair::{Mutated, Registry, Repair, RepairError, SourceSet, Validation};
+pub use repair::{
+    Batches, Mutated, Registry, Repair, RepairError, SelectAndMutate, SelectThenMutate, SourceSet,
+    SqlRepair, Validation,
+};

@@ -13,6 +13,10 @@ use diesel_async::AsyncPgConnection;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod sql;
+
+pub use sql::{SqlRepair, SqlRepairBuilder};
+
 /// Longest operator-facing diagnostic, in bytes (AUD-2).
 pub const MAX_DIAGNOSTIC_BYTES: usize = 512;
 
@@ -53,7 +57,7 @@ pub enum Validation {
     Blocked(String),
 }
 
-/// What a one-statement batch ([`Repair::select_and_mutate`]) selected
+/// What a one-statement batch ([`SelectAndMutate::select_and_mutate`]) selected
 /// and mutated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mutated<K> {
@@ -168,21 +172,31 @@ impl From<diesel::result::Error> for RepairError {
 /// # Example
 ///
 /// A repair that fills `email_norm` for every existing row of `items`, keyed
-/// by the bigint primary key:
+/// by the bigint primary key, in the one-statement form. (For this shape of
+/// repair, one table and one integer key, [`SqlRepair`] writes the same
+/// statements from a few lines of builder.)
 ///
 /// ```
-/// use backfill::repair::{BigIntSummary, Mutated, Repair, RepairError, SourceSet, Validation};
+/// use backfill::repair::{
+///     Batches, BigIntSummary, Mutated, Repair, RepairError, SelectAndMutate, SourceSet,
+///     Validation,
+/// };
 /// use backfill::{async_trait, AsyncPgConnection};
 /// use diesel::sql_types::{BigInt, Nullable};
 /// use diesel::QueryableByName;
 /// use diesel_async::RunQueryDsl;
 ///
-/// pub struct NormalizeEmail;
+/// /// Parametrized by table: each table's repair has its own stable ID
+/// /// (EMB-2). The table name comes from code, never from input.
+/// pub struct NormalizeEmail {
+///     id: String,
+///     table: &'static str,
+/// }
 ///
-/// #[derive(QueryableByName)]
-/// struct Id {
-///     #[diesel(sql_type = BigInt)]
-///     id: i64,
+/// impl NormalizeEmail {
+///     pub fn for_table(table: &'static str) -> Self {
+///         Self { id: format!("{table}.normalize-email.v1"), table }
+///     }
 /// }
 ///
 /// #[derive(QueryableByName)]
@@ -201,8 +215,8 @@ impl From<diesel::result::Error> for RepairError {
 /// impl Repair for NormalizeEmail {
 ///     type Key = i64;
 ///
-///     fn id(&self) -> &'static str {
-///         "items.normalize-email.v1"
+///     fn id(&self) -> &str {
+///         &self.id
 ///     }
 ///
 ///     fn batch_limit(&self) -> u32 {
@@ -213,7 +227,7 @@ impl From<diesel::result::Error> for RepairError {
 ///         &self,
 ///         conn: &mut AsyncPgConnection,
 ///     ) -> Result<SourceSet<i64>, RepairError> {
-///         let row: MaxId = diesel::sql_query("SELECT max(id) AS max FROM items")
+///         let row: MaxId = diesel::sql_query(format!("SELECT max(id) AS max FROM {}", self.table))
 ///             .get_result(conn)
 ///             .await?;
 ///         Ok(match row.max {
@@ -222,62 +236,10 @@ impl From<diesel::result::Error> for RepairError {
 ///         })
 ///     }
 ///
-///     async fn select_keys(
-///         &self,
-///         conn: &mut AsyncPgConnection,
-///         after: Option<&i64>,
-///         bound: &i64,
-///         _limit: u32,
-///     ) -> Result<Vec<i64>, RepairError> {
-///         // The engine always passes `batch_limit()` as the limit; written
-///         // into the text, it lets PostgreSQL cache one generic plan.
-///         let rows: Vec<Id> = diesel::sql_query(
-///             "SELECT id FROM items WHERE id > $1 AND id <= $2 ORDER BY id LIMIT 1000",
-///         )
-///         .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
-///         .bind::<BigInt, _>(*bound)
-///         .load(conn)
-///         .await?;
-///         Ok(rows.into_iter().map(|r| r.id).collect())
-///     }
-///
-///     async fn mutate(
-///         &self,
-///         conn: &mut AsyncPgConnection,
-///         keys: &[i64],
-///     ) -> Result<(), RepairError> {
-///         diesel::sql_query("UPDATE items SET email_norm = lower(email) WHERE id = ANY($1)")
-///             .bind::<diesel::sql_types::Array<BigInt>, _>(keys)
-///             .execute(conn)
-///             .await?;
-///         Ok(())
-///     }
-///
-///     // Optional: the same batch as one statement, which the engine
-///     // pipelines behind the previous batch's commit (one round trip per
-///     // batch). It reports what it selected: first key, last key, count.
-///     async fn select_and_mutate(
-///         &self,
-///         conn: &mut &AsyncPgConnection,
-///         after: Option<&i64>,
-///         bound: &i64,
-///         _limit: u32,
-///     ) -> Result<Option<Mutated<i64>>, RepairError> {
-///         // The keys go into one array; the update and the summary read it.
-///         let row: BigIntSummary = diesel::sql_query(
-///             "WITH k AS (SELECT array_agg(id ORDER BY id) AS a FROM ( \
-///                  SELECT id FROM items WHERE id > $1 AND id <= $2 \
-///                  ORDER BY id LIMIT 1000) AS s), \
-///              u AS (UPDATE items SET email_norm = lower(email) \
-///                  WHERE id = ANY((SELECT a FROM k)::bigint[])) \
-///              SELECT a[1] AS first, a[cardinality(a)] AS last, \
-///                  coalesce(cardinality(a), 0)::bigint AS n FROM k",
-///         )
-///         .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
-///         .bind::<BigInt, _>(*bound)
-///         .get_result(conn)
-///         .await?;
-///         Ok(Some(row.into()))
+///     // The one batch form this repair implements; the compiler checks
+///     // that `SelectAndMutate<i64>` is implemented below.
+///     fn batches(&self) -> Batches<'_, i64> {
+///         Batches::OneStatement(self)
 ///     }
 ///
 ///     async fn validate(
@@ -285,10 +247,11 @@ impl From<diesel::result::Error> for RepairError {
 ///         conn: &mut AsyncPgConnection,
 ///         bound: Option<&i64>,
 ///     ) -> Result<Validation, RepairError> {
-///         let bad: Count = diesel::sql_query(
-///             "SELECT count(*) AS n FROM items \
+///         let bad: Count = diesel::sql_query(format!(
+///             "SELECT count(*) AS n FROM {} \
 ///              WHERE id <= $1 AND email_norm IS DISTINCT FROM lower(email)",
-///         )
+///             self.table
+///         ))
 ///         .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
 ///         .get_result(conn)
 ///         .await?;
@@ -299,7 +262,44 @@ impl From<diesel::result::Error> for RepairError {
 ///         })
 ///     }
 /// }
+///
+/// // One statement per batch, which the engine pipelines behind the
+/// // previous batch's commit (one round trip per batch). It reports what
+/// // it selected: first key, last key, count.
+/// #[async_trait]
+/// impl SelectAndMutate<i64> for NormalizeEmail {
+///     async fn select_and_mutate(
+///         &self,
+///         conn: &mut &AsyncPgConnection,
+///         after: Option<&i64>,
+///         bound: &i64,
+///         _limit: u32,
+///     ) -> Result<Mutated<i64>, RepairError> {
+///         // The engine always passes `batch_limit()` as the limit; written
+///         // into the text, it lets PostgreSQL cache one generic plan. The
+///         // keys go into one array; the update and the summary read it.
+///         let row: BigIntSummary = diesel::sql_query(format!(
+///             "WITH k AS (SELECT array_agg(id ORDER BY id) AS a FROM ( \
+///                  SELECT id FROM {t} WHERE id > $1 AND id <= $2 \
+///                  ORDER BY id LIMIT 1000) AS s), \
+///              u AS (UPDATE {t} SET email_norm = lower(email) \
+///                  WHERE id = ANY((SELECT a FROM k)::bigint[])) \
+///              SELECT a[1] AS first, a[cardinality(a)] AS last, \
+///                  coalesce(cardinality(a), 0)::bigint AS n FROM k",
+///             t = self.table
+///         ))
+///         .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+///         .bind::<BigInt, _>(*bound)
+///         .get_result(conn)
+///         .await?;
+///         Ok(row.into())
+///     }
+/// }
 /// ```
+///
+/// The two-statement form is the same with `Batches::TwoStatements(self)`
+/// and an implementation of [`SelectThenMutate`] (`select_keys`, then
+/// `mutate` with exactly those keys).
 #[async_trait]
 pub trait Repair: Send + Sync + 'static {
     /// The ordering key: checkpoint and bound are values of this type (EX-2).
@@ -307,10 +307,16 @@ pub trait Repair: Send + Sync + 'static {
 
     /// The stable ID: 1-128 characters of `[a-z0-9._-]`, never reused for
     /// different behaviour (REG-3).
-    fn id(&self) -> &'static str;
+    ///
+    /// The repair value owns it, so a parametrized repair computes its own
+    /// (`items.email-norm.v1` and `orders.email-norm.v1` from one type,
+    /// EMB-2). [`Registry::register`] reads and checks it once; the
+    /// process uses that ID from then on, so it must not depend on
+    /// anything but the repair's parameters.
+    fn id(&self) -> &str;
 
     /// Diagnostic description (REG-2: last write wins, never a fence).
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         ""
     }
 
@@ -318,7 +324,8 @@ pub trait Repair: Send + Sync + 'static {
     /// returns more.
     ///
     /// The engine passes this value as the `limit` of every
-    /// [`Repair::select_keys`] and [`Repair::select_and_mutate`] call, so
+    /// [`SelectThenMutate::select_keys`] and
+    /// [`SelectAndMutate::select_and_mutate`] call, so
     /// a repair may write it into its statement text (`LIMIT 500`) instead
     /// of binding it (`LIMIT $3`). That is worth doing: PostgreSQL's
     /// generic plan for a bound limit cannot know how many rows the
@@ -363,43 +370,95 @@ pub trait Repair: Send + Sync + 'static {
         conn: &mut AsyncPgConnection,
     ) -> Result<SourceSet<Self::Key>, RepairError>;
 
+    /// The repair's batch form (EMB-4): `Batches::OneStatement(self)` for
+    /// a repair that implements [`SelectAndMutate`],
+    /// `Batches::TwoStatements(self)` for one that implements
+    /// [`SelectThenMutate`]. A repair implements one form, and the
+    /// compiler checks that it implements the one it names.
+    ///
+    /// The engine asks for every batch, so a repair may decide by its own
+    /// parameters, and a wrapper may hand out the form of the repair it
+    /// wraps. Prefer the one-statement form: the engine pipelines it
+    /// behind the previous batch's commit, one round trip per batch.
+    fn batches(&self) -> Batches<'_, Self::Key>;
+
+    /// Check the postcondition over the whole range up to `bound` (`None`
+    /// for an empty source set) by reading PostgreSQL (VAL-2). Must be
+    /// read-only: explicit validation runs it on `completed` rows (VAL-5).
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&Self::Key>,
+    ) -> Result<Validation, RepairError>;
+}
+
+/// A repair's batch form, as [`Repair::batches`] hands it to the engine.
+pub enum Batches<'a, K> {
+    /// Select the keys, then mutate exactly them: three round trips per
+    /// batch (select, mutate, fence + COMMIT).
+    TwoStatements(&'a dyn SelectThenMutate<K>),
+    /// Select and mutate in one statement that reports what it selected:
+    /// one round trip per batch, sent behind the previous batch's commit.
+    OneStatement(&'a dyn SelectAndMutate<K>),
+}
+
+impl<K> Clone for Batches<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Batches<'_, K> {}
+
+impl<K> std::fmt::Debug for Batches<'_, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Batches::TwoStatements(_) => "Batches::TwoStatements",
+            Batches::OneStatement(_) => "Batches::OneStatement",
+        })
+    }
+}
+
+/// The two-statement batch form: the engine checks the selected keys
+/// (EX-3, EX-4) before the repair mutates them.
+#[async_trait]
+pub trait SelectThenMutate<K: Key>: Send + Sync {
     /// Up to `limit` keys strictly after `after` (or from the start when
-    /// `None`) and at most `bound`, in ascending key order (EX-3).
+    /// `None`) and at most `bound`, in ascending key order (EX-3). The
+    /// engine rejects a selection that is not.
     async fn select_keys(
         &self,
         conn: &mut AsyncPgConnection,
-        after: Option<&Self::Key>,
-        bound: &Self::Key,
+        after: Option<&K>,
+        bound: &K,
         limit: u32,
-    ) -> Result<Vec<Self::Key>, RepairError>;
+    ) -> Result<Vec<K>, RepairError>;
 
     /// Apply the repair to exactly `keys`, on the batch's transaction. The
     /// engine commits this together with the checkpoint or not at all (EX-6).
-    async fn mutate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        keys: &[Self::Key],
-    ) -> Result<(), RepairError>;
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[K]) -> Result<(), RepairError>;
+}
 
-    /// Optional one-statement batch: select up to `limit` keys strictly
-    /// after `after` and at most `bound`, mutate them, and report what was
-    /// *selected* (first key, last key, count), in one statement such as
-    /// `WITH k AS (SELECT array_agg(id ORDER BY id) AS a FROM (SELECT ..
-    /// LIMIT 1000) AS s), u AS (UPDATE .. WHERE id = ANY((SELECT a FROM
-    /// k)::bigint[])) SELECT a[1], a[cardinality(a)], cardinality(a) FROM
-    /// k`. That saves a round trip and the keys' transfer both ways per
-    /// batch. Collecting the keys into one array costs less than scanning a
-    /// materialized CTE of them again for the update and for `min`, `max`
-    /// and `count`: 0.2-0.3 ms per 1,000-key batch in the bench.
+/// The one-statement batch form.
+#[async_trait]
+pub trait SelectAndMutate<K: Key>: Send + Sync {
+    /// Select up to `limit` keys strictly after `after` and at most
+    /// `bound`, mutate them, and report what was *selected* (first key,
+    /// last key, count), in one statement such as `WITH k AS (SELECT
+    /// array_agg(id ORDER BY id) AS a FROM (SELECT .. LIMIT 1000) AS s), u
+    /// AS (UPDATE .. WHERE id = ANY((SELECT a FROM k)::bigint[])) SELECT
+    /// a[1], a[cardinality(a)], cardinality(a) FROM k`. That saves a round
+    /// trip and the keys' transfer both ways per batch. Collecting the keys
+    /// into one array costs less than scanning a materialized CTE of them
+    /// again for the update and for `min`, `max` and `count`: 0.2-0.3 ms
+    /// per 1,000-key batch in the bench. [`SqlRepair`] writes this
+    /// statement for one table with one integer key.
     ///
-    /// Return `Ok(None)` (the default) to have the engine call
-    /// [`Repair::select_keys`] and then [`Repair::mutate`]; the two must
-    /// agree with this method when both exist. The engine checks the
-    /// summary against the batch contract (EX-3, EX-4: count at most
-    /// `limit`, first after `after`, last at most `bound`) before the
-    /// commit, and rolls the batch back if it does not hold; the
-    /// statement timeout bounds the work the statement can do before
-    /// that check (EX-5). The engine sees only the summary: that the
+    /// The engine checks the summary against the batch contract (EX-3,
+    /// EX-4: count at most `limit`, first after `after`, last at most
+    /// `bound`) before the commit, and rolls the batch back if it does not
+    /// hold; the statement timeout bounds the work the statement can do
+    /// before that check (EX-5). The engine sees only the summary: that the
     /// statement selects with the `limit` it is given and changes exactly
     /// the rows it selected is the repair's word, as is `mutate` changing
     /// exactly its keys in the two-statement form.
@@ -418,22 +477,10 @@ pub trait Repair: Send + Sync + 'static {
     async fn select_and_mutate(
         &self,
         conn: &mut &AsyncPgConnection,
-        after: Option<&Self::Key>,
-        bound: &Self::Key,
+        after: Option<&K>,
+        bound: &K,
         limit: u32,
-    ) -> Result<Option<Mutated<Self::Key>>, RepairError> {
-        let _ = (conn, after, bound, limit);
-        Ok(None)
-    }
-
-    /// Check the postcondition over the whole range up to `bound` (`None`
-    /// for an empty source set) by reading PostgreSQL (VAL-2). Must be
-    /// read-only: explicit validation runs it on `completed` rows (VAL-5).
-    async fn validate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        bound: Option<&Self::Key>,
-    ) -> Result<Validation, RepairError>;
+    ) -> Result<Mutated<K>, RepairError>;
 }
 
 /// Why a definition or a stored key is unusable.
@@ -449,6 +496,16 @@ pub enum DefinitionError {
     /// A batch limit of zero cannot make progress.
     #[error("repair {0:?} declares a batch limit of 0")]
     ZeroBatchLimit(String),
+    /// A table or column name of a [`SqlRepair`] that is not a plain SQL
+    /// identifier: it would be spliced into the statements.
+    #[error(
+        "invalid SQL identifier {0:?}: use [A-Za-z_][A-Za-z0-9_]* (at most 63 bytes), \
+         a table optionally as schema.table"
+    )]
+    InvalidIdentifier(String),
+    /// A [`SqlRepair`] built without a part it needs.
+    #[error("SQL repair {id:?} has no {missing}")]
+    Incomplete { id: String, missing: &'static str },
 }
 
 /// Validate a stable ID: 1-128 characters of `[a-z0-9._-]`.
@@ -594,15 +651,16 @@ pub(crate) fn check_mutated<'m, K: Key>(
 /// encoding, so the engine and the runtime never need the key type.
 #[async_trait]
 pub(crate) trait DynRepair: Send + Sync {
-    fn id(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    fn id(&self) -> &str;
+    fn description(&self) -> &str;
     fn overlap_commits(&self) -> bool;
     fn key_type(&self) -> String;
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
     fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError>;
     async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError>;
-    /// One batch's body: the repair's one-statement form when it has one,
-    /// else its selection, the engine's check, and its mutation.
+    /// One batch's body in the repair's form: its one statement and the
+    /// engine's check of the summary, or its selection, the engine's check
+    /// and its mutation.
     async fn batch(
         &self,
         conn: &mut AsyncPgConnection,
@@ -611,8 +669,8 @@ pub(crate) trait DynRepair: Send + Sync {
     ) -> Result<SelectedBatch, BodyError>;
     /// The next batch's body sent ahead, behind the previous batch's commit
     /// message: only a repair's one-statement form can be (the connection
-    /// is shared with the commit in flight). `Ok(None)`: the repair has no
-    /// one-statement form and nothing was sent.
+    /// is shared with the commit in flight). `Ok(None)`: the repair is in
+    /// the two-statement form and nothing was sent.
     async fn batch_ahead(
         &self,
         conn: &AsyncPgConnection,
@@ -626,18 +684,24 @@ pub(crate) trait DynRepair: Send + Sync {
     ) -> Result<Validation, BodyError>;
 }
 
-struct Erased<R>(R);
+/// A registered repair with the stable ID it had at registration: the
+/// ID checked there is the one the engine uses, whatever `Repair::id`
+/// would answer later (REG-3).
+struct Erased<R> {
+    id: String,
+    repair: R,
+}
 
 #[async_trait]
 impl<R: Repair> DynRepair for Erased<R> {
-    fn id(&self) -> &'static str {
-        self.0.id()
+    fn id(&self) -> &str {
+        &self.id
     }
-    fn description(&self) -> &'static str {
-        self.0.description()
+    fn description(&self) -> &str {
+        self.repair.description()
     }
     fn overlap_commits(&self) -> bool {
-        self.0.overlap_commits()
+        self.repair.overlap_commits()
     }
     fn key_type(&self) -> String {
         R::Key::type_name()
@@ -647,7 +711,7 @@ impl<R: Repair> DynRepair for Erased<R> {
     }
 
     async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError> {
-        Ok(match self.0.capture_bound(conn).await? {
+        Ok(match self.repair.capture_bound(conn).await? {
             SourceSet::Empty => EncodedSource::Empty,
             SourceSet::Bounded { upper, rows } => EncodedSource::Bounded {
                 upper: upper.to_bytes(),
@@ -665,12 +729,16 @@ impl<R: Repair> DynRepair for Erased<R> {
     ) -> Result<SelectedBatch, BodyError> {
         let after = after.map(R::Key::from_bytes).transpose()?;
         let bound = R::Key::from_bytes(bound)?;
+        let form = match self.repair.batches() {
+            Batches::OneStatement(form) => {
+                return self
+                    .one_statement(form, &*conn, after.as_ref(), &bound)
+                    .await;
+            }
+            Batches::TwoStatements(form) => form,
+        };
         let limit = self.limit()?;
-        if let Some(selected) = self.one_statement(&*conn, after.as_ref(), &bound).await? {
-            return Ok(selected);
-        }
-        let keys = self
-            .0
+        let keys = form
             .select_keys(conn, after.as_ref(), &bound, limit)
             .await?;
         // EX-3/EX-4 enforced here, on the production path: a repair cannot
@@ -682,7 +750,7 @@ impl<R: Repair> DynRepair for Erased<R> {
                 last: None,
             });
         }
-        self.0.mutate(conn, &keys).await?;
+        form.mutate(conn, &keys).await?;
         let last = keys.last().map(|k| (k.to_bytes(), k.to_json()));
         Ok(SelectedBatch {
             keys: keys.len(),
@@ -696,9 +764,16 @@ impl<R: Repair> DynRepair for Erased<R> {
         after: Option<&[u8]>,
         bound: &[u8],
     ) -> Result<Option<SelectedBatch>, BodyError> {
+        // The two-statement form needs the selected keys back before it can
+        // mutate, so nothing of it can go ahead of the commit.
+        let Batches::OneStatement(form) = self.repair.batches() else {
+            return Ok(None);
+        };
         let after = after.map(R::Key::from_bytes).transpose()?;
         let bound = R::Key::from_bytes(bound)?;
-        self.one_statement(conn, after.as_ref(), &bound).await
+        self.one_statement(form, conn, after.as_ref(), &bound)
+            .await
+            .map(Some)
     }
 
     async fn validate(
@@ -707,38 +782,34 @@ impl<R: Repair> DynRepair for Erased<R> {
         bound: Option<&[u8]>,
     ) -> Result<Validation, BodyError> {
         let bound = bound.map(R::Key::from_bytes).transpose()?;
-        Ok(self.0.validate(conn, bound.as_ref()).await?)
+        Ok(self.repair.validate(conn, bound.as_ref()).await?)
     }
 }
 
 impl<R: Repair> Erased<R> {
-    /// The repair's one-statement form, its summary checked; `None` when
-    /// the repair has none.
     /// The batch limit of this batch, never 0 (EX-4).
     fn limit(&self) -> Result<u32, SelectionError> {
-        match self.0.batch_limit() {
+        match self.repair.batch_limit() {
             0 => Err(SelectionError::ZeroLimit),
             limit => Ok(limit),
         }
     }
 
+    /// One batch of the one-statement form, its summary checked.
     async fn one_statement(
         &self,
+        form: &dyn SelectAndMutate<R::Key>,
         mut conn: &AsyncPgConnection,
         after: Option<&R::Key>,
         bound: &R::Key,
-    ) -> Result<Option<SelectedBatch>, BodyError> {
+    ) -> Result<SelectedBatch, BodyError> {
         let limit = self.limit()?;
-        let Some(mutated) = self
-            .0
+        let mutated = form
             .select_and_mutate(&mut conn, after, bound, limit)
-            .await?
-        else {
-            return Ok(None);
-        };
+            .await?;
         // EX-3/EX-4 on the summary: the mutation already ran, so a broken
         // summary rolls the whole batch back.
-        Ok(Some(match check_mutated(&mutated, after, bound, limit)? {
+        Ok(match check_mutated(&mutated, after, bound, limit)? {
             None => SelectedBatch {
                 keys: 0,
                 last: None,
@@ -747,7 +818,7 @@ impl<R: Repair> Erased<R> {
                 keys: count as usize,
                 last: Some((last.to_bytes(), last.to_json())),
             },
-        }))
+        })
     }
 }
 
@@ -758,7 +829,7 @@ impl<R: Repair> Erased<R> {
 /// construction.
 #[derive(Default, Clone)]
 pub struct Registry {
-    repairs: BTreeMap<&'static str, Arc<dyn DynRepair>>,
+    repairs: BTreeMap<String, Arc<dyn DynRepair>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -776,15 +847,19 @@ impl Registry {
     /// Add a definition. The stable ID is validated here, before anything
     /// reaches the database.
     pub fn register<R: Repair>(&mut self, repair: R) -> Result<&mut Self, DefinitionError> {
-        let id = repair.id();
-        validate_id(id)?;
+        let id = repair.id().to_string();
+        validate_id(&id)?;
         if repair.batch_limit() == 0 {
-            return Err(DefinitionError::ZeroBatchLimit(id.to_string()));
+            return Err(DefinitionError::ZeroBatchLimit(id));
         }
-        if self.repairs.contains_key(id) {
-            return Err(DefinitionError::DuplicateId(id.to_string()));
+        if self.repairs.contains_key(&id) {
+            return Err(DefinitionError::DuplicateId(id));
         }
-        self.repairs.insert(id, Arc::new(Erased(repair)));
+        let erased = Erased {
+            id: id.clone(),
+            repair,
+        };
+        self.repairs.insert(id, Arc::new(erased));
         Ok(self)
     }
 
@@ -796,7 +871,7 @@ impl Registry {
 
     /// The stable IDs this process can work on.
     pub fn ids(&self) -> Vec<String> {
-        self.repairs.keys().map(|s| s.to_string()).collect()
+        self.repairs.keys().cloned().collect()
     }
 
     /// Whether this process has a definition for `id`.

@@ -1143,7 +1143,7 @@ async fn clm01_release_after_the_server_ended_the_open_batch() {
 // ------------------------------------------------- one-statement batches
 
 /// A database with `rows` items and the counter, in its one-statement form
-/// (`Repair::select_and_mutate`), registered and started.
+/// (`SelectAndMutate`), registered and started.
 async fn started_one_statement(rows: i64, limit: u32) -> (TestDb, Engine, Arc<Hooks>) {
     started_counter(rows, limit, None, Counter::one_statement).await
 }
@@ -1321,7 +1321,7 @@ fn nanos_t0() -> chrono::DateTime<chrono::Utc> {
 #[backfill::async_trait]
 impl backfill::repair::Repair for NanosKeyed {
     type Key = chrono::DateTime<chrono::Utc>;
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         "items.nanos"
     }
     fn batch_limit(&self) -> u32 {
@@ -1336,13 +1336,27 @@ impl backfill::repair::Repair for NanosKeyed {
             rows: None,
         })
     }
+    fn batches(&self) -> backfill::repair::Batches<'_, Self::Key> {
+        backfill::repair::Batches::TwoStatements(self)
+    }
+    async fn validate(
+        &self,
+        _conn: &mut backfill::AsyncPgConnection,
+        _bound: Option<&Self::Key>,
+    ) -> Result<backfill::repair::Validation, RepairError> {
+        Ok(backfill::repair::Validation::Success)
+    }
+}
+
+#[backfill::async_trait]
+impl backfill::repair::SelectThenMutate<chrono::DateTime<chrono::Utc>> for NanosKeyed {
     async fn select_keys(
         &self,
         _conn: &mut backfill::AsyncPgConnection,
-        after: Option<&Self::Key>,
-        _bound: &Self::Key,
+        after: Option<&chrono::DateTime<chrono::Utc>>,
+        _bound: &chrono::DateTime<chrono::Utc>,
         _limit: u32,
-    ) -> Result<Vec<Self::Key>, RepairError> {
+    ) -> Result<Vec<chrono::DateTime<chrono::Utc>>, RepairError> {
         Ok(vec![match after {
             None => nanos_t0(),
             Some(after) => *after + chrono::Duration::nanoseconds(500),
@@ -1351,16 +1365,9 @@ impl backfill::repair::Repair for NanosKeyed {
     async fn mutate(
         &self,
         _conn: &mut backfill::AsyncPgConnection,
-        _keys: &[Self::Key],
+        _keys: &[chrono::DateTime<chrono::Utc>],
     ) -> Result<(), RepairError> {
         Ok(())
-    }
-    async fn validate(
-        &self,
-        _conn: &mut backfill::AsyncPgConnection,
-        _bound: Option<&Self::Key>,
-    ) -> Result<backfill::repair::Validation, RepairError> {
-        Ok(backfill::repair::Validation::Success)
     }
 }
 

@@ -26,7 +26,7 @@ mod support;
 use backfill::admin::{Admin, AdminConfig, AuthConfig, BackfillView, RequestMeta};
 use backfill::engine::FailureOutcome;
 use backfill::key::{render_json, KeyError};
-use backfill::repair::{bounded, MAX_DIAGNOSTIC_BYTES};
+use backfill::repair::{bounded, Batches, SelectThenMutate, MAX_DIAGNOSTIC_BYTES};
 use backfill::{
     async_trait, AsyncPgConnection, BatchOutcome, Engine, EngineError, Key, Registry, Repair,
     RepairError, SourceSet, State, Validation,
@@ -86,6 +86,29 @@ impl<K: Key> Repair for Keyed<K> {
         })
     }
 
+    fn batches(&self) -> Batches<'_, K> {
+        Batches::TwoStatements(self)
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        _bound: Option<&K>,
+    ) -> Result<Validation, RepairError> {
+        let seen: Count = diesel::sql_query("SELECT count(*) AS n FROM seen WHERE id = $1")
+            .bind::<Text, _>(self.id)
+            .get_result(conn)
+            .await?;
+        Ok(if seen.n == self.keys.len() as i64 {
+            Validation::Success
+        } else {
+            Validation::Failure(format!("{} of {} keys mutated", seen.n, self.keys.len()))
+        })
+    }
+}
+
+#[async_trait]
+impl<K: Key> SelectThenMutate<K> for Keyed<K> {
     async fn select_keys(
         &self,
         _conn: &mut AsyncPgConnection,
@@ -110,22 +133,6 @@ impl<K: Key> Repair for Keyed<K> {
             .execute(conn)
             .await?;
         Ok(())
-    }
-
-    async fn validate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        _bound: Option<&K>,
-    ) -> Result<Validation, RepairError> {
-        let seen: Count = diesel::sql_query("SELECT count(*) AS n FROM seen WHERE id = $1")
-            .bind::<Text, _>(self.id)
-            .get_result(conn)
-            .await?;
-        Ok(if seen.n == self.keys.len() as i64 {
-            Validation::Success
-        } else {
-            Validation::Failure(format!("{} of {} keys mutated", seen.n, self.keys.len()))
-        })
     }
 }
 
@@ -842,10 +849,10 @@ struct Described<R>(R, &'static str);
 #[async_trait]
 impl<R: Repair> Repair for Described<R> {
     type Key = R::Key;
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         self.0.id()
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         self.1
     }
     fn batch_limit(&self) -> u32 {
@@ -857,21 +864,8 @@ impl<R: Repair> Repair for Described<R> {
     ) -> Result<SourceSet<R::Key>, RepairError> {
         self.0.capture_bound(conn).await
     }
-    async fn select_keys(
-        &self,
-        conn: &mut AsyncPgConnection,
-        after: Option<&R::Key>,
-        bound: &R::Key,
-        limit: u32,
-    ) -> Result<Vec<R::Key>, RepairError> {
-        self.0.select_keys(conn, after, bound, limit).await
-    }
-    async fn mutate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        keys: &[R::Key],
-    ) -> Result<(), RepairError> {
-        self.0.mutate(conn, keys).await
+    fn batches(&self) -> Batches<'_, R::Key> {
+        self.0.batches()
     }
     async fn validate(
         &self,

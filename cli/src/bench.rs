@@ -17,12 +17,15 @@
 //! 3. `engine`: the product path: registered repair, `start`, the actor
 //!    runtime claiming, renewing and running fenced batches through
 //!    validation to `completed`, the repair in its one-statement form;
-//! 4. `engine-keys`: the same with the repair's two-statement form (select
+//! 4. `engine-sql`: the same as `engine` with the repair declared as a
+//!    `SqlRepair` (the library writes its statements), read against the
+//!    hand-written one of `engine`;
+//! 5. `engine-keys`: the same with the repair's two-statement form (select
 //!    the keys, then update them by id);
-//! 5. `engine-serial`: the same as `engine` with a repair that does not
+//! 6. `engine-serial`: the same as `engine` with a repair that does not
 //!    overlap commits (`Repair::overlap_commits`), the baseline of that;
-//! 6. `engine-k`: K independent backfills over K disjoint tables at once;
-//! 7. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
+//! 7. `engine-k`: K independent backfills over K disjoint tables at once;
+//! 8. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
 //!    machine's own scaling limit that `engine-k` is read against.
 //!
 //! After every run every row must have `email_norm = lower(email)` and
@@ -39,7 +42,8 @@
 use async_trait::async_trait;
 use backfill::engine::{Engine, EngineConfig, EngineError};
 use backfill::repair::{
-    BigIntSummary, Mutated, Registry, Repair, RepairError, SourceSet, Validation,
+    Batches, BigIntSummary, Mutated, Registry, Repair, RepairError, SelectAndMutate,
+    SelectThenMutate, SourceSet, SqlRepair, Validation,
 };
 use backfill::runtime::{Backend, BackendError, Disposition, StepOutcome, ValidationOutcome};
 use backfill::runtime::{RuntimeConfig, RuntimeHandle};
@@ -61,8 +65,11 @@ pub enum Runner {
     /// Minimal hand-written client loop on one connection.
     Client,
     /// The product path: one backfill through the actor runtime, the
-    /// repair in its one-statement form (`Repair::select_and_mutate`).
+    /// repair in its one-statement form (`SelectAndMutate`).
     Engine,
+    /// The same as `engine`, the repair declared as a `SqlRepair` instead
+    /// of written by hand.
+    EngineSql,
     /// The same, the repair in its two-statement form (`select_keys`, then
     /// `mutate` with the keys).
     EngineKeys,
@@ -93,6 +100,8 @@ enum Shape {
     TwoStatement,
     /// One-statement form, batches one after the other (`engine-serial`).
     Serial,
+    /// The declarative `SqlRepair` of the same update (`engine-sql`).
+    Sql,
 }
 
 /// Flags of `backfill bench`.
@@ -119,7 +128,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "plpgsql,client,engine,engine-keys,engine-serial,engine-k,plpgsql-k"
+        default_value = "plpgsql,client,engine,engine-sql,engine-keys,engine-serial,engine-k,plpgsql-k"
     )]
     pub only: Vec<Runner>,
     /// Backfills of `engine-k` and loops of `plpgsql-k` (default: the
@@ -470,14 +479,16 @@ async fn verify(conn: &mut AsyncPgConnection, table: &str) -> Result<bool, Bench
 /// asked today) falls back to the bound form. Every runner uses the same
 /// select text, the PL/pgSQL loop included.
 pub struct ItemsRepair {
-    id: &'static str,
+    id: String,
+    table: String,
     batch: u32,
     /// Selects with the literal limit `batch`.
     select: String,
     update: String,
-    /// The one-statement form with the literal limit; `None` runs the
-    /// two-statement form.
-    fused: Option<String>,
+    /// The one-statement form with the literal limit.
+    fused: String,
+    /// Whether [`Repair::batches`] answers the one-statement form.
+    one_statement: bool,
     bound: String,
     validate: String,
     /// Extra time each mutation holds its transaction (takeover owner only,
@@ -488,19 +499,20 @@ pub struct ItemsRepair {
 }
 
 impl ItemsRepair {
-    /// A repair of `table` (a bench-generated name) in batches of `batch`.
-    /// Stable IDs are static strings; the bench makes one per run, so it
-    /// leaks a few bytes per run on purpose.
+    /// A repair of `table` (a bench-generated name) in batches of `batch`,
+    /// under a stable ID made per run (EMB-2).
     pub fn new(id: String, table: &str, batch: u32) -> Self {
         Self {
-            id: Box::leak(id.into_boxed_str()),
+            id,
+            table: table.to_string(),
             batch,
             select: Self::select_sql(table, batch),
             update: format!(
                 "UPDATE {table} SET email_norm = lower(email), touched = touched + 1 \
                  WHERE id = ANY($1)"
             ),
-            fused: Some(Self::fused_sql(table, batch)),
+            fused: Self::fused_sql(table, batch),
+            one_statement: true,
             bound: format!("SELECT max(id) AS max FROM {table}"),
             validate: format!(
                 "SELECT count(*) AS n FROM {table} \
@@ -573,7 +585,7 @@ impl ItemsRepair {
 
     /// The same repair in its two-statement form only.
     pub fn two_statement(mut self) -> Self {
-        self.fused = None;
+        self.one_statement = false;
         self
     }
 
@@ -582,14 +594,27 @@ impl ItemsRepair {
         self.overlap = false;
         self
     }
+
+    /// The same update declared as a [`SqlRepair`], which writes its own
+    /// statements (the one-statement form, as `fused_sql`).
+    pub fn declared(self) -> Result<SqlRepair, BenchError> {
+        SqlRepair::new(self.id, self.table)
+            .key("id")
+            .set("email_norm = lower(email), touched = touched + 1")
+            .validate_where("email_norm IS DISTINCT FROM lower(email)")
+            .batch_size(self.batch)
+            .overlap_commits(self.overlap)
+            .build()
+            .map_err(|e| BenchError::Run(e.to_string()))
+    }
 }
 
 #[async_trait]
 impl Repair for ItemsRepair {
     type Key = i64;
 
-    fn id(&self) -> &'static str {
-        self.id
+    fn id(&self) -> &str {
+        &self.id
     }
 
     fn batch_limit(&self) -> u32 {
@@ -616,46 +641,12 @@ impl Repair for ItemsRepair {
         })
     }
 
-    async fn select_keys(
-        &self,
-        conn: &mut AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Vec<i64>, RepairError> {
-        let rows: Vec<Id> = cached(self.query(&self.select, after, bound, limit))
-            .load(conn)
-            .await?;
-        Ok(rows.into_iter().map(|r| r.id).collect())
-    }
-
-    async fn select_and_mutate(
-        &self,
-        conn: &mut &AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Option<Mutated<i64>>, RepairError> {
-        let Some(fused) = &self.fused else {
-            return Ok(None);
-        };
-        let row: BigIntSummary = cached(self.query(fused, after, bound, limit))
-            .get_result(conn)
-            .await?;
-        if !self.throttle.is_zero() {
-            tokio::time::sleep(self.throttle).await;
+    fn batches(&self) -> Batches<'_, i64> {
+        if self.one_statement {
+            Batches::OneStatement(self)
+        } else {
+            Batches::TwoStatements(self)
         }
-        Ok(Some(row.into()))
-    }
-
-    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        cached(diesel::sql_query(&self.update).bind::<Array<BigInt>, _>(keys))
-            .execute(conn)
-            .await?;
-        if !self.throttle.is_zero() {
-            tokio::time::sleep(self.throttle).await;
-        }
-        Ok(())
     }
 
     async fn validate(
@@ -672,6 +663,50 @@ impl Repair for ItemsRepair {
         } else {
             Validation::Failure(format!("{} rows are not normalized", bad.n))
         })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for ItemsRepair {
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        let rows: Vec<Id> = cached(self.query(&self.select, after, bound, limit))
+            .load(conn)
+            .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        cached(diesel::sql_query(&self.update).bind::<Array<BigInt>, _>(keys))
+            .execute(conn)
+            .await?;
+        if !self.throttle.is_zero() {
+            tokio::time::sleep(self.throttle).await;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SelectAndMutate<i64> for ItemsRepair {
+    async fn select_and_mutate(
+        &self,
+        conn: &mut &AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Mutated<i64>, RepairError> {
+        let row: BigIntSummary = cached(self.query(&self.fused, after, bound, limit))
+            .get_result(conn)
+            .await?;
+        if !self.throttle.is_zero() {
+            tokio::time::sleep(self.throttle).await;
+        }
+        Ok(row.into())
     }
 }
 
@@ -992,13 +1027,14 @@ impl Ctx {
                 std::process::id()
             );
             ids.push(id.clone());
-            registry
-                .register(match (shape, ItemsRepair::new(id, table, batch)) {
-                    (Shape::OneStatement, repair) => repair,
-                    (Shape::TwoStatement, repair) => repair.two_statement(),
-                    (Shape::Serial, repair) => repair.serial(),
-                })
-                .map_err(|e| BenchError::Run(e.to_string()))?;
+            let repair = ItemsRepair::new(id, table, batch);
+            match shape {
+                Shape::OneStatement => registry.register(repair),
+                Shape::TwoStatement => registry.register(repair.two_statement()),
+                Shape::Serial => registry.register(repair.serial()),
+                Shape::Sql => registry.register(repair.declared()?),
+            }
+            .map_err(|e| BenchError::Run(e.to_string()))?;
         }
         // Two connections per runner (the repair overlaps commits, see
         // `Repair::overlap_commits`) plus renewer, validator and the bench.
@@ -1451,8 +1487,8 @@ impl Report {
     }
 
     /// `(engine/plpgsql, engine/client, engine-k/(k*engine),
-    /// plpgsql-k/(k*plpgsql))` for `batch`.
-    fn ratios(&self, batch: u32) -> [Option<f64>; 4] {
+    /// plpgsql-k/(k*plpgsql), engine-sql/engine)` for `batch`.
+    fn ratios(&self, batch: u32) -> [Option<f64>; 5] {
         let e = self.median_rps("engine", batch);
         let p = self.median_rps("plpgsql", batch);
         let k = self.k as f64;
@@ -1461,6 +1497,7 @@ impl Report {
             self.ratio(e, self.median_rps("client", batch)),
             self.ratio(self.median_rps("engine-k", batch), e.map(|e| e * k)),
             self.ratio(self.median_rps("plpgsql-k", batch), p.map(|p| p * k)),
+            self.ratio(self.median_rps("engine-sql", batch), e),
         ]
     }
 
@@ -1488,13 +1525,14 @@ impl Report {
     }
 
     /// [`Report::ratios`]' per-repetition ranges, in the same order.
-    fn ranges(&self, batch: u32) -> [Option<(f64, f64)>; 4] {
+    fn ranges(&self, batch: u32) -> [Option<(f64, f64)>; 5] {
         let k = self.k as f64;
         [
             self.rep_range("engine", "plpgsql", 1.0, batch),
             self.rep_range("engine", "client", 1.0, batch),
             self.rep_range("engine-k", "engine", k, batch),
             self.rep_range("plpgsql-k", "plpgsql", k, batch),
+            self.rep_range("engine-sql", "engine", 1.0, batch),
         ]
     }
 
@@ -1509,7 +1547,7 @@ impl Report {
     fn json(&self) -> Value {
         let mut ratios = json!({
             "engine_vs_plpgsql": {}, "engine_vs_client": {}, "engine_k_vs_k_engine": {},
-            "plpgsql_k_vs_k_plpgsql": {},
+            "plpgsql_k_vs_k_plpgsql": {}, "engine_sql_vs_engine": {},
         });
         let mut ranges = ratios.clone();
         let keys = [
@@ -1517,6 +1555,7 @@ impl Report {
             "engine_vs_client",
             "engine_k_vs_k_engine",
             "plpgsql_k_vs_k_plpgsql",
+            "engine_sql_vs_engine",
         ];
         for b in self.batches() {
             for ((key, v), range) in keys.iter().zip(self.ratios(b)).zip(self.ranges(b)) {
@@ -1561,6 +1600,7 @@ impl Report {
                 "plpgsql",
                 "client",
                 "engine",
+                "engine-sql",
                 "engine-keys",
                 "engine-serial",
                 "engine-k",
@@ -1589,7 +1629,7 @@ impl Report {
         }
         let bs = self.batches();
         if !bs.is_empty() {
-            s.push_str("\nRatios of the medians; in parentheses, the lowest and highest of the same ratio within one repetition (runs of a repetition are back to back).\n\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches |\n|---:|---:|---:|---:|---:|---:|\n");
+            s.push_str("\nRatios of the medians; in parentheses, the lowest and highest of the same ratio within one repetition (runs of a repetition are back to back).\n\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches | engine-sql / engine |\n|---:|---:|---:|---:|---:|---:|---:|\n");
             for b in bs {
                 let f = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
                 let with_range = |x: Option<f64>, r: Option<(f64, f64)>| match (x, r) {
@@ -1598,19 +1638,20 @@ impl Report {
                     }
                     _ => f(x),
                 };
-                let [a, c, k, pk] = self.ratios(b);
-                let [ra, rc, rk, rpk] = self.ranges(b);
+                let [a, c, k, pk, sql] = self.ratios(b);
+                let [ra, rc, rk, rpk, rsql] = self.ranges(b);
                 let phase = self.ratio(
                     self.median_phase_rps("engine", b),
                     self.median_phase_rps("plpgsql", b),
                 );
                 s.push_str(&format!(
-                    "| {b} | {} | {} | {} | {} | {} |\n",
+                    "| {b} | {} | {} | {} | {} | {} | {} |\n",
                     with_range(a, ra),
                     with_range(c, rc),
                     with_range(k, rk),
                     with_range(pk, rpk),
-                    f(phase)
+                    f(phase),
+                    with_range(sql, rsql)
                 ));
             }
         }
@@ -1659,7 +1700,7 @@ checkpoint, COMMIT (5 round trips, cached prepared statements), no claims or fen
 - `engine`: the product path end to end: `start` (bound capture), the actor \
 runtime claiming, renewing and running fenced batches, then the validation \
 scan and `completed`. The repair has its one-statement form \
-(`Repair::select_and_mutate`: `WITH k AS (SELECT array_agg(id ORDER BY id) AS a \
+(`SelectAndMutate::select_and_mutate`: `WITH k AS (SELECT array_agg(id ORDER BY id) AS a \
 FROM (SELECT id .. LIMIT B) AS s), u AS (UPDATE .. WHERE id = ANY((SELECT a FROM k)::bigint[])) \
 SELECT a[1], a[cardinality(a)], cardinality(a) FROM k`), so a batch is ONE round trip: the fenced \
 checkpoint advance + COMMIT, the next batch's BEGIN + SET LOCAL timeouts, \
@@ -1668,6 +1709,10 @@ transaction, so no pool checkout either). The repair overlaps commits \
 (`Repair::overlap_commits`): the claim holds a second connection, and each \
 batch's statement runs there while the previous batch's fence and COMMIT run \
 on the first, so the commit's WAL flush is off the critical path.\n\
+- `engine-sql`: `engine` with the repair declared as a `SqlRepair` \
+(`SqlRepair::new(id, \"items\").key(\"id\").set(..).validate_where(..)`), which writes \
+the same one-statement batch; `engine-sql / engine` is the cost of declaring instead of \
+hand-writing.\n\
 - `engine-keys`: the same engine with the repair's two-statement form \
 (select the keys, then update them by id): 3 round trips per batch \
 (select, update, fence + COMMIT + next BEGIN), overlapping commits too.\n\
@@ -1786,6 +1831,11 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
                         Runner::Engine => {
                             let table = ["items".into()];
                             ctx.engine_run("engine", &table, args.rows, batch, rep, Shape::OneStatement)
+                                .await?
+                        }
+                        Runner::EngineSql => {
+                            let table = ["items".into()];
+                            ctx.engine_run("engine-sql", &table, args.rows, batch, rep, Shape::Sql)
                                 .await?
                         }
                         Runner::EngineKeys => {

@@ -46,6 +46,7 @@ fn bench_json_shape_and_verification() {
         "engine_vs_client",
         "engine_k_vs_k_engine",
         "plpgsql_k_vs_k_plpgsql",
+        "engine_sql_vs_engine",
     ] {
         let v = &report["ratios"][key]["100"];
         assert!(v.as_f64().is_some_and(|r| r > 0.0), "{key}: {v}");
@@ -65,6 +66,7 @@ fn bench_json_shape_and_verification() {
             "engine-k",
             "engine-keys",
             "engine-serial",
+            "engine-sql",
             "plpgsql",
             "plpgsql-k"
         ]

@@ -254,7 +254,7 @@ pub struct CarelessCounter {
 #[backfill::async_trait]
 impl backfill::Repair for CarelessCounter {
     type Key = i64;
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         self.inner.id()
     }
     fn batch_limit(&self) -> u32 {
@@ -266,21 +266,9 @@ impl backfill::Repair for CarelessCounter {
     ) -> Result<backfill::SourceSet<i64>, backfill::RepairError> {
         self.inner.capture_bound(conn).await
     }
-    async fn select_keys(
-        &self,
-        conn: &mut backfill::AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Vec<i64>, backfill::RepairError> {
-        self.inner.select_keys(conn, after, bound, limit).await
-    }
-    async fn mutate(
-        &self,
-        conn: &mut backfill::AsyncPgConnection,
-        keys: &[i64],
-    ) -> Result<(), backfill::RepairError> {
-        self.inner.mutate(conn, keys).await
+    fn batches(&self) -> backfill::Batches<'_, i64> {
+        // The inner counter's two-statement form, whatever its flag says.
+        backfill::Batches::TwoStatements(&self.inner)
     }
     async fn validate(
         &self,

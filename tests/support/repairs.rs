@@ -2,7 +2,10 @@
 //! mutation and commit and inside validation, so races are forced by
 //! channels, never by sleeps.
 
-use backfill::repair::{BigIntSummary, Mutated, Repair, RepairError, SourceSet, Validation};
+use backfill::repair::{
+    Batches, BigIntSummary, Mutated, Repair, RepairError, SelectAndMutate, SelectThenMutate,
+    SourceSet, Validation,
+};
 use backfill::{async_trait, AsyncPgConnection};
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Double, Nullable, Timestamptz};
@@ -196,11 +199,11 @@ impl Counter {
 impl Repair for Counter {
     type Key = i64;
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         self.id
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "test: n = n + 1 on every item"
     }
 
@@ -234,6 +237,46 @@ impl Repair for Counter {
         })
     }
 
+    fn batches(&self) -> Batches<'_, i64> {
+        if self.one_statement {
+            Batches::OneStatement(self)
+        } else {
+            Batches::TwoStatements(self)
+        }
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&i64>,
+    ) -> Result<Validation, RepairError> {
+        let gate = self.hooks.in_validate.lock().clone();
+        if let Some(gate) = gate {
+            gate.pass().await;
+        }
+        if let Some(error) = self.hooks.fail_validate.lock().clone() {
+            return Err(error);
+        }
+        if std::sync::atomic::AtomicBool::load(&self.hooks.panic_in_validate, Ordering::SeqCst) {
+            panic!("the test repair's validation panics");
+        }
+        let bad: Count = diesel::sql_query(format!(
+            "SELECT count(*) AS n FROM {} WHERE id <= $1 AND n <> 1",
+            self.table
+        ))
+        .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
+        .get_result(conn)
+        .await?;
+        Ok(if bad.n == 0 {
+            Validation::Success
+        } else {
+            Validation::Failure(format!("{} items up to the bound do not have n = 1", bad.n))
+        })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for Counter {
     async fn select_keys(
         &self,
         conn: &mut AsyncPgConnection,
@@ -269,17 +312,38 @@ impl Repair for Counter {
             .await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        diesel::sql_query(format!(
+            "UPDATE {} SET n = n + 1 WHERE id = ANY($1)",
+            self.table
+        ))
+        .bind::<Array<BigInt>, _>(keys)
+        .execute(conn)
+        .await?;
+        if std::sync::atomic::AtomicBool::load(&self.hooks.panic_in_mutate, Ordering::SeqCst) {
+            panic!("the test repair's mutation panics");
+        }
+        let gate = self.hooks.after_mutate.lock().clone();
+        if let Some(gate) = gate {
+            gate.pass().await;
+        }
+        let fail = self.hooks.fail_after_mutate.lock().clone();
+        match fail {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
 
+#[async_trait]
+impl SelectAndMutate<i64> for Counter {
     async fn select_and_mutate(
         &self,
         conn: &mut &AsyncPgConnection,
         after: Option<&i64>,
         bound: &i64,
         limit: u32,
-    ) -> Result<Option<Mutated<i64>>, RepairError> {
-        if !self.one_statement {
-            return Ok(None);
-        }
+    ) -> Result<Mutated<i64>, RepairError> {
         let mut limit = i64::from(limit);
         if AtomicU8::load(&self.hooks.select_mode, Ordering::SeqCst) == SELECT_OVER_LIMIT {
             limit += 1;
@@ -303,60 +367,9 @@ impl Repair for Counter {
         .await?;
         if AtomicU8::load(&self.hooks.select_mode, Ordering::SeqCst) == SELECT_SUMMARY_WITHOUT_KEYS
         {
-            return Ok(Some(Mutated::from_summary(None, None, row.n)));
+            return Ok(Mutated::from_summary(None, None, row.n));
         }
-        Ok(Some(row.into()))
-    }
-
-    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        diesel::sql_query(format!(
-            "UPDATE {} SET n = n + 1 WHERE id = ANY($1)",
-            self.table
-        ))
-        .bind::<Array<BigInt>, _>(keys)
-        .execute(conn)
-        .await?;
-        if std::sync::atomic::AtomicBool::load(&self.hooks.panic_in_mutate, Ordering::SeqCst) {
-            panic!("the test repair's mutation panics");
-        }
-        let gate = self.hooks.after_mutate.lock().clone();
-        if let Some(gate) = gate {
-            gate.pass().await;
-        }
-        let fail = self.hooks.fail_after_mutate.lock().clone();
-        match fail {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
-    }
-
-    async fn validate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        bound: Option<&i64>,
-    ) -> Result<Validation, RepairError> {
-        let gate = self.hooks.in_validate.lock().clone();
-        if let Some(gate) = gate {
-            gate.pass().await;
-        }
-        if let Some(error) = self.hooks.fail_validate.lock().clone() {
-            return Err(error);
-        }
-        if std::sync::atomic::AtomicBool::load(&self.hooks.panic_in_validate, Ordering::SeqCst) {
-            panic!("the test repair's validation panics");
-        }
-        let bad: Count = diesel::sql_query(format!(
-            "SELECT count(*) AS n FROM {} WHERE id <= $1 AND n <> 1",
-            self.table
-        ))
-        .bind::<BigInt, _>(bound.copied().unwrap_or(i64::MIN))
-        .get_result(conn)
-        .await?;
-        Ok(if bad.n == 0 {
-            Validation::Success
-        } else {
-            Validation::Failure(format!("{} items up to the bound do not have n = 1", bad.n))
-        })
+        Ok(row.into())
     }
 }
 
@@ -369,7 +382,7 @@ pub struct TextKeyed {
 #[async_trait]
 impl Repair for TextKeyed {
     type Key = String;
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         self.id
     }
     fn batch_limit(&self) -> u32 {
@@ -384,6 +397,20 @@ impl Repair for TextKeyed {
             rows: None,
         })
     }
+    fn batches(&self) -> Batches<'_, String> {
+        Batches::TwoStatements(self)
+    }
+    async fn validate(
+        &self,
+        _conn: &mut AsyncPgConnection,
+        _bound: Option<&String>,
+    ) -> Result<Validation, RepairError> {
+        Ok(Validation::Success)
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<String> for TextKeyed {
     async fn select_keys(
         &self,
         _conn: &mut AsyncPgConnection,
@@ -399,13 +426,6 @@ impl Repair for TextKeyed {
         _keys: &[String],
     ) -> Result<(), RepairError> {
         Ok(())
-    }
-    async fn validate(
-        &self,
-        _conn: &mut AsyncPgConnection,
-        _bound: Option<&String>,
-    ) -> Result<Validation, RepairError> {
-        Ok(Validation::Success)
     }
 }
 
@@ -438,7 +458,7 @@ pub struct CompoundCounter {
 impl Repair for CompoundCounter {
     type Key = (DateTime<Utc>, i64);
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         "events.compound-counter"
     }
 
@@ -464,45 +484,8 @@ impl Repair for CompoundCounter {
         })
     }
 
-    async fn select_keys(
-        &self,
-        conn: &mut AsyncPgConnection,
-        after: Option<&Self::Key>,
-        bound: &Self::Key,
-        limit: u32,
-    ) -> Result<Vec<Self::Key>, RepairError> {
-        let rows: Vec<EventKey> = diesel::sql_query(
-            "SELECT created_at, id FROM events \
-             WHERE ($1 OR (created_at, id) > ($2, $3)) AND (created_at, id) <= ($4, $5) \
-             ORDER BY created_at, id LIMIT $6",
-        )
-        .bind::<diesel::sql_types::Bool, _>(after.is_none())
-        .bind::<Timestamptz, _>(after.map(|k| k.0).unwrap_or(bound.0))
-        .bind::<BigInt, _>(after.map(|k| k.1).unwrap_or(0))
-        .bind::<Timestamptz, _>(bound.0)
-        .bind::<BigInt, _>(bound.1)
-        .bind::<BigInt, _>(i64::from(limit))
-        .load(conn)
-        .await?;
-        Ok(rows.into_iter().map(|k| (k.created_at, k.id)).collect())
-    }
-
-    async fn mutate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        keys: &[Self::Key],
-    ) -> Result<(), RepairError> {
-        let ids: Vec<i64> = keys.iter().map(|k| k.1).collect();
-        let ts: Vec<DateTime<Utc>> = keys.iter().map(|k| k.0).collect();
-        diesel::sql_query(
-            "UPDATE events e SET n = n + 1 FROM unnest($1::timestamptz[], $2::bigint[]) AS k(c, i) \
-             WHERE e.created_at = k.c AND e.id = k.i",
-        )
-        .bind::<Array<Timestamptz>, _>(ts)
-        .bind::<Array<BigInt>, _>(ids)
-        .execute(conn)
-        .await?;
-        Ok(())
+    fn batches(&self) -> Batches<'_, (DateTime<Utc>, i64)> {
+        Batches::TwoStatements(self)
     }
 
     async fn validate(
@@ -518,5 +501,48 @@ impl Repair for CompoundCounter {
         } else {
             Validation::Failure(format!("{} events do not have n = 1", bad.n))
         })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<(DateTime<Utc>, i64)> for CompoundCounter {
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&(DateTime<Utc>, i64)>,
+        bound: &(DateTime<Utc>, i64),
+        limit: u32,
+    ) -> Result<Vec<(DateTime<Utc>, i64)>, RepairError> {
+        let rows: Vec<EventKey> = diesel::sql_query(
+            "SELECT created_at, id FROM events \
+             WHERE ($1 OR (created_at, id) > ($2, $3)) AND (created_at, id) <= ($4, $5) \
+             ORDER BY created_at, id LIMIT $6",
+        )
+        .bind::<diesel::sql_types::Bool, _>(after.is_none())
+        .bind::<Timestamptz, _>(after.map(|k| k.0).unwrap_or(bound.0))
+        .bind::<BigInt, _>(after.map(|k| k.1).unwrap_or(0))
+        .bind::<Timestamptz, _>(bound.0)
+        .bind::<BigInt, _>(bound.1)
+        .bind::<BigInt, _>(i64::from(limit))
+        .load(conn)
+        .await?;
+        Ok(rows.into_iter().map(|k| (k.created_at, k.id)).collect())
+    }
+    async fn mutate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        keys: &[(DateTime<Utc>, i64)],
+    ) -> Result<(), RepairError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.1).collect();
+        let ts: Vec<DateTime<Utc>> = keys.iter().map(|k| k.0).collect();
+        diesel::sql_query(
+            "UPDATE events e SET n = n + 1 FROM unnest($1::timestamptz[], $2::bigint[]) AS k(c, i) \
+             WHERE e.created_at = k.c AND e.id = k.i",
+        )
+        .bind::<Array<Timestamptz>, _>(ts)
+        .bind::<Array<BigInt>, _>(ids)
+        .execute(conn)
+        .await?;
+        Ok(())
     }
 }

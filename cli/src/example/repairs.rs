@@ -15,7 +15,7 @@
 // FOR UPDATE): the four repairs touch the same rows concurrently, and one
 // lock order for all of them turns would-be deadlocks into short waits.
 use async_trait::async_trait;
-use backfill::repair::{Repair, RepairError, SourceSet, Validation};
+use backfill::repair::{Batches, Repair, RepairError, SelectThenMutate, SourceSet, Validation};
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Timestamptz};
 use diesel::QueryableByName;
@@ -170,11 +170,11 @@ impl Default for AuthorNorm {
 impl Repair for AuthorNorm {
     type Key = i64;
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         AUTHOR_NORM_ID
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "events: fill author_norm = lower(btrim(author)), keyed by id"
     }
 
@@ -189,27 +189,8 @@ impl Repair for AuthorNorm {
         capture_id_bound(conn).await
     }
 
-    async fn select_keys(
-        &self,
-        conn: &mut AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Vec<i64>, RepairError> {
-        select_ids(conn, after, bound, limit).await
-    }
-
-    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        diesel::sql_query(concat!(
-            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
-             UPDATE events SET author_norm = ",
-            normalize_author!("author"),
-            " FROM locked WHERE events.id = locked.id"
-        ))
-        .bind::<Array<BigInt>, _>(keys)
-        .execute(conn)
-        .await?;
-        Ok(())
+    fn batches(&self) -> Batches<'_, i64> {
+        Batches::TwoStatements(self)
     }
 
     async fn validate(
@@ -234,6 +215,31 @@ impl Repair for AuthorNorm {
                  lower(btrim(author))"
             ))
         })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for AuthorNorm {
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        select_ids(conn, after, bound, limit).await
+    }
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        diesel::sql_query(concat!(
+            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
+             UPDATE events SET author_norm = ",
+            normalize_author!("author"),
+            " FROM locked WHERE events.id = locked.id"
+        ))
+        .bind::<Array<BigInt>, _>(keys)
+        .execute(conn)
+        .await?;
+        Ok(())
     }
 }
 
@@ -264,11 +270,11 @@ impl Default for ContentLen {
 impl Repair for ContentLen {
     type Key = (DateTime<Utc>, i64);
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         CONTENT_LEN_ID
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "events: fill content_len = char_length(content), keyed by (created_at, id)"
     }
 
@@ -311,13 +317,49 @@ impl Repair for ContentLen {
         })
     }
 
+    fn batches(&self) -> Batches<'_, (DateTime<Utc>, i64)> {
+        Batches::TwoStatements(self)
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&Self::Key>,
+    ) -> Result<Validation, RepairError> {
+        let Some((at, id)) = bound else {
+            // Empty source set: nothing existed to repair.
+            return Ok(Validation::Success);
+        };
+        let bad: Count = diesel::sql_query(
+            "SELECT count(*) AS n FROM events \
+             WHERE (created_at, id) <= ($1, $2) \
+               AND content_len IS DISTINCT FROM char_length(content)",
+        )
+        .bind::<Timestamptz, _>(*at)
+        .bind::<BigInt, _>(*id)
+        .get_result(conn)
+        .await?;
+        Ok(if bad.n == 0 {
+            Validation::Success
+        } else {
+            Validation::Failure(format!(
+                "{} events up to the bound have content_len missing or different from \
+                 char_length(content)",
+                bad.n
+            ))
+        })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<(DateTime<Utc>, i64)> for ContentLen {
     async fn select_keys(
         &self,
         conn: &mut AsyncPgConnection,
-        after: Option<&Self::Key>,
-        bound: &Self::Key,
+        after: Option<&(DateTime<Utc>, i64)>,
+        bound: &(DateTime<Utc>, i64),
         limit: u32,
-    ) -> Result<Vec<Self::Key>, RepairError> {
+    ) -> Result<Vec<(DateTime<Utc>, i64)>, RepairError> {
         // Row-value comparisons walk the (created_at, id) index in order.
         // Two statements rather than one with an "after is NULL" flag, so
         // each keeps a plain index range condition.
@@ -351,11 +393,10 @@ impl Repair for ContentLen {
         };
         Ok(rows.into_iter().map(|k| (k.created_at, k.id)).collect())
     }
-
     async fn mutate(
         &self,
         conn: &mut AsyncPgConnection,
-        keys: &[Self::Key],
+        keys: &[(DateTime<Utc>, i64)],
     ) -> Result<(), RepairError> {
         // `id` alone identifies a row (primary key); the compound key only
         // orders the walk. Both are matched anyway so that a row whose
@@ -376,35 +417,6 @@ impl Repair for ContentLen {
         .execute(conn)
         .await?;
         Ok(())
-    }
-
-    async fn validate(
-        &self,
-        conn: &mut AsyncPgConnection,
-        bound: Option<&Self::Key>,
-    ) -> Result<Validation, RepairError> {
-        let Some((at, id)) = bound else {
-            // Empty source set: nothing existed to repair.
-            return Ok(Validation::Success);
-        };
-        let bad: Count = diesel::sql_query(
-            "SELECT count(*) AS n FROM events \
-             WHERE (created_at, id) <= ($1, $2) \
-               AND content_len IS DISTINCT FROM char_length(content)",
-        )
-        .bind::<Timestamptz, _>(*at)
-        .bind::<BigInt, _>(*id)
-        .get_result(conn)
-        .await?;
-        Ok(if bad.n == 0 {
-            Validation::Success
-        } else {
-            Validation::Failure(format!(
-                "{} events up to the bound have content_len missing or different from \
-                 char_length(content)",
-                bad.n
-            ))
-        })
     }
 }
 
@@ -445,11 +457,11 @@ const TAGS_REMEDY: &str = "have tags that are not a JSON array; set their tags t
 impl Repair for TagCount {
     type Key = i64;
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         TAG_COUNT_ID
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "events: fill tag_count = jsonb_array_length(tags); blocks on tags that are not arrays"
     }
 
@@ -464,56 +476,8 @@ impl Repair for TagCount {
         capture_id_bound(conn).await
     }
 
-    async fn select_keys(
-        &self,
-        conn: &mut AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Vec<i64>, RepairError> {
-        let after_id = after.copied().unwrap_or(i64::MIN);
-        let rows: Vec<CheckedId> = diesel::sql_query(
-            "SELECT id, jsonb_typeof(tags) = 'array' AS ok FROM events \
-             WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3",
-        )
-        .bind::<BigInt, _>(after_id)
-        .bind::<BigInt, _>(*bound)
-        .bind::<BigInt, _>(i64::from(limit))
-        .load(conn)
-        .await?;
-        if rows.iter().all(|r| r.ok) {
-            return Ok(rows.into_iter().map(|r| r.id).collect());
-        }
-        // Only on the failure path: count every bad row still ahead, so the
-        // operator fixes them all at once instead of one batch at a time.
-        // The checkpoint has not moved past any of them.
-        let bad: Count = diesel::sql_query(
-            "SELECT count(*) AS n FROM events \
-             WHERE id > $1 AND id <= $2 AND jsonb_typeof(tags) <> 'array'",
-        )
-        .bind::<BigInt, _>(after_id)
-        .bind::<BigInt, _>(*bound)
-        .get_result(conn)
-        .await?;
-        Err(RepairError::Blocked(format!(
-            "{} events after the checkpoint and up to the bound {TAGS_REMEDY}",
-            bad.n
-        )))
-    }
-
-    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        // The selection checked that every key has array tags, in this same
-        // transaction; the CASE keeps the statement from raising regardless.
-        diesel::sql_query(concat!(
-            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
-             UPDATE events SET tag_count = ",
-            tag_count_of!("tags"),
-            " FROM locked WHERE events.id = locked.id"
-        ))
-        .bind::<Array<BigInt>, _>(keys)
-        .execute(conn)
-        .await?;
-        Ok(())
+    fn batches(&self) -> Batches<'_, i64> {
+        Batches::TwoStatements(self)
     }
 
     async fn validate(
@@ -552,6 +516,60 @@ impl Repair for TagCount {
     }
 }
 
+#[async_trait]
+impl SelectThenMutate<i64> for TagCount {
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        let after_id = after.copied().unwrap_or(i64::MIN);
+        let rows: Vec<CheckedId> = diesel::sql_query(
+            "SELECT id, jsonb_typeof(tags) = 'array' AS ok FROM events \
+             WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3",
+        )
+        .bind::<BigInt, _>(after_id)
+        .bind::<BigInt, _>(*bound)
+        .bind::<BigInt, _>(i64::from(limit))
+        .load(conn)
+        .await?;
+        if rows.iter().all(|r| r.ok) {
+            return Ok(rows.into_iter().map(|r| r.id).collect());
+        }
+        // Only on the failure path: count every bad row still ahead, so the
+        // operator fixes them all at once instead of one batch at a time.
+        // The checkpoint has not moved past any of them.
+        let bad: Count = diesel::sql_query(
+            "SELECT count(*) AS n FROM events \
+             WHERE id > $1 AND id <= $2 AND jsonb_typeof(tags) <> 'array'",
+        )
+        .bind::<BigInt, _>(after_id)
+        .bind::<BigInt, _>(*bound)
+        .get_result(conn)
+        .await?;
+        Err(RepairError::Blocked(format!(
+            "{} events after the checkpoint and up to the bound {TAGS_REMEDY}",
+            bad.n
+        )))
+    }
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        // The selection checked that every key has array tags, in this same
+        // transaction; the CASE keeps the statement from raising regardless.
+        diesel::sql_query(concat!(
+            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
+             UPDATE events SET tag_count = ",
+            tag_count_of!("tags"),
+            " FROM locked WHERE events.id = locked.id"
+        ))
+        .bind::<Array<BigInt>, _>(keys)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+}
+
 // ------------------------------------------------------------ touch-count
 
 /// `events.touch-count.v1`: `touch_count = touch_count + 1` on every event
@@ -584,11 +602,11 @@ impl Default for TouchCount {
 impl Repair for TouchCount {
     type Key = i64;
 
-    fn id(&self) -> &'static str {
+    fn id(&self) -> &str {
         TOUCH_COUNT_ID
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "events: touch_count + 1 on every row (non-idempotent double-apply detector)"
     }
 
@@ -603,25 +621,8 @@ impl Repair for TouchCount {
         capture_id_bound(conn).await
     }
 
-    async fn select_keys(
-        &self,
-        conn: &mut AsyncPgConnection,
-        after: Option<&i64>,
-        bound: &i64,
-        limit: u32,
-    ) -> Result<Vec<i64>, RepairError> {
-        select_ids(conn, after, bound, limit).await
-    }
-
-    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
-        diesel::sql_query(
-            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
-             UPDATE events SET touch_count = touch_count + 1 FROM locked WHERE events.id = locked.id",
-        )
-            .bind::<Array<BigInt>, _>(keys)
-            .execute(conn)
-            .await?;
-        Ok(())
+    fn batches(&self) -> Batches<'_, i64> {
+        Batches::TwoStatements(self)
     }
 
     async fn validate(
@@ -654,5 +655,28 @@ impl Repair for TouchCount {
                  more than once, {never} were not touched"
             ))
         })
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for TouchCount {
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        select_ids(conn, after, bound, limit).await
+    }
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        diesel::sql_query(
+            "WITH locked AS (SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE) \
+             UPDATE events SET touch_count = touch_count + 1 FROM locked WHERE events.id = locked.id",
+        )
+            .bind::<Array<BigInt>, _>(keys)
+            .execute(conn)
+            .await?;
+        Ok(())
     }
 }
