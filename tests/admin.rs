@@ -10,7 +10,10 @@
 //!   of every test that performs accepted actions.
 //! - ADM-2/3 projection, ADM-6 absent destructive routes, supervisor
 //!   waker: `adm2_*`, `adm6_*`, `adm_waker_*`
-//! - OpenAPI document: `adm_openapi_*`
+//! - OpenAPI document: `adm_openapi_*`; its declared constraints and key
+//!   types: `api1_*` (live responses: `.ci/api-check`)
+//! - API-2 405 with `Allow` on a known path: `api2_*`
+//! - API-3 flood of rejected requests: `api3_*`
 //! - Bad input: IDs no backfill can have: `adm_invalid_ids_*`
 //!
 //! Races use PostgreSQL's own lock queue (a test session holds the row lock
@@ -70,7 +73,12 @@ async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let before = snapshot(&db, ID).await;
-    let audits_before = db.scalar("SELECT count(*) AS v FROM backfill_audit").await;
+    let audits_before = db
+        .scalar("SELECT coalesce(sum(request_count), 0)::bigint AS v FROM backfill_audit")
+        .await;
+    let seq_before = db
+        .scalar("SELECT coalesce(max(seq), 0) AS v FROM backfill_audit")
+        .await;
 
     let mut attempts = 0;
     for (method, path) in routes(ID) {
@@ -102,13 +110,18 @@ async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
         0,
         "no idempotent response stored for a rejected request"
     );
+    // Requests without valid credentials from one source are audited as
+    // one row per window carrying their count (API-3); every attempt is
+    // still counted, so the audit accounts for each of them (AUD-1).
     let audited = db
         .scalar(&format!(
-            "SELECT count(*) AS v FROM backfill_audit WHERE seq > (SELECT coalesce(max(seq), 0) FROM backfill_audit) - {attempts} \
+            "SELECT coalesce(sum(request_count), 0)::bigint AS v FROM backfill_audit WHERE seq > {seq_before} \
              AND outcome IN ('unauthorized', 'forbidden') AND resulting_state IS NULL"
         ))
         .await;
-    let audits_after = db.scalar("SELECT count(*) AS v FROM backfill_audit").await;
+    let audits_after = db
+        .scalar("SELECT coalesce(sum(request_count), 0)::bigint AS v FROM backfill_audit")
+        .await;
     assert_eq!(
         audits_after - audits_before,
         attempts,
@@ -121,8 +134,13 @@ async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
         8
     );
     assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE actor IS NULL AND authority = 'none' AND outcome = 'unauthorized'").await,
+        db.scalar("SELECT sum(request_count)::bigint AS v FROM backfill_audit WHERE actor IS NULL AND authority = 'none' AND outcome = 'unauthorized'").await,
         16
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'unauthorized' AND source = '127.0.0.1'").await,
+        1,
+        "one coalesced row for the window (API-3)"
     );
     // The read-only principal can read.
     let r = call(
@@ -899,8 +917,14 @@ async fn adm6_no_destructive_routes() {
             "{method} {path}: {}",
             r.status
         );
-        // A JSON error like every other rejection, not an empty body.
-        assert_eq!(r.body["error"], "not_found", "{method} {path}: {}", r.text);
+        // A JSON error like every other rejection, not an empty body: 405
+        // for another method on a known path (API-2), else 404.
+        let code = if r.status == 405 {
+            "method_not_allowed"
+        } else {
+            "not_found"
+        };
+        assert_eq!(r.body["error"], code, "{method} {path}: {}", r.text);
     }
     assert_eq!(snapshot(&db, ID).await, before);
     server.stop().await;
@@ -1023,7 +1047,8 @@ async fn adm_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
     let (db, engine, _hooks) = setup(3).await;
     let server = serve(admin(engine));
     let before = snapshot(&db, ID).await;
-    let audits = || db.scalar("SELECT count(*) AS v FROM backfill_audit");
+    let audits =
+        || db.scalar("SELECT coalesce(sum(request_count), 0)::bigint AS v FROM backfill_audit");
     let audits_before = audits().await;
     let mut rejected_actions = 0;
     for bad in ["items%00counter", "Items.Counter"] {
@@ -1059,7 +1084,18 @@ async fn adm_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
     assert_eq!(
         db.scalar(
             "SELECT count(*) AS v FROM backfill_audit \
-             WHERE backfill_id = 'items\u{fffd}counter' AND outcome IN ('bad_request', 'unauthorized')"
+             WHERE backfill_id = 'items\u{fffd}counter' AND outcome = 'bad_request'"
+        )
+        .await,
+        5,
+        "the NUL is stored replaced"
+    );
+    // The unauthenticated ones share one coalesced row (API-3), which
+    // describes the first of them: a NUL ID, stored replaced.
+    assert_eq!(
+        db.scalar(
+            "SELECT request_count AS v FROM backfill_audit \
+             WHERE backfill_id = 'items\u{fffd}counter' AND outcome = 'unauthorized'"
         )
         .await,
         10,
@@ -1067,4 +1103,255 @@ async fn adm_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
     );
     assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
     server.stop().await;
+}
+
+/// API-1: the document declares what the server checks and sends: the ID
+/// rule on the path and on `after`/`backfill`, `limit` 1..=500, the
+/// Idempotency-Key's 1..=200 bytes, bound and checkpoint as any JSON
+/// rendering of a key (integer, string, array) or null, and the error
+/// statuses with their bodies. Guards: the `param`/tuple attributes in
+/// `http::admin` and `view::key_schema` (removing one fails its assertion;
+/// `.ci/api-check` then checks live responses against the document).
+#[actix_rt::test]
+async fn api1_openapi_declares_constraints_and_key_types() {
+    let (_db, engine, _hooks) = setup(1).await;
+    let server = serve(admin(engine));
+    let doc = call(&server.url, "GET", "/openapi.json", None, None)
+        .await
+        .body;
+    let param = |path: &str, method: &str, name: &str| -> Value {
+        doc["paths"][path][method]["parameters"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{method} {path} has parameters"))
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{method} {path} declares {name}"))["schema"]
+            .clone()
+    };
+    let id_rule = |s: &Value| {
+        assert_eq!(s["pattern"], "^[a-z0-9._-]{1,128}$", "{s}");
+        assert_eq!(s["maxLength"], 128, "{s}");
+    };
+    id_rule(&param("/admin/backfills/{id}", "get", "id"));
+    id_rule(&param("/admin/backfills", "get", "after"));
+    id_rule(&param("/admin/audit", "get", "backfill"));
+    for (path, method) in [("/admin/backfills", "get"), ("/admin/audit", "get")] {
+        let limit = param(path, method, "limit");
+        assert_eq!(
+            (limit["minimum"].as_i64(), limit["maximum"].as_i64()),
+            (Some(1), Some(500))
+        );
+    }
+    for action in ["start", "pause", "resume", "retry", "validate"] {
+        let path = format!("/admin/backfills/{{id}}/{action}");
+        id_rule(&param(&path, "post", "id"));
+        let key = param(&path, "post", "Idempotency-Key");
+        assert_eq!(
+            (key["minLength"].as_i64(), key["maxLength"].as_i64()),
+            (Some(1), Some(200))
+        );
+        let responses = &doc["paths"][path.as_str()]["post"]["responses"];
+        for status in ["400", "401", "403", "404", "422", "429", "500", "503"] {
+            assert!(
+                responses[status]["content"]["application/json"]["schema"].is_object(),
+                "{action} declares {status} with a body"
+            );
+        }
+        assert!(responses["401"]["headers"]["WWW-Authenticate"].is_object());
+        assert!(responses["429"]["headers"]["Retry-After"].is_object());
+    }
+    let view = &doc["components"]["schemas"]["BackfillView"]["properties"];
+    for field in ["bound", "checkpoint"] {
+        let kinds: Vec<&Value> = view[field]["oneOf"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{field} is a oneOf: {}", view[field]))
+            .iter()
+            .map(|s| &s["type"])
+            .collect();
+        for kind in ["integer", "string", "array", "null"] {
+            assert!(
+                kinds.iter().any(|k| *k == kind),
+                "{field} allows {kind}: {kinds:?}"
+            );
+        }
+    }
+    server.stop().await;
+}
+
+/// API-2: a known path with an unsupported method answers 405 with an
+/// `Allow` header and the JSON error body; an unknown path stays a JSON
+/// 404. Nothing is audited or changed. Guard: the per-resource default
+/// service in `http::admin::resource` (without it the catch-all answers
+/// 404 and the test fails on the status).
+#[actix_rt::test]
+async fn api2_unsupported_method_on_a_known_path_is_405_with_allow() {
+    let (db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine));
+    let before = snapshot(&db, ID).await;
+    let audits = db.scalar("SELECT count(*) AS v FROM backfill_audit").await;
+    let cases = [
+        ("TRACE", "/admin/backfills".to_string(), "GET"),
+        ("POST", "/admin/backfills".to_string(), "GET"),
+        ("DELETE", format!("/admin/backfills/{ID}"), "GET"),
+        ("PUT", format!("/admin/backfills/{ID}"), "GET"),
+        ("GET", format!("/admin/backfills/{ID}/pause"), "POST"),
+        ("DELETE", format!("/admin/backfills/{ID}/start"), "POST"),
+        ("PATCH", "/admin/audit".to_string(), "GET"),
+        ("POST", "/openapi.json".to_string(), "GET"),
+    ];
+    for (method, path, allow) in cases {
+        let client = awc::Client::default();
+        let m = awc::http::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut res = client
+            .request(m, format!("{}{path}", server.url))
+            .insert_header(("Authorization", format!("Bearer {OPERATOR}")))
+            .insert_header(("Idempotency-Key", "api2"))
+            .send()
+            .await
+            .expect("request");
+        let body: Value = serde_json::from_slice(&res.body().await.expect("body")).expect("JSON");
+        assert_eq!(res.status().as_u16(), 405, "{method} {path}: {body}");
+        assert_eq!(
+            res.headers().get("allow").and_then(|v| v.to_str().ok()),
+            Some(allow),
+            "{method} {path}"
+        );
+        assert_eq!(body["error"], "method_not_allowed", "{body}");
+    }
+    for path in ["/admin/backfills/x/reset", "/admin/nothing", "/admin"] {
+        let r = call(&server.url, "DELETE", path, Some(OPERATOR), None).await;
+        assert_eq!(r.status, 404, "{path}: {}", r.text);
+        assert_eq!(r.body["error"], "not_found");
+    }
+    assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_audit").await,
+        audits,
+        "no route ran, so nothing was audited"
+    );
+    server.stop().await;
+}
+
+/// API-3: 2,000 requests without credentials over loopback (64 at a time)
+/// while an authorized client lists: every authorized request succeeds;
+/// the rejections are audited as at most a few coalesced rows per source
+/// and reason (one per window) whose counts add up to the requests made;
+/// past the source's rate they are refused with 429, `Retry-After` and a
+/// JSON body; the gate's counters (exported by `/metrics`) agree. Guards:
+/// `FloodGate` (auditing each rejection with `audit_insert` writes 2,000
+/// rows; without the rate there is no 429) and the order in
+/// `Admin::authorize` (authentication before the gate).
+#[actix_rt::test]
+async fn api3_flood_of_rejected_requests_is_coalesced_and_authorized_requests_succeed() {
+    use futures_util::StreamExt;
+    use std::cell::Cell;
+    const FLOOD: usize = 2_000;
+    let (db, engine, _hooks) = setup(3).await;
+    let admin = admin(engine);
+    let gate = admin.clone();
+    let server = serve(admin);
+    let seq_before = db
+        .scalar("SELECT coalesce(max(seq), 0) AS v FROM backfill_audit")
+        .await;
+    let done = Cell::new(false);
+    let client = awc::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .finish();
+    let flood = async {
+        let answers: Vec<(u16, Option<String>, Value)> = futures_util::stream::iter(0..FLOOD)
+            .map(|i| {
+                let mut req = client.get(format!("{}/admin/backfills", server.url));
+                if i % 2 == 1 {
+                    req = req.insert_header(("Authorization", "Bearer not-a-known-token-1234"));
+                }
+                async move {
+                    let mut res = req.send().await.expect("request");
+                    let retry = res
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string);
+                    let body = res.body().await.expect("body");
+                    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    (res.status().as_u16(), retry, body)
+                }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        done.set(true);
+        answers
+    };
+    let operator = async {
+        let mut served = 0;
+        while !done.get() || served < 5 {
+            let r = call(&server.url, "GET", "/admin/backfills", Some(READER), None).await;
+            assert_eq!(
+                r.status, 200,
+                "authorized list during the flood: {}",
+                r.text
+            );
+            assert_eq!(r.body["items"].as_array().map(Vec::len), Some(2));
+            served += 1;
+        }
+        served
+    };
+    let (answers, served) = futures_util::join!(flood, operator);
+    assert!(served >= 5);
+    let unauthorized = answers.iter().filter(|a| a.0 == 401).count();
+    let throttled = answers.iter().filter(|a| a.0 == 429).count();
+    assert_eq!(unauthorized + throttled, FLOOD, "only 401 or 429");
+    assert!(throttled > 0, "past the rate the source is refused");
+    for (status, retry, body) in &answers {
+        let code = if *status == 401 {
+            "unauthorized"
+        } else {
+            "too_many_requests"
+        };
+        assert_eq!(body["error"], code, "{body}");
+        if *status == 429 {
+            let seconds: u64 = retry
+                .as_deref()
+                .expect("Retry-After")
+                .parse()
+                .expect("seconds");
+            assert!(seconds >= 1);
+        }
+    }
+    let counted = |outcome: &'static str| {
+        let db = &db;
+        async move {
+            db.scalar(&format!(
+                "SELECT coalesce(sum(request_count), 0)::bigint AS v FROM backfill_audit \
+                 WHERE seq > {seq_before} AND outcome = '{outcome}' AND source = '127.0.0.1'"
+            ))
+            .await
+        }
+    };
+    support::eventually("every rejection counted in the audit", || async {
+        counted("unauthorized").await + counted("throttled").await == FLOOD as i64
+    })
+    .await;
+    assert_eq!(counted("unauthorized").await, unauthorized as i64);
+    assert_eq!(counted("throttled").await, throttled as i64);
+    for outcome in ["unauthorized", "throttled"] {
+        let rows = db
+            .scalar(&format!(
+                "SELECT count(*) AS v FROM backfill_audit WHERE seq > {seq_before} AND outcome = '{outcome}'"
+            ))
+            .await;
+        assert!(
+            (1..=3).contains(&rows),
+            "{outcome}: {rows} rows, bounded by windows"
+        );
+    }
+    use backfill::admin::flood::Reason;
+    assert_eq!(
+        gate.flood().counted(Reason::Unauthorized),
+        unauthorized as u64
+    );
+    assert_eq!(gate.flood().counted(Reason::Throttled), throttled as u64);
+    assert_eq!(gate.flood().tracked_sources(), 1);
+    server.stop().await;
+    assert_audit_complete(&db).await;
 }

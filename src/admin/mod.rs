@@ -10,9 +10,11 @@
 //! runners: it commits an intent and at most calls the waker.
 
 pub mod auth;
+pub mod flood;
 pub mod view;
 
 pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
+pub use flood::{FloodGate, FloodLimits};
 pub use view::*;
 
 use crate::engine::{ActionOutcome, Engine, EngineError};
@@ -22,6 +24,7 @@ use crate::store::{self, BackfillRow, NewAudit, StoreError};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Longest accepted idempotency key or request id, in bytes (the
@@ -62,6 +65,10 @@ pub enum AdminError {
     KeyReused,
     #[error("this server has no definition for the backfill")]
     NoDefinition,
+    /// API-3: too many rejected requests from this source; retry after
+    /// this many seconds.
+    #[error("too many rejected requests from this source; retry later")]
+    TooManyRequests(u64),
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
@@ -78,6 +85,7 @@ impl AdminError {
             AdminError::NotFound => 404,
             AdminError::KeyReused => 422,
             AdminError::NoDefinition => 409,
+            AdminError::TooManyRequests(_) => 429,
             AdminError::Unavailable(_) => 503,
             AdminError::Internal(_) => 500,
         }
@@ -92,6 +100,7 @@ impl AdminError {
             AdminError::NotFound => "not_found",
             AdminError::KeyReused => "idempotency_key_reused",
             AdminError::NoDefinition => "no_definition",
+            AdminError::TooManyRequests(_) => "too_many_requests",
             AdminError::Unavailable(_) => "unavailable",
             AdminError::Internal(_) => "internal",
         }
@@ -138,6 +147,9 @@ pub struct RequestMeta<'a> {
     pub idempotency_key: Option<&'a str>,
     /// A request id for correlation when there is no idempotency key.
     pub request_id: Option<&'a str>,
+    /// The peer address: rejections are coalesced and rate-limited per
+    /// source (API-3). `None` (not a socket peer) is a source of its own.
+    pub source: Option<IpAddr>,
 }
 
 impl RequestMeta<'_> {
@@ -205,6 +217,7 @@ pub struct Admin {
     engine: Engine,
     config: Arc<AdminConfig>,
     waker: Option<Waker>,
+    flood: Arc<FloodGate>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -253,7 +266,19 @@ impl Admin {
             engine,
             config: Arc::new(config),
             waker: None,
+            flood: Arc::new(FloodGate::new(FloodLimits::default())),
         }
+    }
+
+    /// Replace the bounds of the rejection path (API-3).
+    pub fn with_flood_limits(mut self, limits: FloodLimits) -> Self {
+        self.flood = Arc::new(FloodGate::new(limits));
+        self
+    }
+
+    /// The rejection gate: what was coalesced or refused (API-3).
+    pub fn flood(&self) -> &FloodGate {
+        &self.flood
     }
 
     /// Call `waker(id)` after an accepted start/resume/retry commits (the
@@ -318,7 +343,10 @@ impl Admin {
     }
 
     /// Authenticate and authorize; 401/403 are audited and return nothing
-    /// protected (AUTH-1).
+    /// protected (AUTH-1). Requests without valid credentials are audited
+    /// coalesced per source and window, and past a rate refused with 429
+    /// (API-3); authentication is checked first, in memory, so authorized
+    /// requests never touch that path.
     async fn authorize(
         &self,
         meta: &RequestMeta<'_>,
@@ -327,10 +355,25 @@ impl Admin {
         need: Capability,
     ) -> Result<Authority, AdminError> {
         let Some(authority) = self.config.auth.authenticate(meta.bearer) else {
-            let error = AdminError::Unauthorized;
-            self.audit_rejection(&Authority::anonymous(), id, action, meta, &error, None)
-                .await;
-            return Err(error);
+            let first = flood::FirstRequest {
+                backfill_id: audit_id(id),
+                action: truncate(action, 32),
+                correlation: meta.correlation(),
+                detail: bounded(AdminError::Unauthorized.to_string()),
+            };
+            let (verdict, start_writer) = self.flood.reject(meta.source, first);
+            if start_writer {
+                tokio::spawn(self.flood.clone().flush(self.engine.pool().clone()));
+            }
+            return Err(match verdict {
+                flood::Verdict::Unauthorized { ticket } => {
+                    self.flood.written(ticket).await;
+                    AdminError::Unauthorized
+                }
+                flood::Verdict::Throttled { retry_after } => {
+                    AdminError::TooManyRequests(retry_after)
+                }
+            });
         };
         if !authority.can(need) {
             let error = AdminError::Forbidden(need);

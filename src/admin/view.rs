@@ -69,6 +69,36 @@ pub struct Readiness {
     pub gating: bool,
 }
 
+/// The schema of a rendered key (`crate::key::render_json`), declared as
+/// what the server sends (API-1): an integer (`i32`, `i64`), a string
+/// (text, UUID, RFC 3339 timestamp), a flat array of those for a compound
+/// key, or `null`.
+#[cfg(feature = "http")]
+fn key_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+    let scalar = || {
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::Integer).format(Some(
+                utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Int64),
+            )))
+            .item(ObjectBuilder::new().schema_type(Type::String))
+    };
+    scalar()
+        .item(
+            ArrayBuilder::new()
+                .items(scalar())
+                .min_items(Some(2))
+                .max_items(Some(3)),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(
+            "A key in its own JSON type: integer for i32/i64 keys, string for text, UUID and \
+             timestamp keys, an array of those for compound keys; null when unknown or absent.",
+        ))
+        .build()
+        .into()
+}
+
 /// One backfill as the admin API shows it (ADM-2).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
@@ -79,12 +109,12 @@ pub struct BackfillView {
     pub state: String,
     /// Key type of bound and checkpoint (e.g. `i64`).
     pub key_type: Option<String>,
-    /// Inclusive upper bound in the key's own type; `null` before start or
-    /// for an empty source set.
-    #[cfg_attr(feature = "http", schema(value_type = Option<Object>))]
+    /// Inclusive upper bound in the key's own type; `null` before start,
+    /// for an empty source set, or when the stored key cannot be decoded.
+    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
     pub bound: Option<Value>,
-    /// Greatest committed key; `null` = before every key.
-    #[cfg_attr(feature = "http", schema(value_type = Option<Object>))]
+    /// Greatest committed key; `null` = before every key (or undecodable).
+    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
     pub checkpoint: Option<Value>,
     /// `start` found nothing to repair (EX-1).
     pub empty_source: bool,
@@ -219,7 +249,8 @@ pub struct ConflictBody {
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// Stable code: `unauthorized`, `forbidden`, `bad_request`,
-    /// `not_found`, `idempotency_key_reused`, `no_definition`,
+    /// `not_found`, `method_not_allowed`, `idempotency_key_reused`,
+    /// `no_definition`, `too_many_requests`,
     /// `unavailable`, `internal`.
     pub error: String,
     pub message: String,
@@ -268,6 +299,15 @@ pub struct AuditEntry {
     /// Bounded outcome code.
     pub outcome: String,
     pub detail: Option<String>,
+    /// How many requests this record stands for: 1, or the count of a
+    /// window of coalesced rejections of one source (API-3), whose first
+    /// request the other fields describe.
+    pub request_count: i64,
+    /// Peer address of a coalesced window's requests.
+    pub source: Option<String>,
+    /// When the latest request of a coalesced window was counted.
+    #[serde(serialize_with = "timestamp::serialize_opt")]
+    pub last_at: Option<DateTime<Utc>>,
 }
 
 impl From<AuditRow> for AuditEntry {
@@ -285,6 +325,9 @@ impl From<AuditRow> for AuditEntry {
             generation: r.generation,
             outcome: r.outcome,
             detail: r.detail,
+            request_count: r.request_count,
+            source: r.source,
+            last_at: r.last_at,
         }
     }
 }

@@ -51,32 +51,79 @@ impl Modify for BearerAuth {
 /// Mount the admin routes and `/openapi.json` into a host's App.
 pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
     cfg.app_data(admin)
-        .route("/openapi.json", web::get().to(openapi_json))
-        .route("/admin/backfills", web::get().to(list))
-        .route("/admin/backfills/{id}", web::get().to(detail))
-        .route("/admin/backfills/{id}/start", web::post().to(start))
-        .route("/admin/backfills/{id}/pause", web::post().to(pause))
-        .route("/admin/backfills/{id}/resume", web::post().to(resume))
-        .route("/admin/backfills/{id}/retry", web::post().to(retry))
-        .route("/admin/backfills/{id}/validate", web::post().to(validate))
-        .route("/admin/audit", web::get().to(audit))
-        // Registered last: any other method or path under /admin gets a
-        // JSON error like every other rejection, not an empty body.
+        .service(resource(
+            "/openapi.json",
+            web::get().to(openapi_json),
+            "GET",
+        ))
+        .service(resource("/admin/backfills", web::get().to(list), "GET"))
+        .service(resource(
+            "/admin/backfills/{id}",
+            web::get().to(detail),
+            "GET",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/start",
+            web::post().to(start),
+            "POST",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/pause",
+            web::post().to(pause),
+            "POST",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/resume",
+            web::post().to(resume),
+            "POST",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/retry",
+            web::post().to(retry),
+            "POST",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/validate",
+            web::post().to(validate),
+            "POST",
+        ))
+        .service(resource("/admin/audit", web::get().to(audit), "GET"))
+        // Registered last: any other path under /admin gets a JSON error
+        // like every other rejection, not an empty body.
         .route("/admin", web::route().to(no_route))
         .route("/admin/{tail:.*}", web::route().to(no_route));
 }
 
-/// An admin path or method that is not a route (ADM-6: there is no reset,
-/// delete, force-complete ...). Nothing is read or changed.
+/// One known path served by `route`; every other method on it is a 405
+/// naming the allowed one (API-2), so a client can tell a wrong method
+/// from a path that does not exist.
+fn resource(path: &str, route: actix_web::Route, allow: &'static str) -> actix_web::Resource {
+    web::resource(path)
+        .route(route)
+        .default_service(web::to(move || method_not_allowed(allow)))
+}
+
+async fn method_not_allowed(allow: &'static str) -> HttpResponse {
+    HttpResponse::MethodNotAllowed()
+        .insert_header((header::ALLOW, allow))
+        .json(ErrorBody {
+            error: "method_not_allowed".into(),
+            message: format!("this path accepts only {allow}"),
+        })
+}
+
+/// An admin path that is not a route (ADM-6: there is no reset, delete,
+/// force-complete ...). Nothing is read or changed.
 async fn no_route() -> HttpResponse {
     HttpResponse::NotFound().json(ErrorBody {
         error: "not_found".into(),
-        message: "no admin route for this method and path".into(),
+        message: "no admin route for this path".into(),
     })
 }
 
 /// Headers of one request, owned.
 struct Meta {
+    source: Option<std::net::IpAddr>,
     bearer: Option<String>,
     idempotency_key: Option<String>,
     request_id: String,
@@ -97,6 +144,9 @@ impl Meta {
                 .then(|| token.trim().to_string())
         });
         Self {
+            // The socket peer, not a forwarded-for header a client could
+            // choose: the rate of rejections is kept per peer (API-3).
+            source: req.peer_addr().map(|a| a.ip()),
             bearer,
             idempotency_key: header("idempotency-key"),
             request_id: header("x-request-id")
@@ -110,6 +160,7 @@ impl Meta {
             bearer: self.bearer.as_deref(),
             idempotency_key: self.idempotency_key.as_deref(),
             request_id: Some(&self.request_id),
+            source: self.source,
         }
     }
 }
@@ -117,8 +168,14 @@ impl Meta {
 fn error(e: &AdminError) -> HttpResponse {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::build(status);
-    if matches!(e, AdminError::Unauthorized) {
-        response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+    match e {
+        AdminError::Unauthorized => {
+            response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+        }
+        AdminError::TooManyRequests(seconds) => {
+            response.insert_header((header::RETRY_AFTER, seconds.to_string()));
+        }
+        _ => {}
     }
     response.json(e.body())
 }
@@ -150,8 +207,10 @@ fn query<T: for<'de> Deserialize<'de>>(req: &HttpRequest) -> Result<T, AdminErro
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Return IDs strictly after this one (from `next_after`).
+    #[param(pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)]
     pub after: Option<String>,
     /// Page size, 1..=500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
 }
 
@@ -160,10 +219,12 @@ pub struct ListQuery {
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
     /// Only records of this backfill.
+    #[param(pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)]
     pub backfill: Option<String>,
     /// Return records strictly before this `seq` (from `next_before`).
     pub before: Option<i64>,
     /// Page size, 1..=500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
 }
 
@@ -172,8 +233,11 @@ pub struct AuditQuery {
     get, path = "/admin/backfills", params(ListQuery),
     responses(
         (status = 200, description = "A page of backfills", body = BackfillPage),
-        (status = 400, description = "Bad paging parameters, or `after` or `backfill` not a backfill ID", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 400, description = "Bad paging parameters, or `after` not a backfill ID", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:read", body = ErrorBody),
         (status = 500, description = "Server error", body = ErrorBody),
         (status = 503, description = "Database unavailable", body = ErrorBody),
@@ -195,11 +259,14 @@ async fn list(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
 /// One backfill in detail (ADM-2).
 #[utoipa::path(
     get, path = "/admin/backfills/{id}",
-    params(("id" = String, Path, description = "Stable ID")),
+    params(("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)),
     responses(
         (status = 200, description = "The backfill", body = BackfillView),
         (status = 400, description = "Not a backfill ID", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:read", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 500, description = "Server error", body = ErrorBody),
@@ -225,13 +292,16 @@ async fn act(
 #[utoipa::path(
     post, path = "/admin/backfills/{id}/start",
     params(
-        ("id" = String, Path, description = "Stable ID"),
-        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4)"),
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "Not allowed from the current state (ADM-5), or no local definition", body = ConflictBody),
@@ -248,13 +318,16 @@ async fn start(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
 #[utoipa::path(
     post, path = "/admin/backfills/{id}/pause",
     params(
-        ("id" = String, Path, description = "Stable ID"),
-        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4)"),
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "Not allowed from the current state (ADM-5)", body = ConflictBody),
@@ -271,13 +344,16 @@ async fn pause(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
 #[utoipa::path(
     post, path = "/admin/backfills/{id}/resume",
     params(
-        ("id" = String, Path, description = "Stable ID"),
-        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4)"),
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "Not allowed from the current state (ADM-5)", body = ConflictBody),
@@ -295,13 +371,16 @@ async fn resume(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>
 #[utoipa::path(
     post, path = "/admin/backfills/{id}/retry",
     params(
-        ("id" = String, Path, description = "Stable ID"),
-        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4)"),
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "Not allowed from the current state (ADM-5)", body = ConflictBody),
@@ -319,13 +398,16 @@ async fn retry(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
 #[utoipa::path(
     post, path = "/admin/backfills/{id}/validate",
     params(
-        ("id" = String, Path, description = "Stable ID"),
-        ("Idempotency-Key" = String, Header, description = "One logical request; a retry recovers its outcome (VAL-6)"),
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("Idempotency-Key" = String, Header, description = "One logical request; a retry recovers its outcome (VAL-6): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
     ),
     responses(
         (status = 200, description = "The validation outcome", body = ValidationResponse),
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
@@ -346,8 +428,11 @@ async fn validate(
     get, path = "/admin/audit", params(AuditQuery),
     responses(
         (status = 200, description = "A page of audit records", body = AuditPage),
-        (status = 400, description = "Bad paging parameters, or `after` or `backfill` not a backfill ID", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody),
+        (status = 400, description = "Bad paging parameters, or `backfill` not a backfill ID", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:read", body = ErrorBody),
         (status = 500, description = "Server error", body = ErrorBody),
         (status = 503, description = "Database unavailable", body = ErrorBody),

@@ -6,6 +6,8 @@
 //! belong to the authorized admin views. A failed read is exported as
 //! unknown (`backfill_state_known 0`), never as zeros.
 
+use crate::admin::flood::Reason;
+use crate::admin::Admin;
 use crate::lifecycle::State;
 use crate::readiness::Readiness;
 use crate::store::{self, Pool};
@@ -24,7 +26,10 @@ pub struct MetricsSource {
     pub runtime: Arc<RuntimeMetrics>,
 }
 
-async fn metrics(source: web::Data<MetricsSource>) -> HttpResponse {
+async fn metrics(
+    source: web::Data<MetricsSource>,
+    admin: Option<web::Data<Admin>>,
+) -> HttpResponse {
     let mut out = String::with_capacity(4096);
     let counts = match source.pool.get().await {
         Ok(mut conn) => store::backfill_count_by_state(&mut conn).await.ok(),
@@ -86,6 +91,23 @@ async fn metrics(source: web::Data<MetricsSource>) -> HttpResponse {
         "# HELP backfill_overlap_serial_batches_total Batches of repairs that overlap commits which ran serially because the pool could not spare a second connection.\n# TYPE backfill_overlap_serial_batches_total counter\nbackfill_overlap_serial_batches_total {}",
         source.engine.serial_fallbacks()
     );
+    // API-3: admin requests refused for lack of credentials, by reason
+    // (`unauthorized` answered 401, `throttled` answered 429); the audit
+    // holds the same counts per source and window.
+    if let Some(admin) = admin {
+        let _ = writeln!(
+            out,
+            "# HELP backfill_admin_rejected_total Admin requests refused without valid credentials.\n# TYPE backfill_admin_rejected_total counter"
+        );
+        for reason in Reason::ALL {
+            let _ = writeln!(
+                out,
+                "backfill_admin_rejected_total{{reason=\"{}\"}} {}",
+                reason.as_str(),
+                admin.flood().counted(reason)
+            );
+        }
+    }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(out)

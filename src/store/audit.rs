@@ -49,6 +49,16 @@ pub struct AuditRow {
     pub outcome: String,
     #[diesel(sql_type = Nullable<Text>)]
     pub detail: Option<String>,
+    /// Requests the row stands for: 1, or more for a coalesced window of
+    /// rejections (API-3).
+    #[diesel(sql_type = BigInt)]
+    pub request_count: i64,
+    /// Peer address of a coalesced window's requests.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub source: Option<String>,
+    /// When the latest request of a coalesced window was counted.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub last_at: Option<DateTime<Utc>>,
 }
 
 /// Append one audit record, in the caller's transaction: an accepted change
@@ -84,6 +94,58 @@ pub async fn audit_insert(
     Ok(row.seq)
 }
 
+/// Count `requests` more rejections into the coalesced audit row `window`
+/// (API-3), or, when `window` is `None` (or names no row), open a new one
+/// from `first` (the window's first request) with `source` and the count;
+/// returns the row's `seq`. Locks: the window row's row lock for the
+/// UPDATE, nothing beyond the insert otherwise. Outside any caller
+/// transaction: the rejected requests changed nothing, and one writer per
+/// process (`admin::flood`) is the only one to touch its rows, so the lock
+/// is never waited on.
+pub async fn audit_coalesce(
+    conn: &mut AsyncPgConnection,
+    window: Option<i64>,
+    first: &NewAudit<'_>,
+    source: &str,
+    requests: i64,
+) -> Result<i64, StoreError> {
+    #[derive(QueryableByName)]
+    struct Seq {
+        #[diesel(sql_type = BigInt)]
+        seq: i64,
+    }
+    let row: Seq = super::cached(
+        diesel::sql_query(
+            "WITH bumped AS ( \
+               UPDATE backfill_audit SET request_count = request_count + $12, last_at = now() \
+               WHERE seq = $1 RETURNING seq), \
+             opened AS ( \
+               INSERT INTO backfill_audit (backfill_id, action, actor, authority, correlation, \
+                 prior_state, resulting_state, generation, outcome, detail, request_count, \
+                 source, last_at) \
+               SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, now() \
+               WHERE NOT EXISTS (SELECT 1 FROM bumped) RETURNING seq) \
+             SELECT seq FROM bumped UNION ALL SELECT seq FROM opened",
+        )
+        .bind::<Nullable<BigInt>, _>(window)
+        .bind::<Text, _>(first.backfill_id)
+        .bind::<Text, _>(first.action)
+        .bind::<Nullable<Text>, _>(first.actor)
+        .bind::<Text, _>(first.authority)
+        .bind::<Nullable<Text>, _>(first.correlation)
+        .bind::<Nullable<Text>, _>(first.prior_state)
+        .bind::<Nullable<Text>, _>(first.resulting_state)
+        .bind::<Nullable<BigInt>, _>(first.generation)
+        .bind::<Text, _>(first.outcome)
+        .bind::<Nullable<Text>, _>(first.detail)
+        .bind::<BigInt, _>(requests)
+        .bind::<Text, _>(source),
+    )
+    .get_result(conn)
+    .await?;
+    Ok(row.seq)
+}
+
 /// A page of audit records, newest first, optionally for one backfill and
 /// strictly before `before` (a `seq`). No lock.
 pub async fn audit_list(
@@ -94,7 +156,7 @@ pub async fn audit_list(
 ) -> Result<Vec<AuditRow>, StoreError> {
     Ok(diesel::sql_query(
         "SELECT seq, at, backfill_id, action, actor, authority, correlation, prior_state, \
-             resulting_state, generation, outcome, detail \
+             resulting_state, generation, outcome, detail, request_count, source, last_at \
          FROM backfill_audit \
          WHERE ($1::text IS NULL OR backfill_id = $1) AND ($2::bigint IS NULL OR seq < $2) \
          ORDER BY seq DESC LIMIT $3",
