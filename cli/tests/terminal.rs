@@ -40,9 +40,10 @@ const DEMO_HEADER: &str = "backfills (working), readiness";
 const TOKEN: &str = "terminal-test-token-0123456789abcdef";
 
 /// A tmux server of its own (a unique socket) holding one session; killed
-/// when the test ends, pass or fail.
+/// when the test ends, pass or fail, and its socket file removed (tmux
+/// leaves it behind).
 struct Tmux {
-    socket: String,
+    socket: std::path::PathBuf,
 }
 
 impl Tmux {
@@ -51,11 +52,11 @@ impl Tmux {
     /// so the screen can still be read.
     fn start(cols: u16, rows: u16, argv: &[String]) -> Tmux {
         static N: AtomicU32 = AtomicU32::new(0);
-        let socket = format!(
-            "bft-term-{}-{}",
+        let socket = std::env::temp_dir().join(format!(
+            "bft-term-{}-{}.tmux",
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
-        );
+        ));
         let quoted: Vec<String> = argv
             .iter()
             .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
@@ -64,7 +65,9 @@ impl Tmux {
         let tmux = Tmux { socket };
         let status = Command::new("tmux")
             // No user configuration: the test's terminal is tmux's default.
-            .args(["-L", &tmux.socket, "-f", "/dev/null", "new-session", "-d"])
+            .arg("-S")
+            .arg(&tmux.socket)
+            .args(["-f", "/dev/null", "new-session", "-d"])
             .args(["-x", &cols.to_string(), "-y", &rows.to_string()])
             .args(["sh", "-c", &script])
             .status()
@@ -76,7 +79,9 @@ impl Tmux {
     /// The screen, one line per screen row (trailing spaces trimmed).
     fn capture(&self) -> String {
         let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p"])
+            .arg("-S")
+            .arg(&self.socket)
+            .args(["capture-pane", "-p"])
             .output()
             .expect("tmux capture-pane");
         assert!(out.status.success(), "capture-pane failed");
@@ -117,8 +122,11 @@ impl Drop for Tmux {
     fn drop(&mut self) {
         // Ends the session's processes too (they get SIGHUP).
         let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
             .status();
+        let _ = std::fs::remove_file(&self.socket);
     }
 }
 
