@@ -8,6 +8,7 @@
 //! Exit codes: 0 ok, 2 usage (also 400/404/422), 3 conflict (409),
 //! 4 unauthorized (401/403), 5 server or network error.
 
+use crate::screen::{self, Column, Row, Screen, Table};
 use backfill::admin::{
     ActionResponse, AuditPage, BackfillView, ConflictBody, ErrorBody, ValidationResponse,
 };
@@ -301,7 +302,14 @@ async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
                 print_json(&serde_json::json!({ "items": items, "next_after": null }));
             } else {
                 let items: Vec<BackfillView> = decode(Value::Array(items))?;
-                print!("{}", table(&items, &BTreeMap::new(), None));
+                // On a terminal the table fits its width; a pipe gets every
+                // column.
+                let max = std::io::stdout()
+                    .is_terminal()
+                    .then(|| screen::usable(screen::size().cols));
+                for line in table(&items, &BTreeMap::new(), None, max) {
+                    println!("{line}");
+                }
             }
         }
         CtlCommand::Show { id } => {
@@ -431,6 +439,7 @@ async fn watch(
     json: bool,
 ) -> Result<(), CtlError> {
     let tty = std::io::stdout().is_terminal();
+    let mut screen = Screen::new(Vec::new());
     let mut previous: Samples = BTreeMap::new();
     let mut last: Option<(Vec<BackfillView>, DateTime<Utc>)> = None;
     let mut refreshes = 0u64;
@@ -445,10 +454,10 @@ async fn watch(
                 .await
                 .and_then(|items| decode::<Vec<BackfillView>>(Value::Array(items))),
         };
-        let mut out = String::new();
-        if tty {
-            out.push_str("\x1b[2J\x1b[H");
-        }
+        // Measured every refresh: the terminal may have been resized.
+        let size = (tty && !json).then(screen::size);
+        let max = size.map(|s| screen::usable(s.cols));
+        let mut lines: Vec<String> = Vec::new();
         match fetched {
             Ok(items) => {
                 let at = items
@@ -456,11 +465,10 @@ async fn watch(
                     .map(|b| b.observed_at)
                     .unwrap_or_else(Utc::now);
                 if json {
-                    out.push_str(&serde_json::to_string(&items).unwrap_or_default());
-                    out.push('\n');
+                    lines.push(serde_json::to_string(&items).unwrap_or_default());
                 } else {
-                    out.push_str(&format!("refreshed {}\n", at.format("%H:%M:%S")));
-                    out.push_str(&table(&items, &previous, None));
+                    lines.push(format!("refreshed {}", at.format("%H:%M:%S")));
+                    lines.extend(table(&items, &previous, None, max));
                 }
                 previous = items
                     .iter()
@@ -471,29 +479,44 @@ async fn watch(
             Err(e) => {
                 // ADM-3: a failed refresh is stale data, never zero progress.
                 match (&last, json) {
-                    (_, true) => out.push_str(
-                        &serde_json::json!({"stale": true, "error": e.to_string()}).to_string(),
+                    (_, true) => lines.push(
+                        serde_json::json!({"stale": true, "error": e.to_string()}).to_string(),
                     ),
                     (Some((items, at)), false) => {
-                        out.push_str(&format!(
-                            "STALE: refresh failed ({e}); showing data from {}\n",
+                        lines.push(format!(
+                            "STALE: refresh failed ({e}); showing data from {}",
                             at.format("%H:%M:%S")
                         ));
-                        out.push_str(&table(items, &BTreeMap::new(), Some("stale")));
+                        lines.extend(table(items, &BTreeMap::new(), Some("stale"), max));
                     }
                     (None, false) => {
-                        out.push_str(&format!("STALE: refresh failed ({e}); no data yet\n"))
+                        lines.push(format!("STALE: refresh failed ({e}); no data yet"))
                     }
-                }
-                if json {
-                    out.push('\n');
                 }
                 last_error = Some(e);
             }
         }
         let mut stdout = std::io::stdout().lock();
-        let _ = stdout.write_all(out.as_bytes());
-        let _ = stdout.flush();
+        match size {
+            // A failed write to the terminal loses one frame; the next one
+            // redraws everything.
+            Some(size) => {
+                let _ = screen.draw(&mut stdout, size, &lines);
+            }
+            None => {
+                let mut out = String::new();
+                if tty {
+                    // JSON on a terminal: one document per screen.
+                    out.push_str("\x1b[2J\x1b[H");
+                }
+                for line in &lines {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+                let _ = stdout.write_all(out.as_bytes());
+                let _ = stdout.flush();
+            }
+        }
         drop(stdout);
         refreshes += 1;
         if count.is_some_and(|c| refreshes >= c) {
@@ -522,47 +545,121 @@ fn bar(fraction: Option<f64>) -> String {
     }
 }
 
-fn table(items: &[BackfillView], previous: &Samples, marker: Option<&str>) -> String {
-    let mut out = format!(
-        "{:<32} {:<10} {:<29} {:>10} {:>10} {:>9} {:<8} {:<7} {:<10}\n",
-        "ID", "STATE", "PROGRESS", "ROWS", "ROWS/S", "ETA", "OWNER", "GATING", "VALIDATION"
-    );
+/// The backfills as a table, laid out in `max` characters per line
+/// (`None`: every column, for pipes), then the diagnostics of blocked and
+/// failed rows that did not fit on their rows.
+fn table(
+    items: &[BackfillView],
+    previous: &Samples,
+    marker: Option<&str>,
+    max: Option<usize>,
+) -> Vec<String> {
+    // Dropped highest rank first on a narrow terminal: the bar repeats the
+    // percentage, validation and gating change rarely (`ctl show` has
+    // them), an ETA needs the rate, and the ID, state and percentage stay.
+    let mut t = Table {
+        columns: vec![
+            Column::new("ID").shrink_to(12),
+            Column::new("STATE"),
+            Column::new("PROGRESS").drop(9),
+            Column::new("DONE").right(),
+            Column::new("ROWS").right().drop(3),
+            Column::new("ROWS/S").right().drop(5),
+            Column::new("ETA").right().drop(6),
+            Column::new("OWNER").drop(4),
+            Column::new("GATING").drop(7),
+            Column::new("VALIDATION").drop(8),
+        ],
+        headers: true,
+        indent: 0,
+        rows: Vec::new(),
+    };
+    let mut diagnostics = Vec::new();
     for b in items {
+        // Only a running backfill moves: in any other state a rate or a
+        // time left would be invented, so both are "-" (not applicable,
+        // which is neither zero nor unknown).
+        let running = b.state == "running";
         let rate = previous.get(&b.id).and_then(|(done, at)| {
             let secs = (b.observed_at - *at).num_milliseconds() as f64 / 1000.0;
             (secs > 0.0).then(|| (b.progress.rows_done - done) as f64 / secs)
         });
-        let eta = match (b.state.as_str(), rate, b.progress.total_rows) {
-            ("completed", _, _) => "done".to_string(),
-            ("running", Some(r), Some(total)) if r > 0.0 => {
+        let eta = match (running, rate, b.progress.total_rows) {
+            (false, _, _) => "-".to_string(),
+            (true, Some(r), Some(total)) if r > 0.0 => {
                 let left = (total - b.progress.rows_done).max(0) as f64 / r;
                 format!("{}s", left.round() as i64)
             }
-            _ => "unknown".into(),
+            (true, _, _) => "unknown".into(),
+        };
+        let rate = match (running, rate) {
+            (false, _) => "-".to_string(),
+            (true, Some(r)) => format!("{r:.1}"),
+            (true, None) => "unknown".into(),
         };
         let rows = match b.progress.total_rows {
             Some(t) => format!("{}/{}", b.progress.rows_done, t),
             None => format!("{}/?", b.progress.rows_done),
         };
-        out.push_str(&format!(
-            "{:<32} {:<10} {:<29} {:>10} {:>10} {:>9} {:<8} {:<7} {:<10}{}\n",
-            b.id,
-            b.state,
-            bar(b.progress.fraction),
-            rows,
-            rate.map(|r| format!("{r:.1}"))
-                .unwrap_or_else(|| "unknown".into()),
-            eta,
-            b.owner.disposition,
-            if b.readiness.gating { "yes" } else { "no" },
-            b.validation
-                .as_ref()
-                .map(|v| v.outcome.as_str())
-                .unwrap_or("-"),
-            marker.map(|m| format!(" ({m})")).unwrap_or_default(),
-        ));
+        let (bar, percent) = bar_cells(b.progress.fraction);
+        let diag = b
+            .last_error
+            .as_ref()
+            .filter(|_| matches!(b.state.as_str(), "blocked" | "failed"))
+            .map(|e| screen::one_line(&e.message));
+        // A pipe gets the table as it always was; a terminal gets the
+        // diagnostic in what is left of the row.
+        let fill = match (marker, max.and(diag.as_deref())) {
+            (Some(m), Some(d)) => Some(format!("({m}) {d}")),
+            (Some(m), None) => Some(format!("({m})")),
+            (None, d) => d.map(str::to_string),
+        };
+        diagnostics.push((b.id.clone(), diag));
+        t.rows.push(Row {
+            cells: vec![
+                b.id.clone(),
+                b.state.clone(),
+                bar,
+                percent,
+                rows,
+                rate,
+                eta,
+                b.owner.disposition.clone(),
+                if b.readiness.gating { "yes" } else { "no" }.into(),
+                b.validation
+                    .as_ref()
+                    .map(|v| v.outcome.clone())
+                    .unwrap_or_else(|| "-".into()),
+            ],
+            fill,
+        });
     }
-    out
+    let laid = t.layout(max);
+    let mut lines = laid.lines;
+    if let Some(max) = max {
+        // Once in full below the table, bounded to a few lines.
+        for ((id, diag), cut) in diagnostics.iter().zip(&laid.fill_cut) {
+            if let (Some(diag), true) = (diag, cut) {
+                lines.extend(screen::diagnostic(id, diag, 0, max));
+            }
+        }
+    }
+    lines
+}
+
+/// The progress bar and the percentage; unknown says so (ADM-3).
+fn bar_cells(fraction: Option<f64>) -> (String, String) {
+    match fraction {
+        Some(f) => {
+            let f = f.clamp(0.0, 1.0);
+            let filled = (f * 20.0).round() as usize;
+            (
+                format!("[{}{}]", "#".repeat(filled), "-".repeat(20 - filled)),
+                format!("{:.1}%", f * 100.0),
+            )
+        }
+        None => (format!("[{:^20}]", "unknown"), "unknown".into()),
+    }
 }
 
 fn detail(b: &BackfillView) -> String {

@@ -8,6 +8,7 @@
 //! `--exit-when-done`, until every required backfill is `completed`).
 
 use crate::example::{self, ExampleApp, ExampleError};
+use crate::screen::{self, Column, Row, Screen, Table};
 use backfill::ephemeral::{EphemeralError, EphemeralPostgres};
 use backfill::host::{Host, HostConfig, HostError};
 use backfill::store::{self, BackfillRow, StoreError};
@@ -24,6 +25,8 @@ pub struct DemoConfig {
     pub rows: u64,
     /// Events seeded with malformed tags, to show a `blocked` backfill.
     pub bad_rows: u64,
+    /// The database the demo (re)creates on the server.
+    pub database_name: String,
     pub exit_when_done: bool,
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
@@ -63,64 +66,105 @@ struct Rate {
     per_sec: Option<f64>,
 }
 
-fn render(rows: &[BackfillRow], rates: &mut HashMap<String, Rate>) -> Vec<String> {
+/// The progress lines under the header: one row per backfill, then the
+/// diagnostics that did not fit on their rows. `max`: the widest line
+/// allowed (`None` for pipes and logs, which get every column).
+fn render(
+    rows: &[BackfillRow],
+    rates: &mut HashMap<String, Rate>,
+    max: Option<usize>,
+) -> Vec<String> {
     let now = Instant::now();
-    rows.iter()
-        .map(|row| {
-            let rate = rates.entry(row.id.clone()).or_insert(Rate {
-                at: now,
-                rows: row.rows_done,
-                per_sec: None,
-            });
-            let elapsed = now.duration_since(rate.at).as_secs_f64();
-            if elapsed >= 0.5 {
-                let delta = (row.rows_done - rate.rows).max(0) as f64;
-                rate.per_sec = Some(delta / elapsed);
-                rate.at = now;
-                rate.rows = row.rows_done;
+    // Dropped in this order when the terminal is narrow: the bar repeats
+    // the percentage, and an ETA needs the rate more than the other way.
+    let mut table = Table {
+        columns: vec![
+            Column::new("ID").shrink_to(12),
+            Column::new("STATE"),
+            Column::new("BAR").drop(3),
+            Column::new("%").right(),
+            Column::new("RATE").right().drop(1),
+            Column::new("ETA").drop(2),
+        ],
+        headers: false,
+        indent: 2,
+        rows: Vec::new(),
+    };
+    let mut diagnostics = Vec::new();
+    for row in rows {
+        let rate = rates.entry(row.id.clone()).or_insert(Rate {
+            at: now,
+            rows: row.rows_done,
+            per_sec: None,
+        });
+        let elapsed = now.duration_since(rate.at).as_secs_f64();
+        if elapsed >= 0.5 {
+            let delta = (row.rows_done - rate.rows).max(0) as f64;
+            rate.per_sec = Some(delta / elapsed);
+            rate.at = now;
+            rate.rows = row.rows_done;
+        }
+        let fraction = match (row.state.as_str(), row.source_rows) {
+            ("completed" | "validating", _) => Some(1.0),
+            (_, Some(total)) if total > 0 => Some((row.rows_done as f64 / total as f64).min(1.0)),
+            (_, Some(0)) => Some(1.0),
+            _ => None,
+        };
+        let percent = fraction
+            .map(|f| format!("{:.1}%", f * 100.0))
+            .unwrap_or_else(|| "unknown".into());
+        let bar = fraction
+            .map(|f| {
+                let filled = (f * 20.0).round() as usize;
+                format!("[{}{}]", "#".repeat(filled), ".".repeat(20 - filled))
+            })
+            .unwrap_or_else(|| format!("[{}]", "?".repeat(20)));
+        // Only a running backfill moves: any other state has no rate and
+        // no time left to show, whatever the last samples said.
+        let running = row.state == "running";
+        let speed = match (running, rate.per_sec) {
+            (true, Some(r)) => format!("{r:.0} rows/s"),
+            (true, None) => "measuring".into(),
+            (false, _) => String::new(),
+        };
+        let eta = match (running, rate.per_sec, row.source_rows) {
+            (true, Some(r), Some(total)) if r > 0.0 => {
+                let left = (total - row.rows_done).max(0) as f64 / r;
+                format!("ETA {left:.0}s")
             }
-            let fraction = match (row.state.as_str(), row.source_rows) {
-                ("completed" | "validating", _) => Some(1.0),
-                (_, Some(total)) if total > 0 => {
-                    Some((row.rows_done as f64 / total as f64).min(1.0))
-                }
-                (_, Some(0)) => Some(1.0),
-                _ => None,
-            };
-            let percent = fraction
-                .map(|f| format!("{:5.1}%", f * 100.0))
-                .unwrap_or_else(|| "unknown".into());
-            let bar = fraction
-                .map(|f| {
-                    let filled = (f * 20.0).round() as usize;
-                    format!("[{}{}]", "#".repeat(filled), ".".repeat(20 - filled))
-                })
-                .unwrap_or_else(|| format!("[{}]", "?".repeat(20)));
-            let speed = match (row.state.as_str(), rate.per_sec) {
-                ("running", Some(r)) => format!("{:>9.0} rows/s", r),
-                ("running", None) => "  measuring    ".into(),
-                _ => "               ".into(),
-            };
-            let eta = match (row.state.as_str(), rate.per_sec, row.source_rows) {
-                ("running", Some(r), Some(total)) if r > 0.0 => {
-                    let left = (total - row.rows_done).max(0) as f64 / r;
-                    format!("ETA {:>5.0}s", left)
-                }
-                ("running", _, _) => "ETA unknown".into(),
-                _ => String::new(),
-            };
-            let diag = row
-                .last_error
-                .as_deref()
-                .filter(|_| matches!(row.state.as_str(), "blocked" | "failed"))
-                .map(|d| format!("  ({})", d.chars().take(90).collect::<String>()))
-                .unwrap_or_default();
-            format!(
-                "  {:<28} {:<10} {} {} {} {}{}",
-                row.id, row.state, bar, percent, speed, eta, diag
-            )
-        })
-        .collect()
+            (true, _, _) => "ETA unknown".into(),
+            (false, _, _) => String::new(),
+        };
+        let diag = row
+            .last_error
+            .as_deref()
+            .filter(|_| matches!(row.state.as_str(), "blocked" | "failed"))
+            .map(screen::one_line);
+        // Without a width (a log), the row carries the diagnostic bounded
+        // as before; on a terminal, the rest of the row's width does.
+        let fill = match (&diag, max) {
+            (Some(d), None) => Some(screen::cut(d, 90)),
+            (d, Some(_)) => d.clone(),
+            (None, None) => None,
+        };
+        diagnostics.push((row.id.clone(), diag));
+        table.rows.push(Row {
+            cells: vec![row.id.clone(), row.state.clone(), bar, percent, speed, eta],
+            fill,
+        });
+    }
+    let laid = table.layout(max);
+    let mut lines = laid.lines;
+    if let Some(max) = max {
+        // A diagnostic cut (or left out) on its row is shown once in full
+        // below the table, bounded to a few lines.
+        for ((id, diag), cut) in diagnostics.iter().zip(&laid.fill_cut) {
+            if let (Some(diag), true) = (diag, cut) {
+                lines.extend(screen::diagnostic(id, diag, 2, max));
+            }
+        }
+    }
+    lines
 }
 
 /// Run the demo. Must run inside an actix system.
@@ -167,15 +211,20 @@ async fn run_on<S: std::future::Future<Output = ()>>(
         host = start_host(server_url, config) => host?,
         _ = signal.as_mut() => return Ok(DemoExit::Done),
     };
-    let exit = progress(&host, config.exit_when_done, signal).await;
+    let (host, reach) = host;
+    let exit = progress(&host, reach, config.exit_when_done, signal).await;
     host.stop().await;
     Ok(exit)
 }
 
 /// Create and seed the demo database, start the host and print how to
-/// reach it.
-async fn start_host(server_url: &str, config: &DemoConfig) -> Result<Host, DemoError> {
-    let url = store::database_recreate(server_url, "backfill_demo").await?;
+/// reach it (those lines are returned too: the live display draws them
+/// again when it has to clear the screen).
+async fn start_host(
+    server_url: &str,
+    config: &DemoConfig,
+) -> Result<(Host, Vec<String>), DemoError> {
+    let url = store::database_recreate(server_url, &config.database_name).await?;
     store::run_migrations(&url).await?;
     example::migrate(&url).await?;
     let pool = store::build_pool(&url, 4).await?;
@@ -204,31 +253,37 @@ async fn start_host(server_url: &str, config: &DemoConfig) -> Result<Host, DemoE
         batch_size: config.batch_size,
     };
     let host = Host::start(host_config, app).await?;
-    println!();
-    println!(
-        "serving   http://{}/events  (readiness: /readyz)",
-        host.serving_addr
-    );
-    println!("admin UI  http://{}/ui", host.admin_addr);
-    println!("admin API http://{}/admin/backfills", host.admin_addr);
-    println!("operator token: {token}");
-    println!(
-        "try: BACKFILL_URL=http://{} BACKFILL_TOKEN={token} backfill ctl list",
-        host.admin_addr
-    );
-    println!();
-    Ok(host)
+    let reach = vec![
+        String::new(),
+        format!(
+            "serving   http://{}/events  (readiness: /readyz)",
+            host.serving_addr
+        ),
+        format!("admin UI  http://{}/ui", host.admin_addr),
+        format!("admin API http://{}/admin/backfills", host.admin_addr),
+        format!("operator token: {token}"),
+        format!(
+            "try: BACKFILL_URL=http://{} BACKFILL_TOKEN={token} backfill ctl list",
+            host.admin_addr
+        ),
+        String::new(),
+    ];
+    for line in &reach {
+        println!("{line}");
+    }
+    Ok((host, reach))
 }
 
 /// Redraw progress until done (with `exit_when_done`) or Ctrl-C.
 async fn progress<S: std::future::Future<Output = ()>>(
     host: &Host,
+    reach: Vec<String>,
     exit_when_done: bool,
     mut signal: std::pin::Pin<&mut S>,
 ) -> DemoExit {
     let tty = std::io::stdout().is_terminal();
     let mut rates = HashMap::new();
-    let mut drawn = 0usize;
+    let mut screen = Screen::new(reach);
     let mut last_print = Instant::now() - Duration::from_secs(60);
     let mut printed_ready = false;
     loop {
@@ -238,30 +293,37 @@ async fn progress<S: std::future::Future<Output = ()>>(
                 .ok(),
             Err(_) => None,
         };
+        // Measured every frame: the terminal may have been resized.
+        let size = tty.then(screen::size);
+        let max = size.map(|s| screen::usable(s.cols));
         let lines = match &rows {
-            Some(rows) => render(rows, &mut rates),
+            Some(rows) => render(rows, &mut rates, max),
             None => vec!["  (progress unknown: the database could not be read)".into()],
         };
         // One read drives the whole frame, so header and lines agree.
         let ready = rows
             .as_ref()
             .is_some_and(|rows| !rows.is_empty() && rows.iter().all(|r| r.state == "completed"));
+        // The frame that ends the demo is printed even between two timed
+        // frames: it is the one whose diagnostic the exit message points
+        // to.
+        let stuck = rows.as_ref().is_some_and(|rows| {
+            rows.iter()
+                .any(|r| matches!(r.state.as_str(), "failed" | "blocked"))
+        });
         let header = format!(
             "backfills ({}), readiness: {}",
             if ready { "all completed" } else { "working" },
             if ready { "READY" } else { "gated (503)" }
         );
         let mut out = std::io::stdout().lock();
-        if tty {
-            if drawn > 0 {
-                let _ = write!(out, "\x1b[{drawn}A");
-            }
-            let _ = writeln!(out, "\x1b[2K{header}");
-            for line in &lines {
-                let _ = writeln!(out, "\x1b[2K{line}");
-            }
-            drawn = lines.len() + 1;
+        if let Some(size) = size {
+            let frame: Vec<String> = std::iter::once(header).chain(lines).collect();
+            // A failed write to the terminal loses one frame; the next
+            // one redraws everything.
+            let _ = screen.draw(&mut out, size, &frame);
         } else if (ready && !printed_ready)
+            || (exit_when_done && stuck)
             || (!ready && last_print.elapsed() >= Duration::from_secs(2))
         {
             // Not a terminal (a log, a pipe): a frame every 2 s while work
@@ -276,10 +338,7 @@ async fn progress<S: std::future::Future<Output = ()>>(
         }
         let _ = out.flush();
         drop(out);
-        if let Some(rows) = &rows {
-            let stuck = rows
-                .iter()
-                .any(|r| matches!(r.state.as_str(), "failed" | "blocked"));
+        if rows.is_some() {
             if exit_when_done && ready {
                 println!("every required backfill is completed");
                 return DemoExit::Done;

@@ -6,3 +6,4 @@ pub mod bench;
 pub mod ctl;
 pub mod demo;
 pub mod example;
+pub mod screen;

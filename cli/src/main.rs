@@ -161,6 +161,9 @@ struct DemoArgs {
     /// Events seeded with malformed tags (shows a `blocked` backfill).
     #[arg(long, default_value_t = 0)]
     bad_rows: u64,
+    /// Database the demo drops and creates on the server ([a-z0-9_]).
+    #[arg(long, default_value = "backfill_demo")]
+    database_name: String,
     /// Exit 0 once every required backfill is completed (non-zero if one
     /// ends failed or blocked).
     #[arg(long)]
@@ -197,7 +200,10 @@ fn init_logging(format: LogFormat, default_level: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        // Through the live displays' writer: while one redraws the
+        // terminal, log lines wait for its next frame instead of breaking
+        // it.
+        .with_writer(|| backfill_cli::screen::LogWriter);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),
@@ -279,6 +285,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 database_url: args.database_url,
                 rows: args.rows,
                 bad_rows: args.bad_rows,
+                database_name: args.database_name,
                 exit_when_done: args.exit_when_done,
                 listen: args.listen,
                 admin_listen: args.admin_listen,

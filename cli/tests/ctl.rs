@@ -145,7 +145,18 @@ async fn ctl_drives_the_admin_api_with_exit_codes() {
     .await;
     assert_eq!(watch.code, 0);
     assert!(
-        watch.stdout.contains("100.0%") && watch.stdout.contains("done"),
+        watch.stdout.contains("100.0%") && watch.stdout.contains("completed"),
+        "{}",
+        watch.stdout
+    );
+    // A completed backfill does not move: no rate, no time left.
+    let row = watch
+        .stdout
+        .lines()
+        .rfind(|l| l.starts_with(ID))
+        .unwrap_or_default();
+    assert!(
+        !row.contains("unknown") && !row.contains("done"),
         "{}",
         watch.stdout
     );
