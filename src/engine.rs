@@ -161,8 +161,10 @@ pub enum EngineError {
     /// The repair returned an error; the transaction was rolled back.
     #[error("backfill {id:?}: {error}")]
     Repair { id: String, error: RepairError },
-    /// A stored state this process cannot interpret (REG-4).
-    #[error("backfill {0:?} has a state this process does not know")]
+    /// A claim came back in a state that is not claimable (REG-4: fail
+    /// closed rather than run it). A state text this build does not know
+    /// at all already fails the read in the store.
+    #[error("backfill {0:?} was claimed in a state that cannot be worked on")]
     UnknownState(String),
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
@@ -431,12 +433,6 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn parse_state(row: &BackfillRow) -> Result<State, EngineError> {
-    row.state
-        .parse()
-        .map_err(|_| EngineError::UnknownState(row.id.clone()))
-}
-
 /// The fenced execution engine over one pool and one registry.
 #[derive(Clone)]
 pub struct Engine {
@@ -503,7 +499,7 @@ impl Engine {
         let mut events = self.events.subscribe();
         loop {
             let row = self.get(id).await?;
-            let state = parse_state(&row)?;
+            let state = row.state;
             if states.contains(&state) {
                 return Ok(row);
             }
@@ -521,7 +517,7 @@ impl Engine {
             }
             if tokio::time::Instant::now() >= deadline {
                 let row = self.get(id).await?;
-                let state = parse_state(&row)?;
+                let state = row.state;
                 return if states.contains(&state) {
                     Ok(row)
                 } else {
@@ -605,9 +601,9 @@ impl Engine {
                             error,
                         })?;
                 }
-                let phase = match row.state.as_str() {
-                    "running" => Phase::Execute,
-                    "validating" => Phase::Validate,
+                let phase = match row.state {
+                    State::Running => Phase::Execute,
+                    State::Validating => Phase::Validate,
                     _ => return Err(EngineError::UnknownState(row.id.clone()).into()),
                 };
                 Ok(Some(Claim {
@@ -941,10 +937,7 @@ impl Engine {
         Ok(match row {
             None => FailureOutcome::Stale,
             Some(row) => FailureOutcome::Recorded {
-                state: row
-                    .state
-                    .parse()
-                    .map_err(|_| EngineError::UnknownState(claim.id.clone()))?,
+                state: row.state,
                 attempts: row.attempts,
                 next_attempt_at: row.next_attempt_at,
             },
@@ -997,15 +990,8 @@ impl Engine {
                             State::Failed
                         };
                         let detail = bounded(detail.as_str());
-                        if store::validation_reject(
-                            conn,
-                            id,
-                            worker,
-                            generation,
-                            state.as_str(),
-                            &detail,
-                        )
-                        .await?
+                        if store::validation_reject(conn, id, worker, generation, state, &detail)
+                            .await?
                         {
                             store::wake_notify(conn, id).await?;
                             Ok(ValidationRun::Rejected { state, detail })
@@ -1031,7 +1017,7 @@ impl Engine {
             ActionOutcome::Applied { row, .. } => Started::Started(row),
             ActionOutcome::Converged(row) | ActionOutcome::Conflict(row) => {
                 Started::AlreadyStarted {
-                    state: parse_state(&row)?,
+                    state: row.state,
                     row,
                 }
             }
@@ -1080,7 +1066,7 @@ impl Engine {
         let row = store::backfill_lock(conn, id)
             .await?
             .ok_or_else(|| EngineError::UnknownBackfill(id.to_string()))?;
-        let prior = parse_state(&row)?;
+        let prior = row.state;
         if !action.sources().contains(&prior) {
             return Ok(if action.converged().contains(&prior) {
                 ActionOutcome::Converged(Box::new(row))
@@ -1091,9 +1077,9 @@ impl Engine {
         let after = match action {
             Action::Start => self.start_in(conn, id).await?,
             Action::Pause => store::backfill_pause(conn, id).await?,
-            Action::Resume => store::backfill_reactivate(conn, id, &["paused"], false).await?,
+            Action::Resume => store::backfill_reactivate(conn, id, &[State::Paused], false).await?,
             Action::Retry => {
-                store::backfill_reactivate(conn, id, &["blocked", "failed"], true).await?
+                store::backfill_reactivate(conn, id, &[State::Blocked, State::Failed], true).await?
             }
             Action::Validate => None,
         };

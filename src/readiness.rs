@@ -6,6 +6,7 @@
 //! another, independent one (CFG-5). Schema compatibility is checked once
 //! at startup, before any listener opens.
 
+use crate::lifecycle::State;
 use crate::store::{self, Pool};
 use serde::Serialize;
 
@@ -13,8 +14,17 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Gating {
     pub id: String,
-    /// Its lifecycle state, or `missing` when no row exists (fail closed).
-    pub state: String,
+    /// Its lifecycle state; `None` (shown as `missing`) when no row
+    /// exists, which keeps the gate closed (fail closed).
+    #[serde(serialize_with = "state_or_missing")]
+    pub state: Option<State>,
+}
+
+fn state_or_missing<S: serde::Serializer>(
+    state: &Option<State>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(state.map_or("missing", State::as_str))
 }
 
 /// The backfill input of readiness.
@@ -84,14 +94,14 @@ impl Readiness {
                         .required
                         .iter()
                         .filter_map(|id| match rows.iter().find(|r| &r.id == id) {
-                            Some(row) if row.state == "completed" => None,
+                            Some(row) if row.state == State::Completed => None,
                             Some(row) => Some(Gating {
                                 id: id.clone(),
-                                state: row.state.clone(),
+                                state: Some(row.state),
                             }),
                             None => Some(Gating {
                                 id: id.clone(),
-                                state: "missing".into(),
+                                state: None,
                             }),
                         })
                         .collect();

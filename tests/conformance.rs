@@ -102,13 +102,7 @@ async fn drive_to_completed(db: &TestDb, engine: &Engine, rows: i64) {
 }
 
 async fn state(engine: &Engine) -> State {
-    engine
-        .get(ID)
-        .await
-        .expect("row")
-        .state
-        .parse()
-        .expect("state")
+    engine.get(ID).await.expect("row").state
 }
 
 // ---------------------------------------------------------------- CT-1
@@ -232,7 +226,7 @@ async fn ct02_over_limit_selection_is_rejected_and_changes_nothing() {
     assert_eq!(count_n(&db, 0).await, 25);
     let after = engine.get(ID).await.unwrap();
     assert_eq!(after.checkpoint, None);
-    assert_eq!(after.state, "running");
+    assert_eq!(after.state, State::Running);
     assert_eq!(after.generation, before.generation);
 }
 
@@ -404,7 +398,7 @@ async fn ct04_termination_mid_batch_then_fresh_engine_resumes() {
     db.expire_lease(ID).await;
     drive(&fresh, "fresh").await;
     let row = fresh.get(ID).await.unwrap();
-    assert_eq!(row.state, "completed");
+    assert_eq!(row.state, State::Completed);
     assert_eq!(row.bound, bound_before, "bound never recaptured");
     assert_eq!(count_n(&db, 1).await, 30);
 }
@@ -431,7 +425,7 @@ async fn ct04_termination_after_commit_resumes_from_checkpoint() {
     fresh.release(&claim).await.unwrap();
     drive(&fresh, "fresh").await;
     let row = fresh.get(ID).await.unwrap();
-    assert_eq!(row.state, "completed");
+    assert_eq!(row.state, State::Completed);
     assert_eq!(row.bound, bound_before);
     assert_eq!(count_n(&db, 1).await, 30);
 }
@@ -569,7 +563,7 @@ async fn ct05_pause_rejects_in_flight_validation() {
     gate.release();
     assert_eq!(task.await.unwrap().unwrap(), ValidationRun::Stale);
     let row = engine.get(ID).await.unwrap();
-    assert_eq!(row.state, "paused");
+    assert_eq!(row.state, State::Paused);
     assert!(row.completed_at.is_none());
 }
 
@@ -605,7 +599,7 @@ async fn ct07_only_successful_validation_completes() {
             "{run:?}"
         );
         let row = engine.get(ID).await.unwrap();
-        assert_eq!(row.state, "failed");
+        assert_eq!(row.state, State::Failed);
         assert_eq!(row.validation_outcome.as_deref(), Some("failure"));
         assert!(engine.claim_next("v", &[]).await.unwrap().is_none());
         assert!(matches!(
@@ -617,7 +611,7 @@ async fn ct07_only_successful_validation_completes() {
     db.exec("UPDATE items SET n = 1 WHERE id = 3").await;
     drive(&engine, "v").await;
     let row = engine.get(ID).await.unwrap();
-    assert_eq!(row.state, "completed");
+    assert_eq!(row.state, State::Completed);
     assert_eq!(row.validation_outcome.as_deref(), Some("success"));
 
     for action in [Action::Start, Action::Pause, Action::Retry, Action::Resume] {
@@ -644,7 +638,7 @@ async fn ct07_only_successful_validation_completes() {
 async fn ct07_empty_source_set_goes_straight_to_validating() {
     let (_db, engine, _hooks) = started(0, 10).await;
     let row = engine.get(ID).await.unwrap();
-    assert_eq!(row.state, "validating");
+    assert_eq!(row.state, State::Validating);
     assert!(row.empty_source);
     drive(&engine, "w").await;
     assert_eq!(state(&engine).await, State::Completed);
@@ -696,7 +690,7 @@ async fn ct08_persistent_retryable_errors_end_in_failed_and_retry_keeps_progress
         })
     ));
     let failed = engine.get(ID).await.unwrap();
-    assert_eq!(failed.state, "failed");
+    assert_eq!(failed.state, State::Failed);
     assert_eq!(failed.last_error_kind.as_deref(), Some("retryable"));
     assert_eq!(failed.checkpoint, before.checkpoint);
     assert!(engine.claim_next("w", &[]).await.unwrap().is_none());
@@ -710,7 +704,7 @@ async fn ct08_persistent_retryable_errors_end_in_failed_and_retry_keeps_progress
         }
     ));
     let retried = engine.get(ID).await.unwrap();
-    assert_eq!(retried.state, "running");
+    assert_eq!(retried.state, State::Running);
     assert_eq!(retried.attempts, 0);
     assert_eq!(retried.bound, before.bound);
     assert_eq!(retried.checkpoint, before.checkpoint);
@@ -770,7 +764,8 @@ async fn reg01_registration_converges_on_one_row() {
     b.register().await.unwrap();
     let row = a.get(ID).await.unwrap();
     assert_eq!(
-        row.state, "running",
+        row.state,
+        State::Running,
         "registration never resets a started row"
     );
 }
@@ -912,7 +907,7 @@ async fn ex02_compound_key_with_ties_neither_skips_nor_repeats() {
         100
     );
     let row = engine.get("events.compound-counter").await.unwrap();
-    assert_eq!(row.state, "completed");
+    assert_eq!(row.state, State::Completed);
     assert_eq!(row.key_type.as_deref(), Some("(timestamptz, bigint)"));
 }
 
@@ -1257,7 +1252,7 @@ async fn ct02_one_statement_summary_without_keys_is_rejected() {
     assert_eq!(count_n(&db, 1).await, 0, "the mutation rolled back");
     let row = engine.get(ID).await.unwrap();
     assert_eq!(row.checkpoint_json, None);
-    assert_eq!(row.state, "running");
+    assert_eq!(row.state, State::Running);
 }
 
 /// EX-4: a repair whose batch limit turns 0 after registration (the limit
@@ -1282,7 +1277,7 @@ async fn ct02_batch_limit_of_zero_at_run_time_is_rejected() {
         rejects_selection(&engine, &mut claim, SelectionError::ZeroLimit).await;
         let row = engine.get(ID).await.unwrap();
         assert_eq!(row.checkpoint_json, None);
-        assert_eq!(row.state, "running");
+        assert_eq!(row.state, State::Running);
         assert_eq!(count_n(&db, 1).await, 0);
     }
 }

@@ -97,7 +97,7 @@ fn config(db: &TestDb, migrate: bool, auto: bool) -> HostConfig {
 }
 
 async fn state(engine: &Engine) -> State {
-    engine.get(ID).await.unwrap().state.parse().unwrap()
+    engine.get(ID).await.unwrap().state
 }
 
 /// Automatic mode: `/readyz` is 503 until the required backfill is
@@ -131,7 +131,7 @@ async fn gates_until_validated(db: &TestDb, migrate: bool) {
         .wait_for(ID, &[State::Completed], Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(row.state, "completed");
+    assert_eq!(row.state, State::Completed);
     assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
@@ -318,7 +318,7 @@ async fn emb3_wait_for_and_events_follow_another_process() {
         .wait_for(ID, &[State::Completed], Duration::from_secs(90))
         .await
         .unwrap();
-    assert_eq!(row.state, "completed");
+    assert_eq!(row.state, State::Completed);
 
     let seen = tokio::time::timeout(Duration::from_secs(30), reader)
         .await
@@ -337,7 +337,7 @@ async fn emb3_wait_for_and_events_follow_another_process() {
         .wait_for(ID, &[State::Completed], Duration::from_secs(5))
         .await
         .unwrap();
-    assert_eq!(row.state, "completed");
+    assert_eq!(row.state, State::Completed);
     worker.stop().await;
 }
 
@@ -409,7 +409,7 @@ async fn emb7_runtime_from_plain_tokio_completes_a_backfill() {
         .wait_for(ID, &[State::Completed], Duration::from_secs(90))
         .await
         .unwrap();
-    assert_eq!(row.state, "completed");
+    assert_eq!(row.state, State::Completed);
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
             .await,

@@ -671,7 +671,7 @@ async fn through_the_engine<K: Key>(db: &TestDb, kind: Kind, samples: Vec<(K, Va
         "{kind:?}"
     );
     let row = engine.get(id).await.expect("row");
-    assert_eq!(row.state, "validating");
+    assert_eq!(row.state, State::Validating);
     assert_eq!(row.checkpoint.as_deref(), Some(bound.as_slice()));
     assert_eq!(row.checkpoint_json.as_ref(), Some(upper_json), "{kind:?}");
     assert_eq!(view(&admin, id).await.checkpoint.as_ref(), Some(upper_json));
@@ -679,7 +679,8 @@ async fn through_the_engine<K: Key>(db: &TestDb, kind: Kind, samples: Vec<(K, Va
     drive(&engine, "w").await;
     let row = engine.get(id).await.expect("row");
     assert_eq!(
-        row.state, "completed",
+        row.state,
+        State::Completed,
         "{kind:?}: {:?}",
         row.validation_detail
     );

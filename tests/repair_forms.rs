@@ -210,13 +210,7 @@ async fn items_table(db: &TestDb, table: &str, rows: i64) {
 }
 
 async fn state(engine: &Engine, id: &str) -> State {
-    engine
-        .get(id)
-        .await
-        .expect("row")
-        .state
-        .parse()
-        .expect("state")
+    engine.get(id).await.expect("row").state
 }
 
 /// Register, start and drive every definition of `registry` to a settled

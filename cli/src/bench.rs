@@ -1,5 +1,5 @@
 //! `backfill bench`: same-run throughput of the product path against the
-//! server-side limit and a minimal client loop (issue 6).
+//! server-side limit and a minimal client loop.
 //!
 //! One invocation, one database (`backfill_bench` on the given server, or a
 //! throwaway cluster), the canonical workload: `items(id bigint primary

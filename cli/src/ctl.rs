@@ -12,6 +12,7 @@ use crate::screen::{self, Column, Row, Screen, Table};
 use backfill::admin::{
     ActionResponse, AuditPage, BackfillView, ConflictBody, ErrorBody, ValidationResponse,
 };
+use backfill::State;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -579,7 +580,7 @@ fn table(
         // Only a running backfill moves: in any other state a rate or a
         // time left would be invented, so both are "-" (not applicable,
         // which is neither zero nor unknown).
-        let running = b.state == "running";
+        let running = b.state == State::Running;
         let rate = previous.get(&b.id).and_then(|(done, at)| {
             let secs = (b.observed_at - *at).num_milliseconds() as f64 / 1000.0;
             (secs > 0.0).then(|| (b.progress.rows_done - done) as f64 / secs)
@@ -605,7 +606,7 @@ fn table(
         let diag = b
             .last_error
             .as_ref()
-            .filter(|_| matches!(b.state.as_str(), "blocked" | "failed"))
+            .filter(|_| matches!(b.state, State::Blocked | State::Failed))
             .map(|e| screen::one_line(&e.message));
         // A pipe gets the table as it always was; a terminal gets the
         // diagnostic in what is left of the row.
@@ -618,7 +619,7 @@ fn table(
         t.rows.push(Row {
             cells: vec![
                 b.id.clone(),
-                b.state.clone(),
+                b.state.to_string(),
                 bar,
                 percent,
                 rows,
@@ -683,7 +684,7 @@ fn detail(b: &BackfillView) -> String {
             "description",
             b.description.clone().unwrap_or_else(|| "-".into()),
         ),
-        ("state", b.state.clone()),
+        ("state", b.state.to_string()),
         ("key type", b.key_type.clone().unwrap_or_else(|| "-".into())),
         ("bound", opt(&b.bound)),
         ("checkpoint", opt(&b.checkpoint)),

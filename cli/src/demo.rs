@@ -12,6 +12,7 @@ use crate::screen::{self, Column, Row, Screen, Table};
 use backfill::ephemeral::{EphemeralError, EphemeralPostgres};
 use backfill::host::{Host, HostConfig, HostError};
 use backfill::store::{self, BackfillRow, StoreError};
+use backfill::State;
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -104,8 +105,8 @@ fn render(
             rate.at = now;
             rate.rows = row.rows_done;
         }
-        let fraction = match (row.state.as_str(), row.source_rows) {
-            ("completed" | "validating", _) => Some(1.0),
+        let fraction = match (row.state, row.source_rows) {
+            (State::Completed | State::Validating, _) => Some(1.0),
             (_, Some(total)) if total > 0 => Some((row.rows_done as f64 / total as f64).min(1.0)),
             (_, Some(0)) => Some(1.0),
             _ => None,
@@ -121,7 +122,7 @@ fn render(
             .unwrap_or_else(|| format!("[{}]", "?".repeat(20)));
         // Only a running backfill moves: any other state has no rate and
         // no time left to show, whatever the last samples said.
-        let running = row.state == "running";
+        let running = row.state == State::Running;
         let speed = match (running, rate.per_sec) {
             (true, Some(r)) => format!("{r:.0} rows/s"),
             (true, None) => "measuring".into(),
@@ -138,7 +139,7 @@ fn render(
         let diag = row
             .last_error
             .as_deref()
-            .filter(|_| matches!(row.state.as_str(), "blocked" | "failed"))
+            .filter(|_| matches!(row.state, State::Blocked | State::Failed))
             .map(screen::one_line);
         // Without a width (a log), the row carries the diagnostic bounded
         // as before; on a terminal, the rest of the row's width does.
@@ -149,7 +150,14 @@ fn render(
         };
         diagnostics.push((row.id.clone(), diag));
         table.rows.push(Row {
-            cells: vec![row.id.clone(), row.state.clone(), bar, percent, speed, eta],
+            cells: vec![
+                row.id.clone(),
+                row.state.to_string(),
+                bar,
+                percent,
+                speed,
+                eta,
+            ],
             fill,
         });
     }
@@ -301,15 +309,15 @@ async fn progress<S: std::future::Future<Output = ()>>(
             None => vec!["  (progress unknown: the database could not be read)".into()],
         };
         // One read drives the whole frame, so header and lines agree.
-        let ready = rows
-            .as_ref()
-            .is_some_and(|rows| !rows.is_empty() && rows.iter().all(|r| r.state == "completed"));
+        let ready = rows.as_ref().is_some_and(|rows| {
+            !rows.is_empty() && rows.iter().all(|r| r.state == State::Completed)
+        });
         // The frame that ends the demo is printed even between two timed
         // frames: it is the one whose diagnostic the exit message points
         // to.
         let stuck = rows.as_ref().is_some_and(|rows| {
             rows.iter()
-                .any(|r| matches!(r.state.as_str(), "failed" | "blocked"))
+                .any(|r| matches!(r.state, State::Failed | State::Blocked))
         });
         let header = format!(
             "backfills ({}), readiness: {}",

@@ -51,13 +51,7 @@ async fn start(engine: &Engine, id: &str) {
 }
 
 async fn state(engine: &Engine, id: &str) -> State {
-    engine
-        .get(id)
-        .await
-        .expect("row")
-        .state
-        .parse()
-        .expect("state")
+    engine.get(id).await.expect("row").state
 }
 
 // ------------------------------------------------------------ schema

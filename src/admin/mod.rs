@@ -18,7 +18,7 @@ pub use flood::{FloodGate, FloodLimits};
 pub use view::*;
 
 use crate::engine::{ActionOutcome, Engine, EngineError};
-use crate::lifecycle::Action;
+use crate::lifecycle::{Action, State};
 use crate::repair::{bounded, BodyError, Validation};
 use crate::store::{self, BackfillRow, NewAudit, StoreError};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
@@ -314,7 +314,7 @@ impl Admin {
         action: &str,
         meta: &RequestMeta<'_>,
         error: &AdminError,
-        prior: Option<(&str, i64)>,
+        prior: Option<(State, i64)>,
     ) {
         let correlation = meta.correlation();
         let id = audit_id(id);
@@ -551,9 +551,9 @@ impl Admin {
                 }
                 let outcome = self.engine.act_in(conn, id, action).await?;
                 let (prior, code, status) = match &outcome {
-                    ActionOutcome::Applied { prior, .. } => (prior.as_str(), "applied", 200),
-                    ActionOutcome::Converged(row) => (row.state.as_str(), "converged", 200),
-                    ActionOutcome::Conflict(row) => (row.state.as_str(), "conflict", 409),
+                    ActionOutcome::Applied { prior, .. } => (*prior, "applied", 200),
+                    ActionOutcome::Converged(row) => (row.state, "converged", 200),
+                    ActionOutcome::Conflict(row) => (row.state, "conflict", 409),
                 };
                 let row = outcome.row();
                 let view = self.view(row);
@@ -567,7 +567,7 @@ impl Admin {
                     to_json(&ActionResponse {
                         outcome: code.into(),
                         action: action.as_str().into(),
-                        prior_state: prior.into(),
+                        prior_state: prior,
                         backfill: view,
                     })?
                 };
@@ -580,7 +580,7 @@ impl Admin {
                         authority: authority.source,
                         correlation: Some(key),
                         prior_state: Some(prior),
-                        resulting_state: Some(&row.state),
+                        resulting_state: Some(row.state),
                         generation: Some(row.generation),
                         outcome: code,
                         detail: None,
@@ -630,7 +630,7 @@ impl Admin {
                 let current = |reason: &str| ValidationResponse {
                     outcome: "current-state".into(),
                     backfill_id: row.id.clone(),
-                    state: row.state.clone(),
+                    state: row.state,
                     generation: row.generation,
                     detail: None,
                     reason: Some(reason.into()),
@@ -639,13 +639,13 @@ impl Admin {
                 let reached_bound =
                     row.empty_source || (row.bound.is_some() && row.checkpoint == row.bound);
                 let mut keep = true;
-                let response = if row.state == "pending" {
+                let response = if row.state == State::Pending {
                     current("not started: there is nothing to validate yet")
                 } else if !store::validation_try_lock(conn, id).await? {
                     keep = false;
                     current("another validation of this backfill is running; retry for its outcome")
-                } else if !(matches!(row.state.as_str(), "validating" | "completed")
-                    || (matches!(row.state.as_str(), "paused" | "blocked" | "failed")
+                } else if !(matches!(row.state, State::Validating | State::Completed)
+                    || (matches!(row.state, State::Paused | State::Blocked | State::Failed)
                         && reached_bound))
                 {
                     current("the checkpoint has not reached the bound; nothing to validate yet")
@@ -713,8 +713,8 @@ impl Admin {
                         actor: authority.actor.as_deref(),
                         authority: authority.source,
                         correlation: Some(key),
-                        prior_state: Some(&row.state),
-                        resulting_state: Some(&row.state),
+                        prior_state: Some(row.state),
+                        resulting_state: Some(row.state),
                         generation: Some(row.generation),
                         outcome: &response.outcome,
                         detail: response.detail.as_deref().or(response.reason.as_deref()),

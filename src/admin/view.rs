@@ -1,6 +1,7 @@
 //! What the admin boundary shows (ADM-2, ADM-3): projections of one
 //! PostgreSQL read, with unknown values kept unknown (`null`), never zero.
 
+use crate::lifecycle::State;
 use crate::repair::bounded;
 use crate::store::{AuditRow, BackfillRow};
 use chrono::{DateTime, Utc};
@@ -106,7 +107,7 @@ pub struct BackfillView {
     pub id: String,
     pub description: Option<String>,
     /// Lifecycle state.
-    pub state: String,
+    pub state: State,
     /// Key type of bound and checkpoint (e.g. `i64`).
     pub key_type: Option<String>,
     /// Inclusive upper bound in the key's own type; `null` before start,
@@ -148,10 +149,10 @@ pub struct BackfillView {
 impl BackfillView {
     /// Project a row. `required`/`auto` come from the deployment config.
     pub fn from_row(row: &BackfillRow, required: bool, auto: bool) -> Self {
-        let fraction = match row.state.as_str() {
-            "validating" | "completed" => Some(1.0),
+        let fraction = match row.state {
+            State::Validating | State::Completed => Some(1.0),
             _ if row.empty_source => Some(1.0),
-            "pending" => None,
+            State::Pending => None,
             _ => match row.source_rows {
                 Some(total) if total > 0 => Some((row.rows_done as f64 / total as f64).min(1.0)),
                 _ => None,
@@ -165,7 +166,7 @@ impl BackfillView {
         Self {
             id: row.id.clone(),
             description: row.description.as_deref().map(bounded),
-            state: row.state.clone(),
+            state: row.state,
             key_type: row.key_type.clone(),
             bound: row.bound_json.clone(),
             checkpoint: row.checkpoint_json.clone(),
@@ -199,7 +200,7 @@ impl BackfillView {
                 }),
             readiness: Readiness {
                 required,
-                gating: required && auto && row.state != "completed",
+                gating: required && auto && row.state != State::Completed,
             },
             registered_at: row.registered_at,
             updated_at: row.updated_at,
@@ -228,7 +229,7 @@ pub struct ActionResponse {
     pub outcome: String,
     pub action: String,
     /// State before the action.
-    pub prior_state: String,
+    pub prior_state: State,
     /// The backfill after the action.
     pub backfill: BackfillView,
 }
@@ -265,7 +266,7 @@ pub struct ValidationResponse {
     pub outcome: String,
     pub backfill_id: String,
     /// Lifecycle state when the validation ran (or did not).
-    pub state: String,
+    pub state: State,
     /// Generation observed; validation never changes it (VAL-5).
     pub generation: i64,
     /// Bounded diagnostic of a `failure`.
@@ -293,8 +294,8 @@ pub struct AuditEntry {
     pub authority: String,
     /// Idempotency key or request id.
     pub correlation: Option<String>,
-    pub prior_state: Option<String>,
-    pub resulting_state: Option<String>,
+    pub prior_state: Option<State>,
+    pub resulting_state: Option<State>,
     pub generation: Option<i64>,
     /// Bounded outcome code.
     pub outcome: String,
@@ -347,7 +348,7 @@ pub struct AuditPage {
 /// chrono serializes through `collect_str`, and serde_json then escapes
 /// every small piece chrono's formatter writes. A list page holds about a
 /// thousand timestamps, and that escaping was about a tenth of the admin
-/// list's CPU profile (issue 6). The text is the same; the test below
+/// list's CPU profile. The text is the same; the test below
 /// compares the two.
 mod timestamp {
     use chrono::{DateTime, SecondsFormat, Utc};

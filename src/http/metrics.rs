@@ -48,7 +48,7 @@ async fn metrics(
         for state in State::ALL {
             let n = counts
                 .iter()
-                .find(|(s, _)| s == state.as_str())
+                .find(|(s, _)| *s == state)
                 .map(|(_, n)| *n)
                 .unwrap_or(0);
             let _ = writeln!(out, "backfill_backfills{{state=\"{state}\"}} {n}");

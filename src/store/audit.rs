@@ -1,6 +1,7 @@
 //! Statements over `backfill_audit` (AUD-1) and `backfill_request` (ADM-4).
 
 use super::StoreError;
+use crate::lifecycle::State;
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{BigInt, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::QueryableByName;
@@ -15,8 +16,8 @@ pub struct NewAudit<'a> {
     pub actor: Option<&'a str>,
     pub authority: &'a str,
     pub correlation: Option<&'a str>,
-    pub prior_state: Option<&'a str>,
-    pub resulting_state: Option<&'a str>,
+    pub prior_state: Option<State>,
+    pub resulting_state: Option<State>,
     pub generation: Option<i64>,
     pub outcome: &'a str,
     pub detail: Option<&'a str>,
@@ -40,9 +41,9 @@ pub struct AuditRow {
     #[diesel(sql_type = Nullable<Text>)]
     pub correlation: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
-    pub prior_state: Option<String>,
+    pub prior_state: Option<State>,
     #[diesel(sql_type = Nullable<Text>)]
-    pub resulting_state: Option<String>,
+    pub resulting_state: Option<State>,
     #[diesel(sql_type = Nullable<BigInt>)]
     pub generation: Option<i64>,
     #[diesel(sql_type = Text)]
@@ -83,8 +84,8 @@ pub async fn audit_insert(
         .bind::<Nullable<Text>, _>(audit.actor)
         .bind::<Text, _>(audit.authority)
         .bind::<Nullable<Text>, _>(audit.correlation)
-        .bind::<Nullable<Text>, _>(audit.prior_state)
-        .bind::<Nullable<Text>, _>(audit.resulting_state)
+        .bind::<Nullable<Text>, _>(audit.prior_state.map(State::as_str))
+        .bind::<Nullable<Text>, _>(audit.resulting_state.map(State::as_str))
         .bind::<Nullable<BigInt>, _>(audit.generation)
         .bind::<Text, _>(audit.outcome)
         .bind::<Nullable<Text>, _>(audit.detail),
@@ -133,8 +134,8 @@ pub async fn audit_coalesce(
         .bind::<Nullable<Text>, _>(first.actor)
         .bind::<Text, _>(first.authority)
         .bind::<Nullable<Text>, _>(first.correlation)
-        .bind::<Nullable<Text>, _>(first.prior_state)
-        .bind::<Nullable<Text>, _>(first.resulting_state)
+        .bind::<Nullable<Text>, _>(first.prior_state.map(State::as_str))
+        .bind::<Nullable<Text>, _>(first.resulting_state.map(State::as_str))
         .bind::<Nullable<BigInt>, _>(first.generation)
         .bind::<Text, _>(first.outcome)
         .bind::<Nullable<Text>, _>(first.detail)

@@ -8,6 +8,8 @@
 //! completed row (LC-1, LC-4, REG-5).
 
 use super::StoreError;
+use crate::lifecycle::State;
+use crate::repair::bounded;
 use chrono::{DateTime, Utc};
 use diesel::deserialize::{self, FromSql, QueryableByName};
 use diesel::pg::Pg;
@@ -29,7 +31,7 @@ const COLUMNS: &str = "id, state, bound, bound_json, empty_source, checkpoint, c
 #[derive(Debug, Clone)]
 pub struct BackfillRow {
     pub id: String,
-    pub state: String,
+    pub state: State,
     pub bound: Option<Vec<u8>>,
     pub bound_json: Option<Value>,
     pub empty_source: bool,
@@ -63,7 +65,7 @@ pub struct BackfillRow {
 ///
 /// The derived impl looks every field up by name, a linear search over the
 /// row's 29 columns, so a list page of 100 rows made about 40,000 name
-/// comparisons; that was about 7% of the admin list's CPU profile (issue 6).
+/// comparisons; that was about 7% of the admin list's CPU profile.
 /// Here each column is found at the next position and its name is compared
 /// once. A column that is not where [`COLUMNS`] puts it is still found by
 /// name, so a reordering costs speed, never correctness; debug builds (the
@@ -105,6 +107,18 @@ impl QueryableByName<Pg> for BackfillRow {
     }
 }
 
+/// The one place database text becomes a lifecycle [`State`]. The
+/// column's domain admits only the contract's states; a text this build
+/// does not know (a newer schema's state, say) fails the read instead of
+/// being guessed at (REG-4: fail closed).
+impl FromSql<Text, Pg> for State {
+    fn from_sql(bytes: diesel::pg::PgValue<'_>) -> deserialize::Result<Self> {
+        let text = <String as FromSql<Text, Pg>>::from_sql(bytes)?;
+        text.parse()
+            .map_err(|_| format!("unknown lifecycle state {:?}", bounded(text)).into())
+    }
+}
+
 /// A cursor over one row's columns in the order of [`COLUMNS`].
 struct Columns<'r, R> {
     row: &'r R,
@@ -137,7 +151,7 @@ pub struct ClaimRow {
     #[diesel(sql_type = Text)]
     pub id: String,
     #[diesel(sql_type = Text)]
-    pub state: String,
+    pub state: State,
     #[diesel(sql_type = BigInt)]
     pub generation: i64,
     #[diesel(sql_type = Nullable<Binary>)]
@@ -166,7 +180,7 @@ pub struct RenewedRow {
 #[derive(Debug, Clone, QueryableByName)]
 pub struct StateRow {
     #[diesel(sql_type = Text)]
-    pub state: String,
+    pub state: State,
     #[diesel(sql_type = Integer)]
     pub attempts: i32,
     #[diesel(sql_type = Nullable<Timestamptz>)]
@@ -699,7 +713,7 @@ pub async fn validation_reject(
     id: &str,
     worker: &str,
     generation: i64,
-    to_state: &str,
+    to_state: State,
     detail: &str,
 ) -> Result<bool, StoreError> {
     let n = super::cached(
@@ -714,7 +728,7 @@ pub async fn validation_reject(
         .bind::<Text, _>(id)
         .bind::<Text, _>(worker)
         .bind::<BigInt, _>(generation)
-        .bind::<Text, _>(to_state)
+        .bind::<Text, _>(to_state.as_str())
         .bind::<Text, _>(detail),
     )
     .execute(conn)
@@ -755,10 +769,10 @@ pub async fn backfill_pause(
 pub async fn backfill_reactivate(
     conn: &mut AsyncPgConnection,
     id: &str,
-    from_states: &[&str],
+    from_states: &[State],
     reset_attempts: bool,
 ) -> Result<Option<BackfillRow>, StoreError> {
-    let from: Vec<String> = from_states.iter().map(|s| s.to_string()).collect();
+    let from: Vec<&str> = from_states.iter().map(|s| s.as_str()).collect();
     Ok(super::cached(
         diesel::sql_query(format!(
             "UPDATE backfill SET \
@@ -838,11 +852,11 @@ pub async fn wake_notify(conn: &mut AsyncPgConnection, id: &str) -> Result<(), S
 /// Number of backfills per lifecycle state (metrics). No lock.
 pub async fn backfill_count_by_state(
     conn: &mut AsyncPgConnection,
-) -> Result<Vec<(String, i64)>, StoreError> {
+) -> Result<Vec<(State, i64)>, StoreError> {
     #[derive(QueryableByName)]
     struct ByState {
         #[diesel(sql_type = Text)]
-        state: String,
+        state: State,
         #[diesel(sql_type = BigInt)]
         n: i64,
     }
