@@ -55,6 +55,7 @@ pub mod admin;
 pub mod engine;
 pub mod ephemeral;
 pub mod events;
+pub mod failure;
 pub mod host;
 #[cfg(feature = "http")]
 pub mod http;

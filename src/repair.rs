@@ -7,6 +7,7 @@
 //! the selection returned against the batch limit and the key range, and
 //! commits the mutation together with the checkpoint (EX-6).
 
+pub use crate::failure::{bounded, RepairError, MAX_DIAGNOSTIC_BYTES};
 use crate::key::{Key, KeyError};
 use async_trait::async_trait;
 use diesel_async::AsyncPgConnection;
@@ -16,23 +17,6 @@ use std::sync::Arc;
 mod sql;
 
 pub use sql::{SqlRepair, SqlRepairBuilder};
-
-/// Longest operator-facing diagnostic, in bytes (AUD-2).
-pub const MAX_DIAGNOSTIC_BYTES: usize = 512;
-
-/// Truncate a diagnostic to [`MAX_DIAGNOSTIC_BYTES`] on a char boundary.
-pub fn bounded(message: impl Into<String>) -> String {
-    let mut message = message.into();
-    if message.len() > MAX_DIAGNOSTIC_BYTES {
-        let mut cut = MAX_DIAGNOSTIC_BYTES - 3;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push_str("...");
-    }
-    message
-}
 
 /// What `start` found when it captured the source set (EX-1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,51 +99,6 @@ pub struct BigIntSummary {
 impl From<BigIntSummary> for Mutated<i64> {
     fn from(row: BigIntSummary) -> Self {
         Mutated::from_summary(row.first, row.last, row.n)
-    }
-}
-
-/// An error a repair returns, classified so the engine can record it durably
-/// before it counts as handled (RT-1).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RepairError {
-    /// Transient: the batch is retried after a bounded backoff.
-    #[error("retryable: {0}")]
-    Retryable(String),
-    /// An unmet prerequisite or data invariant that needs the operator; the
-    /// message must say what to do (bounded, no row values).
-    #[error("blocked: {0}")]
-    Blocked(String),
-    /// Not worth retrying: the backfill goes to `failed`.
-    #[error("fatal: {0}")]
-    Fatal(String),
-}
-
-impl RepairError {
-    /// Stable vocabulary used in the database and in metrics labels.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            RepairError::Retryable(_) => "retryable",
-            RepairError::Blocked(_) => "blocked",
-            RepairError::Fatal(_) => "fatal",
-        }
-    }
-
-    /// The bounded diagnostic.
-    pub fn message(&self) -> String {
-        match self {
-            RepairError::Retryable(m) | RepairError::Blocked(m) | RepairError::Fatal(m) => {
-                bounded(m.as_str())
-            }
-        }
-    }
-}
-
-/// Database errors raised by a repair's own SQL are classified by kind, and
-/// their text is replaced by a fixed description: a raw PostgreSQL message
-/// can carry row values or SQL (AUD-2).
-impl From<diesel::result::Error> for RepairError {
-    fn from(error: diesel::result::Error) -> Self {
-        crate::store::classify(&error)
     }
 }
 

@@ -8,8 +8,8 @@
 //! completed row (LC-1, LC-4, REG-5).
 
 use super::StoreError;
+use crate::failure::bounded;
 use crate::lifecycle::State;
-use crate::repair::bounded;
 use chrono::{DateTime, Utc};
 use diesel::deserialize::{self, FromSql, QueryableByName};
 use diesel::pg::Pg;

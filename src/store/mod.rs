@@ -21,8 +21,9 @@ pub use pool::{
 };
 pub use prepared::{cached, Cached};
 
-use crate::repair::RepairError;
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use crate::failure::RepairError;
+pub use crate::failure::{classify, describe};
+use diesel::result::Error as DieselError;
 
 /// Errors of the store layer. `Display` is redacted (AUD-2): raw database
 /// messages can carry row values or SQL, so only a classification is shown.
@@ -53,92 +54,6 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for StoreEr
     }
 }
 
-/// A bounded, redacted description of a database error.
-pub fn describe(error: &DieselError) -> String {
-    match error {
-        DieselError::DatabaseError(kind, info) => {
-            let message = info.message();
-            let what = match kind {
-                DatabaseErrorKind::UniqueViolation => "unique violation",
-                DatabaseErrorKind::ForeignKeyViolation => "foreign key violation",
-                DatabaseErrorKind::NotNullViolation => "not-null violation",
-                DatabaseErrorKind::CheckViolation => "check violation",
-                DatabaseErrorKind::SerializationFailure => "serialization failure",
-                DatabaseErrorKind::ReadOnlyTransaction => "read-only transaction",
-                DatabaseErrorKind::ClosedConnection => "connection closed",
-                // No SQLSTATE: the client could not talk to the server (the
-                // socket closed, the server went away).
-                DatabaseErrorKind::UnableToSendCommand => "connection lost",
-                // 57P01/57P02 (shutdown), 25P03 (idle-in-transaction
-                // timeout), 57P05 (idle session timeout): the server ended
-                // the session; the next attempt gets a new one.
-                _ if message.contains("terminating connection") => "connection terminated",
-                // 57P03: starting up, shutting down, in recovery.
-                _ if message.contains("the database system is") => "server unavailable",
-                // 53300.
-                _ if message.contains("too many clients")
-                    || message.contains("too many connections") =>
-                {
-                    "too many connections"
-                }
-                _ if message.contains("statement timeout") => "statement timeout",
-                _ if message.contains("lock timeout") => "lock timeout",
-                _ if message.contains("deadlock") => "deadlock detected",
-                _ if message.contains("canceling statement") => "statement cancelled",
-                _ if message.contains("does not exist") => "missing relation, column or function",
-                _ => "database error",
-            };
-            match info.constraint_name() {
-                Some(c) if c.len() <= 63 => format!("{what} (constraint {c})"),
-                _ => what.to_string(),
-            }
-        }
-        DieselError::NotFound => "row not found".into(),
-        DieselError::RollbackTransaction => "transaction rolled back".into(),
-        DieselError::BrokenTransactionManager => "broken transaction state".into(),
-        DieselError::DeserializationError(_) => "cannot decode a returned value".into(),
-        DieselError::SerializationError(_) => "cannot encode a parameter".into(),
-        _ => "database client error".into(),
-    }
-}
-
-/// Classify a database error raised by a repair's SQL (RT-1): transient
-/// conditions are retryable, a missing relation or column is an unmet
-/// prerequisite (blocked), and everything else is fatal.
-pub fn classify(error: &DieselError) -> RepairError {
-    let text = describe(error);
-    let retryable = match error {
-        DieselError::DatabaseError(kind, _) => {
-            matches!(
-                kind,
-                DatabaseErrorKind::SerializationFailure
-                    | DatabaseErrorKind::ClosedConnection
-                    | DatabaseErrorKind::UnableToSendCommand
-            ) || matches!(
-                text.as_str(),
-                "statement timeout"
-                    | "lock timeout"
-                    | "deadlock detected"
-                    | "statement cancelled"
-                    | "connection terminated"
-                    | "server unavailable"
-                    | "too many connections"
-            )
-        }
-        DieselError::BrokenTransactionManager => true,
-        _ => false,
-    };
-    if retryable {
-        RepairError::Retryable(text)
-    } else if text.starts_with("missing relation") {
-        RepairError::Blocked(format!(
-            "{text}: the repair's schema prerequisite is not in place; apply the migration, then retry"
-        ))
-    } else {
-        RepairError::Fatal(text)
-    }
-}
-
 /// Whether a store error is a transient database condition.
 pub fn is_transient(error: &StoreError) -> bool {
     match error {
@@ -151,6 +66,7 @@ pub fn is_transient(error: &StoreError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use diesel::result::DatabaseErrorKind;
 
     fn db_error(kind: DatabaseErrorKind, message: &str) -> DieselError {
         DieselError::DatabaseError(kind, Box::new(message.to_string()))

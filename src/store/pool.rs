@@ -141,7 +141,7 @@ fn warn_if_translated(lc_messages: &str) {
     }
     tracing::warn!(
         event = "translated_server_messages",
-        lc_messages = %crate::repair::bounded(lc_messages.to_string()),
+        lc_messages = %crate::failure::bounded(lc_messages.to_string()),
         "the server translates its messages and this role may not change lc_messages: \
          lost sessions, timeouts and deadlocks will classify as fatal instead of retryable; \
          have a superuser run ALTER ROLE <this role> SET lc_messages = 'C'"
@@ -168,7 +168,7 @@ pub async fn run_embedded(url: &str, migrations: EmbeddedMigrations) -> Result<(
         .map_err(|_| StoreError::Migration("could not connect to run migrations".into()))?;
         conn.run_pending_migrations(migrations)
             .map(|_| ())
-            .map_err(|e| StoreError::Migration(crate::repair::bounded(e.to_string())))
+            .map_err(|e| StoreError::Migration(crate::failure::bounded(e.to_string())))
     })
     .await
     .map_err(|_| StoreError::Migration("migration task panicked".into()))?
