@@ -136,6 +136,12 @@ impl EngineConfig {
     }
 }
 
+impl From<diesel::result::Error> for EngineError {
+    fn from(e: diesel::result::Error) -> Self {
+        EngineError::Store(StoreError::Database(e))
+    }
+}
+
 /// Errors of the engine layer.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -215,8 +221,6 @@ pub struct Claim {
     pub phase: Phase,
     /// The previous owner whose expired claim this one took over (CLM-4).
     pub takeover_from: Option<String>,
-    /// Lease expiry by PostgreSQL's clock at claim time.
-    pub lease_expires_at: DateTime<Utc>,
     pub(crate) bound: Option<Vec<u8>>,
     pub(crate) checkpoint: Option<Vec<u8>>,
     /// The next batch's transaction, opened by the previous batch's commit
@@ -429,7 +433,9 @@ async fn rollback_to_pool(mut conn: PooledConn<'static>) {
     let _ = store::batch_rollback(&mut conn).await;
 }
 
-fn millis(d: Duration) -> i64 {
+/// A duration in whole milliseconds, as `set_config` and the store's
+/// interval arithmetic take it (saturating, never wrapping).
+pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
@@ -582,48 +588,40 @@ impl Engine {
         let registry = self.registry.clone();
         let worker = worker.to_string();
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        let result = conn
-            .transaction::<_, TxError, _>(async |conn| {
-                let Some(row) = store::backfill_claim(conn, &worker, &ids, exclude, ttl).await?
-                else {
-                    return Ok(None);
-                };
-                let def = registry
-                    .get(&row.id)
-                    .ok_or_else(|| EngineError::NoDefinition(row.id.clone()))?;
-                for stored in [row.bound.as_deref(), row.checkpoint.as_deref()]
-                    .into_iter()
-                    .flatten()
-                {
-                    def.check_key(stored)
-                        .map_err(|error| EngineError::KeyMismatch {
-                            id: row.id.clone(),
-                            error,
-                        })?;
-                }
-                let phase = match row.state {
-                    State::Running => Phase::Execute,
-                    State::Validating => Phase::Validate,
-                    _ => return Err(EngineError::UnknownState(row.id.clone()).into()),
-                };
-                Ok(Some(Claim {
-                    id: row.id,
-                    worker: worker.clone(),
-                    generation: row.generation,
-                    phase,
-                    takeover_from: row.prior_owner,
-                    lease_expires_at: row.lease_expires_at,
-                    bound: row.bound,
-                    checkpoint: row.checkpoint,
-                    open: OpenBatch::default(),
-                }))
-            })
-            .await;
-        match result {
-            Ok(claim) => Ok(claim),
-            Err(TxError::Engine(e)) => Err(e),
-            Err(TxError::Stale | TxError::Busy) => Ok(None),
-        }
+        conn.transaction::<_, EngineError, _>(async |conn| {
+            let Some(row) = store::backfill_claim(conn, &worker, &ids, exclude, ttl).await? else {
+                return Ok(None);
+            };
+            let def = registry
+                .get(&row.id)
+                .ok_or_else(|| EngineError::NoDefinition(row.id.clone()))?;
+            for stored in [row.bound.as_deref(), row.checkpoint.as_deref()]
+                .into_iter()
+                .flatten()
+            {
+                def.check_key(stored)
+                    .map_err(|error| EngineError::KeyMismatch {
+                        id: row.id.clone(),
+                        error,
+                    })?;
+            }
+            let phase = match row.state {
+                State::Running => Phase::Execute,
+                State::Validating => Phase::Validate,
+                _ => return Err(EngineError::UnknownState(row.id.clone())),
+            };
+            Ok(Some(Claim {
+                id: row.id,
+                worker: worker.clone(),
+                generation: row.generation,
+                phase,
+                takeover_from: row.prior_owner,
+                bound: row.bound,
+                checkpoint: row.checkpoint,
+                open: OpenBatch::default(),
+            }))
+        })
+        .await
     }
 
     /// Renew the listed claims of `worker` in one statement; returns the
@@ -1043,12 +1041,8 @@ impl Engine {
     pub async fn act(&self, id: &str, action: Action) -> Result<ActionOutcome, EngineError> {
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
         let id = id.to_string();
-        conn.transaction::<_, TxError, _>(async |conn| Ok(self.act_in(conn, &id, action).await?))
+        conn.transaction::<_, EngineError, _>(async |conn| self.act_in(conn, &id, action).await)
             .await
-            .map_err(|e| match e {
-                TxError::Engine(e) => e,
-                TxError::Stale | TxError::Busy => EngineError::UnknownBackfill(id.clone()),
-            })
     }
 
     /// Perform a lifecycle action inside the caller's transaction (the admin

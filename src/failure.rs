@@ -9,18 +9,24 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 /// Longest operator-facing diagnostic, in bytes (AUD-2).
 pub const MAX_DIAGNOSTIC_BYTES: usize = 512;
 
+/// `s` cut to at most `max` bytes on a char boundary, without a marker:
+/// for values that must fit a column rather than be read as cut.
+pub fn cut(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
 /// Truncate a diagnostic to [`MAX_DIAGNOSTIC_BYTES`] on a char boundary.
 pub fn bounded(message: impl Into<String>) -> String {
-    let mut message = message.into();
+    let message = message.into();
     if message.len() > MAX_DIAGNOSTIC_BYTES {
-        let mut cut = MAX_DIAGNOSTIC_BYTES - 3;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push_str("...");
+        format!("{}...", cut(&message, MAX_DIAGNOSTIC_BYTES - 3))
+    } else {
+        message
     }
-    message
 }
 
 /// An error a repair returns, classified so the engine can record it durably

@@ -17,7 +17,8 @@ pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
 pub use flood::{FloodGate, FloodLimits};
 pub use view::*;
 
-use crate::engine::{ActionOutcome, Engine, EngineError};
+use crate::engine::{millis, ActionOutcome, Engine, EngineError};
+use crate::failure::cut;
 use crate::lifecycle::{Action, State};
 use crate::repair::{bounded, BodyError, Validation};
 use crate::store::{self, BackfillRow, NewAudit, StoreError};
@@ -156,7 +157,7 @@ impl RequestMeta<'_> {
     fn correlation(&self) -> Option<String> {
         self.idempotency_key
             .or(self.request_id)
-            .map(|c| truncate(c, MAX_KEY_BYTES))
+            .map(|c| cut(c, MAX_KEY_BYTES))
     }
 }
 
@@ -244,15 +245,7 @@ fn requested_id(what: &str, id: &str) -> Result<(), AdminError> {
 /// which PostgreSQL's text cannot store (a rejection must still be
 /// audited, AUD-1).
 fn audit_id(id: &str) -> String {
-    truncate(&id.replace('\0', "\u{fffd}"), 128)
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    let mut cut = s.len().min(max);
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    s[..cut].to_string()
+    cut(&id.replace('\0', "\u{fffd}"), 128)
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, AdminError> {
@@ -357,7 +350,7 @@ impl Admin {
         let Some(authority) = self.config.auth.authenticate(meta.bearer) else {
             let first = flood::FirstRequest {
                 backfill_id: audit_id(id),
-                action: truncate(action, 32),
+                action: cut(action, 32),
                 correlation: meta.correlation(),
                 detail: bounded(AdminError::Unauthorized.to_string()),
             };
@@ -780,8 +773,4 @@ fn page_limit(limit: Option<i64>) -> Result<i64, AdminError> {
             "limit must be between 1 and {MAX_PAGE}"
         ))),
     }
-}
-
-fn millis(d: std::time::Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -15,6 +15,7 @@ use diesel::deserialize::{self, FromSql, QueryableByName};
 use diesel::pg::Pg;
 use diesel::row::{Field, NamedRow, Row};
 use diesel::sql_types::{Array, BigInt, Binary, Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::OptionalExtension;
 use diesel_async::{AnsiTransactionManager, AsyncPgConnection, RunQueryDsl, TransactionManager};
 use serde_json::Value;
 
@@ -227,8 +228,7 @@ pub async fn backfill_get(
     )
     .get_result(conn)
     .await
-    .map(Some)
-    .or_else(not_found)?)
+    .optional()?)
 }
 
 /// Read a page of rows ordered by ID, strictly after `after`. No lock.
@@ -280,8 +280,7 @@ pub async fn backfill_lock(
     )
     .get_result(conn)
     .await
-    .map(Some)
-    .or_else(not_found)?)
+    .optional()?)
 }
 
 /// The captured source set, in stored form.
@@ -319,8 +318,7 @@ pub async fn backfill_start(
     )
     .get_result(conn)
     .await
-    .map(Some)
-    .or_else(not_found)?)
+    .optional()?)
 }
 
 /// Claim the next eligible backfill among `ids` (this process's definitions,
@@ -363,8 +361,7 @@ pub async fn backfill_claim(
     )
     .get_result(conn)
     .await
-    .map(Some)
-    .or_else(not_found)?)
+    .optional()?)
 }
 
 /// Renew every listed claim this worker holds, in one statement. Fence:
@@ -673,8 +670,7 @@ pub async fn backfill_record_failure(
     .bind::<BigInt, _>(backoff_max_ms))
     .get_result(conn)
     .await
-    .map(Some)
-    .or_else(not_found)?)
+    .optional()?)
 }
 
 /// Fenced completion (VAL-3): `validating` -> `completed` after successful
@@ -756,8 +752,7 @@ pub async fn backfill_pause(
     )
     .get_result(conn)
     .await
-    .map(Some)
-    .or_else(not_found)?)
+    .optional()?)
 }
 
 /// `resume` (from `paused`) and `retry` (from `blocked`/`failed`): back to
@@ -789,8 +784,7 @@ pub async fn backfill_reactivate(
     )
     .get_result(conn)
     .await
-    .map(Some)
-    .or_else(not_found)?)
+    .optional()?)
 }
 
 /// Persist the bounded outcome of an explicit validation (VAL-7). Touches
@@ -815,13 +809,6 @@ pub async fn validation_record(
     .execute(conn)
     .await?;
     Ok(n == 1)
-}
-
-fn not_found<T>(error: diesel::result::Error) -> Result<Option<T>, diesel::result::Error> {
-    match error {
-        diesel::result::Error::NotFound => Ok(None),
-        other => Err(other),
-    }
 }
 
 /// The NOTIFY channel that wakes supervisors. A hint only: a lost, late,

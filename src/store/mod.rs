@@ -38,9 +38,10 @@ pub enum StoreError {
     /// Embedded migrations failed.
     #[error("migration error: {0}")]
     Migration(String),
-    /// A stored value this process cannot interpret (REG-4: fail closed).
-    #[error("stored value cannot be interpreted: {0}")]
-    Corrupt(String),
+    /// A database name outside `[a-z0-9_]{1,63}` (it is spliced into
+    /// `CREATE DATABASE`, which takes no parameters).
+    #[error("database name must match [a-z0-9_]{{1,63}}")]
+    InvalidDatabaseName,
 }
 
 impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for StoreError {

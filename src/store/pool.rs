@@ -205,9 +205,7 @@ pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, S
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
     if !plain {
-        return Err(StoreError::Corrupt(
-            "database name must match [a-z0-9_]{1,63}".into(),
-        ));
+        return Err(StoreError::InvalidDatabaseName);
     }
     let mut conn = connect_dedicated(server_url).await?;
     // Two statements: DROP/CREATE DATABASE cannot share an implicit
