@@ -1,0 +1,102 @@
+//! Validation gates completion, one at a time (CT-7, VAL-6).
+
+use super::*;
+
+/// CT-7 / VAL-1..3: reaching the bound enters `validating`, never
+/// `completed`; a validation failure is durable and repeatable; operator
+/// retry revalidates; only success reaches `completed`, which is immutable.
+/// Guards: `validating` (not `completed`) in `backfill_checkpoint_advance`; the
+/// `backfill_guard` trigger for immutability.
+#[tokio::test]
+async fn ct07_only_successful_validation_completes() {
+    let (db, engine, _hooks) = started(10, 10).await;
+    drive_until_validating(&engine).await;
+    assert!(engine.get(ID).await.unwrap().completed_at.is_none());
+
+    db.exec("UPDATE items SET n = 2 WHERE id = 3").await;
+    for _ in 0..2 {
+        let claim = engine.claim_next("v", &[]).await.unwrap().unwrap();
+        let run = engine.validate_claimed(&claim).await.unwrap();
+        assert!(
+            matches!(run, ValidationRun::Rejected { state: State::Failed, ref detail } if detail.contains("1 items")),
+            "{run:?}"
+        );
+        let row = engine.get(ID).await.unwrap();
+        assert_eq!(row.state, State::Failed);
+        assert_eq!(row.validation_outcome.as_deref(), Some("failure"));
+        assert!(engine.claim_next("v", &[]).await.unwrap().is_none());
+        assert!(matches!(
+            engine.retry(ID).await.unwrap(),
+            ActionOutcome::Applied { .. }
+        ));
+        assert_eq!(state(&engine).await, State::Validating);
+    }
+    db.exec("UPDATE items SET n = 1 WHERE id = 3").await;
+    drive(&engine, "v").await;
+    let row = engine.get(ID).await.unwrap();
+    assert_eq!(row.state, State::Completed);
+    assert_eq!(row.validation_outcome.as_deref(), Some("success"));
+
+    for action in [Action::Start, Action::Pause, Action::Retry, Action::Resume] {
+        assert!(matches!(
+            engine.act(ID, action).await.unwrap(),
+            ActionOutcome::Conflict(_)
+        ));
+    }
+    let mut conn = db.connect().await;
+    let direct = diesel::sql_query(format!(
+        "UPDATE backfill SET state = 'running' WHERE id = '{ID}'"
+    ))
+    .execute(&mut conn)
+    .await;
+    assert!(
+        direct.is_err(),
+        "the database itself keeps completed immutable"
+    );
+}
+
+/// CT-7 / EX-1: an empty source set goes straight to `validating` after
+/// `start`, and validation completes it.
+#[tokio::test]
+async fn ct07_empty_source_set_goes_straight_to_validating() {
+    let (_db, engine, _hooks) = started(0, 10).await;
+    let row = engine.get(ID).await.unwrap();
+    assert_eq!(row.state, State::Validating);
+    assert!(row.empty_source);
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+}
+
+/// VAL-6: lifecycle validation never runs while another validation of the
+/// same ID (an explicit one, from any process) holds the per-ID lock; it
+/// reports busy and changes nothing, and runs once the lock is free.
+/// Guard: `validation_try_lock` in `validate_claimed`.
+#[tokio::test]
+async fn val06_lifecycle_validation_waits_for_a_running_explicit_validation() {
+    let (db, engine, _hooks) = started(10, 10).await;
+    drive_until_validating(&engine).await;
+    let mut holder = db.connect().await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    diesel::sql_query(format!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('backfill-validate:' || '{ID}', 0))"
+    ))
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    let claim = engine.claim_next("v", &[]).await.unwrap().unwrap();
+    assert_eq!(
+        engine.validate_claimed(&claim).await.unwrap(),
+        ValidationRun::Busy
+    );
+    assert_eq!(state(&engine).await, State::Validating);
+    engine.release(&claim).await.unwrap();
+    diesel::sql_query("COMMIT")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    drive(&engine, "v").await;
+    assert_eq!(state(&engine).await, State::Completed);
+}
