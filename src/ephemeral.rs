@@ -49,8 +49,8 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// A value no other cluster of this process, or of a process that had the
-/// same ID before, has used: a per-process counter and the clock.
+/// A directory suffix unique within this process (a counter) and across
+/// processes that reuse a PID (the clock's nanoseconds).
 fn unique() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
