@@ -1008,7 +1008,7 @@ impl Engine {
         }
     }
 
-    /// `start` (CONTRACT section 3) in its own transaction; see
+    /// `start` (docs/CONTRACT.md section 3) in its own transaction; see
     /// [`Started`] for what a second call answers.
     pub async fn start(&self, id: &str) -> Result<Started, EngineError> {
         Ok(match self.act(id, Action::Start).await? {
@@ -1049,7 +1049,7 @@ impl Engine {
     /// layer adds its audit row and idempotency record to the same one).
     /// Locks the row first, so the prior state is exact and concurrent
     /// actions on one ID serialize. `start` captures the bound with the
-    /// local definition in this same transaction (CONTRACT section 3). No
+    /// local definition in this same transaction (docs/CONTRACT.md section 3). No
     /// action changes bound or checkpoint or selects `completed` (LC-4).
     pub async fn act_in(
         &self,

@@ -1,7 +1,7 @@
 //! Typed events of the backfills this process works on, and of lifecycle
 //! changes other processes announce (EMB-3).
 //!
-//! Events are hints derived from PostgreSQL, like NOTIFY (CONTRACT section
+//! Events are hints derived from PostgreSQL, like NOTIFY (docs/CONTRACT.md section
 //! 0): a subscriber that lags loses the oldest ones, and a missed or
 //! repeated event changes nothing committed. [`crate::Engine::wait_for`]
 //! uses them only to re-read PostgreSQL sooner.

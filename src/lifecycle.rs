@@ -1,4 +1,4 @@
-//! The lifecycle of CONTRACT section 3, as Rust values.
+//! The lifecycle of docs/CONTRACT.md section 3, as Rust values.
 //!
 //! The authority is PostgreSQL (the WHERE clauses in `store` and the
 //! `backfill_guard` trigger); this module only names states and actions for
@@ -47,7 +47,7 @@ impl State {
         }
     }
 
-    /// The next states the contract allows (CONTRACT section 3).
+    /// The next states the contract allows (docs/CONTRACT.md section 3).
     pub fn next_states(self) -> &'static [State] {
         match self {
             State::Pending => &[State::Running],
@@ -90,7 +90,7 @@ impl FromStr for State {
     }
 }
 
-/// An operator action (CONTRACT section 3). There is deliberately no reset,
+/// An operator action (docs/CONTRACT.md section 3). There is deliberately no reset,
 /// rewind, delete, force-complete or cancel (ADM-6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

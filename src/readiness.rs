@@ -1,4 +1,4 @@
-//! The readiness gate (CONTRACT section 8).
+//! The readiness gate (docs/CONTRACT.md section 8).
 //!
 //! Rebuilt from PostgreSQL on every evaluation (CFG-2): nothing is cached,
 //! so a restart can never show a ready interval that PostgreSQL does not

@@ -1,5 +1,5 @@
 //! Admin boundary conformance through the real HTTP server and a real
-//! PostgreSQL (CONTRACT section 9, CT-9, CT-10, CT-11 API part, AUD-1).
+//! PostgreSQL (docs/CONTRACT.md section 9, CT-9, CT-10, CT-11 API part, AUD-1).
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - CT-9  authorization on every admin route: `ct09_*`

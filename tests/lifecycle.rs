@@ -1,4 +1,4 @@
-//! The lifecycle of CONTRACT section 3 as Rust names it
+//! The lifecycle of docs/CONTRACT.md section 3 as Rust names it
 //! (`backfill::lifecycle`) against what PostgreSQL stores and enforces.
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
@@ -15,7 +15,7 @@ use serde_json::Value;
 use std::str::FromStr;
 use support::test_db;
 
-/// The contract's names, written out (CONTRACT section 3).
+/// The contract's names, written out (docs/CONTRACT.md section 3).
 const STATES: [(State, &str); 7] = [
     (State::Pending, "pending"),
     (State::Running, "running"),

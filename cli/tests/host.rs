@@ -311,7 +311,7 @@ async fn ct13_restart_rebuilds_gate_from_postgres() {
     third.stop().await;
 }
 
-/// CONTRACT section 0: NOTIFY is a wake-up hint. With a poll interval far
+/// docs/CONTRACT.md section 0: NOTIFY is a wake-up hint. With a poll interval far
 /// longer than the test's deadline, a backfill started by another process
 /// (another engine on another pool) is picked up at once because the start
 /// commits a NOTIFY the host LISTENs for. Guard: `wake_notify` in the start

@@ -42,7 +42,7 @@ const ALL: &str = "*";
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     pub auth: AuthConfig,
-    /// Automatic backfills switch (CONTRACT section 8).
+    /// Automatic backfills switch (docs/CONTRACT.md section 8).
     pub auto_backfills: bool,
     /// Required automatic backfills: "readiness participation".
     pub required: BTreeSet<String>,

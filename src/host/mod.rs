@@ -1,6 +1,6 @@
 //! The embedding API: a host service hands the library its application
 //! (migrations, schema check, repairs, routes) and a configuration; the
-//! library starts everything in the contract's order (CONTRACT section 8).
+//! library starts everything in the contract's order (docs/CONTRACT.md section 8).
 //!
 //! The order is the contract: check the configuration and the
 //! application's definitions (nothing touches PostgreSQL before they are

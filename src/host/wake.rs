@@ -1,5 +1,5 @@
 //! The LISTEN/NOTIFY wake-up listener: a hint only. The poll interval
-//! finds the same work if a notification is lost (CONTRACT section 0).
+//! finds the same work if a notification is lost (docs/CONTRACT.md section 0).
 
 use crate::engine::Engine;
 use crate::events::{Event, Events};

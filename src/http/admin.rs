@@ -1,4 +1,4 @@
-//! The admin HTTP API (CONTRACT section 9) and its OpenAPI 3 document.
+//! The admin HTTP API (docs/CONTRACT.md section 9) and its OpenAPI 3 document.
 //!
 //! A thin projection of [`crate::admin::Admin`]: handlers only read headers
 //! and parameters and render results; authorization, audit, idempotency and
@@ -23,7 +23,7 @@ use utoipa::{IntoParams, Modify, OpenApi};
 #[openapi(
     info(
         title = "backfill admin API",
-        description = "Operator boundary of backfill (CONTRACT section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions)."
+        description = "Operator boundary of backfill (docs/CONTRACT.md section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions)."
     ),
     paths(list, detail, start, pause, resume, retry, validate, audit, openapi_json),
     components(schemas(
@@ -288,7 +288,7 @@ async fn act(
     reply(admin.act(&meta.as_meta(), &id, action).await)
 }
 
-/// `start`: capture the bound and enter `running` (CONTRACT section 3).
+/// `start`: capture the bound and enter `running` (docs/CONTRACT.md section 3).
 #[utoipa::path(
     post, path = "/admin/backfills/{id}/start",
     params(

@@ -1,5 +1,5 @@
 //! The serving boundary's health endpoints: `/livez` (the process runs)
-//! and `/readyz` (CONTRACT section 8: 503 with the gating IDs until every
+//! and `/readyz` (docs/CONTRACT.md section 8: 503 with the gating IDs until every
 //! required backfill is `completed` in automatic mode).
 
 use crate::readiness::Readiness;

@@ -1,5 +1,5 @@
 // CT-12: the web client's projection keeps unknown and failure states
-// honest and offers only the actions of CONTRACT section 3. Runs with
+// honest and offers only the actions of docs/CONTRACT.md section 3. Runs with
 // node's built-in test runner: `node --test tests/ui/`.
 "use strict";
 const test = require("node:test");

@@ -5,7 +5,7 @@
 //! conformance and configuration tests). Its schema is kept apart from the
 //! framework's tables: [`migrate`] runs `src/example/migrations` only, so the
 //! host can switch schema auto-migration off and still check compatibility
-//! with [`check_schema`] (CONTRACT section 8: a backfill never changes
+//! with [`check_schema`] (docs/CONTRACT.md section 8: a backfill never changes
 //! schema).
 //!
 //! All SQL for the example's own tables lives in this module; `src/store`

@@ -1,4 +1,4 @@
-//! Schema-compatibility check for `serve --migrate off` (CONTRACT section 8):
+//! Schema-compatibility check for `serve --migrate off` (docs/CONTRACT.md section 8):
 //! with migrations off, a missing table or column must fail startup clearly,
 //! naming what is missing, because a backfill never changes schema.
 

@@ -1,11 +1,11 @@
 // The admin web client: a projection of the admin API (ADM-1). It keeps no
 // lifecycle of its own, never synthesises an outcome, shows unknown as
 // unknown and a failed refresh as stale, never as zero (ADM-3), and sends
-// only the actions of CONTRACT section 3 (CT-12). The server decides every
+// only the actions of docs/CONTRACT.md section 3 (CT-12). The server decides every
 // transition; the buttons shown are a convenience, not a rule.
 "use strict";
 
-// The only actions this client can send (CONTRACT section 3, ADM-6).
+// The only actions this client can send (docs/CONTRACT.md section 3, ADM-6).
 const ACTIONS = ["start", "pause", "resume", "retry", "validate"];
 
 // Which actions to offer for a state, per the contract's table. `validate`
