@@ -56,6 +56,7 @@ pub mod engine;
 pub mod ephemeral;
 pub mod events;
 pub mod failure;
+pub mod health;
 pub mod host;
 #[cfg(feature = "http")]
 pub mod http;
@@ -64,6 +65,7 @@ pub mod lifecycle;
 pub mod readiness;
 pub mod repair;
 pub mod runtime;
+pub mod settings;
 pub mod store;
 
 pub use async_trait::async_trait;

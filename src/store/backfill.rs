@@ -25,7 +25,7 @@ const COLUMNS: &str = "id, state, bound, bound_json, empty_source, checkpoint, c
      key_type, source_rows, generation, owner, lease_expires_at, attempts, next_attempt_at, \
      last_error_kind, last_error, last_error_at, rows_done, batches_done, validation_outcome, \
      validation_detail, validated_at, description, build_info, registered_at, updated_at, \
-     started_at, completed_at, clock_timestamp() AS db_now";
+     started_at, completed_at, settings, batch_size, throttle, clock_timestamp() AS db_now";
 
 /// One backfill row as stored. Decoded by position (see the
 /// `QueryableByName` impl below), in the order of [`COLUMNS`].
@@ -59,15 +59,24 @@ pub struct BackfillRow {
     pub updated_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
+    /// Live settings as stored (THR-4); read them with
+    /// [`crate::settings::Settings::from_stored`].
+    pub settings: Value,
+    /// The batch size in force at the last batch or statement timeout
+    /// (THR-3).
+    pub batch_size: Option<i32>,
+    /// The throttle condition the claim's runner last reported (THR-2);
+    /// current only while its `generation` is the row's and the row is
+    /// claimed.
+    pub throttle: Option<Value>,
     pub db_now: DateTime<Utc>,
 }
 
 /// Decode by position, checking each column's name.
 ///
 /// The derived impl looks every field up by name, a linear search over the
-/// row's 29 columns, so a list page of 100 rows made about 40,000 name
-/// comparisons; that was about 7% of the admin list's CPU profile.
-/// Here each column is found at the next position and its name is compared
+/// row's columns: about 50,000 name comparisons for a list page of 100
+/// rows, a visible share of the admin list's CPU profile. Here each column is found at the next position and its name is compared
 /// once. A column that is not where [`COLUMNS`] puts it is still found by
 /// name, so a reordering costs speed, never correctness; debug builds (the
 /// tests) panic on it instead, so it cannot go unnoticed.
@@ -103,6 +112,9 @@ impl QueryableByName<Pg> for BackfillRow {
             updated_at: c.next::<Timestamptz, _>("updated_at")?,
             started_at: c.next::<Nullable<Timestamptz>, _>("started_at")?,
             completed_at: c.next::<Nullable<Timestamptz>, _>("completed_at")?,
+            settings: c.next::<Jsonb, _>("settings")?,
+            batch_size: c.next::<Nullable<Integer>, _>("batch_size")?,
+            throttle: c.next::<Nullable<Jsonb>, _>("throttle")?,
             db_now: c.next::<Timestamptz, _>("db_now")?,
         })
     }
