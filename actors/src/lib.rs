@@ -127,6 +127,28 @@ pub enum ValidationOutcome {
     FailClosed { message: String },
 }
 
+/// What the backend says before a batch: whether the runner may start
+/// one now (THR-1). Asked between batches only; a batch in flight
+/// commits or rolls back as usual.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Gate {
+    /// Run the batch now.
+    Go,
+    /// Wait this long first (the operator's pause between batches), then
+    /// ask again.
+    Pause(Duration),
+    /// A health signal is past its threshold: start no batch and ask
+    /// again after `recheck`. The claim stays held and renewed; this is a
+    /// runtime condition, never a lifecycle state (THR-2).
+    Throttled {
+        /// The signal's metric label (a bounded vocabulary, OBS-2).
+        signal: &'static str,
+        /// Signal, value and threshold for operators, bounded.
+        text: String,
+        recheck: Duration,
+    },
+}
+
 /// A backend call that could not be made durable (e.g. the database is
 /// unreachable). The runtime stops the affected work and lets the lease
 /// expire; PostgreSQL keeps whatever was committed.
@@ -153,6 +175,12 @@ pub trait Backend: Send + Sync + 'static {
         worker: &str,
         exclude: &[String],
     ) -> Result<Result<Option<Self::Claim>, String>, BackendError>;
+
+    /// Whether the next batch of `claim` may start now (THR-1). The
+    /// default lets every batch run.
+    async fn gate(&self, _claim: &mut Self::Claim) -> Result<Gate, BackendError> {
+        Ok(Gate::Go)
+    }
 
     /// Run one fenced batch, recording any failure durably before
     /// returning.

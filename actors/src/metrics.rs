@@ -28,11 +28,21 @@ pub struct RuntimeMetrics {
     pub validations_rejected: AtomicU64,
     pub validation_errors: AtomicU64,
     pub validation_millis_total: AtomicU64,
+    /// Runners that hold a claim but start no batch because a health
+    /// signal is past its threshold (a gauge).
+    pub runners_throttled: AtomicU64,
+    /// Times a runner became throttled.
+    pub throttle_events: AtomicU64,
 }
 
 /// Add one to a counter.
 pub(crate) fn inc(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Take one from a gauge.
+pub(crate) fn dec(gauge: &AtomicU64) {
+    gauge.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Add `n` to a counter.

@@ -7,13 +7,18 @@
 //! expired trust window it starts no further batch (EX-5). It tells the
 //! supervisor why it ended with [`RunnerExited`] (`do_send`, upward).
 //!
+//! Before each batch it asks [`Backend::gate`]: a pause between batches
+//! or a health signal past its threshold (THR-1) holds the batch back
+//! while the claim stays renewed, logged once as `throttled` and once as
+//! `unthrottled` when the signal recovers (THR-2).
+//!
 //! It logs each batch as `batch_committed` at debug level and, at info,
 //! one `progress` event per `RuntimeConfig::progress_log_interval`: the
 //! batch path writes no log line at the default level.
 
 use crate::lease_renewer::LeaseStatus;
-use crate::metrics::{add, inc, RuntimeMetrics};
-use crate::{Backend, ClaimInfo, Disposition, RuntimeConfig, StepOutcome, Timing};
+use crate::metrics::{add, dec, inc, RuntimeMetrics};
+use crate::{Backend, ClaimInfo, Disposition, Gate, RuntimeConfig, StepOutcome, Timing};
 use actix::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,6 +81,8 @@ pub struct Runner<B: Backend> {
     logged: (u64, u64, Instant),
     progress_log_interval: Duration,
     metrics: Arc<RuntimeMetrics>,
+    /// The signal holding batches back, and since when (THR-2).
+    throttled: Option<(&'static str, Instant)>,
 }
 
 impl<B: Backend> Runner<B> {
@@ -104,6 +111,7 @@ impl<B: Backend> Runner<B> {
             logged: (0, 0, Instant::now()),
             progress_log_interval: config.progress_log_interval,
             metrics,
+            throttled: None,
         }
     }
 
@@ -129,6 +137,7 @@ impl<B: Backend> Runner<B> {
     }
 
     fn exit(&mut self, ctx: &mut Context<Self>, reason: ExitReason) {
+        self.unthrottle();
         self.supervisor.do_send(RunnerExited {
             id: self.id.clone(),
             generation: self.generation,
@@ -180,63 +189,143 @@ impl<B: Backend> Runner<B> {
             return;
         };
         self.busy = true;
-        inc(&self.metrics.batches_attempted);
         let backend = self.backend.clone();
+        let metrics = self.metrics.clone();
+        // The gate and the batch in one future: a batch the gate lets
+        // through costs no extra hop through the actor.
         let fut = async move {
+            let gate = match backend.gate(&mut claim).await {
+                Ok(Gate::Go) => Gate::Go,
+                Ok(gate) => return (claim, Turn::Gated(gate)),
+                Err(error) => return (claim, Turn::Ran(Err(error), Duration::ZERO)),
+            };
+            debug_assert_eq!(gate, Gate::Go);
+            inc(&metrics.batches_attempted);
             let started = Instant::now();
             let outcome = backend.step(&mut claim).await;
-            (claim, outcome, started.elapsed())
+            (claim, Turn::Ran(outcome, started.elapsed()))
         };
-        ctx.spawn(fut.into_actor(self).map(|(claim, outcome, took), act, ctx| {
+        ctx.spawn(fut.into_actor(self).map(|(claim, turn), act, ctx| {
             act.busy = false;
             act.claim = Some(claim);
-            let duration_ms = took.as_millis() as u64;
-            match outcome {
-                Ok(StepOutcome::Committed { keys, reached_bound }) => {
-                    act.batches += 1;
-                    act.keys += keys as u64;
-                    inc(&act.metrics.batches_committed);
-                    add(&act.metrics.keys_committed, keys as u64);
-                    add(&act.metrics.batch_millis_total, duration_ms);
-                    tracing::debug!(event = "batch_committed", backfill = %act.id, generation = act.generation, keys, duration_ms);
-                    act.log_progress();
-                    if reached_bound {
-                        tracing::info!(event = "validating", backfill = %act.id, batches = act.batches, keys = act.keys);
-                        act.exit(ctx, ExitReason::ReachedBound);
-                    } else {
-                        ctx.notify(NextBatch);
-                    }
-                }
-                Ok(StepOutcome::Stale) => {
-                    inc(&act.metrics.stale_rejections);
-                    tracing::warn!(event = "stale_owner_rejected", backfill = %act.id, generation = act.generation, duration_ms, "the fence rejected this batch; it rolled back");
-                    act.exit(ctx, ExitReason::Stale);
-                }
-                Ok(StepOutcome::Recorded { disposition, kind, message, attempts }) => {
-                    inc(match disposition {
-                        Disposition::Blocked => &act.metrics.errors_blocked,
-                        Disposition::Failed => &act.metrics.errors_failed,
-                        Disposition::Retrying => &act.metrics.errors_retryable,
-                    });
-                    match disposition {
-                        Disposition::Blocked => tracing::warn!(event = "blocked", backfill = %act.id, generation = act.generation, kind = %kind, diagnostic = %message),
-                        Disposition::Failed => tracing::error!(event = "failed", backfill = %act.id, generation = act.generation, kind = %kind, attempts, diagnostic = %message),
-                        Disposition::Retrying => tracing::warn!(event = "backoff_scheduled", backfill = %act.id, generation = act.generation, kind = %kind, attempts, diagnostic = %message),
-                    }
-                    act.exit(ctx, ExitReason::Recorded { disposition });
-                }
-                Ok(StepOutcome::FailClosed { message }) => {
-                    inc(&act.metrics.fail_closed);
-                    tracing::error!(event = "fail_closed", backfill = %act.id, diagnostic = %message);
-                    act.exit(ctx, ExitReason::FailClosed);
-                }
-                Err(error) => {
-                    tracing::error!(event = "backend_error", backfill = %act.id, error = %error.0);
-                    act.exit(ctx, ExitReason::BackendError);
+            match turn {
+                Turn::Gated(gate) => act.wait(ctx, gate),
+                Turn::Ran(outcome, took) => {
+                    act.unthrottle();
+                    act.finished(ctx, outcome, took);
                 }
             }
         }));
     }
+
+    /// The gate said not yet: wait, then ask again. Stop and a lost lease
+    /// still end the runner meanwhile (their handlers call `next`).
+    fn wait(&mut self, ctx: &mut Context<Self>, gate: Gate) {
+        let delay = match gate {
+            Gate::Go => Duration::ZERO,
+            Gate::Pause(delay) => delay,
+            Gate::Throttled {
+                signal,
+                text,
+                recheck,
+            } => {
+                if self.throttled.is_none() {
+                    inc(&self.metrics.runners_throttled);
+                    inc(&self.metrics.throttle_events);
+                    tracing::warn!(event = "throttled", backfill = %self.id, generation = self.generation, signal, condition = %text, "a health signal is past its threshold; no batch starts until it recovers");
+                    self.throttled = Some((signal, Instant::now()));
+                }
+                recheck
+            }
+        };
+        ctx.run_later(delay, |act, ctx| act.next(ctx));
+    }
+
+    /// Leave the throttled condition, if in it.
+    fn unthrottle(&mut self) {
+        if let Some((signal, since)) = self.throttled.take() {
+            dec(&self.metrics.runners_throttled);
+            let throttled_ms = since.elapsed().as_millis() as u64;
+            tracing::info!(event = "unthrottled", backfill = %self.id, generation = self.generation, signal, throttled_ms);
+        }
+    }
+
+    /// Account for and log one batch's outcome, then go on or exit.
+    fn finished(
+        &mut self,
+        ctx: &mut Context<Self>,
+        outcome: Result<StepOutcome, crate::BackendError>,
+        took: Duration,
+    ) {
+        let duration_ms = took.as_millis() as u64;
+        match outcome {
+            Ok(StepOutcome::Committed { keys, reached_bound }) => {
+                self.batches += 1;
+                self.keys += keys as u64;
+                inc(&self.metrics.batches_committed);
+                add(&self.metrics.keys_committed, keys as u64);
+                add(&self.metrics.batch_millis_total, duration_ms);
+                tracing::debug!(event = "batch_committed", backfill = %self.id, generation = self.generation, keys, duration_ms);
+                self.log_progress();
+                if reached_bound {
+                    tracing::info!(event = "validating", backfill = %self.id, batches = self.batches, keys = self.keys);
+                    self.exit(ctx, ExitReason::ReachedBound);
+                } else {
+                    ctx.notify(NextBatch);
+                }
+            }
+            Ok(StepOutcome::Stale) => {
+                inc(&self.metrics.stale_rejections);
+                tracing::warn!(event = "stale_owner_rejected", backfill = %self.id, generation = self.generation, duration_ms, "the fence rejected this batch; it rolled back");
+                self.exit(ctx, ExitReason::Stale);
+            }
+            Ok(StepOutcome::Recorded {
+                disposition,
+                kind,
+                message,
+                attempts,
+            }) => self.recorded(ctx, disposition, kind, &message, attempts),
+            Ok(StepOutcome::FailClosed { message }) => {
+                inc(&self.metrics.fail_closed);
+                tracing::error!(event = "fail_closed", backfill = %self.id, diagnostic = %message);
+                self.exit(ctx, ExitReason::FailClosed);
+            }
+            Err(error) => {
+                tracing::error!(event = "backend_error", backfill = %self.id, error = %error.0);
+                self.exit(ctx, ExitReason::BackendError);
+            }
+        }
+    }
+
+    /// A batch error the backend recorded durably (RT-1).
+    fn recorded(
+        &mut self,
+        ctx: &mut Context<Self>,
+        disposition: Disposition,
+        kind: crate::ErrorKind,
+        message: &str,
+        attempts: i32,
+    ) {
+        inc(match disposition {
+            Disposition::Blocked => &self.metrics.errors_blocked,
+            Disposition::Failed => &self.metrics.errors_failed,
+            Disposition::Retrying => &self.metrics.errors_retryable,
+        });
+        match disposition {
+            Disposition::Blocked => tracing::warn!(event = "blocked", backfill = %self.id, generation = self.generation, kind = %kind, diagnostic = %message),
+            Disposition::Failed => tracing::error!(event = "failed", backfill = %self.id, generation = self.generation, kind = %kind, attempts, diagnostic = %message),
+            Disposition::Retrying => tracing::warn!(event = "backoff_scheduled", backfill = %self.id, generation = self.generation, kind = %kind, attempts, diagnostic = %message),
+        }
+        self.exit(ctx, ExitReason::Recorded { disposition });
+    }
+}
+
+/// What one turn of the runner did.
+enum Turn {
+    /// The gate held the batch back.
+    Gated(Gate),
+    /// The batch ran, with its outcome and duration.
+    Ran(Result<StepOutcome, crate::BackendError>, Duration),
 }
 
 impl<B: Backend> Actor for Runner<B> {
