@@ -153,7 +153,8 @@ impl Settings {
     /// A value of a field whose range fits `u32` (sizes and milliseconds
     /// up to an hour).
     fn get_u32(&self, field: Field) -> Option<u32> {
-        self.get(field).map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+        self.get(field)
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
     }
 
     /// The fixed batch size, if set.
@@ -228,9 +229,8 @@ impl Settings {
         }
         let mut next = self.clone();
         for (name, value) in change {
-            let field = Field::parse(name).ok_or_else(|| {
-                SettingsError::UnknownField(crate::failure::cut(name, 64))
-            })?;
+            let field = Field::parse(name)
+                .ok_or_else(|| SettingsError::UnknownField(crate::failure::cut(name, 64)))?;
             if value.is_null() {
                 next.0.remove(&field);
                 continue;
@@ -318,10 +318,7 @@ mod tests {
             .apply(&json!({"batch_size": null, "target_batch_ms": 50}))
             .unwrap();
         assert_eq!(t.batch_size(), None);
-        assert_eq!(
-            t.target_batch(),
-            Some(std::time::Duration::from_millis(50))
-        );
+        assert_eq!(t.target_batch(), Some(std::time::Duration::from_millis(50)));
         assert_eq!(
             s.diff(&t),
             "batch_size: 500 -> unset; target_batch_ms: unset -> 50"
@@ -329,8 +326,12 @@ mod tests {
         assert_eq!(t.diff(&t), "no change");
         for field in Field::ALL {
             let (min, max) = field.range();
-            assert!(Settings::default().apply(&json!({field.name(): min})).is_ok());
-            assert!(Settings::default().apply(&json!({field.name(): max})).is_ok());
+            assert!(Settings::default()
+                .apply(&json!({field.name(): min}))
+                .is_ok());
+            assert!(Settings::default()
+                .apply(&json!({field.name(): max}))
+                .is_ok());
             assert_eq!(
                 Settings::default().apply(&json!({field.name(): max + 1})),
                 Err(SettingsError::OutOfRange {

@@ -259,7 +259,10 @@ impl<B: Backend> Runner<B> {
     ) {
         let duration_ms = took.as_millis() as u64;
         match outcome {
-            Ok(StepOutcome::Committed { keys, reached_bound }) => {
+            Ok(StepOutcome::Committed {
+                keys,
+                reached_bound,
+            }) => {
                 self.batches += 1;
                 self.keys += keys as u64;
                 inc(&self.metrics.batches_committed);
@@ -312,9 +315,15 @@ impl<B: Backend> Runner<B> {
             Disposition::Retrying => &self.metrics.errors_retryable,
         });
         match disposition {
-            Disposition::Blocked => tracing::warn!(event = "blocked", backfill = %self.id, generation = self.generation, kind = %kind, diagnostic = %message),
-            Disposition::Failed => tracing::error!(event = "failed", backfill = %self.id, generation = self.generation, kind = %kind, attempts, diagnostic = %message),
-            Disposition::Retrying => tracing::warn!(event = "backoff_scheduled", backfill = %self.id, generation = self.generation, kind = %kind, attempts, diagnostic = %message),
+            Disposition::Blocked => {
+                tracing::warn!(event = "blocked", backfill = %self.id, generation = self.generation, kind = %kind, diagnostic = %message)
+            }
+            Disposition::Failed => {
+                tracing::error!(event = "failed", backfill = %self.id, generation = self.generation, kind = %kind, attempts, diagnostic = %message)
+            }
+            Disposition::Retrying => {
+                tracing::warn!(event = "backoff_scheduled", backfill = %self.id, generation = self.generation, kind = %kind, attempts, diagnostic = %message)
+            }
         }
         self.exit(ctx, ExitReason::Recorded { disposition });
     }
