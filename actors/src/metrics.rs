@@ -50,106 +50,119 @@ pub(crate) fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
+/// A counter's exposition name, its help text, and the field that holds
+/// it.
+type Counter = (
+    &'static str,
+    &'static str,
+    fn(&RuntimeMetrics) -> &AtomicU64,
+);
+
+/// Every counter, in exposition order.
+const COUNTERS: [Counter; 19] = [
+    (
+        "backfill_claims_acquired_total",
+        "Claims acquired (new claims).",
+        |m| &m.claims_acquired,
+    ),
+    (
+        "backfill_claims_taken_over_total",
+        "Claims acquired by takeover of an expired owner.",
+        |m| &m.claims_taken_over,
+    ),
+    (
+        "backfill_claims_renewed_total",
+        "Successful claim renewals.",
+        |m| &m.claims_renewed,
+    ),
+    (
+        "backfill_claims_lost_total",
+        "Claims that could no longer be renewed.",
+        |m| &m.claims_lost,
+    ),
+    (
+        "backfill_renew_failures_total",
+        "Renewal rounds that failed to reach PostgreSQL.",
+        |m| &m.renew_failures,
+    ),
+    (
+        "backfill_claims_released_total",
+        "Claims given back on shutdown.",
+        |m| &m.claims_released,
+    ),
+    (
+        "backfill_stale_rejections_total",
+        "Batches or validations rejected by the fence at commit.",
+        |m| &m.stale_rejections,
+    ),
+    (
+        "backfill_batches_attempted_total",
+        "Batches started.",
+        |m| &m.batches_attempted,
+    ),
+    (
+        "backfill_batches_committed_total",
+        "Batches whose mutation and checkpoint committed.",
+        |m| &m.batches_committed,
+    ),
+    (
+        "backfill_keys_committed_total",
+        "Keys whose mutation committed.",
+        |m| &m.keys_committed,
+    ),
+    (
+        "backfill_batch_milliseconds_total",
+        "Time spent in batches.",
+        |m| &m.batch_millis_total,
+    ),
+    (
+        "backfill_errors_retryable_total",
+        "Retryable errors recorded (backoff scheduled).",
+        |m| &m.errors_retryable,
+    ),
+    (
+        "backfill_errors_blocked_total",
+        "Errors that blocked a backfill.",
+        |m| &m.errors_blocked,
+    ),
+    (
+        "backfill_errors_failed_total",
+        "Errors that failed a backfill (fatal or exhausted).",
+        |m| &m.errors_failed,
+    ),
+    (
+        "backfill_fail_closed_total",
+        "Rows this process refused to interpret (REG-4).",
+        |m| &m.fail_closed,
+    ),
+    (
+        "backfill_validations_completed_total",
+        "Lifecycle validations that completed a backfill.",
+        |m| &m.validations_completed,
+    ),
+    (
+        "backfill_validations_rejected_total",
+        "Lifecycle validations that found the postcondition false.",
+        |m| &m.validations_rejected,
+    ),
+    (
+        "backfill_validation_errors_total",
+        "Lifecycle validations that errored.",
+        |m| &m.validation_errors,
+    ),
+    (
+        "backfill_validation_milliseconds_total",
+        "Time spent in lifecycle validation.",
+        |m| &m.validation_millis_total,
+    ),
+];
+
 impl RuntimeMetrics {
     /// `(name, help, value)` of every counter, for exposition.
     pub fn snapshot(&self) -> Vec<(&'static str, &'static str, u64)> {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        vec![
-            (
-                "backfill_claims_acquired_total",
-                "Claims acquired (new claims).",
-                get(&self.claims_acquired),
-            ),
-            (
-                "backfill_claims_taken_over_total",
-                "Claims acquired by takeover of an expired owner.",
-                get(&self.claims_taken_over),
-            ),
-            (
-                "backfill_claims_renewed_total",
-                "Successful claim renewals.",
-                get(&self.claims_renewed),
-            ),
-            (
-                "backfill_claims_lost_total",
-                "Claims that could no longer be renewed.",
-                get(&self.claims_lost),
-            ),
-            (
-                "backfill_renew_failures_total",
-                "Renewal rounds that failed to reach PostgreSQL.",
-                get(&self.renew_failures),
-            ),
-            (
-                "backfill_claims_released_total",
-                "Claims given back on shutdown.",
-                get(&self.claims_released),
-            ),
-            (
-                "backfill_stale_rejections_total",
-                "Batches or validations rejected by the fence at commit.",
-                get(&self.stale_rejections),
-            ),
-            (
-                "backfill_batches_attempted_total",
-                "Batches started.",
-                get(&self.batches_attempted),
-            ),
-            (
-                "backfill_batches_committed_total",
-                "Batches whose mutation and checkpoint committed.",
-                get(&self.batches_committed),
-            ),
-            (
-                "backfill_keys_committed_total",
-                "Keys whose mutation committed.",
-                get(&self.keys_committed),
-            ),
-            (
-                "backfill_batch_milliseconds_total",
-                "Time spent in batches.",
-                get(&self.batch_millis_total),
-            ),
-            (
-                "backfill_errors_retryable_total",
-                "Retryable errors recorded (backoff scheduled).",
-                get(&self.errors_retryable),
-            ),
-            (
-                "backfill_errors_blocked_total",
-                "Errors that blocked a backfill.",
-                get(&self.errors_blocked),
-            ),
-            (
-                "backfill_errors_failed_total",
-                "Errors that failed a backfill (fatal or exhausted).",
-                get(&self.errors_failed),
-            ),
-            (
-                "backfill_fail_closed_total",
-                "Rows this process refused to interpret (REG-4).",
-                get(&self.fail_closed),
-            ),
-            (
-                "backfill_validations_completed_total",
-                "Lifecycle validations that completed a backfill.",
-                get(&self.validations_completed),
-            ),
-            (
-                "backfill_validations_rejected_total",
-                "Lifecycle validations that found the postcondition false.",
-                get(&self.validations_rejected),
-            ),
-            (
-                "backfill_validation_errors_total",
-                "Lifecycle validations that errored.",
-                get(&self.validation_errors),
-            ),
-            (
-                "backfill_validation_milliseconds_total",
-                "Time spent in lifecycle validation.",
-                get(&self.validation_millis_total),
-            ),
-        ]
+        COUNTERS
+            .iter()
+            .map(|(name, help, counter)| (*name, *help, counter(self).load(Ordering::Relaxed)))
+            .collect()
     }
 }

@@ -17,10 +17,10 @@ pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
 pub use flood::{FloodGate, FloodLimits};
 pub use view::*;
 
-use crate::engine::{millis, ActionOutcome, Engine, EngineError};
+use crate::engine::{ActionOutcome, Engine, EngineError, ExplicitOutcome, ExplicitValidation};
 use crate::failure::cut;
 use crate::lifecycle::{Action, State};
-use crate::repair::{bounded, BodyError, Validation};
+use crate::repair::bounded;
 use crate::store::{self, BackfillRow, NewAudit, StoreError};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::Value;
@@ -196,19 +196,6 @@ impl From<TxError> for AdminError {
             TxError::Admin(e) => e,
             TxError::Db(e) => StoreError::Database(e).into(),
         }
-    }
-}
-
-/// The outcome of the definition's validation, run inside a savepoint that
-/// is always rolled back so explicit validation stays read-only (VAL-4).
-enum Sandbox {
-    Verdict(Result<Validation, BodyError>),
-    Db(diesel::result::Error),
-}
-
-impl From<diesel::result::Error> for Sandbox {
-    fn from(e: diesel::result::Error) -> Self {
-        Sandbox::Db(e)
     }
 }
 
@@ -597,9 +584,10 @@ impl Admin {
 
     /// Explicit validation (VAL-4..7), inside one transaction that holds the
     /// idempotency-key lock and a non-waiting per-ID advisory lock. The
-    /// definition runs in a savepoint that is always rolled back; only the
-    /// bounded outcome (`validation_record`), the audit row and the stored
-    /// response commit. No claim is taken and no lifecycle, bound,
+    /// definition runs in a savepoint that is always rolled back
+    /// (`Engine::validate_in`); only the bounded outcome
+    /// (`validation_record`), the audit row and the stored response
+    /// commit. No claim is taken and no lifecycle, bound,
     /// checkpoint or generation changes (VAL-5). A request that finds
     /// another validation running gets `current-state` and its answer is
     /// not stored, so retrying the same key later runs it.
@@ -617,86 +605,8 @@ impl Admin {
                 if let Some(reply) = replay(conn, authority, id, action, key).await? {
                     return Ok(reply);
                 }
-                let row = store::backfill_get(conn, id)
-                    .await?
-                    .ok_or(AdminError::NotFound)?;
-                let current = |reason: &str| ValidationResponse {
-                    outcome: "current-state".into(),
-                    backfill_id: row.id.clone(),
-                    state: row.state,
-                    generation: row.generation,
-                    detail: None,
-                    reason: Some(reason.into()),
-                    validated_at: None,
-                };
-                let reached_bound =
-                    row.empty_source || (row.bound.is_some() && row.checkpoint == row.bound);
-                let mut keep = true;
-                let response = if row.state == State::Pending {
-                    current("not started: there is nothing to validate yet")
-                } else if !store::validation_try_lock(conn, id).await? {
-                    keep = false;
-                    current("another validation of this backfill is running; retry for its outcome")
-                } else if !(matches!(row.state, State::Validating | State::Completed)
-                    || (matches!(row.state, State::Paused | State::Blocked | State::Failed)
-                        && reached_bound))
-                {
-                    current("the checkpoint has not reached the bound; nothing to validate yet")
-                } else if let Some(def) = self.engine.registry().get(id).cloned() {
-                    let timeouts = &self.engine.config();
-                    store::batch_set_timeouts(
-                        conn,
-                        millis(timeouts.validation_timeout),
-                        millis(timeouts.lock_timeout),
-                    )
-                    .await?;
-                    let bound = row.bound.clone();
-                    let sandbox = conn
-                        .transaction::<(), Sandbox, _>(async |c| {
-                            Err(Sandbox::Verdict(def.validate(c, bound.as_deref()).await))
-                        })
-                        .await;
-                    let verdict = match sandbox {
-                        Err(Sandbox::Verdict(v)) => v,
-                        Err(Sandbox::Db(e)) => return Err(TxError::Db(e)),
-                        Ok(()) => {
-                            return Err(AdminError::Internal(
-                                "the validation sandbox did not roll back".into(),
-                            )
-                            .into())
-                        }
-                    };
-                    match verdict {
-                        Ok(verdict) => {
-                            let (outcome, detail) = match verdict {
-                                Validation::Success => ("success", None),
-                                Validation::Failure(d) | Validation::Blocked(d) => {
-                                    ("failure", Some(bounded(d)))
-                                }
-                            };
-                            store::validation_record(conn, id, outcome, detail.as_deref()).await?;
-                            // The recorded time is PostgreSQL's, read back.
-                            let after = store::backfill_get(conn, id)
-                                .await?
-                                .ok_or(AdminError::NotFound)?;
-                            ValidationResponse {
-                                outcome: outcome.into(),
-                                detail,
-                                reason: None,
-                                validated_at: after.validated_at,
-                                ..current("")
-                            }
-                        }
-                        Err(e) => {
-                            // Not a verdict on the data: report that nothing
-                            // ran, and let a retry of the key run it.
-                            keep = false;
-                            current(&bounded(format!("validation could not run: {e}")))
-                        }
-                    }
-                } else {
-                    current("this server has no definition for the backfill")
-                };
+                let ExplicitValidation { row, outcome } = self.engine.validate_in(conn, id).await?;
+                let (response, keep) = validation_response(&row, outcome);
                 let body = to_json(&response)?;
                 store::audit_insert(
                     conn,
@@ -727,6 +637,52 @@ impl Admin {
                 .await),
         }
     }
+}
+
+/// The response to explicit validation of `row`, and whether it is stored
+/// for the idempotency key: an answer that says nothing ran for a passing
+/// reason (another validation holds the lock, the definition could not
+/// run) is not, so a retry of the key runs it.
+fn validation_response(row: &BackfillRow, outcome: ExplicitOutcome) -> (ValidationResponse, bool) {
+    let current = |reason: &str| ValidationResponse {
+        outcome: "current-state".into(),
+        backfill_id: row.id.clone(),
+        state: row.state,
+        generation: row.generation,
+        detail: None,
+        reason: Some(reason.into()),
+        validated_at: None,
+    };
+    let mut keep = true;
+    let response = match outcome {
+        ExplicitOutcome::NotStarted => current("not started: there is nothing to validate yet"),
+        ExplicitOutcome::Busy => {
+            keep = false;
+            current("another validation of this backfill is running; retry for its outcome")
+        }
+        ExplicitOutcome::NotAtBound => {
+            current("the checkpoint has not reached the bound; nothing to validate yet")
+        }
+        ExplicitOutcome::NoDefinition => current("this server has no definition for the backfill"),
+        ExplicitOutcome::Recorded {
+            outcome,
+            detail,
+            validated_at,
+        } => ValidationResponse {
+            outcome: outcome.into(),
+            detail,
+            reason: None,
+            validated_at,
+            ..current("")
+        },
+        ExplicitOutcome::NotRun(e) => {
+            // Not a verdict on the data: report that nothing ran, and let
+            // a retry of the key run it.
+            keep = false;
+            current(&bounded(format!("validation could not run: {e}")))
+        }
+    };
+    (response, keep)
 }
 
 /// Take the idempotency-key lock and, if the key already answered, audit

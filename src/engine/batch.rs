@@ -1,0 +1,380 @@
+//! The batch commit seam (EX-6, CLM-2): one fenced batch per call, and the
+//! three ways its commit travels. At the bound the fence and COMMIT go
+//! alone. Otherwise the same message opens the next batch's transaction,
+//! and either the next batch's body runs on the pair's other connection
+//! while this one commits (overlapped), or the next batch's one-statement
+//! body is pipelined behind the commit on the same connection.
+
+use super::claim::{rollback_to_pool, Claim, Open};
+use super::config::millis;
+use super::error::{body_error, EngineError, TxError};
+use super::outcome::BatchOutcome;
+use super::Engine;
+use crate::key::{render_json, KeyError};
+use crate::repair::{BodyError, DynRepair, SelectedBatch, SelectionError};
+use crate::store::{self, PooledConn, StoreError};
+use diesel_async::AsyncPgConnection;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Where the batch after this one stands once this one committed.
+// One value per batch, moved once and never stored: boxing the connection
+// would allocate on every batch to save a stack copy.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    /// On this batch's connection: its body already sent behind the
+    /// commit (`Some`) or not yet run (`None`).
+    Same(Option<Result<SelectedBatch, BodyError>>),
+    /// Run on the pair's other connection while this batch committed.
+    Other(PooledConn<'static>, Result<SelectedBatch, BodyError>),
+}
+
+/// A committed batch: the claim's new checkpoint, the keys it changed, and
+/// the next batch (`None`: the checkpoint reached the bound and the claim
+/// ended).
+struct Committed {
+    checkpoint: Vec<u8>,
+    keys: usize,
+    next: Option<Next>,
+}
+
+/// What every step of one batch reads: the definition, the claim's bound
+/// and the batch timeouts in milliseconds.
+struct Seam<'a> {
+    def: &'a dyn DynRepair,
+    bound: &'a [u8],
+    stmt_ms: i64,
+    lock_ms: i64,
+}
+
+impl Engine {
+    /// Run one fenced batch (the commit seam, EX-6 and CLM-2): in ONE
+    /// transaction set the timeouts, select at most the batch limit of keys
+    /// in `(checkpoint, bound]`, check them (EX-3, EX-4), mutate, and advance
+    /// the checkpoint with the fence. Any failure rolls back both mutation
+    /// and checkpoint. On success the claim's checkpoint is updated.
+    pub async fn run_batch(&self, claim: &mut Claim) -> Result<BatchOutcome, EngineError> {
+        let def = self
+            .registry
+            .get(&claim.id)
+            .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?;
+        let Some(bound) = claim.bound.as_deref() else {
+            // A running row always has a bound (the table's CHECK); a claim
+            // without one is not ours to interpret.
+            return Err(EngineError::KeyMismatch {
+                id: claim.id.clone(),
+                error: KeyError::Malformed,
+            });
+        };
+        let seam = Seam {
+            def: &**def,
+            bound,
+            stmt_ms: millis(self.config.statement_timeout),
+            lock_ms: millis(self.config.lock_timeout),
+        };
+        // The transaction the previous batch's commit opened (maybe with
+        // this batch's body already run), or a fresh one: BEGIN and the
+        // SET LOCAL timeouts in one round trip.
+        let (mut pooled, ahead, mut spare) = match claim.open.take() {
+            Some(Open { conn, ahead, spare }) => (conn, ahead, spare),
+            None => {
+                let mut conn = self.pool.get_owned().await.map_err(StoreError::from)?;
+                store::batch_begin(&mut conn, seam.stmt_ms, seam.lock_ms).await?;
+                (conn, None, None)
+            }
+        };
+        let overlap = self.decide_overlap(seam.def, &mut spare).await;
+        // The body borrows the claim instead of cloning it per batch.
+        let body = self
+            .batch_in(&seam, claim, &mut pooled, ahead, overlap, &mut spare)
+            .await;
+        // A spare the batch did not use (it failed first, or reached the
+        // bound) goes back to the pool, its empty transaction rolled back.
+        if let Some(spare) = spare.take() {
+            rollback_to_pool(spare).await;
+        }
+        let result = match body {
+            Ok(done) => Ok(done),
+            Err(error) => {
+                // Mutation and checkpoint roll back together (EX-6), and so
+                // does a next batch sent behind a failed commit. If the
+                // rollback itself fails, the connection reports itself
+                // broken and the pool discards it; the batch error is the
+                // one worth returning.
+                let _ = store::batch_rollback(&mut pooled).await;
+                Err(error)
+            }
+        };
+        settle(claim, pooled, result)
+    }
+
+    /// Whether this batch overlaps its commit with the next batch's body
+    /// (`Repair::overlap_commits`), giving a held spare back first when the
+    /// pool is short. A repair that overlaps but cannot is counted
+    /// (`serial_fallbacks`).
+    async fn decide_overlap(
+        &self,
+        def: &dyn DynRepair,
+        spare: &mut Option<PooledConn<'static>>,
+    ) -> bool {
+        // A spare held from earlier batches goes back while the pool is
+        // short, so that other runners' claims, renewals and validation get
+        // a connection within one batch instead of waiting for this claim
+        // to end.
+        if let Some(spare) = spare.take_if(|_| !self.pool_can_spare(true)) {
+            rollback_to_pool(spare).await;
+        }
+        let overlap = def.overlap_commits() && (spare.is_some() || self.pool_can_spare(false));
+        if def.overlap_commits() && !overlap {
+            self.serial_fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
+        overlap
+    }
+
+    /// The batch inside its transaction on `conn`: its body (or the one
+    /// sent ahead), the check that the checkpoint moves forward, and the
+    /// commit in the one of the three ways that fits. An error here leaves
+    /// the transaction for the caller to roll back.
+    async fn batch_in(
+        &self,
+        seam: &Seam<'_>,
+        claim: &Claim,
+        conn: &mut AsyncPgConnection,
+        ahead: Option<Result<SelectedBatch, BodyError>>,
+        overlap: bool,
+        spare: &mut Option<PooledConn<'static>>,
+    ) -> Result<Committed, TxError> {
+        let expected = claim.checkpoint.as_deref();
+        let selected = match ahead {
+            Some(selected) => selected,
+            None => seam.def.batch(conn, expected, seam.bound).await,
+        }
+        .map_err(|e| body_error(&claim.id, e))?;
+        let keys = selected.keys;
+        let (checkpoint, checkpoint_json) = next_checkpoint(claim, selected, seam.bound)?;
+        let advance = store::Advance {
+            id: &claim.id,
+            worker: &claim.worker,
+            generation: claim.generation,
+            expected,
+            checkpoint: &checkpoint,
+            checkpoint_json: &checkpoint_json,
+            rows: keys as i64,
+        };
+        // At the bound the row leaves `running` and the claim ends, so
+        // no next batch is opened.
+        let next = if checkpoint.as_slice() == seam.bound {
+            commit_at_bound(conn, &advance).await?;
+            None
+        } else if overlap {
+            Some(
+                self.commit_overlapped(seam, conn, &advance, spare.take())
+                    .await?,
+            )
+        } else {
+            Some(commit_pipelined(seam, conn, &advance).await?)
+        };
+        Ok(Committed {
+            checkpoint,
+            keys,
+            next,
+        })
+    }
+
+    /// Overlapped commit: the fence, the COMMIT and the next BEGIN on this
+    /// connection while the next batch's body runs on the other
+    /// (`Repair::overlap_commits`). That body commits only with the next
+    /// batch's fence, which is sent after this commit returned and expects
+    /// this checkpoint.
+    async fn commit_overlapped(
+        &self,
+        seam: &Seam<'_>,
+        conn: &AsyncPgConnection,
+        advance: &store::Advance<'_>,
+        spare: Option<PooledConn<'static>>,
+    ) -> Result<Next, TxError> {
+        let (fence, other) = futures_util::join!(
+            store::checkpoint_advance_commit_reopen(conn, advance, seam.stmt_ms, seam.lock_ms),
+            self.body_on_spare(seam, spare, advance.checkpoint)
+        );
+        let committed = matches!(fence, Ok(store::FenceCommit::Committed));
+        let next = match other {
+            Some((other, selected)) if committed => Next::Other(other, selected),
+            Some((other, _)) => {
+                rollback_to_pool(other).await;
+                Next::Same(None)
+            }
+            None => {
+                self.serial_fallbacks.fetch_add(1, Ordering::Relaxed);
+                Next::Same(None)
+            }
+        };
+        if fence? == store::FenceCommit::Stale {
+            return Err(TxError::Stale);
+        }
+        Ok(next)
+    }
+
+    /// The next batch's body on the pair's other connection, for a repair
+    /// that overlaps commits: `spare`, or a connection taken from the pool
+    /// and begun (`BEGIN` and the timeouts). `None`: no connection could be
+    /// had within [`Engine::spare_wait`] and nothing ran; the next batch
+    /// then runs on the claim's own connection as usual.
+    ///
+    /// Why the wait is bounded: `pool_can_spare` only looked, so others may
+    /// take the free connections before this get, and the pool's own
+    /// timeout is 10 s. Meanwhile the claim's connection holds the next
+    /// batch's open transaction, which the server ends once it sits idle
+    /// for the statement timeout (EX-5). A get that gives up leaves any
+    /// connection it started opening to the pool, for the next batch.
+    async fn body_on_spare(
+        &self,
+        seam: &Seam<'_>,
+        spare: Option<PooledConn<'static>>,
+        after: &[u8],
+    ) -> Option<(PooledConn<'static>, Result<SelectedBatch, BodyError>)> {
+        let mut conn = match spare {
+            Some(conn) => conn,
+            None => {
+                let mut conn = tokio::time::timeout(self.spare_wait(), self.pool.get_owned())
+                    .await
+                    .ok()?
+                    .ok()?;
+                store::batch_begin(&mut conn, seam.stmt_ms, seam.lock_ms)
+                    .await
+                    .ok()?;
+                conn
+            }
+        };
+        let selected = seam.def.batch(&mut conn, Some(after), seam.bound).await;
+        Some((conn, selected))
+    }
+
+    /// How long [`Engine::body_on_spare`] waits for a pool connection: long
+    /// enough to open one to a distant server, and at most half the idle
+    /// time the server allows the claim's open transaction.
+    fn spare_wait(&self) -> Duration {
+        (self.config.statement_timeout / 2).min(Duration::from_secs(1))
+    }
+
+    /// Whether a runner may take (`holding` false) or keep (`holding`
+    /// true) a second connection (`Open::spare`): only while two more stay
+    /// free for claims, renewals, validation and the admin API, which is
+    /// what the host's minimum pool size reserves. Checked before every
+    /// batch, not only when the spare is taken: runners claimed later take
+    /// their own connections, and a kept spare would then hold the reserve.
+    fn pool_can_spare(&self, holding: bool) -> bool {
+        let state = self.pool.state();
+        let busy = state.connections.saturating_sub(state.idle_connections);
+        let free = self.pool.config().max_size.saturating_sub(busy);
+        free >= if holding { 2 } else { 3 }
+    }
+}
+
+/// The checkpoint this batch commits, as bytes and JSON: its last key, or
+/// the bound when no key is left.
+fn next_checkpoint(
+    claim: &Claim,
+    selected: SelectedBatch,
+    bound: &[u8],
+) -> Result<(Vec<u8>, serde_json::Value), TxError> {
+    // No key left in (checkpoint, bound]: the rest of the range
+    // needs nothing, so the checkpoint moves to the bound.
+    let (checkpoint, checkpoint_json) = match selected.last {
+        Some(last) => last,
+        None => (
+            bound.to_vec(),
+            render_json(bound).unwrap_or(serde_json::Value::Null),
+        ),
+    };
+    // Stored checkpoints compare by their encoding, and the fence
+    // wants it strictly forward. A key type whose encoding does not
+    // strictly follow its own order (a timestamp below microsecond
+    // precision encodes equal to its neighbour) would meet the
+    // fence as a stale claim, batch after batch, never recorded;
+    // fail closed with the reason instead (EX-3).
+    if claim
+        .checkpoint
+        .as_deref()
+        .is_some_and(|e| checkpoint.as_slice() <= e)
+    {
+        return Err(body_error(
+            &claim.id,
+            BodyError::Selection(SelectionError::NotAfterCheckpoint),
+        )
+        .into());
+    }
+    Ok((checkpoint, checkpoint_json))
+}
+
+/// Commit at the bound: the fence and the COMMIT in one message, and no
+/// next batch opened behind them.
+async fn commit_at_bound(
+    conn: &mut AsyncPgConnection,
+    advance: &store::Advance<'_>,
+) -> Result<(), TxError> {
+    let fence = store::checkpoint_advance_commit(conn, advance).await?;
+    if fence == store::FenceCommit::Stale {
+        return Err(TxError::Stale);
+    }
+    Ok(())
+}
+
+/// Pipelined commit: the fence, the COMMIT, the next BEGIN and the next
+/// batch's one-statement body (if the repair has one) in one round trip
+/// (CLM-2, EX-6). The body runs after the commit, in the new transaction,
+/// and commits only with the next batch's fence.
+async fn commit_pipelined(
+    seam: &Seam<'_>,
+    conn: &AsyncPgConnection,
+    advance: &store::Advance<'_>,
+) -> Result<Next, TxError> {
+    let (fence, next) = futures_util::join!(
+        store::checkpoint_advance_commit_reopen(conn, advance, seam.stmt_ms, seam.lock_ms),
+        seam.def
+            .batch_ahead(conn, Some(advance.checkpoint), seam.bound)
+    );
+    if fence? == store::FenceCommit::Stale {
+        return Err(TxError::Stale);
+    }
+    Ok(Next::Same(next.transpose()))
+}
+
+/// Hand a batch's result to the claim: its new checkpoint and the next
+/// batch's open transaction, on this batch's connection or, after an
+/// overlapped commit, on the pair's other one with this one as the spare.
+fn settle(
+    claim: &mut Claim,
+    pooled: PooledConn<'static>,
+    result: Result<Committed, TxError>,
+) -> Result<BatchOutcome, EngineError> {
+    match result {
+        Ok(Committed {
+            checkpoint,
+            keys,
+            next,
+        }) => {
+            claim.checkpoint = Some(checkpoint);
+            let reached_bound = next.is_none();
+            match next {
+                None => {}
+                Some(Next::Same(ahead)) => claim.open.put(Open {
+                    conn: pooled,
+                    ahead,
+                    spare: None,
+                }),
+                Some(Next::Other(other, ahead)) => claim.open.put(Open {
+                    conn: other,
+                    ahead: Some(ahead),
+                    spare: Some(pooled),
+                }),
+            }
+            Ok(BatchOutcome::Committed {
+                keys,
+                reached_bound,
+            })
+        }
+        Err(TxError::Stale | TxError::Busy) => Ok(BatchOutcome::Stale),
+        Err(TxError::Engine(e)) => Err(e),
+    }
+}

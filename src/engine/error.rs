@@ -1,0 +1,111 @@
+//! The engine's errors, how the runtime records each of them (RT-1), and
+//! the error type inside an engine transaction.
+
+use crate::key::KeyError;
+use crate::repair::{BodyError, DefinitionError, RepairError, SelectionError};
+use crate::store::{self, StoreError};
+
+impl From<diesel::result::Error> for EngineError {
+    fn from(e: diesel::result::Error) -> Self {
+        EngineError::Store(StoreError::Database(e))
+    }
+}
+
+/// Errors of the engine layer.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No row for this stable ID.
+    #[error("unknown backfill {0:?}")]
+    UnknownBackfill(String),
+    /// This process has no definition for the ID (REG-4).
+    #[error("no local definition for backfill {0:?}")]
+    NoDefinition(String),
+    #[error(transparent)]
+    Definition(#[from] DefinitionError),
+    /// A stored bound or checkpoint is not of the local key type (REG-4:
+    /// fail closed). Nothing was changed.
+    #[error("backfill {id:?}: {error}")]
+    KeyMismatch { id: String, error: KeyError },
+    /// The repair's selection broke the batch contract (EX-3, EX-4); the
+    /// batch was rolled back (a two-statement repair's before its mutation
+    /// ran).
+    #[error("backfill {id:?}: {error}")]
+    Selection { id: String, error: SelectionError },
+    /// The repair returned an error; the transaction was rolled back.
+    #[error("backfill {id:?}: {error}")]
+    Repair { id: String, error: RepairError },
+    /// A claim came back in a state that is not claimable (REG-4: fail
+    /// closed rather than run it). A state text this build does not know
+    /// at all already fails the read in the store.
+    #[error("backfill {0:?} was claimed in a state that cannot be worked on")]
+    UnknownState(String),
+    /// Invalid configuration.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl EngineError {
+    /// How the runtime should record this error (RT-1). `None` means it
+    /// must not be recorded against the backfill at all: a key mismatch is
+    /// this process's problem (fail closed and leave the row alone).
+    pub fn classification(&self) -> Option<RepairError> {
+        match self {
+            EngineError::Repair { error, .. } => Some(error.clone()),
+            EngineError::Selection { error, .. } => Some(RepairError::Fatal(format!(
+                "the repair's key selection broke the batch contract: {error}"
+            ))),
+            EngineError::Store(e) if store::is_transient(e) => {
+                Some(RepairError::Retryable(e.to_string()))
+            }
+            EngineError::Store(e) => Some(RepairError::Fatal(e.to_string())),
+            EngineError::KeyMismatch { .. }
+            | EngineError::NoDefinition(_)
+            | EngineError::UnknownBackfill(_)
+            | EngineError::UnknownState(_)
+            | EngineError::Definition(_)
+            | EngineError::Config(_) => None,
+        }
+    }
+}
+
+/// Errors inside an engine transaction: anything here rolls it back.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TxError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("stale")]
+    Stale,
+    #[error("busy")]
+    Busy,
+}
+
+impl From<diesel::result::Error> for TxError {
+    fn from(e: diesel::result::Error) -> Self {
+        TxError::Engine(EngineError::Store(StoreError::Database(e)))
+    }
+}
+
+impl From<StoreError> for TxError {
+    fn from(e: StoreError) -> Self {
+        TxError::Engine(EngineError::Store(e))
+    }
+}
+
+pub(super) fn body_error(id: &str, error: BodyError) -> EngineError {
+    match error {
+        BodyError::Repair(error) => EngineError::Repair {
+            id: id.to_string(),
+            error,
+        },
+        BodyError::Selection(error) => EngineError::Selection {
+            id: id.to_string(),
+            error,
+        },
+        BodyError::Key(error) => EngineError::KeyMismatch {
+            id: id.to_string(),
+            error,
+        },
+    }
+}

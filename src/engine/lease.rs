@@ -1,0 +1,148 @@
+//! A claim's life outside its batches: taking it (new or by takeover),
+//! renewing its lease, giving it back, and ending it with a recorded
+//! failure.
+
+use super::claim::{rollback_to_pool, Claim, Open, OpenBatch, Phase};
+use super::config::millis;
+use super::error::EngineError;
+use super::outcome::FailureOutcome;
+use super::Engine;
+use crate::lifecycle::State;
+use crate::repair::RepairError;
+use crate::store::{self, StoreError};
+use diesel_async::AsyncConnection;
+
+impl Engine {
+    /// Claim the next eligible backfill this process has a definition for,
+    /// skipping `exclude` (CLM-1). A new claim or a takeover after expiry
+    /// advances the generation. If the row's bound or checkpoint is not of
+    /// the local key type, the claim is rolled back and a typed
+    /// [`EngineError::KeyMismatch`] returned: nothing changes (REG-4).
+    pub async fn claim_next(
+        &self,
+        worker: &str,
+        exclude: &[String],
+    ) -> Result<Option<Claim>, EngineError> {
+        let ids = self.registry.ids();
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let ttl = millis(self.config.lease_ttl);
+        let registry = self.registry.clone();
+        let worker = worker.to_string();
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        conn.transaction::<_, EngineError, _>(async |conn| {
+            let Some(row) = store::backfill_claim(conn, &worker, &ids, exclude, ttl).await? else {
+                return Ok(None);
+            };
+            let def = registry
+                .get(&row.id)
+                .ok_or_else(|| EngineError::NoDefinition(row.id.clone()))?;
+            for stored in [row.bound.as_deref(), row.checkpoint.as_deref()]
+                .into_iter()
+                .flatten()
+            {
+                def.check_key(stored)
+                    .map_err(|error| EngineError::KeyMismatch {
+                        id: row.id.clone(),
+                        error,
+                    })?;
+            }
+            let phase = match row.state {
+                State::Running => Phase::Execute,
+                State::Validating => Phase::Validate,
+                _ => return Err(EngineError::UnknownState(row.id.clone())),
+            };
+            Ok(Some(Claim {
+                id: row.id,
+                worker: worker.clone(),
+                generation: row.generation,
+                phase,
+                takeover_from: row.prior_owner,
+                bound: row.bound,
+                checkpoint: row.checkpoint,
+                open: OpenBatch::default(),
+            }))
+        })
+        .await
+    }
+
+    /// Renew the listed claims of `worker` in one statement; returns the
+    /// `(id, generation)` pairs that were renewed. A claim missing from the
+    /// answer is lost: its runner must stop (CLM-3).
+    pub async fn renew(
+        &self,
+        worker: &str,
+        claims: &[(String, i64)],
+    ) -> Result<Vec<(String, i64)>, EngineError> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = claims.iter().map(|(id, _)| id.clone()).collect();
+        let gens: Vec<i64> = claims.iter().map(|(_, g)| *g).collect();
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let rows = store::lease_renew(
+            &mut conn,
+            worker,
+            &ids,
+            &gens,
+            millis(self.config.lease_ttl),
+        )
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.id, r.generation)).collect())
+    }
+
+    /// Give a claim back (graceful shutdown). `false`: it was already gone.
+    /// An open batch the claim carries is rolled back first, and its
+    /// connection does the release; if that connection is gone (the server
+    /// ended the idle session), a fresh one does.
+    pub async fn release(&self, claim: &Claim) -> Result<bool, EngineError> {
+        let reused = match claim.open.take() {
+            Some(Open {
+                mut conn, spare, ..
+            }) => {
+                if let Some(spare) = spare {
+                    rollback_to_pool(spare).await;
+                }
+                store::batch_rollback(&mut conn).await.ok().map(|()| conn)
+            }
+            None => None,
+        };
+        let mut conn = match reused {
+            Some(conn) => conn,
+            None => self.pool.get_owned().await.map_err(StoreError::from)?,
+        };
+        Ok(store::lease_release(&mut conn, &claim.id, &claim.worker, claim.generation).await?)
+    }
+
+    /// Durably record a classified execution error and drop the claim
+    /// (RT-1, RT-2). Fenced by the claim.
+    pub async fn record_failure(
+        &self,
+        claim: &Claim,
+        error: &RepairError,
+    ) -> Result<FailureOutcome, EngineError> {
+        let retry = &self.config.retry;
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let row = store::backfill_record_failure(
+            &mut conn,
+            &claim.id,
+            &claim.worker,
+            claim.generation,
+            error.kind(),
+            &error.message(),
+            retry.max_attempts,
+            millis(retry.backoff_base),
+            millis(retry.backoff_max),
+        )
+        .await?;
+        Ok(match row {
+            None => FailureOutcome::Stale,
+            Some(row) => FailureOutcome::Recorded {
+                state: row.state,
+                attempts: row.attempts,
+                next_attempt_at: row.next_attempt_at,
+            },
+        })
+    }
+}

@@ -1,0 +1,181 @@
+//! Fenced execution: start, claim, renew, release, the batch commit seam,
+//! failure classification and lifecycle validation.
+//!
+//! Every method is one short PostgreSQL transaction on one pooled
+//! connection; the engine keeps no state between calls beyond what the
+//! caller hands back in a [`Claim`]. The one connection that outlives a
+//! call is a running claim's *open batch*: the round trip that commits a
+//! batch also opens the next batch's transaction (`BEGIN` and its
+//! timeouts), and the claim carries that connection to the next
+//! [`Engine::run_batch`], which so starts without a round trip. When the
+//! repair has a one-statement form (`SelectAndMutate`), that
+//! statement of the next batch is pipelined behind the commit too, so a
+//! batch costs one round trip: the fence, COMMIT, BEGIN and the next
+//! batch's work. The statement runs after the commit, inside the new
+//! transaction, and commits only with the next batch's fence (EX-6,
+//! CLM-2).
+//!
+//! A repair that overlaps commits (`Repair::overlap_commits`) has its claim
+//! hold a second connection: the next batch's body runs there while the
+//! previous batch's fence, COMMIT and next BEGIN run on the first, so the
+//! commit's WAL flush is off the critical path. The two connections swap
+//! roles every batch. A batch's fence is sent only after the previous
+//! batch's commit returned and expects its checkpoint, so the order of
+//! commits is the order of keys, and a batch whose predecessor did not
+//! commit rolls back. The runtime (`backfill-actors`) drives these calls;
+//! it never sees SQL.
+
+mod actions;
+mod batch;
+mod claim;
+mod config;
+mod error;
+mod lease;
+mod outcome;
+mod validate;
+
+pub use claim::{Claim, Phase};
+pub use config::{EngineConfig, RetryPolicy};
+pub use error::EngineError;
+pub use outcome::{ActionOutcome, BatchOutcome, FailureOutcome, Started, ValidationRun, WaitError};
+pub(crate) use outcome::{ExplicitOutcome, ExplicitValidation};
+
+use crate::events::Events;
+use crate::lifecycle::State;
+use crate::repair::{bounded, Registry};
+use crate::store::{self, BackfillRow, Pool, StoreError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The fenced execution engine over one pool and one registry.
+#[derive(Clone)]
+pub struct Engine {
+    pool: Pool,
+    registry: Arc<Registry>,
+    config: Arc<EngineConfig>,
+    events: Events,
+    /// Batches of a repair that overlaps commits which ran one after the
+    /// other because no second connection could be had (EMB-6: the
+    /// embedder can see the pool is too small for overlap).
+    serial_fallbacks: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("registry", &self.registry)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine over `pool` for the definitions in `registry`.
+    pub fn new(pool: Pool, registry: Registry, config: EngineConfig) -> Result<Self, EngineError> {
+        config.validate()?;
+        Ok(Self {
+            pool,
+            registry: Arc::new(registry),
+            config: Arc::new(config),
+            events: Events::default(),
+            serial_fallbacks: Arc::default(),
+        })
+    }
+
+    /// How many batches of repairs that overlap commits ran serially
+    /// because the pool could not spare a second connection (see
+    /// [`crate::Repair::overlap_commits`]). Rising steadily, it says the
+    /// pool is too small for the runners' overlap.
+    pub fn serial_fallbacks(&self) -> u64 {
+        self.serial_fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// The events of the backfills this engine works on (claims, batches,
+    /// state changes), and, when a host's wake-up listener runs, changes
+    /// other processes announce. Hints only (EMB-3).
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// Wait until `id` is in one of `states`, reading PostgreSQL again on
+    /// every event about it and at least every `poll`-ish second, for at
+    /// most `timeout`. The answer is always a row read from PostgreSQL,
+    /// never an event's word (EMB-3).
+    pub async fn wait_for(
+        &self,
+        id: &str,
+        states: &[State],
+        timeout: Duration,
+    ) -> Result<BackfillRow, WaitError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Subscribe before the first read, so nothing between the read and
+        // the wait goes unnoticed.
+        let mut events = self.events.subscribe();
+        loop {
+            let row = self.get(id).await?;
+            let state = row.state;
+            if states.contains(&state) {
+                return Ok(row);
+            }
+            let reread = tokio::time::Instant::now() + Duration::from_secs(1);
+            let wake = reread.min(deadline);
+            loop {
+                tokio::select! {
+                    event = events.recv() => match event {
+                        Ok(event) if event.id() != id => continue,
+                        // About `id`, lagged or closed: read again.
+                        _ => break,
+                    },
+                    _ = tokio::time::sleep_until(wake) => break,
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let row = self.get(id).await?;
+                let state = row.state;
+                return if states.contains(&state) {
+                    Ok(row)
+                } else {
+                    Err(WaitError::Timeout { state })
+                };
+            }
+        }
+    }
+
+    /// The pool this engine uses.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The local definitions.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Register (upsert) every local definition in one statement (REG-1,
+    /// REG-4). A process calls this before it claims anything.
+    pub async fn register(&self) -> Result<(), EngineError> {
+        let ids: Vec<String> = self.registry.iter().map(|r| r.id().to_string()).collect();
+        let descriptions: Vec<String> = self
+            .registry
+            .iter()
+            .map(|r| bounded(r.description()))
+            .collect();
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        store::backfill_register(&mut conn, &ids, &descriptions, &self.config.build_info).await?;
+        Ok(())
+    }
+
+    /// Read one backfill row.
+    pub async fn get(&self, id: &str) -> Result<BackfillRow, EngineError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        store::backfill_get(&mut conn, id)
+            .await?
+            .ok_or_else(|| EngineError::UnknownBackfill(id.to_string()))
+    }
+}
