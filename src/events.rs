@@ -21,8 +21,15 @@ pub enum Event {
         generation: i64,
         validation: bool,
     },
-    /// This process committed a batch of `keys` keys.
-    Progress { id: String, keys: usize },
+    /// This process committed a batch of `keys` keys, selected with
+    /// `size` as its limit (the size in force, THR-3); `took` is the time
+    /// the engine spent on the batch's step.
+    Progress {
+        id: String,
+        keys: usize,
+        size: u32,
+        took: std::time::Duration,
+    },
     /// It entered `state`, as recorded by this process.
     State { id: String, state: State },
     /// Another process announced a change (NOTIFY); read the row for what.

@@ -57,7 +57,9 @@ impl Policy {
             (None, t) => t,
         };
         match target {
-            None => Policy::Fixed(limit.max(1)),
+            // A definition's limit of 0 stays 0: the engine refuses it
+            // with its own error (EX-4) rather than running batches of 1.
+            None => Policy::Fixed(limit),
             Some(t) => {
                 let min = settings.min_batch_size().unwrap_or(t.min).max(1);
                 let max = settings.max_batch_size().unwrap_or(t.max).max(min);

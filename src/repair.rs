@@ -262,17 +262,35 @@ pub trait Repair: Send + Sync + 'static {
     /// Maximum keys per batch (EX-4). The engine rejects a selection that
     /// returns more.
     ///
-    /// The engine passes this value as the `limit` of every
+    /// The engine passes the size in force as the `limit` of every
     /// [`SelectThenMutate::select_keys`] and
-    /// [`SelectAndMutate::select_and_mutate`] call, so
-    /// a repair may write it into its statement text (`LIMIT 500`) instead
-    /// of binding it (`LIMIT $3`). That is worth doing: PostgreSQL's
+    /// [`SelectAndMutate::select_and_mutate`] call: this value, unless an
+    /// operator set a batch size or a target batch duration applies
+    /// ([`Repair::batch_target`], THR-3). A repair may write this value
+    /// into its statement text (`LIMIT 500`) and bind only other limits
+    /// (`LIMIT $3`). That is worth doing: PostgreSQL's
     /// generic plan for a bound limit cannot know how many rows the
     /// statement reads, so the plan cache may keep choosing a custom plan
     /// and plan the statement anew for every batch. In the bench (1M
     /// rows, B = 100) planning was 6% of the engine's backend CPU with
     /// `LIMIT $3` and 2% with the literal.
     fn batch_limit(&self) -> u32;
+
+    /// A target batch duration in place of the fixed [`Repair::batch_limit`]
+    /// (THR-3): the engine sizes each batch within the target's range
+    /// toward the duration, from the measured cost of the batches before.
+    /// An operator's settings override it. Default: none, a fixed size.
+    fn batch_target(&self) -> Option<crate::pace::BatchTarget> {
+        None
+    }
+
+    /// The tables the repair writes, as PostgreSQL names them
+    /// (`events`, `app.events`): sessions waiting for a lock on one of
+    /// them hold this repair's batches back when the lock-waiter
+    /// threshold is set (THR-1). Default: none.
+    fn tables(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Whether the engine may run a batch's statements before the previous
     /// batch has committed. It then keeps two connections per claim and
@@ -432,6 +450,10 @@ pub enum DefinitionError {
     /// Two definitions in one process claim the same stable ID.
     #[error("stable ID {0:?} is registered twice in this process")]
     DuplicateId(String),
+    /// A target batch duration of zero, or a size range that is empty or
+    /// starts at 0 (THR-3).
+    #[error("repair {0:?} declares a batch target with an empty size range or no duration")]
+    InvalidBatchTarget(String),
     /// A batch limit of zero cannot make progress.
     #[error("repair {0:?} declares a batch limit of 0")]
     ZeroBatchLimit(String),
@@ -593,6 +615,10 @@ pub(crate) trait DynRepair: Send + Sync {
     fn id(&self) -> &str;
     fn description(&self) -> &str;
     fn overlap_commits(&self) -> bool;
+    fn batch_limit(&self) -> u32;
+    fn batch_target(&self) -> Option<crate::pace::BatchTarget>;
+    #[allow(dead_code)]
+    fn tables(&self) -> Vec<String>;
     fn key_type(&self) -> String;
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
     fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError>;
@@ -605,6 +631,7 @@ pub(crate) trait DynRepair: Send + Sync {
         conn: &mut AsyncPgConnection,
         after: Option<&[u8]>,
         bound: &[u8],
+        limit: u32,
     ) -> Result<SelectedBatch, BodyError>;
     /// The next batch's body sent ahead, behind the previous batch's commit
     /// message: only a repair's one-statement form can be (the connection
@@ -615,6 +642,7 @@ pub(crate) trait DynRepair: Send + Sync {
         conn: &AsyncPgConnection,
         after: Option<&[u8]>,
         bound: &[u8],
+        limit: u32,
     ) -> Result<Option<SelectedBatch>, BodyError>;
     async fn validate(
         &self,
@@ -642,6 +670,15 @@ impl<R: Repair> DynRepair for Erased<R> {
     fn overlap_commits(&self) -> bool {
         self.repair.overlap_commits()
     }
+    fn batch_limit(&self) -> u32 {
+        self.repair.batch_limit()
+    }
+    fn batch_target(&self) -> Option<crate::pace::BatchTarget> {
+        self.repair.batch_target()
+    }
+    fn tables(&self) -> Vec<String> {
+        self.repair.tables()
+    }
     fn key_type(&self) -> String {
         R::Key::type_name()
     }
@@ -665,18 +702,19 @@ impl<R: Repair> DynRepair for Erased<R> {
         conn: &mut AsyncPgConnection,
         after: Option<&[u8]>,
         bound: &[u8],
+        limit: u32,
     ) -> Result<SelectedBatch, BodyError> {
         let after = after.map(R::Key::from_bytes).transpose()?;
         let bound = R::Key::from_bytes(bound)?;
         let form = match self.repair.batches() {
             Batches::OneStatement(form) => {
                 return self
-                    .one_statement(form, &*conn, after.as_ref(), &bound)
+                    .one_statement(form, &*conn, after.as_ref(), &bound, limit)
                     .await;
             }
             Batches::TwoStatements(form) => form,
         };
-        let limit = self.limit()?;
+        let limit = nonzero(limit)?;
         let keys = form
             .select_keys(conn, after.as_ref(), &bound, limit)
             .await?;
@@ -702,6 +740,7 @@ impl<R: Repair> DynRepair for Erased<R> {
         conn: &AsyncPgConnection,
         after: Option<&[u8]>,
         bound: &[u8],
+        limit: u32,
     ) -> Result<Option<SelectedBatch>, BodyError> {
         // The two-statement form needs the selected keys back before it can
         // mutate, so nothing of it can go ahead of the commit.
@@ -710,7 +749,7 @@ impl<R: Repair> DynRepair for Erased<R> {
         };
         let after = after.map(R::Key::from_bytes).transpose()?;
         let bound = R::Key::from_bytes(bound)?;
-        self.one_statement(form, conn, after.as_ref(), &bound)
+        self.one_statement(form, conn, after.as_ref(), &bound, limit)
             .await
             .map(Some)
     }
@@ -725,15 +764,15 @@ impl<R: Repair> DynRepair for Erased<R> {
     }
 }
 
-impl<R: Repair> Erased<R> {
-    /// The batch limit of this batch, never 0 (EX-4).
-    fn limit(&self) -> Result<u32, SelectionError> {
-        match self.repair.batch_limit() {
-            0 => Err(SelectionError::ZeroLimit),
-            limit => Ok(limit),
-        }
+/// The batch limit of this batch, never 0 (EX-4).
+fn nonzero(limit: u32) -> Result<u32, SelectionError> {
+    match limit {
+        0 => Err(SelectionError::ZeroLimit),
+        limit => Ok(limit),
     }
+}
 
+impl<R: Repair> Erased<R> {
     /// One batch of the one-statement form, its summary checked.
     async fn one_statement(
         &self,
@@ -741,8 +780,9 @@ impl<R: Repair> Erased<R> {
         mut conn: &AsyncPgConnection,
         after: Option<&R::Key>,
         bound: &R::Key,
+        limit: u32,
     ) -> Result<SelectedBatch, BodyError> {
-        let limit = self.limit()?;
+        let limit = nonzero(limit)?;
         let mutated = form
             .select_and_mutate(&mut conn, after, bound, limit)
             .await?;
@@ -790,6 +830,11 @@ impl Registry {
         validate_id(&id)?;
         if repair.batch_limit() == 0 {
             return Err(DefinitionError::ZeroBatchLimit(id));
+        }
+        if let Some(t) = repair.batch_target() {
+            if t.min == 0 || t.min > t.max || t.duration.is_zero() {
+                return Err(DefinitionError::InvalidBatchTarget(id));
+            }
         }
         if self.repairs.contains_key(&id) {
             return Err(DefinitionError::DuplicateId(id));

@@ -10,7 +10,7 @@ use crate::lifecycle::State;
 use crate::repair::RepairError;
 
 pub use backfill_actors::{
-    Backend, BackendError, ClaimInfo, Disposition, ErrorKind, RuntimeConfig, RuntimeHandle,
+    Backend, BackendError, ClaimInfo, Disposition, ErrorKind, Gate, RuntimeConfig, RuntimeHandle,
     RuntimeMetrics, StepOutcome, ValidationOutcome,
 };
 
@@ -148,6 +148,15 @@ impl Backend for Engine {
         }
     }
 
+    async fn gate(&self, claim: &mut Claim) -> Result<Gate, BackendError> {
+        Ok(
+            match Engine::gate(self, claim).await.map_err(backend_error)? {
+                crate::engine::Gate::Go => Gate::Go,
+                crate::engine::Gate::Pause(delay) => Gate::Pause(delay),
+            },
+        )
+    }
+
     async fn step(&self, claim: &mut Claim) -> Result<StepOutcome, BackendError> {
         let batch = unless_panicked(self.run_batch(claim)).await;
         match batch.unwrap_or_else(|| Err(panicked(&claim.id))) {
@@ -155,9 +164,14 @@ impl Backend for Engine {
                 keys,
                 reached_bound,
             }) => {
-                self.events().publish(|| Event::Progress {
-                    id: claim.id.clone(),
-                    keys,
+                self.events().publish(|| {
+                    let (size, took) = claim.last_batch();
+                    Event::Progress {
+                        id: claim.id.clone(),
+                        keys,
+                        size,
+                        took,
+                    }
                 });
                 if reached_bound {
                     self.events().publish(|| Event::State {

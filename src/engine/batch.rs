@@ -15,7 +15,7 @@ use crate::repair::{BodyError, DynRepair, SelectedBatch, SelectionError};
 use crate::store::{self, PooledConn, StoreError};
 use diesel_async::AsyncPgConnection;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where the batch after this one stands once this one committed.
 // One value per batch, moved once and never stored: boxing the connection
@@ -27,6 +27,20 @@ enum Next {
     Same(Option<Result<SelectedBatch, BodyError>>),
     /// Run on the pair's other connection while this batch committed.
     Other(PooledConn<'static>, Result<SelectedBatch, BodyError>),
+    /// Nothing opened: the commit went alone because the operator asked
+    /// for a pause between batches, through which an open transaction
+    /// would sit idle.
+    Fresh,
+}
+
+impl Next {
+    /// Keys the next batch's body selected and changed in this step.
+    fn keys(&self) -> usize {
+        match self {
+            Next::Same(Some(Ok(selected))) | Next::Other(_, Ok(selected)) => selected.keys,
+            _ => 0,
+        }
+    }
 }
 
 /// A committed batch: the claim's new checkpoint, the keys it changed, and
@@ -36,13 +50,20 @@ struct Committed {
     checkpoint: Vec<u8>,
     keys: usize,
     next: Option<Next>,
+    /// Keys selected and changed by the bodies that ran in this step: this
+    /// batch's own (unless it was sent ahead by the previous step) and the
+    /// next batch's. What the step's duration is the cost of (THR-3).
+    ran: usize,
 }
 
-/// What every step of one batch reads: the definition, the claim's bound
-/// and the batch timeouts in milliseconds.
+/// What every step of one batch reads: the definition, the claim's bound,
+/// the size in force (the limit every body of this step is given and
+/// checked against, EX-4 and THR-3) and the batch timeouts in
+/// milliseconds.
 struct Seam<'a> {
     def: &'a dyn DynRepair,
     bound: &'a [u8],
+    limit: u32,
     stmt_ms: i64,
     lock_ms: i64,
 }
@@ -66,9 +87,12 @@ impl Engine {
                 error: KeyError::Malformed,
             });
         };
+        let started = Instant::now();
+        let limit = claim.pacing.size(&**def);
         let seam = Seam {
             def: &**def,
             bound,
+            limit,
             stmt_ms: millis(self.config.statement_timeout),
             lock_ms: millis(self.config.lock_timeout),
         };
@@ -82,6 +106,12 @@ impl Engine {
                 store::batch_begin(&mut conn, seam.stmt_ms, seam.lock_ms).await?;
                 (conn, None, None)
             }
+        };
+        // The size this batch's body ran with: this step's, or the size in
+        // force when the previous step sent it ahead.
+        let own_size = match ahead {
+            Some(_) => claim.pacing.sent_ahead,
+            None => limit,
         };
         let overlap = self.decide_overlap(seam.def, &mut spare).await;
         // The body borrows the claim instead of cloning it per batch.
@@ -105,6 +135,11 @@ impl Engine {
                 Err(error)
             }
         };
+        if let Ok(done) = &result {
+            claim
+                .pacing
+                .committed(own_size, limit, done.ran, started.elapsed());
+        }
         settle(claim, pooled, result)
     }
 
@@ -145,9 +180,10 @@ impl Engine {
         spare: &mut Option<PooledConn<'static>>,
     ) -> Result<Committed, TxError> {
         let expected = claim.checkpoint.as_deref();
+        let own_body = ahead.is_none();
         let selected = match ahead {
             Some(selected) => selected,
-            None => seam.def.batch(conn, expected, seam.bound).await,
+            None => seam.def.batch(conn, expected, seam.bound, seam.limit).await,
         }
         .map_err(|e| body_error(&claim.id, e))?;
         let keys = selected.keys;
@@ -160,12 +196,16 @@ impl Engine {
             checkpoint: &checkpoint,
             checkpoint_json: &checkpoint_json,
             rows: keys as i64,
+            batch_size: i32::try_from(seam.limit).unwrap_or(i32::MAX),
         };
         // At the bound the row leaves `running` and the claim ends, so
         // no next batch is opened.
         let next = if checkpoint.as_slice() == seam.bound {
-            commit_at_bound(conn, &advance).await?;
+            commit_alone(conn, &advance).await?;
             None
+        } else if claim.pacing.pausing() {
+            commit_alone(conn, &advance).await?;
+            Some(Next::Fresh)
         } else if overlap {
             Some(
                 self.commit_overlapped(seam, conn, &advance, spare.take())
@@ -174,10 +214,12 @@ impl Engine {
         } else {
             Some(commit_pipelined(seam, conn, &advance).await?)
         };
+        let ran = if own_body { keys } else { 0 } + next.as_ref().map_or(0, Next::keys);
         Ok(Committed {
             checkpoint,
             keys,
             next,
+            ran,
         })
     }
 
@@ -246,7 +288,10 @@ impl Engine {
                 conn
             }
         };
-        let selected = seam.def.batch(&mut conn, Some(after), seam.bound).await;
+        let selected = seam
+            .def
+            .batch(&mut conn, Some(after), seam.bound, seam.limit)
+            .await;
         Some((conn, selected))
     }
 
@@ -307,9 +352,9 @@ fn next_checkpoint(
     Ok((checkpoint, checkpoint_json))
 }
 
-/// Commit at the bound: the fence and the COMMIT in one message, and no
-/// next batch opened behind them.
-async fn commit_at_bound(
+/// Commit alone: the fence and the COMMIT in one message, and no next
+/// batch opened behind them (at the bound, or before a pause).
+async fn commit_alone(
     conn: &mut AsyncPgConnection,
     advance: &store::Advance<'_>,
 ) -> Result<(), TxError> {
@@ -332,7 +377,7 @@ async fn commit_pipelined(
     let (fence, next) = futures_util::join!(
         store::checkpoint_advance_commit_reopen(conn, advance, seam.stmt_ms, seam.lock_ms),
         seam.def
-            .batch_ahead(conn, Some(advance.checkpoint), seam.bound)
+            .batch_ahead(conn, Some(advance.checkpoint), seam.bound, seam.limit)
     );
     if fence? == store::FenceCommit::Stale {
         return Err(TxError::Stale);
@@ -353,11 +398,12 @@ fn settle(
             checkpoint,
             keys,
             next,
+            ..
         }) => {
             claim.checkpoint = Some(checkpoint);
             let reached_bound = next.is_none();
             match next {
-                None => {}
+                None | Some(Next::Fresh) => {}
                 Some(Next::Same(ahead)) => claim.open.put(Open {
                     conn: pooled,
                     ahead,

@@ -30,6 +30,8 @@ pub struct Claim {
     /// The next batch's transaction, opened by the previous batch's commit
     /// message (see the [`engine`](crate::engine) module docs).
     pub(crate) open: OpenBatch,
+    /// Settings, sizing and pause of this claim's batches (THR-1..4).
+    pub(crate) pacing: super::pacing::Pacing,
 }
 
 /// A pooled connection inside a batch transaction that the previous
@@ -81,6 +83,11 @@ impl std::fmt::Debug for OpenBatch {
 }
 
 impl Claim {
+    /// The size and duration of the last batch this claim committed.
+    pub fn last_batch(&self) -> (u32, std::time::Duration) {
+        self.pacing.last
+    }
+
     /// The committed checkpoint as JSON, as far as this claim knows.
     pub fn checkpoint_json(&self) -> Option<serde_json::Value> {
         self.checkpoint.as_deref().and_then(render_json)

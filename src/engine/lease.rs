@@ -62,6 +62,7 @@ impl Engine {
                 bound: row.bound,
                 checkpoint: row.checkpoint,
                 open: OpenBatch::default(),
+                pacing: Default::default(),
             }))
         })
         .await
@@ -134,6 +135,14 @@ impl Engine {
             retry.max_attempts,
             millis(retry.backoff_base),
             millis(retry.backoff_max),
+            // A statement timeout halves the size before the retry
+            // (THR-3).
+            match error {
+                RepairError::Retryable(m) if m == "statement timeout" => {
+                    claim.pacing.after_timeout()
+                }
+                _ => None,
+            },
         )
         .await?;
         Ok(match row {

@@ -32,6 +32,7 @@ mod config;
 mod error;
 mod lease;
 mod outcome;
+mod pacing;
 mod validate;
 
 pub use claim::{Claim, Phase};
@@ -39,6 +40,7 @@ pub use config::{EngineConfig, RetryPolicy};
 pub use error::EngineError;
 pub use outcome::{ActionOutcome, BatchOutcome, FailureOutcome, Started, ValidationRun, WaitError};
 pub(crate) use outcome::{ExplicitOutcome, ExplicitValidation};
+pub use pacing::{Gate, SETTINGS_REFRESH};
 
 use crate::events::Events;
 use crate::lifecycle::State;
@@ -59,6 +61,9 @@ pub struct Engine {
     /// other because no second connection could be had (EMB-6: the
     /// embedder can see the pool is too small for overlap).
     serial_fallbacks: Arc<AtomicU64>,
+    /// Changes other processes announced (the wake-up NOTIFY): a claim
+    /// reads its settings again when this moved (THR-4).
+    changes: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -80,6 +85,7 @@ impl Engine {
             config: Arc::new(config),
             events: Events::default(),
             serial_fallbacks: Arc::default(),
+            changes: Arc::default(),
         })
     }
 

@@ -272,11 +272,7 @@ impl Embedded {
                 retry_starts,
                 config.runtime.poll_interval,
             )),
-            wake::spawn_listener(
-                config.database_url.clone(),
-                runtime.clone(),
-                engine.events().clone(),
-            ),
+            wake::spawn_listener(config.database_url.clone(), runtime.clone(), engine.clone()),
         ];
         let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
         Ok(Self {

@@ -2,7 +2,7 @@
 //! finds the same work if a notification is lost (docs/CONTRACT.md section 0).
 
 use crate::engine::Engine;
-use crate::events::{Event, Events};
+use crate::events::Event;
 use crate::runtime::RuntimeHandle;
 use crate::store;
 use std::time::Duration;
@@ -10,12 +10,15 @@ use std::time::Duration;
 /// LISTEN for wake-ups on a dedicated connection and wake the supervisor on
 /// each one (and after every reconnect); each is also an
 /// [`Event::Changed`] for the engine's subscribers, so a waiter here sees
-/// another process's completion without waiting for its next re-read.
+/// another process's completion without waiting for its next re-read, and
+/// the engine counts it as a change its claims' settings may have seen
+/// (THR-4).
 pub(super) fn spawn_listener(
     url: String,
     runtime: RuntimeHandle<Engine>,
-    events: Events,
+    engine: Engine,
 ) -> actix_rt::task::JoinHandle<()> {
+    let events = engine.events().clone();
     use futures_util::StreamExt;
     actix_rt::spawn(async move {
         loop {
@@ -26,6 +29,7 @@ pub(super) fn spawn_listener(
                         let mut stream = std::pin::pin!(conn.notifications_stream());
                         while let Some(Ok(notification)) = stream.next().await {
                             runtime.wake();
+                            engine.note_changed();
                             events.publish(|| Event::Changed {
                                 id: notification.payload,
                             });

@@ -27,6 +27,7 @@ use super::{
     validate_id, Batches, BigIntSummary, DefinitionError, Mutated, Repair, RepairError,
     SelectAndMutate, SourceSet, Validation,
 };
+use crate::pace::BatchTarget;
 use crate::store::cached;
 use async_trait::async_trait;
 use diesel::sql_types::{BigInt, Nullable};
@@ -84,10 +85,12 @@ pub struct SqlRepair {
     count_rows: bool,
     /// The batch statement with the literal `LIMIT <batch>`.
     batch_sql: String,
-    /// The same with `LIMIT $3`, for a limit other than `batch` (the
-    /// engine never asks for one today).
+    /// The same with `LIMIT $3`, for a size in force other than `batch`
+    /// (an operator's batch size, or a target duration's sizing).
     batch_sql_bound_limit: String,
     validate_sql: String,
+    table: String,
+    target: Option<BatchTarget>,
 }
 
 /// The builder of a [`SqlRepair`], from [`SqlRepair::new`].
@@ -104,6 +107,7 @@ pub struct SqlRepairBuilder {
     batch: u32,
     overlap: bool,
     count_rows: bool,
+    target: Option<BatchTarget>,
 }
 
 impl SqlRepair {
@@ -125,6 +129,7 @@ impl SqlRepair {
             batch: 1000,
             overlap: false,
             count_rows: false,
+            target: None,
         }
     }
 
@@ -172,6 +177,15 @@ impl SqlRepairBuilder {
     /// (see [`Repair::batch_limit`]). Registration refuses 0.
     pub fn batch_size(mut self, keys: u32) -> Self {
         self.batch = keys;
+        self
+    }
+
+    /// Size batches toward `duration` within `[min, max]` keys instead of
+    /// the fixed [`batch_size`](SqlRepairBuilder::batch_size) (what
+    /// [`Repair::batch_target`] answers; THR-3). Registration refuses a
+    /// range that is empty or starts at 0.
+    pub fn target_batch(mut self, duration: std::time::Duration, min: u32, max: u32) -> Self {
+        self.target = Some(BatchTarget { duration, min, max });
         self
     }
 
@@ -264,6 +278,8 @@ impl SqlRepairBuilder {
                 "SELECT count(*) AS n FROM {table} \
                  WHERE {key} <= $1{and_filter} AND ({violation})"
             ),
+            table: table.clone(),
+            target: self.target,
             id: self.id,
         })
     }
@@ -332,6 +348,14 @@ impl Repair for SqlRepair {
 
     fn overlap_commits(&self) -> bool {
         self.overlap
+    }
+
+    fn batch_target(&self) -> Option<BatchTarget> {
+        self.target
+    }
+
+    fn tables(&self) -> Vec<String> {
+        vec![self.table.clone()]
     }
 
     async fn capture_bound(

@@ -604,6 +604,8 @@ pub struct Advance<'a> {
     pub checkpoint_json: &'a Value,
     /// Keys the batch changed, added to `rows_done`.
     pub rows: i64,
+    /// The size the batch ran with, recorded as the size in force (THR-3).
+    pub batch_size: i32,
 }
 
 impl Advance<'_> {
@@ -611,7 +613,7 @@ impl Advance<'_> {
     /// hex-encoded ([`hex_literal`]).
     fn fence_commit_sql(&self) -> String {
         format!(
-            "SELECT backfill_checkpoint_advance({}, {}, {}, {}, {}, ({})::jsonb, {}); COMMIT",
+            "SELECT backfill_checkpoint_advance({}, {}, {}, {}, {}, ({})::jsonb, {}, {}); COMMIT",
             text_literal(self.id),
             text_literal(self.worker),
             self.generation,
@@ -621,6 +623,7 @@ impl Advance<'_> {
             hex_literal(self.checkpoint),
             text_literal(&self.checkpoint_json.to_string()),
             self.rows,
+            self.batch_size,
         )
     }
 }
@@ -644,6 +647,8 @@ fn fence_outcome(result: Result<(), diesel::result::Error>) -> Result<FenceCommi
 /// consecutive attempt, capped) until `max_attempts` is reached, then
 /// `failed` (RT-2); blocked goes to `blocked`; fatal to `failed`. Fence:
 /// owner, generation and unexpired lease; `None` = stale, nothing recorded.
+/// `batch_size`, when given, becomes the size in force (a statement
+/// timeout halves it before the retry, THR-3).
 #[allow(clippy::too_many_arguments)]
 pub async fn backfill_record_failure(
     conn: &mut AsyncPgConnection,
@@ -655,6 +660,7 @@ pub async fn backfill_record_failure(
     max_attempts: i32,
     backoff_base_ms: i64,
     backoff_max_ms: i64,
+    batch_size: Option<i32>,
 ) -> Result<Option<StateRow>, StoreError> {
     Ok(super::cached(diesel::sql_query(
         "UPDATE backfill SET \
@@ -667,7 +673,8 @@ pub async fn backfill_record_failure(
                  THEN clock_timestamp() + least($7 * power(2, attempts), $8) * interval '1 millisecond' \
                  ELSE NULL END, \
              owner = NULL, lease_expires_at = NULL, \
-             last_error_kind = $4, last_error = $5, last_error_at = now(), updated_at = now() \
+             last_error_kind = $4, last_error = $5, last_error_at = now(), updated_at = now(), \
+             batch_size = coalesce($9, batch_size) \
          WHERE id = $1 AND owner = $2 AND generation = $3 \
            AND state IN ('running', 'validating') AND lease_expires_at > clock_timestamp() \
          RETURNING state, attempts, next_attempt_at",
@@ -679,7 +686,8 @@ pub async fn backfill_record_failure(
     .bind::<Text, _>(message)
     .bind::<Integer, _>(max_attempts)
     .bind::<BigInt, _>(backoff_base_ms)
-    .bind::<BigInt, _>(backoff_max_ms))
+    .bind::<BigInt, _>(backoff_max_ms)
+    .bind::<Nullable<Integer>, _>(batch_size))
     .get_result(conn)
     .await
     .optional()?)

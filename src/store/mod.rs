@@ -9,12 +9,14 @@
 mod admin;
 mod audit;
 mod backfill;
+mod pacing;
 mod pool;
 mod prepared;
 
 pub use admin::*;
 pub use audit::*;
 pub use backfill::*;
+pub use pacing::*;
 pub use pool::{
     build_pool, connect_dedicated, database_recreate, run_embedded, run_migrations,
     url_with_database, Pool, PooledConn, MIGRATIONS,

@@ -73,6 +73,9 @@ pub const SELECT_IGNORE_BOUND: u8 = 2;
 pub const SELECT_REPEAT_CHECKPOINT: u8 = 3;
 /// The one-statement form reports its count but no first or last key.
 pub const SELECT_SUMMARY_WITHOUT_KEYS: u8 = 4;
+/// The selection takes the definition's own limit, whatever limit the
+/// engine passes (a repair that ignores the size in force).
+pub const SELECT_DEFINITION_LIMIT: u8 = 5;
 
 /// Knobs shared between a test and its repair.
 #[derive(Default)]
@@ -298,6 +301,10 @@ impl SelectThenMutate<i64> for Counter {
             SELECT_REPEAT_CHECKPOINT => (
                 "SELECT id FROM items WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3",
                 i64::from(limit),
+            ),
+            SELECT_DEFINITION_LIMIT => (
+                "SELECT id FROM items WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3",
+                i64::from(self.limit),
             ),
             _ => (
                 "SELECT id FROM items WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3",
