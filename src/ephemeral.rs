@@ -5,6 +5,10 @@
 //! in a fresh temporary directory; as root, both run as the `postgres` user
 //! (PostgreSQL refuses to run as root) in a directory that user owns. The
 //! cluster is stopped and its directory removed when the value is dropped.
+//!
+//! [`EphemeralPostgres::standby_of`] adds a streaming standby of such a
+//! cluster (`pg_basebackup -R -X stream`), for tests of what a primary
+//! reports about its standbys.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,38 +69,14 @@ impl EphemeralPostgres {
     /// Start a cluster. Blocking (about a second); call it from a blocking
     /// context or before the async runtime starts.
     pub fn start(label: &str) -> Result<Self, EphemeralError> {
+        Self::start_with(label, &[])
+    }
+
+    /// Start a cluster with extra server settings (`name`, `value`), given
+    /// on the server's command line. Blocking, like [`Self::start`].
+    pub fn start_with(label: &str, settings: &[(&str, &str)]) -> Result<Self, EphemeralError> {
         let initdb = find_pg_bin("initdb").ok_or(EphemeralError::NoBinaries)?;
-        let pg_ctl = find_pg_bin("pg_ctl").ok_or(EphemeralError::NoBinaries)?;
-        let dir = std::env::temp_dir().join(format!(
-            "backfill-{label}-pg-{}-{}",
-            std::process::id(),
-            unique()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| EphemeralError::Step(e.to_string()))?;
-        let as_root = is_root();
-        if as_root {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&dir)
-                .status()
-                .map_err(|e| EphemeralError::Step(e.to_string()))?;
-            if !status.success() {
-                return Err(EphemeralError::Step(
-                    "cannot hand the data directory to the postgres user".into(),
-                ));
-            }
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| EphemeralError::Step(e.to_string()))?
-            .port();
-        let me = Self {
-            dir,
-            pg_ctl,
-            port,
-            as_root,
-            stopped: false,
-        };
+        let me = Self::prepare(label)?;
         let data = me.dir.join("data");
         me.run(
             &initdb,
@@ -110,24 +90,106 @@ impl EphemeralPostgres {
                 &data.display().to_string(),
             ],
         )?;
-        let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off -c synchronous_commit=off -c max_connections=300",
-            me.dir.display()
-        );
+        me.launch(settings)?;
+        Ok(me)
+    }
+
+    /// Start a streaming standby of `primary`: a base backup taken with
+    /// `pg_basebackup -R -X stream` (which writes `standby.signal` and the
+    /// connection back to the primary), started on a port of its own with
+    /// the extra `settings`. The primary must allow replication
+    /// connections, which a cluster of [`Self::start`] does: `initdb`'s
+    /// trust rules include them and PostgreSQL's defaults since 10
+    /// (`wal_level = replica`, `max_wal_senders = 10`) stream. Blocking.
+    pub fn standby_of(
+        primary: &EphemeralPostgres,
+        label: &str,
+        settings: &[(&str, &str)],
+    ) -> Result<Self, EphemeralError> {
+        let basebackup = find_pg_bin("pg_basebackup").ok_or(EphemeralError::NoBinaries)?;
+        let me = Self::prepare(label)?;
         me.run(
-            &me.pg_ctl,
+            &basebackup,
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                &me.dir.join("data").display().to_string(),
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ],
+        )?;
+        me.launch(settings)?;
+        Ok(me)
+    }
+
+    /// A fresh directory the server user owns and a free port; nothing
+    /// started yet. Dropping the value removes the directory.
+    fn prepare(label: &str) -> Result<Self, EphemeralError> {
+        let pg_ctl = find_pg_bin("pg_ctl").ok_or(EphemeralError::NoBinaries)?;
+        let dir = std::env::temp_dir().join(format!(
+            "backfill-{label}-pg-{}-{}",
+            std::process::id(),
+            unique()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| EphemeralError::Step(e.to_string()))?;
+        let as_root = is_root();
+        let mut me = Self {
+            dir,
+            pg_ctl,
+            port: 0,
+            as_root,
+            stopped: false,
+        };
+        if as_root {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&me.dir)
+                .status()
+                .map_err(|e| EphemeralError::Step(e.to_string()))?;
+            if !status.success() {
+                return Err(EphemeralError::Step(
+                    "cannot hand the data directory to the postgres user".into(),
+                ));
+            }
+        }
+        me.port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| EphemeralError::Step(e.to_string()))?
+            .port();
+        Ok(me)
+    }
+
+    /// Start the server on the data directory, waiting until it accepts
+    /// connections.
+    fn launch(&self, settings: &[(&str, &str)]) -> Result<(), EphemeralError> {
+        let mut options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c synchronous_commit=off -c max_connections=300",
+            self.port,
+            self.dir.display()
+        );
+        for (name, value) in settings {
+            options.push_str(&format!(" -c {name}={value}"));
+        }
+        self.run(
+            &self.pg_ctl,
             &[
                 "-D",
-                &data.display().to_string(),
+                &self.dir.join("data").display().to_string(),
                 "-l",
-                &me.dir.join("log").display().to_string(),
+                &self.dir.join("log").display().to_string(),
                 "-w",
                 "-o",
                 &options,
                 "start",
             ],
-        )?;
-        Ok(me)
+        )
     }
 
     fn run(&self, program: &Path, args: &[&str]) -> Result<(), EphemeralError> {
@@ -153,6 +215,11 @@ impl EphemeralPostgres {
                 output.status
             )))
         }
+    }
+
+    /// The port the cluster listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The URL of the cluster's `postgres` database.

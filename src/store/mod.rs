@@ -4,11 +4,13 @@
 //! comment states the locks it takes and the fence it applies. Every fenced
 //! write returns zero rows as a typed outcome (`None`/`false`/[`Fence::Stale`]),
 //! never ignored. Repairs run their own SQL over their own tables; they never
-//! see these tables.
+//! see these tables. The statements that read the server's health signals
+//! (`health_<verb>`, statistics views only) live here too.
 
 mod admin;
 mod audit;
 mod backfill;
+mod health;
 mod pacing;
 mod pool;
 mod prepared;
@@ -16,6 +18,7 @@ mod prepared;
 pub use admin::*;
 pub use audit::*;
 pub use backfill::*;
+pub use health::*;
 pub use pacing::*;
 pub use pool::{
     build_pool, connect_dedicated, database_recreate, run_embedded, run_migrations,

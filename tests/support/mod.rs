@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod http;
 pub mod repairs;
+pub mod standby;
 
 use backfill::engine::RetryPolicy;
 use backfill::store::{self, Pool};
@@ -89,6 +90,20 @@ impl TestDb {
         ))
         .await;
     }
+}
+
+/// Query one bigint (as column `v`) on a connection of the test's own.
+pub async fn scalar_on(conn: &mut AsyncPgConnection, sql: &str) -> i64 {
+    #[derive(diesel::QueryableByName)]
+    struct V {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        v: i64,
+    }
+    let row: V = diesel::sql_query(sql)
+        .get_result(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    row.v
 }
 
 /// Each test's database is dropped when the test ends (pass or fail), so
@@ -238,5 +253,34 @@ where
             "timed out waiting for: {what}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// A wait for a condition PostgreSQL reaches on its own, as a loop: poll
+/// every 10 ms, fail with what was awaited after 90 s. For checks that
+/// borrow a connection mutably or keep what they read, which
+/// [`eventually`]'s closure cannot.
+pub struct Deadline {
+    what: &'static str,
+    until: tokio::time::Instant,
+}
+
+impl Deadline {
+    /// Start waiting for `what`.
+    pub fn new(what: &'static str) -> Self {
+        Deadline {
+            what,
+            until: tokio::time::Instant::now() + Duration::from_secs(90),
+        }
+    }
+
+    /// Fail if the time is up, else sleep before the next poll.
+    pub async fn tick(&mut self) {
+        assert!(
+            tokio::time::Instant::now() < self.until,
+            "timed out waiting for: {}",
+            self.what
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -1,0 +1,600 @@
+//! Health signals for throttling (THR-1, THR-2), read from real servers.
+//!
+//! Replication lag and what a standby or an unprivileged role can read
+//! are tested on a throwaway primary with a real streaming standby
+//! (`support::standby`); the signals that need no standby run on the test
+//! server, in a database of their own (transaction age and lock waiters
+//! are per database, so other tests' sessions do not count). Every wait
+//! is for a condition (a session blocked behind a held lock, replay caught
+//! up), polled with a deadline.
+
+mod support;
+
+use async_trait::async_trait;
+use backfill::health::{
+    HealthCheck, HealthConfig, Monitor, Reading, Signal, Snapshot, Thresholds, Throttle,
+    UnknownPolicy, Verdict,
+};
+use backfill::store;
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::standby::StandbyPair;
+use support::Deadline;
+
+const MIB: u64 = 1 << 20;
+/// Staleness is not under test except where it is: a reading taken in the
+/// test is always fresh.
+const FRESH: Duration = Duration::from_secs(600);
+
+/// Readings bounded generously: a loaded test machine must not turn a
+/// slow statement into an unknown signal.
+fn config() -> HealthConfig {
+    HealthConfig {
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(20),
+        thresholds: Thresholds::default(),
+        unknown: UnknownPolicy::Proceed,
+    }
+}
+
+fn judge(
+    snapshot: &Snapshot,
+    limits: &Thresholds,
+    tables: &[String],
+    policy: UnknownPolicy,
+) -> Verdict {
+    snapshot.evaluate(limits, tables, policy, snapshot.taken, FRESH)
+}
+
+fn go() -> Verdict {
+    Verdict::Go { unknown: vec![] }
+}
+
+fn throttle(verdict: Verdict) -> Throttle {
+    match verdict {
+        Verdict::Throttle(t) => t,
+        go => panic!("expected a throttle, got {go:?}"),
+    }
+}
+
+fn known<T: std::fmt::Debug + Clone>(reading: &Reading<T>) -> T {
+    match reading {
+        Reading::Known(v) => v.clone(),
+        Reading::Unknown(reason) => panic!("expected a reading, unknown: {reason}"),
+    }
+}
+
+/// The current WAL position of the server behind `conn`, in bytes.
+async fn wal_position(conn: &mut AsyncPgConnection) -> i64 {
+    support::scalar_on(
+        conn,
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS v",
+    )
+    .await
+}
+
+/// THR-1: with the standby's replay paused, a 300k-row insert on the
+/// primary is at least its own WAL behind on the standby at once; the
+/// verdict names the byte lag with its value and limit, and after replay
+/// resumes the lag falls back and the verdict is go again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr1_replication_lag_bytes_grow_while_replay_is_paused() {
+    let pair = StandbyPair::start().await;
+    let mut primary = pair.primary().await;
+    primary
+        .batch_execute("CREATE TABLE filler (id bigint, pad text)")
+        .await
+        .expect("create");
+    pair.wait_caught_up().await;
+    let pool = store::build_pool(&pair.primary_url(), 2)
+        .await
+        .expect("pool");
+    let monitor = Monitor::new(pool, config(), vec![], None);
+    let limits = Thresholds {
+        max_lag_bytes: Some(8 * MIB),
+        ..Thresholds::none()
+    };
+
+    let caught_up = monitor.run_once().await;
+    assert_eq!(caught_up.standbys, Reading::Known(1));
+    assert!(known(&caught_up.lag_bytes).expect("a standby") < 8 * MIB);
+    assert_eq!(
+        judge(&caught_up, &limits, &[], UnknownPolicy::Throttle),
+        go()
+    );
+
+    pair.pause_replay().await;
+    let before = wal_position(&mut primary).await;
+    primary
+        .batch_execute(
+            "INSERT INTO filler SELECT g, repeat('x', 20) FROM generate_series(1, 300000) g",
+        )
+        .await
+        .expect("insert");
+    let written = (wal_position(&mut primary).await - before) as u64;
+    assert!(
+        written > 8 * MIB,
+        "the insert wrote only {written} bytes of WAL"
+    );
+
+    let behind = monitor.run_once().await;
+    let lag = known(&behind.lag_bytes).expect("a standby");
+    assert!(lag >= written, "lag {lag} < WAL written {written}");
+    let t = throttle(judge(&behind, &limits, &[], UnknownPolicy::Proceed));
+    assert_eq!(t.signal, Signal::ReplicationLagBytes);
+    assert_eq!(t.value, Some(lag as f64));
+    assert_eq!(t.threshold, Some((8 * MIB) as f64));
+    assert!(
+        t.text.starts_with("replication lag ") && t.text.ends_with(" > 8.0 MiB"),
+        "{}",
+        t.text
+    );
+
+    pair.resume_replay().await;
+    let mut wait = Deadline::new("the lag falls back after replay resumes");
+    loop {
+        let snapshot = monitor.run_once().await;
+        if judge(&snapshot, &limits, &[], UnknownPolicy::Throttle) == go() {
+            assert!(known(&snapshot.lag_bytes).expect("a standby") <= 8 * MIB);
+            break;
+        }
+        wait.tick().await;
+    }
+}
+
+/// THR-2: a role without pg_monitor sees the standby's row in
+/// pg_stat_replication without positions. The lag is unknown, not zero:
+/// listed under Proceed, throttling under Throttle; the signals it can
+/// read stay known. Granted pg_monitor, the same monitor reads the lag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr2_a_role_without_pg_monitor_reads_replication_lag_as_unknown() {
+    let pair = StandbyPair::start().await;
+    let mut primary = pair.primary().await;
+    primary
+        .batch_execute("CREATE ROLE watcher LOGIN; CREATE TABLE t (id int)")
+        .await
+        .expect("setup");
+    let url = pair
+        .primary_url()
+        .replacen("postgres://postgres@", "postgres://watcher@", 1);
+    let pool = store::build_pool(&url, 2).await.expect("pool");
+    let tables = vec!["t".to_string()];
+    let monitor = Monitor::new(pool, config(), tables.clone(), None);
+
+    let blind = monitor.run_once().await;
+    for reason in [
+        blind.lag_bytes.reason(),
+        blind.lag.reason(),
+        blind.standbys.reason(),
+    ] {
+        let reason = reason.expect("unknown to this role");
+        assert!(reason.contains("pg_monitor"), "{reason}");
+    }
+    // The walsender's session belongs to another role too: hidden, it
+    // could be an old transaction.
+    assert!(blind.xact_age.reason().is_some());
+    // What every role may read is read.
+    assert_eq!(
+        known(&blind.lock_waiters),
+        BTreeMap::from([("t".to_string(), 0)])
+    );
+    assert_eq!(blind.wal_bytes_per_s, Reading::Known(None));
+
+    let limits = Thresholds::default();
+    assert_eq!(
+        judge(&blind, &limits, &tables, UnknownPolicy::Proceed),
+        Verdict::Go {
+            unknown: vec![Signal::ReplicationLagBytes]
+        }
+    );
+    let t = throttle(judge(&blind, &limits, &tables, UnknownPolicy::Throttle));
+    assert_eq!(t.signal, Signal::ReplicationLagBytes);
+    assert_eq!(t.value, None);
+    assert_eq!(t.threshold, Some((64 * MIB) as f64));
+    assert!(
+        t.text.starts_with("replication lag unknown: "),
+        "{}",
+        t.text
+    );
+
+    primary
+        .batch_execute("GRANT pg_monitor TO watcher")
+        .await
+        .expect("grant");
+    let seeing = monitor.run_once().await;
+    assert_eq!(seeing.standbys, Reading::Known(1));
+    assert!(known(&seeing.lag_bytes).is_some());
+    known(&seeing.xact_age);
+    assert_eq!(
+        judge(&seeing, &limits, &tables, UnknownPolicy::Throttle),
+        go()
+    );
+}
+
+/// THR-2: pointed at a standby, where pg_current_wal_lsn() raises, the
+/// WAL position and lags are unknown with the reason, and the other
+/// signals are still read: one unreadable signal fails no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr2_a_standby_in_recovery_reads_wal_signals_as_unknown_and_the_rest() {
+    let pair = StandbyPair::start().await;
+    pair.primary()
+        .await
+        .batch_execute("CREATE TABLE t (id int)")
+        .await
+        .expect("create");
+    pair.wait_caught_up().await;
+    let pool = store::build_pool(&pair.standby_url(), 2)
+        .await
+        .expect("pool");
+    let monitor = Monitor::new(pool, config(), vec!["t".to_string()], None);
+    let snapshot = monitor.run_once().await;
+    for reason in [
+        snapshot.wal_bytes_per_s.reason(),
+        snapshot.lag_bytes.reason(),
+        snapshot.lag.reason(),
+    ] {
+        let reason = reason.expect("unknown on a standby");
+        assert!(reason.contains("standby in recovery"), "{reason}");
+    }
+    assert_eq!(known(&snapshot.xact_age), Duration::ZERO);
+    assert_eq!(
+        known(&snapshot.lock_waiters),
+        BTreeMap::from([("t".to_string(), 0)])
+    );
+}
+
+/// Open a connection to `url` and run `sql` on it, returning it (to keep
+/// what it holds).
+async fn session(url: &str, sql: &str) -> AsyncPgConnection {
+    let mut conn = AsyncPgConnection::establish(url).await.expect("connect");
+    conn.batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    conn
+}
+
+/// Run `sql` on a connection of its own in a task: it blocks on a lock.
+fn blocked(url: &str, sql: &'static str) -> tokio::task::JoinHandle<AsyncPgConnection> {
+    let url = url.to_string();
+    tokio::spawn(async move { session(&url, sql).await })
+}
+
+/// Read until `table` has `count` waiters.
+async fn waiters_reach(monitor: &Monitor, table: &str, count: u64) -> Arc<Snapshot> {
+    let mut wait = Deadline::new("the lock waiters the test set up");
+    loop {
+        let snapshot = monitor.run_once().await;
+        if let Reading::Known(per_table) = &snapshot.lock_waiters {
+            if per_table.get(table) == Some(&count) {
+                return snapshot;
+            }
+        }
+        wait.tick().await;
+    }
+}
+
+/// THR-1: a session queued behind another's lock on one of the repair's
+/// tables (schema-qualified) counts as a waiter for that table and not for
+/// another; so do sessions queued for one row, the first of which waits on
+/// the holder's transaction rather than on a lock of the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr1_lock_waiters_count_sessions_blocked_on_the_repairs_tables() {
+    let db = support::test_db().await;
+    db.exec(
+        "CREATE SCHEMA s; CREATE TABLE s.items (id int PRIMARY KEY, v int); \
+         INSERT INTO s.items VALUES (1, 0); CREATE TABLE other (id int)",
+    )
+    .await;
+    let items = "s.items".to_string();
+    let other = "other".to_string();
+    let monitor = Monitor::new(
+        db.pool.clone(),
+        config(),
+        vec![items.clone(), other.clone()],
+        None,
+    );
+    let limits = Thresholds {
+        max_lock_waiters: Some(0),
+        ..Thresholds::none()
+    };
+    let quiet = monitor.run_once().await;
+    assert_eq!(
+        known(&quiet.lock_waiters),
+        BTreeMap::from([(items.clone(), 0), (other.clone(), 0)])
+    );
+
+    // A holds AccessShare; B queues for AccessExclusive behind it.
+    let mut a = session(&db.url, "BEGIN; SELECT * FROM s.items LIMIT 1").await;
+    let b = blocked(
+        &db.url,
+        "BEGIN; LOCK TABLE s.items IN ACCESS EXCLUSIVE MODE",
+    );
+    let snapshot = waiters_reach(&monitor, &items, 1).await;
+    assert_eq!(known(&snapshot.lock_waiters).get(&other), Some(&0));
+    let t = throttle(judge(
+        &snapshot,
+        &limits,
+        std::slice::from_ref(&items),
+        UnknownPolicy::Proceed,
+    ));
+    assert_eq!(
+        (t.signal, t.value, t.threshold),
+        (Signal::LockWaiters, Some(1.0), Some(0.0))
+    );
+    assert_eq!(t.text, "lock waiters 1 > 0 on s.items");
+    assert_eq!(
+        judge(
+            &snapshot,
+            &limits,
+            std::slice::from_ref(&other),
+            UnknownPolicy::Proceed
+        ),
+        go()
+    );
+    a.batch_execute("COMMIT").await.expect("commit a");
+    b.await
+        .expect("b")
+        .batch_execute("COMMIT")
+        .await
+        .expect("commit b");
+    waiters_reach(&monitor, &items, 0).await;
+
+    // A holds row 1; B waits for A's transaction, C for the row after B.
+    let mut a = session(&db.url, "BEGIN; UPDATE s.items SET v = 1 WHERE id = 1").await;
+    let b = blocked(&db.url, "UPDATE s.items SET v = 2 WHERE id = 1");
+    let c = blocked(&db.url, "UPDATE s.items SET v = 3 WHERE id = 1");
+    let snapshot = waiters_reach(&monitor, &items, 2).await;
+    assert_eq!(known(&snapshot.lock_waiters).get(&other), Some(&0));
+    a.batch_execute("COMMIT").await.expect("commit a");
+    b.await.expect("b");
+    c.await.expect("c");
+    waiters_reach(&monitor, &items, 0).await;
+}
+
+/// THR-1: another session's open transaction shows its age, bounded by
+/// the time since it began; the monitor's own session and transactions in
+/// other databases do not count, and the age is gone once it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr1_an_open_transaction_of_another_session_shows_its_age() {
+    let db = support::test_db().await;
+    let monitor = Monitor::new(db.pool.clone(), config(), vec![], None);
+    let limits = Thresholds {
+        max_xact_age: Some(Duration::from_millis(250)),
+        ..Thresholds::none()
+    };
+    // Elsewhere on the server, an open transaction that is not this
+    // database's.
+    let mut elsewhere = session(support::server_url(), "BEGIN; SELECT 1").await;
+    let idle = monitor.run_once().await;
+    assert_eq!(known(&idle.xact_age), Duration::ZERO);
+
+    let began = Instant::now();
+    let mut other = session(&db.url, "BEGIN; SELECT 1").await;
+    let mut wait = Deadline::new("the open transaction ages");
+    let old = loop {
+        let snapshot = monitor.run_once().await;
+        if known(&snapshot.xact_age) >= Duration::from_millis(300) {
+            break snapshot;
+        }
+        wait.tick().await;
+    };
+    let age = known(&old.xact_age);
+    assert!(
+        age <= began.elapsed() + Duration::from_millis(50),
+        "age {age:?} older than the transaction"
+    );
+    let t = throttle(judge(&old, &limits, &[], UnknownPolicy::Proceed));
+    assert_eq!(t.signal, Signal::TransactionAge);
+    assert_eq!(t.value, Some(age.as_secs_f64()));
+    assert_eq!(t.threshold, Some(0.25));
+
+    other.batch_execute("COMMIT").await.expect("commit");
+    let after = monitor.run_once().await;
+    assert_eq!(known(&after.xact_age), Duration::ZERO);
+    assert_eq!(judge(&after, &limits, &[], UnknownPolicy::Throttle), go());
+    elsewhere.batch_execute("COMMIT").await.expect("commit");
+}
+
+/// THR-1: the WAL rate is unknown until a second reading, then at least
+/// the WAL written between the two readings over the time between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr1_wal_rate_is_known_from_the_second_reading_and_counts_the_writes() {
+    let db = support::test_db().await;
+    let monitor = Monitor::new(db.pool.clone(), config(), vec![], None);
+    let limits = Thresholds {
+        max_wal_bytes_per_s: Some(1),
+        ..Thresholds::none()
+    };
+    let start = Instant::now();
+    let first = monitor.run_once().await;
+    assert_eq!(first.wal_bytes_per_s, Reading::Known(None));
+    assert_eq!(
+        judge(&first, &limits, &[], UnknownPolicy::Proceed),
+        Verdict::Go {
+            unknown: vec![Signal::WalRate]
+        }
+    );
+
+    let mut conn = db.connect().await;
+    let before = wal_position(&mut conn).await;
+    conn.batch_execute(
+        "CREATE TABLE w (id bigint, pad text); \
+         INSERT INTO w SELECT g, repeat('x', 20) FROM generate_series(1, 50000) g",
+    )
+    .await
+    .expect("write");
+    let written = (wal_position(&mut conn).await - before) as f64;
+    let second = monitor.run_once().await;
+    let elapsed = start.elapsed().as_secs_f64();
+    let rate = known(&second.wal_bytes_per_s).expect("a rate from two readings") as f64;
+    assert!(
+        rate >= 0.95 * written / elapsed,
+        "rate {rate} below {written} bytes over {elapsed} s"
+    );
+    let t = throttle(judge(&second, &limits, &[], UnknownPolicy::Proceed));
+    assert_eq!(t.signal, Signal::WalRate);
+}
+
+/// A check the test switches between answers.
+struct Switch(AtomicU8);
+
+const HEALTHY: u8 = 0;
+const UNHEALTHY: u8 = 1;
+const HANGS: u8 = 2;
+const PANICS: u8 = 3;
+
+#[async_trait]
+impl HealthCheck for Switch {
+    async fn check(&self) -> Result<(), String> {
+        match self.0.load(Ordering::SeqCst) {
+            HEALTHY => Ok(()),
+            UNHEALTHY => Err("queue depth 5000 > 1000".into()),
+            HANGS => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(())
+            }
+            _ => panic!("the check broke"),
+        }
+    }
+}
+
+/// THR-1, THR-2: the application's check throttles with its reason when
+/// it fails; one that hangs past the timeout or panics is unknown, and
+/// the monitor goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr1_an_application_check_that_fails_throttles_with_its_reason() {
+    let db = support::test_db().await;
+    let switch = Arc::new(Switch(AtomicU8::new(HEALTHY)));
+    let check: Arc<dyn HealthCheck> = switch.clone();
+    let config = HealthConfig {
+        timeout: Duration::from_millis(300),
+        ..config()
+    };
+    let monitor = Monitor::new(db.pool.clone(), config, vec![], Some(check));
+    let limits = Thresholds::none();
+
+    let healthy = monitor.run_once().await;
+    assert_eq!(healthy.application, Some(Reading::Known(Ok(()))));
+    assert_eq!(judge(&healthy, &limits, &[], UnknownPolicy::Throttle), go());
+
+    switch.0.store(UNHEALTHY, Ordering::SeqCst);
+    let unhealthy = monitor.run_once().await;
+    let t = throttle(judge(&unhealthy, &limits, &[], UnknownPolicy::Proceed));
+    assert_eq!(
+        t,
+        Throttle {
+            signal: Signal::Application,
+            value: None,
+            threshold: None,
+            text: "application check: queue depth 5000 > 1000".into(),
+        }
+    );
+
+    for (answer, reason) in [(HANGS, "took longer than 300 ms"), (PANICS, "panicked")] {
+        switch.0.store(answer, Ordering::SeqCst);
+        let unknown = monitor.run_once().await;
+        let got = unknown
+            .application
+            .as_ref()
+            .and_then(Reading::reason)
+            .expect("unknown");
+        assert!(got.contains(reason), "{got}");
+        // The database signals are read all the same.
+        known(&unknown.xact_age);
+        assert_eq!(
+            judge(&unknown, &limits, &[], UnknownPolicy::Proceed),
+            Verdict::Go {
+                unknown: vec![Signal::Application]
+            }
+        );
+        assert_eq!(
+            throttle(judge(&unknown, &limits, &[], UnknownPolicy::Throttle)).signal,
+            Signal::Application
+        );
+    }
+}
+
+/// THR-2: a snapshot older than the staleness bound is every checked
+/// signal unknown, however healthy it read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr2_a_stale_snapshot_counts_every_checked_signal_unknown() {
+    let db = support::test_db().await;
+    db.exec("CREATE TABLE t (id int)").await;
+    let tables = vec!["t".to_string()];
+    let monitor = Monitor::new(db.pool.clone(), config(), tables.clone(), None);
+    let limits = Thresholds {
+        max_lock_waiters: Some(5),
+        max_xact_age: Some(Duration::from_secs(60)),
+        ..Thresholds::default()
+    };
+    let snapshot = monitor.run_once().await;
+    let bound = Duration::from_secs(5);
+    assert_eq!(
+        snapshot.evaluate(
+            &limits,
+            &tables,
+            UnknownPolicy::Throttle,
+            snapshot.taken + bound,
+            bound
+        ),
+        go()
+    );
+    let later = snapshot.taken + bound + Duration::from_millis(1);
+    assert_eq!(
+        snapshot.evaluate(&limits, &tables, UnknownPolicy::Proceed, later, bound),
+        Verdict::Go {
+            unknown: vec![
+                Signal::ReplicationLagBytes,
+                Signal::LockWaiters,
+                Signal::TransactionAge
+            ]
+        }
+    );
+    let t = throttle(snapshot.evaluate(&limits, &tables, UnknownPolicy::Throttle, later, bound));
+    assert_eq!((t.signal, t.value), (Signal::ReplicationLagBytes, None));
+    assert!(t.text.contains("5.0 s old"), "{}", t.text);
+}
+
+/// THR-2: a malformed or missing table name makes the lock waiters
+/// unknown and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr2_a_bad_table_name_makes_only_lock_waiters_unknown() {
+    let db = support::test_db().await;
+    for (table, reason) in [("a.b.c", "not a table name"), ("missing", "not found")] {
+        let monitor = Monitor::new(db.pool.clone(), config(), vec![table.to_string()], None);
+        let snapshot = monitor.run_once().await;
+        let got = snapshot.lock_waiters.reason().expect("unknown");
+        assert!(got.contains(reason), "{table}: {got}");
+        assert_eq!(known(&snapshot.lag_bytes), None);
+        assert_eq!(known(&snapshot.xact_age), Duration::ZERO);
+    }
+}
+
+/// THR-1: the monitor's task reads on its interval and keeps the latest
+/// snapshot, so a runner reads a cached one and never queries per batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr1_the_monitor_task_keeps_the_latest_snapshot() {
+    let db = support::test_db().await;
+    let config = HealthConfig {
+        interval: Duration::from_millis(20),
+        ..config()
+    };
+    let monitor = Arc::new(Monitor::new(db.pool.clone(), config, vec![], None));
+    assert!(monitor.latest().is_none());
+    let task = tokio::spawn(monitor.clone().run());
+    let mut wait = Deadline::new("a first snapshot");
+    let first = loop {
+        if let Some(s) = monitor.latest() {
+            break s;
+        }
+        wait.tick().await;
+    };
+    let mut wait = Deadline::new("a newer snapshot");
+    while monitor.latest().expect("kept").taken <= first.taken {
+        wait.tick().await;
+    }
+    task.abort();
+}
