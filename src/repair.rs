@@ -617,7 +617,6 @@ pub(crate) trait DynRepair: Send + Sync {
     fn overlap_commits(&self) -> bool;
     fn batch_limit(&self) -> u32;
     fn batch_target(&self) -> Option<crate::pace::BatchTarget>;
-    #[allow(dead_code)]
     fn tables(&self) -> Vec<String>;
     fn key_type(&self) -> String;
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
@@ -856,6 +855,14 @@ impl Registry {
     /// The stable IDs this process can work on.
     pub fn ids(&self) -> Vec<String> {
         self.repairs.keys().cloned().collect()
+    }
+
+    /// Every table a definition names ([`Repair::tables`]), once each, in
+    /// order: the tables the health monitor watches for lock waiters.
+    pub fn tables(&self) -> Vec<String> {
+        let tables: std::collections::BTreeSet<String> =
+            self.repairs.values().flat_map(|r| r.tables()).collect();
+        tables.into_iter().collect()
     }
 
     /// Whether this process has a definition for `id`.

@@ -153,6 +153,11 @@ impl Backend for Engine {
             match Engine::gate(self, claim).await.map_err(backend_error)? {
                 crate::engine::Gate::Go => Gate::Go,
                 crate::engine::Gate::Pause(delay) => Gate::Pause(delay),
+                crate::engine::Gate::Throttled { throttle, recheck } => Gate::Throttled {
+                    signal: throttle.signal.as_str(),
+                    text: throttle.text,
+                    recheck,
+                },
             },
         )
     }

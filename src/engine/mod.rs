@@ -43,6 +43,7 @@ pub(crate) use outcome::{ExplicitOutcome, ExplicitValidation};
 pub use pacing::{Gate, SETTINGS_REFRESH};
 
 use crate::events::Events;
+use crate::health::Monitor;
 use crate::lifecycle::State;
 use crate::repair::{bounded, Registry};
 use crate::store::{self, BackfillRow, Pool, StoreError};
@@ -64,6 +65,9 @@ pub struct Engine {
     /// Changes other processes announced (the wake-up NOTIFY): a claim
     /// reads its settings again when this moved (THR-4).
     changes: Arc<AtomicU64>,
+    /// The process's health monitor, whose cached signals hold batches
+    /// back (THR-1); unset for an engine driven without a host.
+    health: Arc<std::sync::OnceLock<Arc<Monitor>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -86,6 +90,7 @@ impl Engine {
             events: Events::default(),
             serial_fallbacks: Arc::default(),
             changes: Arc::default(),
+            health: Arc::default(),
         })
     }
 
@@ -95,6 +100,17 @@ impl Engine {
     /// pool is too small for the runners' overlap.
     pub fn serial_fallbacks(&self) -> u64 {
         self.serial_fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// Hold batches back on `monitor`'s signals (THR-1). Set once, before
+    /// the runtime starts; a second monitor is refused (`false`).
+    pub fn attach_health(&self, monitor: Arc<Monitor>) -> bool {
+        self.health.set(monitor).is_ok()
+    }
+
+    /// The health monitor batches are paced by, if one is attached.
+    pub fn health(&self) -> Option<&Arc<Monitor>> {
+        self.health.get()
     }
 
     /// The events of the backfills this engine works on (claims, batches,

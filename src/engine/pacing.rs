@@ -11,9 +11,10 @@
 //! throttled claim holds no snapshot, lock or idle transaction while it
 //! waits (EX-5).
 
-use super::claim::Claim;
+use super::claim::{rollback_to_pool, Claim, Open};
 use super::error::EngineError;
 use super::Engine;
+use crate::health::{Throttle, Verdict};
 use crate::pace::{Policy, Sizing};
 use crate::repair::DynRepair;
 use crate::settings::Settings;
@@ -38,6 +39,8 @@ pub(crate) struct Pacing {
     sizing: Option<Sizing>,
     /// When the last batch committed (the pause counts from there).
     last_commit: Option<Instant>,
+    /// The signal recorded on the row as holding this claim back.
+    throttled: Option<&'static str>,
     /// The size and duration of the last committed batch.
     pub(crate) last: (u32, Duration),
     /// The size the last step gave a body it sent ahead.
@@ -51,6 +54,13 @@ pub enum Gate {
     Go,
     /// Wait this long (the pause between batches), then ask again.
     Pause(Duration),
+    /// A health signal is past its threshold (or unknown under a policy
+    /// that throttles on unknown): ask again after `recheck`, the
+    /// monitor's interval.
+    Throttled {
+        throttle: Throttle,
+        recheck: Duration,
+    },
 }
 
 impl Pacing {
@@ -100,7 +110,24 @@ impl Engine {
     /// Whether `claim`'s next batch may start now (THR-1), reading its
     /// settings again when they may have changed (THR-4).
     pub async fn gate(&self, claim: &mut Claim) -> Result<Gate, EngineError> {
+        let def = self
+            .registry
+            .get(&claim.id)
+            .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?;
         self.refresh_pacing(claim).await?;
+        if let Some((throttle, recheck)) = self.throttle_for(claim, &**def) {
+            park(claim).await;
+            if claim.pacing.throttled != Some(throttle.signal.as_str()) {
+                self.set_throttle(claim, Some(&throttle_json(&throttle)))
+                    .await?;
+                claim.pacing.throttled = Some(throttle.signal.as_str());
+            }
+            return Ok(Gate::Throttled { throttle, recheck });
+        }
+        if claim.pacing.throttled.is_some() {
+            self.set_throttle(claim, None).await?;
+            claim.pacing.throttled = None;
+        }
         let pause = claim.pacing.settings.pause();
         if let Some(at) = claim.pacing.last_commit {
             let since = at.elapsed();
@@ -139,5 +166,68 @@ impl Engine {
         pacing.read_at = Some(Instant::now());
         pacing.seen_changes = changes;
         Ok(())
+    }
+
+    /// The signal holding `claim` back, if any, and when to ask again:
+    /// the monitor's latest snapshot against the process's thresholds
+    /// with the backfill's overrides. No monitor (an engine driven without
+    /// a host) holds nothing back.
+    fn throttle_for(&self, claim: &Claim, def: &dyn DynRepair) -> Option<(Throttle, Duration)> {
+        let monitor = self.health.get()?;
+        let snapshot = monitor.latest()?;
+        let config = monitor.config();
+        let thresholds = config.thresholds.overlay(&claim.pacing.settings);
+        match snapshot.evaluate(
+            &thresholds,
+            &def.tables(),
+            config.unknown,
+            Instant::now(),
+            config.stale_after(),
+        ) {
+            Verdict::Go { .. } => None,
+            Verdict::Throttle(throttle) => Some((throttle, config.interval)),
+        }
+    }
+
+    /// Record (or clear) the throttle condition on the row, fenced by the
+    /// claim. A claim that no longer matches finds out at its next batch's
+    /// fence, so a miss here is not an error.
+    async fn set_throttle(
+        &self,
+        claim: &Claim,
+        throttle: Option<&serde_json::Value>,
+    ) -> Result<(), EngineError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        store::backfill_throttle_set(
+            &mut conn,
+            &claim.id,
+            &claim.worker,
+            claim.generation,
+            throttle,
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// The row's record of a throttle: signal, value, threshold and text.
+fn throttle_json(throttle: &Throttle) -> serde_json::Value {
+    serde_json::json!({
+        "signal": throttle.signal.as_str(),
+        "value": throttle.value,
+        "threshold": throttle.threshold,
+        "text": throttle.text,
+    })
+}
+
+/// Give back the claim's open batch transaction (and a spare), rolled
+/// back: the batch sent ahead is redone after the wait, and meanwhile the
+/// claim holds no snapshot, row lock or idle transaction.
+async fn park(claim: &Claim) {
+    if let Some(Open { conn, spare, .. }) = claim.open.take() {
+        rollback_to_pool(conn).await;
+        if let Some(spare) = spare {
+            rollback_to_pool(spare).await;
+        }
     }
 }

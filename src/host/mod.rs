@@ -28,6 +28,7 @@ pub use spawned::Spawned;
 
 use crate::admin::{Admin, AdminConfig, AuthConfig};
 use crate::engine::{Engine, EngineConfig, EngineError};
+use crate::health::{HealthCheck, HealthConfig, Monitor};
 use crate::readiness::Readiness;
 use crate::repair::{DefinitionError, Registry};
 use crate::runtime::{RuntimeConfig, RuntimeHandle};
@@ -48,6 +49,13 @@ pub trait Application: Send + Sync + 'static {
     /// anything reaches PostgreSQL; a duplicate or invalid ID is a startup
     /// error.
     fn registry(&self) -> Result<Registry, DefinitionError>;
+
+    /// The application's own health check, consulted with the database's
+    /// signals before every batch (THR-1): `Err(reason)` holds every
+    /// backfill of the process back until it passes again. Default: none.
+    fn health_check(&self) -> Option<Arc<dyn HealthCheck>> {
+        None
+    }
 
     /// Apply the application's own migrations. Runs only when migrations
     /// are on, after the framework's.
@@ -153,6 +161,9 @@ pub struct HostConfig {
     /// The engine's settings; its lease TTL is the one the runtime uses.
     pub engine: EngineConfig,
     pub runtime: RuntimeConfig,
+    /// The health signals and their thresholds that hold batches back
+    /// (THR-1); by default only a conservative replication-lag limit.
+    pub health: HealthConfig,
 }
 
 impl HostConfig {
@@ -169,6 +180,7 @@ impl HostConfig {
             pool_size: None,
             engine: EngineConfig::default(),
             runtime: RuntimeConfig::default(),
+            health: HealthConfig::default(),
         }
     }
 
@@ -187,6 +199,9 @@ impl HostConfig {
     /// touching anything; the pool size in force.
     fn validate(&self, registry: &Registry) -> Result<u32, HostError> {
         self.engine.validate()?;
+        self.health
+            .validate()
+            .map_err(|e| HostError::Config(e.to_string()))?;
         self.runtime
             .validate(self.engine.lease_ttl)
             .map_err(|e| HostError::Config(e.to_string()))?;
@@ -249,6 +264,16 @@ impl Embedded {
         }
         let engine = Engine::new(pool.clone(), registry, config.engine.clone())?;
         engine.register().await?;
+        // One reading before the first claim, so no batch starts on a
+        // server that is already past a limit.
+        let monitor = Arc::new(Monitor::new(
+            pool.clone(),
+            config.health.clone(),
+            engine.registry().tables(),
+            app.health_check(),
+        ));
+        monitor.run_once().await;
+        engine.attach_health(monitor.clone());
         tracing::info!(
             event = "registered",
             definitions = engine.registry().len(),
@@ -266,6 +291,7 @@ impl Embedded {
         let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config.runtime.clone())
             .map_err(|e| HostError::Config(e.to_string()))?;
         let tasks = vec![
+            actix_rt::spawn(monitor.run()),
             actix_rt::spawn(auto_start::retry(
                 engine.clone(),
                 runtime.clone(),
