@@ -30,12 +30,16 @@ use crate::key::{render_json, KeyError};
 use crate::lifecycle::{Action, State};
 use crate::repair::{bounded, BodyError, DefinitionError, RepairError, SelectionError, Validation};
 use crate::repair::{DynRepair, EncodedSource, Registry, SelectedBatch};
+use crate::settings::SettingsError;
 use crate::store::{self, BackfillRow, Pool, PooledConn, StartValues, StoreError};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod settings;
+pub use settings::SettingsChange;
 
 /// Bounded retry with exponential backoff (RT-2).
 #[derive(Debug, Clone)]
@@ -175,6 +179,13 @@ pub enum EngineError {
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A settings change that is refused (THR-4); nothing was changed.
+    #[error(transparent)]
+    InvalidSettings(#[from] SettingsError),
+    /// The backfill is `completed`: terminal, so its settings no longer
+    /// change (LC-4). Nothing was changed; the row as it is.
+    #[error("backfill {:?} is completed: its settings no longer change", .0.id)]
+    Completed(Box<BackfillRow>),
 }
 
 impl EngineError {
@@ -196,7 +207,9 @@ impl EngineError {
             | EngineError::UnknownBackfill(_)
             | EngineError::UnknownState(_)
             | EngineError::Definition(_)
-            | EngineError::Config(_) => None,
+            | EngineError::Config(_)
+            | EngineError::InvalidSettings(_)
+            | EngineError::Completed(_) => None,
         }
     }
 }
