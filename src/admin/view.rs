@@ -354,10 +354,15 @@ pub struct ConflictBody {
 pub struct ErrorBody {
     /// Stable code: `unauthorized`, `forbidden`, `bad_request`,
     /// `not_found`, `method_not_allowed`, `idempotency_key_reused`,
+    /// `invalid_settings`, `unsupported_media_type`, `payload_too_large`,
     /// `no_definition`, `too_many_requests`,
     /// `unavailable`, `internal`.
     pub error: String,
     pub message: String,
+    /// The setting an `invalid_settings` error is about, when it is about
+    /// one; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
 }
 
 /// The outcome of an explicit validation (VAL-4): exactly one of
