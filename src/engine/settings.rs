@@ -3,8 +3,8 @@
 //!
 //! A change is stored with the row and announced on the wake-up channel;
 //! it is not a lifecycle transition and advances no generation, so a batch
-//! in flight commits as usual and every runner applies the new settings at
-//! its next batch.
+//! in flight commits as usual, and the change is what the next read of the
+//! row (a runner's, before its next batch) sees.
 
 use super::{Engine, EngineError};
 use crate::settings::Settings;

@@ -829,8 +829,7 @@ pub async fn validation_record(
 /// `completed` (terminal, LC-4; the guard trigger does not cover this
 /// column). Touches only `settings` and `updated_at`: never lifecycle,
 /// bound, checkpoint, generation or claim, so a batch in flight commits as
-/// usual and its runner reads the new settings at its next batch. `None` =
-/// no such row, or it is completed.
+/// usual. `None` = no such row, or it is completed.
 pub async fn backfill_settings_update(
     conn: &mut AsyncPgConnection,
     id: &str,
