@@ -16,6 +16,7 @@
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::time::Duration;
 
 /// One setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -125,6 +126,15 @@ pub enum SettingsError {
     /// Two settings that contradict each other.
     #[error("{0}")]
     Conflict(&'static str),
+    /// A target batch duration the batch's statement timeout would cut
+    /// short: a batch sized toward it would be cancelled at the timeout
+    /// instead of committing.
+    #[error("{field} must be below the batch statement timeout of {timeout_ms} ms, got {got}")]
+    NotBelowTimeout {
+        field: &'static str,
+        timeout_ms: u64,
+        got: u64,
+    },
 }
 
 impl SettingsError {
@@ -132,9 +142,9 @@ impl SettingsError {
     pub fn field(&self) -> Option<&str> {
         match self {
             SettingsError::UnknownField(name) => Some(name),
-            SettingsError::NotAnInteger { field } | SettingsError::OutOfRange { field, .. } => {
-                Some(field)
-            }
+            SettingsError::NotAnInteger { field }
+            | SettingsError::OutOfRange { field, .. }
+            | SettingsError::NotBelowTimeout { field, .. } => Some(field),
             _ => None,
         }
     }
@@ -270,6 +280,22 @@ impl Settings {
         Ok(())
     }
 
+    /// Whether a batch sized toward the target duration can commit before
+    /// the batch's `statement_timeout` cancels it: the target must be
+    /// below the timeout. Checked where the timeout is known (the engine
+    /// that stores the settings), not in [`Settings::apply`].
+    pub fn fits_timeout(&self, statement_timeout: Duration) -> Result<(), SettingsError> {
+        let timeout_ms = u64::try_from(statement_timeout.as_millis()).unwrap_or(u64::MAX);
+        match self.get(Field::TargetBatchMs) {
+            Some(got) if got >= timeout_ms => Err(SettingsError::NotBelowTimeout {
+                field: Field::TargetBatchMs.name(),
+                timeout_ms,
+                got,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// What changed from `self` to `next`, for the audit log:
     /// `batch_size: 500 -> 100; pause_ms: unset -> 250`.
     pub fn diff(&self, next: &Settings) -> String {
@@ -379,6 +405,28 @@ mod tests {
         assert!(s
             .apply(&json!({"min_batch_size": 5, "max_batch_size": 5}))
             .is_ok());
+    }
+
+    #[test]
+    fn thr4_target_must_be_below_the_statement_timeout() {
+        let timeout = Duration::from_secs(30);
+        let at = |ms: u64| {
+            Settings::default()
+                .apply(&json!({"target_batch_ms": ms}))
+                .unwrap()
+        };
+        assert_eq!(at(29_999).fits_timeout(timeout), Ok(()));
+        let error = at(30_000).fits_timeout(timeout).unwrap_err();
+        assert_eq!(
+            error,
+            SettingsError::NotBelowTimeout {
+                field: "target_batch_ms",
+                timeout_ms: 30_000,
+                got: 30_000
+            }
+        );
+        assert_eq!(error.field(), Some("target_batch_ms"));
+        assert_eq!(Settings::default().fits_timeout(Duration::ZERO), Ok(()));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::screen::{self, Column, Row, Screen, Table};
 use backfill::admin::{
     ActionResponse, AuditPage, BackfillView, ConflictBody, ErrorBody, ValidationResponse,
 };
+use backfill::settings::Field;
 use backfill::State;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
@@ -53,6 +54,9 @@ pub enum CtlCommand {
     Retry { id: String },
     /// Run explicit validation (read-only).
     Validate { id: String },
+    /// Change live settings while the backfill runs (each process applies
+    /// them at its next batch); prints the resulting settings.
+    Set(SetArgs),
     /// Show the audit log of one backfill.
     Audit {
         id: String,
@@ -71,6 +75,113 @@ pub enum CtlCommand {
         #[arg(long)]
         count: Option<u64>,
     },
+}
+
+/// Arguments of `backfill ctl set`: each flag sets one setting (the server
+/// checks its range), `--clear` removes one so its default applies again.
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    pub id: String,
+    /// A fixed batch size (excludes --target-batch-ms).
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<u64>,
+    /// A target batch duration in ms: the size adapts toward it.
+    #[arg(long, value_name = "N")]
+    pub target_batch_ms: Option<u64>,
+    /// The smallest size the adaptive sizing may choose.
+    #[arg(long, value_name = "N")]
+    pub min_batch_size: Option<u64>,
+    /// The largest size the adaptive sizing may choose.
+    #[arg(long, value_name = "N")]
+    pub max_batch_size: Option<u64>,
+    /// Pause between batches, in ms.
+    #[arg(long, value_name = "N")]
+    pub pause_ms: Option<u64>,
+    /// Replication lag limit of every standby, in bytes.
+    #[arg(long, value_name = "N")]
+    pub max_lag_bytes: Option<u64>,
+    /// Replication lag limit of every standby, in ms.
+    #[arg(long, value_name = "N")]
+    pub max_lag_ms: Option<u64>,
+    /// WAL generated per second, server-wide.
+    #[arg(long, value_name = "N")]
+    pub max_wal_bytes_per_s: Option<u64>,
+    /// Sessions waiting for a lock on the repair's tables.
+    #[arg(long, value_name = "N")]
+    pub max_lock_waiters: Option<u64>,
+    /// Age of the oldest open transaction of another session, in ms.
+    #[arg(long, value_name = "N")]
+    pub max_xact_age_ms: Option<u64>,
+    /// Clear a setting (e.g. `pause-ms`); repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub clear: Vec<String>,
+}
+
+impl SetArgs {
+    /// The change as the API takes it: a JSON merge patch.
+    fn change(&self) -> Result<serde_json::Map<String, Value>, CtlError> {
+        let given = [
+            (Field::BatchSize, self.batch_size),
+            (Field::TargetBatchMs, self.target_batch_ms),
+            (Field::MinBatchSize, self.min_batch_size),
+            (Field::MaxBatchSize, self.max_batch_size),
+            (Field::PauseMs, self.pause_ms),
+            (Field::MaxLagBytes, self.max_lag_bytes),
+            (Field::MaxLagMs, self.max_lag_ms),
+            (Field::MaxWalBytesPerS, self.max_wal_bytes_per_s),
+            (Field::MaxLockWaiters, self.max_lock_waiters),
+            (Field::MaxXactAgeMs, self.max_xact_age_ms),
+        ];
+        let mut change: serde_json::Map<String, Value> = given
+            .into_iter()
+            .filter_map(|(field, value)| Some((field.name().to_string(), Value::from(value?))))
+            .collect();
+        for name in &self.clear {
+            // The flag's spelling (`pause-ms`) or the API's (`pause_ms`).
+            let field = Field::parse(&name.replace('-', "_")).ok_or_else(|| {
+                let known: Vec<String> = Field::ALL.iter().map(|f| flag(*f)).collect();
+                CtlError::Usage(format!(
+                    "--clear {:?}: not a setting; one of {}",
+                    one_line(name),
+                    known.join(", ")
+                ))
+            })?;
+            if change.insert(field.name().into(), Value::Null).is_some() {
+                return Err(CtlError::Usage(format!(
+                    "--{} is both set and cleared",
+                    flag(field)
+                )));
+            }
+        }
+        if change.is_empty() {
+            return Err(CtlError::Usage(
+                "set changes nothing: give a setting (e.g. --batch-size 500) or --clear NAME"
+                    .into(),
+            ));
+        }
+        Ok(change)
+    }
+}
+
+/// A setting as its flag names it.
+fn flag(field: Field) -> String {
+    field.name().replace('_', "-")
+}
+
+/// The settings of a view in one line: `batch_size=500 pause_ms=250`, in
+/// the order the settings are listed, or `none` when none is set.
+fn settings_line(settings: &Value) -> String {
+    let Some(set) = settings.as_object().filter(|s| !s.is_empty()) else {
+        return "none (defaults apply)".into();
+    };
+    let mut names: Vec<&String> = set.keys().collect();
+    // Known fields in their order, any other (a newer server's) after them.
+    names.sort_by_key(|n| Field::parse(n).map_or(usize::MAX, |f| f as usize));
+    names
+        .into_iter()
+        .map(|n| format!("{n}={}", set[n]))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Exit codes.
@@ -139,10 +250,12 @@ impl Client {
         method: &str,
         path: &str,
         key: Option<&str>,
+        body: Option<&Value>,
     ) -> Result<Response, CtlError> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
         let mut req = match method {
             "POST" => self.http.post(url),
+            "PATCH" => self.http.patch(url),
             _ => self.http.get(url),
         };
         if let Some(token) = &self.token {
@@ -151,10 +264,16 @@ impl Client {
         if let Some(key) = key {
             req = req.insert_header(("Idempotency-Key", key));
         }
+        let sent = match body {
+            Some(body) => {
+                req.insert_header(("Content-Type", "application/merge-patch+json"))
+                    .send_body(body.to_string())
+                    .await
+            }
+            None => req.send().await,
+        };
         // Network errors carry no secrets but can be long; keep one line.
-        let mut res = req
-            .send()
-            .await
+        let mut res = sent
             .map_err(|e| CtlError::Server(one_line(&format!("cannot reach {}: {e}", self.base))))?;
         let bytes = res
             .body()
@@ -184,19 +303,29 @@ impl Client {
     }
 
     async fn get(&self, path: &str) -> Result<Value, CtlError> {
-        Ok(Self::check(self.send("GET", path, None).await?)?.body)
+        Ok(Self::check(self.send("GET", path, None, None).await?)?.body)
     }
 
-    /// POST an action with one idempotency key, re-sending it on network
-    /// and server errors: the server replays the first committed response,
-    /// so a retry never duplicates the transition (ADM-4).
+    /// POST an action with one idempotency key (see [`Client::idempotent`]).
     async fn act(&self, path: &str) -> Result<Value, CtlError> {
+        self.idempotent("POST", path, None).await
+    }
+
+    /// Send a request with one idempotency key, re-sending it on network
+    /// and server errors: the server replays the first committed response,
+    /// so a retry never duplicates the transition or the change (ADM-4).
+    async fn idempotent(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, CtlError> {
         let key = uuid::Uuid::new_v4().to_string();
         let mut delay = Duration::from_millis(200);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let result = match self.send("POST", path, Some(&key)).await {
+            let result = match self.send(method, path, Some(&key), body).await {
                 Ok(r) => Self::check(r),
                 Err(e) => Err(e),
             };
@@ -367,6 +496,22 @@ async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
                     "validate {}: {} (state {}){tail}",
                     r.backfill_id, r.outcome, r.state
                 );
+            }
+        }
+        CtlCommand::Set(set) => {
+            let change = Value::Object(set.change()?);
+            let body = client
+                .idempotent(
+                    "PATCH",
+                    &format!("/admin/backfills/{}/settings", enc(&set.id)?),
+                    Some(&change),
+                )
+                .await?;
+            if json {
+                print_json(&body);
+            } else {
+                let b: BackfillView = decode(body)?;
+                println!("settings {}: {}", b.id, settings_line(&b.settings));
             }
         }
         CtlCommand::Audit { id, limit } => {
@@ -556,20 +701,22 @@ fn table(
     max: Option<usize>,
 ) -> Vec<String> {
     // Dropped highest rank first on a narrow terminal: the bar repeats the
-    // percentage, validation and gating change rarely (`ctl show` has
-    // them), an ETA needs the rate, and the ID, state and percentage stay.
+    // percentage, validation and gating change rarely and the batch size
+    // in force only with settings or load (`ctl show` has them), an ETA
+    // needs the rate, and the ID, state and percentage stay.
     let mut t = Table {
         columns: vec![
             Column::new("ID").shrink_to(12),
             Column::new("STATE"),
-            Column::new("PROGRESS").drop(9),
+            Column::new("PROGRESS").drop(10),
             Column::new("DONE").right(),
             Column::new("ROWS").right().drop(3),
             Column::new("ROWS/S").right().drop(5),
             Column::new("ETA").right().drop(6),
+            Column::new("BATCH").right().drop(7),
             Column::new("OWNER").drop(4),
-            Column::new("GATING").drop(7),
-            Column::new("VALIDATION").drop(8),
+            Column::new("GATING").drop(8),
+            Column::new("VALIDATION").drop(9),
         ],
         headers: true,
         indent: 0,
@@ -598,6 +745,12 @@ fn table(
             (true, Some(r)) => format!("{r:.1}"),
             (true, None) => "unknown".into(),
         };
+        // The size in force, like the rate, only applies while batches run.
+        let batch = match (running, b.batch_size) {
+            (false, _) => "-".to_string(),
+            (true, Some(n)) => n.to_string(),
+            (true, None) => "unknown".into(),
+        };
         let rows = match b.progress.total_rows {
             Some(t) => format!("{}/{}", b.progress.rows_done, t),
             None => format!("{}/?", b.progress.rows_done),
@@ -608,14 +761,29 @@ fn table(
             .as_ref()
             .filter(|_| matches!(b.state, State::Blocked | State::Failed))
             .map(|e| screen::one_line(&e.message));
-        // A pipe gets the table as it always was; a terminal gets the
-        // diagnostic in what is left of the row.
-        let fill = match (marker, max.and(diag.as_deref())) {
-            (Some(m), Some(d)) => Some(format!("({m}) {d}")),
-            (Some(m), None) => Some(format!("({m})")),
-            (None, d) => d.map(str::to_string),
+        // What the row has to say beyond its cells: the diagnostic of a
+        // blocked or failed row, or that its runner is throttled (THR-2);
+        // a blocked or failed row holds no claim, so never both. A
+        // terminal gets it in what is left of the row and, when it does
+        // not fit there, below the table. A pipe gets the table as it
+        // always was plus the throttled marker, which is short and says
+        // why a running row does not move.
+        let throttled = b
+            .throttle
+            .as_ref()
+            .map(|t| format!("throttled: {}", screen::one_line(&t.text)));
+        let note = diag.or_else(|| throttled.clone());
+        let on_row = if max.is_some() {
+            note.clone()
+        } else {
+            throttled
         };
-        diagnostics.push((b.id.clone(), diag));
+        let fill = match (marker, on_row) {
+            (Some(m), Some(n)) => Some(format!("({m}) {n}")),
+            (Some(m), None) => Some(format!("({m})")),
+            (None, n) => n,
+        };
+        diagnostics.push((b.id.clone(), note));
         t.rows.push(Row {
             cells: vec![
                 b.id.clone(),
@@ -625,6 +793,7 @@ fn table(
                 rows,
                 rate,
                 eta,
+                batch,
                 b.owner.disposition.clone(),
                 if b.readiness.gating { "yes" } else { "no" }.into(),
                 b.validation
@@ -701,6 +870,12 @@ fn detail(b: &BackfillView) -> String {
             ),
         ),
         ("owner", owner),
+        ("settings", settings_line(&b.settings)),
+        (
+            "batch size",
+            b.batch_size
+                .map_or_else(|| "unknown".to_string(), |n| n.to_string()),
+        ),
         ("generation", b.generation.to_string()),
         ("attempts", b.attempts.to_string()),
         ("next attempt", time(&b.next_attempt_at)),
@@ -716,6 +891,12 @@ fn detail(b: &BackfillView) -> String {
         ("completed", time(&b.completed_at)),
         ("updated", b.updated_at.to_rfc3339()),
     ];
+    if let Some(t) = &b.throttle {
+        lines.push((
+            "throttled",
+            format!("{} (since {})", screen::one_line(&t.text), time(&t.since)),
+        ));
+    }
     if let Some(e) = &b.last_error {
         lines.push((
             "last error",
@@ -746,4 +927,74 @@ fn detail(b: &BackfillView) -> String {
         .into_iter()
         .map(|(k, v)| format!("{k:<13} {v}\n"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A running backfill whose runner is throttled.
+    fn throttled() -> BackfillView {
+        serde_json::from_value(json!({
+            "id": "events.content-len.v1", "description": null, "state": "running",
+            "key_type": "bigint", "bound": 20000, "checkpoint": 5000, "empty_source": false,
+            "progress": {"rows_done": 5000, "total_rows": 20000, "fraction": 0.25,
+                         "batches_done": 10},
+            "owner": {"disposition": "held", "worker": "w1",
+                      "until": "2026-12-01T10:00:30Z"},
+            "generation": 7, "attempts": 0, "next_attempt_at": null, "last_error": null,
+            "validation": null, "readiness": {"required": false, "gating": false},
+            "registered_at": "2026-12-01T09:00:00Z", "updated_at": "2026-12-01T10:00:00Z",
+            "started_at": "2026-12-01T09:30:00Z", "completed_at": null,
+            "observed_at": "2026-12-01T10:00:01Z",
+            "settings": {"pause_ms": 250, "batch_size": 500}, "batch_size": 500,
+            "throttle": {"signal": "replication_lag_bytes", "value": 5.0e7,
+                         "threshold": 1.6e7, "text": "replication lag 47.7 MiB > 15.3 MiB",
+                         "since": "2026-12-01T09:59:00Z"}
+        }))
+        .expect("a view")
+    }
+
+    /// THR-2 in `list`/`watch`: the throttled marker goes on the runner's
+    /// row (a pipe gets it in full), and at every terminal width the table
+    /// still fits with the row on one line and the marker shown, below the
+    /// table when the row has no room for it. Guard: the marker as the
+    /// row's note in `table` (a row fill, which `Table::layout` cuts, shown
+    /// below when cut like a diagnostic).
+    #[test]
+    fn thr4_throttled_marker_is_on_the_row_and_fits_every_width() {
+        let items = [throttled()];
+        let piped = table(&items, &BTreeMap::new(), None, None);
+        assert!(
+            piped[1].ends_with("  throttled: replication lag 47.7 MiB > 15.3 MiB"),
+            "{piped:?}"
+        );
+        assert!(piped[0].contains("BATCH") && piped[1].contains(" 500 "));
+        for max in [30, 40, 60, 79, 119, 199] {
+            let lines = table(&items, &BTreeMap::new(), None, Some(max));
+            assert!(lines.iter().all(|l| screen::width(l) <= max), "{lines:?}");
+            assert!(lines[1].starts_with("events.cont"), "one row: {lines:?}");
+            // On the row, or below the table when it does not fit there.
+            let text = lines[1..].join(" ");
+            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(
+                text.contains("throttled: replication lag 47.7 MiB > 15.3 MiB"),
+                "{max}: {lines:?}"
+            );
+        }
+        let wide = table(&items, &BTreeMap::new(), None, Some(199));
+        assert!(wide[1].contains("throttled: replication lag 47.7 MiB > 15.3 MiB"));
+    }
+
+    #[test]
+    fn thr4_settings_line_lists_fields_in_order() {
+        assert_eq!(
+            settings_line(&json!({"pause_ms": 250, "batch_size": 500, "later": 1})),
+            "batch_size=500 pause_ms=250 later=1"
+        );
+        assert_eq!(settings_line(&json!({})), "none (defaults apply)");
+        let b = throttled();
+        assert!(detail(&b).contains("throttled     replication lag 47.7 MiB > 15.3 MiB (since"));
+    }
 }

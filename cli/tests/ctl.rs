@@ -363,3 +363,131 @@ async fn ctl_list_and_watch_follow_every_page() {
     assert_eq!(items.len() as i64, total);
     server.stop().await;
 }
+
+/// THR-4 through the client: `ctl set` sends the flags as one change
+/// (values set, `--clear` as null) with an Idempotency-Key and prints the
+/// resulting settings; a value the server refuses, a name that is not a
+/// setting and an empty change are one readable line with exit 2 and
+/// change nothing, a read-only principal exits 4. `list`, `show` and
+/// `watch` show the batch size in force and mark a throttled runner
+/// (THR-2). Guards: `SetArgs::change` and the PATCH in `ctl.rs` (without
+/// them nothing is stored), `Client::check`'s 4xx mapping (a 422 would
+/// exit 5), and the throttle marker in `table`/`detail`.
+#[actix_rt::test]
+async fn thr4_ctl_set_changes_settings_and_refuses_bad_values() {
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    let url = server.url.as_str();
+    let stored = || async {
+        db.text(&format!(
+            "SELECT settings::text AS v FROM backfill WHERE id = '{ID}'"
+        ))
+        .await
+        .unwrap_or_default()
+    };
+
+    let set = ctl(
+        url,
+        Some(OPERATOR),
+        &["set", ID, "--batch-size", "100", "--pause-ms", "250"],
+    )
+    .await;
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    assert_eq!(
+        set.stdout.trim(),
+        format!("settings {ID}: batch_size=100 pause_ms=250")
+    );
+    assert_eq!(stored().await, r#"{"pause_ms": 250, "batch_size": 100}"#);
+    assert_eq!(
+        db.text(
+            "SELECT detail AS v FROM backfill_audit WHERE action = 'settings' AND outcome = 'applied'"
+        )
+        .await
+        .as_deref(),
+        Some("batch_size: unset -> 100; pause_ms: unset -> 250"),
+        "audited with the key the client sent"
+    );
+    let clear = ctl(url, Some(OPERATOR), &["set", ID, "--clear", "pause-ms"]).await;
+    assert_eq!(clear.code, 0, "{}", clear.stderr);
+    assert_eq!(
+        clear.stdout.trim(),
+        format!("settings {ID}: batch_size=100")
+    );
+
+    let before = stored().await;
+    for (args, says) in [
+        (&["set", ID, "--batch-size", "0"][..], "batch_size"),
+        (&["set", ID, "--target-batch-ms", "50"][..], "exclude"),
+        (&["set", ID, "--clear", "bogus"][..], "bogus"),
+        (
+            &["set", ID, "--pause-ms", "5", "--clear", "pause_ms"][..],
+            "both set and cleared",
+        ),
+        (&["set", ID][..], "changes nothing"),
+        (&["set", ID, "--pause-ms=-1"][..], "--pause-ms"),
+    ] {
+        let out = ctl(url, Some(OPERATOR), args).await;
+        assert_eq!(out.code, 2, "{args:?}: {} {}", out.stdout, out.stderr);
+        assert_eq!(
+            out.stderr.trim().lines().count(),
+            1,
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
+    }
+    let ro = ctl(url, Some(READER), &["set", ID, "--pause-ms", "5"]).await;
+    assert_eq!(ro.code, 4, "{}", ro.stderr);
+    assert_eq!(stored().await, before, "nothing changed");
+
+    // A runner that holds the claim reports a throttle condition.
+    let start = ctl(url, Some(OPERATOR), &["start", ID]).await;
+    assert_eq!(start.code, 0, "{}", start.stderr);
+    let claim = engine
+        .claim_next("worker-a", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    db.exec(&format!(
+        "UPDATE backfill SET batch_size = 40, throttle = jsonb_build_object(\
+             'signal', 'replication_lag_bytes', 'value', 5.0e7, 'threshold', 1.6e7, \
+             'text', 'replication lag 47.7 MiB > 15.3 MiB', \
+             'since', '2026-12-01T10:00:00Z', 'generation', {}) \
+         WHERE id = '{ID}'",
+        claim.generation
+    ))
+    .await;
+    let marker = "throttled: replication lag 47.7 MiB > 15.3 MiB";
+    let list = ctl(url, Some(READER), &["list"]).await;
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let row = list
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(ID))
+        .unwrap_or_default();
+    assert!(row.contains(marker), "{}", list.stdout);
+    assert!(
+        list.stdout
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .contains("BATCH")
+            && row.split_whitespace().any(|c| c == "40"),
+        "{}",
+        list.stdout
+    );
+    let show = ctl(url, Some(READER), &["show", ID]).await;
+    for line in [
+        "settings      batch_size=100",
+        "batch size    40",
+        "throttled     replication lag 47.7 MiB > 15.3 MiB (since 2026-12-01T10:00:00+00:00)",
+    ] {
+        assert!(show.stdout.contains(line), "{line}: {}", show.stdout);
+    }
+    let watch = ctl(url, Some(READER), &["watch", ID, "--count", "1"]).await;
+    assert_eq!(watch.code, 0, "{}", watch.stderr);
+    assert!(watch.stdout.contains(marker), "{}", watch.stdout);
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}

@@ -382,8 +382,10 @@ async fn ui_terminal_ctl_watch_fits_80_columns() {
         }
         for line in &table {
             let row = IDS.iter().any(|id| is_row(line, id));
+            // A row's note below the table (a diagnostic, or a throttled
+            // runner's condition) and its continuation lines.
             let diagnostic =
-                line.starts_with(&format!("{TAG_COUNT_ID}: ")) || line.starts_with("  ");
+                IDS.iter().any(|id| line.starts_with(&format!("{id}: "))) || line.starts_with("  ");
             assert!(row || diagnostic, "a split line {line:?}:\n{screen}");
         }
     };

@@ -11,16 +11,19 @@
 
 pub mod auth;
 pub mod flood;
+mod settings;
 pub mod view;
 
 pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
 pub use flood::{FloodGate, FloodLimits};
+pub use settings::{RequestBody, MAX_BODY_BYTES};
 pub use view::*;
 
 use crate::engine::{ActionOutcome, Engine, EngineError, ExplicitOutcome, ExplicitValidation};
 use crate::failure::cut;
 use crate::lifecycle::{Action, State};
 use crate::repair::bounded;
+use crate::settings::SettingsError;
 use crate::store::{self, BackfillRow, NewAudit, StoreError};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::Value;
@@ -62,8 +65,15 @@ pub enum AdminError {
     BadRequest(String),
     #[error("no backfill with this ID")]
     NotFound,
-    #[error("this Idempotency-Key was already used for a different action or backfill")]
+    #[error("this Idempotency-Key was already used for a different request")]
     KeyReused,
+    /// A settings change that is refused (THR-4); nothing changed.
+    #[error("{0}")]
+    InvalidSettings(SettingsError),
+    #[error("the body must be application/json or application/merge-patch+json")]
+    UnsupportedMediaType,
+    #[error("the body is larger than {} bytes", MAX_BODY_BYTES)]
+    PayloadTooLarge,
     #[error("this server has no definition for the backfill")]
     NoDefinition,
     /// API-3: too many rejected requests from this source; retry after
@@ -85,6 +95,9 @@ impl AdminError {
             AdminError::BadRequest(_) => 400,
             AdminError::NotFound => 404,
             AdminError::KeyReused => 422,
+            AdminError::InvalidSettings(_) => 422,
+            AdminError::UnsupportedMediaType => 415,
+            AdminError::PayloadTooLarge => 413,
             AdminError::NoDefinition => 409,
             AdminError::TooManyRequests(_) => 429,
             AdminError::Unavailable(_) => 503,
@@ -100,6 +113,9 @@ impl AdminError {
             AdminError::BadRequest(_) => "bad_request",
             AdminError::NotFound => "not_found",
             AdminError::KeyReused => "idempotency_key_reused",
+            AdminError::InvalidSettings(_) => "invalid_settings",
+            AdminError::UnsupportedMediaType => "unsupported_media_type",
+            AdminError::PayloadTooLarge => "payload_too_large",
             AdminError::NoDefinition => "no_definition",
             AdminError::TooManyRequests(_) => "too_many_requests",
             AdminError::Unavailable(_) => "unavailable",
@@ -112,6 +128,10 @@ impl AdminError {
         ErrorBody {
             error: self.code().into(),
             message: bounded(self.to_string()),
+            field: match self {
+                AdminError::InvalidSettings(e) => e.field().map(str::to_string),
+                _ => None,
+            },
         }
     }
 }
@@ -132,6 +152,7 @@ impl From<EngineError> for AdminError {
         match e {
             EngineError::UnknownBackfill(_) => AdminError::NotFound,
             EngineError::NoDefinition(_) => AdminError::NoDefinition,
+            EngineError::InvalidSettings(e) => AdminError::InvalidSettings(e),
             EngineError::Store(e) => e.into(),
             // Repair diagnostics are bounded and redacted by contract.
             other => AdminError::Internal(bounded(other.to_string())),
@@ -526,7 +547,9 @@ impl Admin {
         let mut conn = self.conn().await?;
         let result = conn
             .transaction::<_, TxError, _>(async |conn| {
-                if let Some(reply) = replay(conn, authority, id, action, key).await? {
+                if let Some(reply) =
+                    replay(conn, authority, id, action.as_str(), action.as_str(), key).await?
+                {
                     return Ok((reply, false));
                 }
                 let outcome = self.engine.act_in(conn, id, action).await?;
@@ -602,7 +625,9 @@ impl Admin {
         let mut conn = self.conn().await?;
         let result = conn
             .transaction::<_, TxError, _>(async |conn| {
-                if let Some(reply) = replay(conn, authority, id, action, key).await? {
+                if let Some(reply) =
+                    replay(conn, authority, id, action.as_str(), action.as_str(), key).await?
+                {
                     return Ok(reply);
                 }
                 let ExplicitValidation { row, outcome } = self.engine.validate_in(conn, id).await?;
@@ -686,27 +711,30 @@ fn validation_response(row: &BackfillRow, outcome: ExplicitOutcome) -> (Validati
 }
 
 /// Take the idempotency-key lock and, if the key already answered, audit
-/// the replay and return its stored response; a key used for another action
-/// or ID is a 422 (ADM-4).
+/// the replay and return its stored response; a key used for another
+/// request (another action or ID, or another body) is a 422 (ADM-4).
+/// `request` is what the key is stored with: the action's name, or for a
+/// request with a body its name and the body's digest.
 async fn replay(
     conn: &mut AsyncPgConnection,
     authority: &Authority,
     id: &str,
-    action: Action,
+    action: &str,
+    request: &str,
     key: &str,
 ) -> Result<Option<Reply>, TxError> {
     store::request_lock(conn, key).await?;
     let Some(stored) = store::request_get(conn, key).await? else {
         return Ok(None);
     };
-    if stored.backfill_id != id || stored.action != action.as_str() {
+    if stored.backfill_id != id || stored.action != request {
         return Err(AdminError::KeyReused.into());
     }
     store::audit_insert(
         conn,
         &NewAudit {
             backfill_id: id,
-            action: action.as_str(),
+            action,
             actor: authority.actor.as_deref(),
             authority: authority.source,
             correlation: Some(key),

@@ -1,8 +1,10 @@
 //! What the admin boundary shows (ADM-2, ADM-3): projections of one
 //! PostgreSQL read, with unknown values kept unknown (`null`), never zero.
 
+use crate::failure::cut;
 use crate::lifecycle::State;
 use crate::repair::bounded;
+use crate::settings::Settings;
 use crate::store::{AuditRow, BackfillRow};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -144,6 +146,104 @@ pub struct BackfillView {
     /// PostgreSQL's clock at read time.
     #[serde(serialize_with = "timestamp::serialize")]
     pub observed_at: DateTime<Utc>,
+    /// Live settings an operator set (THR-4), only the fields set; `{}`
+    /// when none is, and the definition's or the process's defaults apply.
+    #[cfg_attr(feature = "http", schema(schema_with = settings_schema))]
+    pub settings: Value,
+    /// The batch size in force at the last batch or statement timeout
+    /// (THR-3); `null` before the first batch (unknown).
+    pub batch_size: Option<i32>,
+    /// Why the runner holding the claim starts no batch (THR-1, THR-2);
+    /// `null` when it is not throttled or nothing holds the claim.
+    pub throttle: Option<Throttle>,
+}
+
+/// A runner's throttle condition (THR-2): a runtime condition, never a
+/// lifecycle state.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+pub struct Throttle {
+    /// The health signal past its threshold (e.g. `replication_lag_bytes`).
+    pub signal: String,
+    /// Its value when last read; `null` when it could not be read.
+    pub value: Option<f64>,
+    /// The threshold it is past.
+    pub threshold: Option<f64>,
+    /// Signal, value and threshold in words, bounded.
+    pub text: String,
+    /// Since when the runner has been throttled.
+    #[serde(serialize_with = "timestamp::serialize_opt")]
+    pub since: Option<DateTime<Utc>>,
+}
+
+impl Throttle {
+    /// The condition the row's `throttle` column holds, if it is current:
+    /// reported by the runner of the row's generation while a claim is
+    /// held. One reported under an earlier claim is history, not a
+    /// condition (a paused or released row is not throttled). Fields of
+    /// an unexpected shape are shown as unknown, never dropped with the
+    /// condition (ADM-3).
+    pub fn from_row(row: &BackfillRow) -> Option<Throttle> {
+        let stored = row.throttle.as_ref()?.as_object()?;
+        if row.owner.is_none()
+            || stored.get("generation").and_then(Value::as_i64) != Some(row.generation)
+        {
+            return None;
+        }
+        let text = |name: &str| stored.get(name).and_then(Value::as_str);
+        let signal = text("signal").map_or_else(|| "unknown".to_string(), |s| cut(s, 64));
+        Some(Throttle {
+            text: bounded(text("text").unwrap_or(&signal)),
+            value: stored.get("value").and_then(Value::as_f64),
+            threshold: stored.get("threshold").and_then(Value::as_f64),
+            since: text("since")
+                .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+                .map(|t| t.with_timezone(&Utc)),
+            signal,
+        })
+    }
+}
+
+/// The schema of the view's `settings`: each field of
+/// [`crate::settings::Field`] an integer within its range, present only
+/// when set.
+#[cfg(feature = "http")]
+fn settings_schema() -> utoipa::openapi::schema::Schema {
+    settings_object(false)
+        .description(Some(
+            "The live settings set on this backfill, only the fields set; {} when none is.",
+        ))
+        .build()
+        .into()
+}
+
+/// An object of the settings fields with their integer ranges, closed to
+/// other names; in a change (`nullable`) each may also be `null` (clear).
+#[cfg(feature = "http")]
+pub(crate) fn settings_object(nullable: bool) -> utoipa::openapi::schema::ObjectBuilder {
+    use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, SchemaType, Type};
+    let kinds = if nullable {
+        SchemaType::from_iter([Type::Integer, Type::Null])
+    } else {
+        SchemaType::Type(Type::Integer)
+    };
+    crate::settings::Field::ALL.into_iter().fold(
+        ObjectBuilder::new().additional_properties(Some(AdditionalProperties::FreeForm(false))),
+        |object, field| {
+            let (min, max) = field.range();
+            let bound = |v: u64| Some(usize::try_from(v).unwrap_or(usize::MAX));
+            object.property(
+                field.name(),
+                ObjectBuilder::new()
+                    .schema_type(kinds.clone())
+                    .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                        utoipa::openapi::KnownFormat::Int64,
+                    )))
+                    .minimum(bound(min))
+                    .maximum(bound(max)),
+            )
+        },
+    )
 }
 
 impl BackfillView {
@@ -207,6 +307,9 @@ impl BackfillView {
             started_at: row.started_at,
             completed_at: row.completed_at,
             observed_at: row.db_now,
+            settings: Settings::from_stored(&row.settings).to_json(),
+            batch_size: row.batch_size,
+            throttle: Throttle::from_row(row),
         }
     }
 }
@@ -251,10 +354,15 @@ pub struct ConflictBody {
 pub struct ErrorBody {
     /// Stable code: `unauthorized`, `forbidden`, `bad_request`,
     /// `not_found`, `method_not_allowed`, `idempotency_key_reused`,
+    /// `invalid_settings`, `unsupported_media_type`, `payload_too_large`,
     /// `no_definition`, `too_many_requests`,
     /// `unavailable`, `internal`.
     pub error: String,
     pub message: String,
+    /// The setting an `invalid_settings` error is about, when it is about
+    /// one; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
 }
 
 /// The outcome of an explicit validation (VAL-4): exactly one of

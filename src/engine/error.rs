@@ -3,7 +3,8 @@
 
 use crate::key::KeyError;
 use crate::repair::{BodyError, DefinitionError, RepairError, SelectionError};
-use crate::store::{self, StoreError};
+use crate::settings::SettingsError;
+use crate::store::{self, BackfillRow, StoreError};
 
 impl From<diesel::result::Error> for EngineError {
     fn from(e: diesel::result::Error) -> Self {
@@ -44,6 +45,13 @@ pub enum EngineError {
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A settings change that is refused (THR-4); nothing was changed.
+    #[error(transparent)]
+    InvalidSettings(#[from] SettingsError),
+    /// The backfill is `completed`: terminal, so its settings no longer
+    /// change (LC-4). Nothing was changed; the row as it is.
+    #[error("backfill {:?} is completed: its settings no longer change", .0.id)]
+    Completed(Box<BackfillRow>),
 }
 
 impl EngineError {
@@ -65,7 +73,9 @@ impl EngineError {
             | EngineError::UnknownBackfill(_)
             | EngineError::UnknownState(_)
             | EngineError::Definition(_)
-            | EngineError::Config(_) => None,
+            | EngineError::Config(_)
+            | EngineError::InvalidSettings(_)
+            | EngineError::Completed(_) => None,
         }
     }
 }

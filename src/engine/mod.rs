@@ -33,6 +33,7 @@ mod error;
 mod lease;
 mod outcome;
 mod pacing;
+mod settings;
 mod validate;
 
 pub use claim::{Claim, Phase};
@@ -41,6 +42,7 @@ pub use error::EngineError;
 pub use outcome::{ActionOutcome, BatchOutcome, FailureOutcome, Started, ValidationRun, WaitError};
 pub(crate) use outcome::{ExplicitOutcome, ExplicitValidation};
 pub use pacing::{Gate, SETTINGS_REFRESH};
+pub use settings::SettingsChange;
 
 use crate::events::Events;
 use crate::health::Monitor;

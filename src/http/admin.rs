@@ -8,8 +8,8 @@
 
 use crate::admin::{
     ActionResponse, Admin, AdminError, AuditEntry, AuditPage, BackfillPage, BackfillView,
-    ConflictBody, Diagnostic, ErrorBody, Ownership, Progress, Readiness, Reply, RequestMeta,
-    ValidationResponse, ValidationSummary,
+    ConflictBody, Diagnostic, ErrorBody, Ownership, Progress, Readiness, Reply, RequestBody,
+    RequestMeta, Throttle, ValidationResponse, ValidationSummary, MAX_BODY_BYTES,
 };
 use crate::lifecycle::Action;
 use actix_web::http::{header, StatusCode};
@@ -25,11 +25,11 @@ use utoipa::{IntoParams, Modify, OpenApi};
         title = "backfill admin API",
         description = "Operator boundary of backfill (docs/CONTRACT.md section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions)."
     ),
-    paths(list, detail, start, pause, resume, retry, validate, audit, openapi_json),
+    paths(list, detail, start, pause, resume, retry, validate, settings, audit, openapi_json),
     components(schemas(
         BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
         Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
-        AuditEntry
+        AuditEntry, Throttle, SettingsPatch
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -87,6 +87,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             web::post().to(validate),
             "POST",
         ))
+        .service(resource(
+            "/admin/backfills/{id}/settings",
+            web::patch().to(settings),
+            "PATCH",
+        ))
         .service(resource("/admin/audit", web::get().to(audit), "GET"))
         // Registered last: any other path under /admin gets a JSON error
         // like every other rejection, not an empty body.
@@ -109,6 +114,7 @@ async fn method_not_allowed(allow: &'static str) -> HttpResponse {
         .json(ErrorBody {
             error: "method_not_allowed".into(),
             message: format!("this path accepts only {allow}"),
+            field: None,
         })
 }
 
@@ -118,6 +124,7 @@ async fn no_route() -> HttpResponse {
     HttpResponse::NotFound().json(ErrorBody {
         error: "not_found".into(),
         message: "no admin route for this path".into(),
+        field: None,
     })
 }
 
@@ -174,6 +181,10 @@ fn error(e: &AdminError) -> HttpResponse {
         }
         AdminError::TooManyRequests(seconds) => {
             response.insert_header((header::RETRY_AFTER, seconds.to_string()));
+        }
+        AdminError::UnsupportedMediaType => {
+            // RFC 5789: a 415 to a PATCH names the patch types accepted.
+            response.insert_header((ACCEPT_PATCH, ACCEPTED_PATCH_TYPES));
         }
         _ => {}
     }
@@ -421,6 +432,105 @@ async fn validate(
     admin: web::Data<Admin>,
 ) -> HttpResponse {
     act(req, id, admin, Action::Validate).await
+}
+
+/// `Accept-Patch` (RFC 5789), which actix does not name.
+const ACCEPT_PATCH: &str = "accept-patch";
+/// The media types a settings change is accepted as.
+const ACCEPTED_PATCH_TYPES: &str = "application/merge-patch+json, application/json";
+
+/// A settings change (THR-4) as a JSON merge patch: each field named sets
+/// it (an integer within its range) or clears it (`null`); fields not
+/// named keep their value. The schema is generated from
+/// [`crate::settings::Field`], so it lists exactly the fields and ranges
+/// the server checks.
+pub struct SettingsPatch;
+
+impl utoipa::PartialSchema for SettingsPatch {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        crate::admin::view::settings_object(true)
+            .min_properties(Some(1))
+            .description(Some(
+                "A JSON merge patch of live settings: an integer within the field's range sets \
+                 it, null clears it (the definition's or the process's default applies), a \
+                 field not named keeps its value. batch_size and target_batch_ms exclude each \
+                 other; min_batch_size must not exceed max_batch_size; target_batch_ms must be \
+                 below the server's batch statement timeout.",
+            ))
+            .build()
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for SettingsPatch {}
+
+/// Read a request body, at most [`MAX_BODY_BYTES`] of it.
+async fn read_body(mut payload: web::Payload) -> Result<web::BytesMut, RequestBody<'static>> {
+    use futures_util::StreamExt;
+    let mut bytes = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|_| RequestBody::Unreadable)?;
+        if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(RequestBody::TooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// Change live settings (THR-4): a JSON merge patch; each process applies
+/// the result at its next batch, without a restart.
+#[utoipa::path(
+    patch, path = "/admin/backfills/{id}/settings",
+    params(
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries with the same change replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
+    ),
+    request_body(
+        description = "The change: fields to set or clear",
+        content(
+            (SettingsPatch = "application/merge-patch+json"),
+            (SettingsPatch = "application/json"),
+        ),
+    ),
+    responses(
+        (status = 200, description = "Applied; the backfill with its settings", body = BackfillView),
+        (status = 400, description = "Not a backfill ID, a missing or malformed Idempotency-Key, or a body that is not JSON", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 409, description = "The backfill is completed: its settings no longer change (ADM-5)", body = ConflictBody),
+        (status = 413, description = "The body is larger than 16384 bytes", body = ErrorBody),
+        (status = 415, description = "The body is not application/json or application/merge-patch+json", body = ErrorBody,
+            headers(("Accept-Patch" = String, description = "The media types accepted"))),
+        (status = 422, description = "`invalid_settings`: the change is refused (an unknown field, a value out of range, contradicting settings, not an object); `field` names the setting when it is about one; nothing changed. Or `idempotency_key_reused`: the key answered another request", body = ErrorBody),
+        (status = 500, description = "Server error; nothing committed", body = ErrorBody),
+        (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
+    )
+)]
+async fn settings(
+    req: HttpRequest,
+    id: web::Path<String>,
+    payload: web::Payload,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
+    let meta = Meta::from(&req);
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let read = read_body(payload).await;
+    let body = match &read {
+        Ok(bytes) => RequestBody::Complete {
+            content_type,
+            bytes,
+        },
+        Err(problem) => *problem,
+    };
+    reply(admin.update_settings(&meta.as_meta(), &id, body).await)
 }
 
 /// The audit log (AUD-1), newest first.

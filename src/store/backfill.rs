@@ -831,6 +831,32 @@ pub async fn validation_record(
     Ok(n == 1)
 }
 
+/// Store a backfill's live settings (THR-4), in the caller's transaction,
+/// which holds the row lock ([`backfill_lock`]) so the settings it read and
+/// changed are the ones it replaces. Fence: the row must not be
+/// `completed` (terminal, LC-4; the guard trigger does not cover this
+/// column). Touches only `settings` and `updated_at`: never lifecycle,
+/// bound, checkpoint, generation or claim, so a batch in flight commits as
+/// usual. `None` = no such row, or it is completed.
+pub async fn backfill_settings_update(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    settings: &Value,
+) -> Result<Option<BackfillRow>, StoreError> {
+    Ok(super::cached(
+        diesel::sql_query(format!(
+            "UPDATE backfill SET settings = $2, updated_at = now() \
+         WHERE id = $1 AND state <> 'completed' \
+         RETURNING {COLUMNS}"
+        ))
+        .bind::<Text, _>(id)
+        .bind::<Jsonb, _>(settings),
+    )
+    .get_result(conn)
+    .await
+    .optional()?)
+}
+
 /// The NOTIFY channel that wakes supervisors. A hint only: a lost, late,
 /// duplicated or replayed notification changes nothing committed.
 pub const WAKE_CHANNEL: &str = "backfill_wake";

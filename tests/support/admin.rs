@@ -127,6 +127,18 @@ pub async fn call(
     token: Option<&str>,
     key: Option<&str>,
 ) -> Resp {
+    call_with_body(server, method, path, token, key, None).await
+}
+
+/// Send one request with a body: `(content type, body)`.
+pub async fn call_with_body(
+    server: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    key: Option<&str>,
+    body: Option<(&str, &str)>,
+) -> Resp {
     let client = awc::Client::builder()
         .timeout(Duration::from_secs(60))
         .finish();
@@ -139,7 +151,15 @@ pub async fn call(
     if let Some(k) = key {
         req = req.insert_header(("Idempotency-Key", k));
     }
-    let mut res = req.send().await.expect("request");
+    let sent = match body {
+        Some((content_type, body)) => {
+            req.insert_header(("Content-Type", content_type))
+                .send_body(body.to_string())
+                .await
+        }
+        None => req.send().await,
+    };
+    let mut res = sent.expect("request");
     let bytes = res.body().limit(4 << 20).await.expect("body");
     let text = String::from_utf8_lossy(&bytes).to_string();
     Resp {
@@ -210,24 +230,27 @@ pub async fn wait_for_lock_waiters(db: &TestDb, n: i64) {
     panic!("{n} lock waiters never appeared");
 }
 
-/// AUD-1: every accepted transition has exactly one `applied` audit row
-/// with its idempotency key, and there is no `applied` audit row without a
-/// committed transition record.
+/// AUD-1: every accepted transition or settings change has exactly one
+/// `applied` audit row with its idempotency key, and there is no `applied`
+/// audit row without a committed record of it.
 pub async fn assert_audit_complete(db: &TestDb) {
+    // A settings change answers with the backfill, not an outcome, and
+    // its request is stored as `settings:<digest of the change>`.
+    const ACCEPTED: &str = "r.status = 200 AND (r.response->>'outcome' = 'applied' \
+         OR r.action LIKE 'settings:%')";
     let accepted = db
-        .scalar(
-            "SELECT count(*) AS v FROM backfill_request \
-             WHERE status = 200 AND response->>'outcome' = 'applied'",
-        )
+        .scalar(&format!(
+            "SELECT count(*) AS v FROM backfill_request r WHERE {ACCEPTED}"
+        ))
         .await;
     let unmatched = db
-        .scalar(
+        .scalar(&format!(
             "SELECT count(*) AS v FROM backfill_request r \
-             WHERE r.status = 200 AND r.response->>'outcome' = 'applied' AND \
+             WHERE {ACCEPTED} AND \
                (SELECT count(*) FROM backfill_audit a WHERE a.correlation = r.idempotency_key \
                   AND a.outcome = 'applied' AND a.backfill_id = r.backfill_id \
-                  AND a.action = r.action) <> 1",
-        )
+                  AND a.action = split_part(r.action, ':', 1)) <> 1"
+        ))
         .await;
     let applied_audits = db
         .scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'applied'")
