@@ -34,7 +34,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use support::admin::{call, engine_config, serve_with_ui, tokens_file, TestServer, OPERATOR};
+use support::admin::{
+    call, engine_config, serve_with_ui, tokens_file, TestServer, OPERATOR, READER,
+};
 use support::repairs::{events_sql, items_sql, CompoundCounter, Counter, Hooks};
 use support::TestDb;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -306,6 +308,7 @@ impl Browser {
             .arg(scenario)
             .env("BACKFILL_UI_URL", url)
             .env("BACKFILL_UI_TOKEN", OPERATOR)
+            .env("BACKFILL_UI_READER_TOKEN", READER)
             .env("BACKFILL_UI_EXPECT", expect.to_string())
             .env("BACKFILL_UI_SCREENSHOTS", screenshot_dir())
             .env("BACKFILL_CHROMIUM", &chromium)
@@ -591,12 +594,20 @@ async fn ui_browser_validate_completed_shows_typed_outcome() {
 
 /// A token the server rejects (401) shows the token prompt, focused, and no
 /// data at all, on the list and on a detail page; a valid token then shows
-/// the list, and changing to a rejected token drops it again. Guard: the
-/// 401 branch of the refresh (clearing `views`/`detail`) and the prompt.
+/// the list, and changing to a rejected token drops it again. A token that
+/// may read but not operate keeps its list when an action is refused (403)
+/// and sees the refusal, and nothing changes in PostgreSQL. Guard: the 401
+/// branch of the refresh (`dropData`) and the prompt; the 401-only branch
+/// of the action.
 #[actix_rt::test]
 async fn ui_browser_unauthorized_shows_token_prompt_and_no_data() {
     let fx = Fixture::new().await;
     let _claims = fx.all_states().await;
     let browser = Browser::start("unauthorized", &fx.url(), &fx.expected_rows().await).await;
     browser.finish().await;
+    assert_eq!(
+        fx.state(PAUSED).await,
+        "paused",
+        "a refused resume changes nothing"
+    );
 }

@@ -3,7 +3,8 @@
 //   node tests/ui/browser.mjs <scenario>
 //
 // Environment: BACKFILL_UI_URL (the admin listener), BACKFILL_UI_TOKEN (an
-// operator token), BACKFILL_UI_EXPECT (JSON: what each row must show, read
+// operator token), BACKFILL_UI_READER_TOKEN (a token that may read but not
+// operate), BACKFILL_UI_EXPECT (JSON: what each row must show, read
 // by the Rust test from PostgreSQL), BACKFILL_UI_SCREENSHOTS (a directory),
 // BACKFILL_CHROMIUM (the browser; Debian's /usr/bin/chromium by default).
 //
@@ -18,6 +19,7 @@ import { join } from "node:path";
 const scenario = process.argv[2];
 const base = process.env.BACKFILL_UI_URL;
 const token = process.env.BACKFILL_UI_TOKEN;
+const readerToken = process.env.BACKFILL_UI_READER_TOKEN;
 const expected = JSON.parse(process.env.BACKFILL_UI_EXPECT || "[]");
 const shots = process.env.BACKFILL_UI_SCREENSHOTS;
 const executablePath = process.env.BACKFILL_CHROMIUM || "/usr/bin/chromium";
@@ -345,6 +347,17 @@ const scenarios = {
     check((await page.evaluate(() => document.activeElement.id)) === "token", "the prompt has focus");
     await signIn("another-unknown-token-0123456789");
     await noData("after a valid token");
+    // A token that may read but not operate: a refused action is its
+    // result (403), and the data it may read stays.
+    await signIn(readerToken);
+    await until("a live list for the reader", bannerLabel, (t) => t === "Live");
+    await until("rows", () => page.locator("#rows tr").count(), (n) => n === 6);
+    await rowOf(PAUSED).locator('button[data-action="resume"]').click();
+    await page.locator("#confirm-ok").click();
+    await until("the refusal", () => text("#result-text"), (t) => t.startsWith(`${PAUSED}: resume: HTTP 403 forbidden`));
+    check((await text("#result-outcome")) === "rejected", "a rejected outcome");
+    check((await page.locator("#rows tr").count()) === 6 && (await bannerLabel()) !== "Not authorized", "the reader keeps what it may read");
+    check(!(await page.locator("#auth").isVisible()), "no token prompt for a refusal to operate");
   },
 };
 

@@ -873,10 +873,13 @@ if (typeof document !== "undefined") {
     }
     const status = res ? res.status : null;
     ui.busy = false;
-    if (status === 401 || status === 403) {
+    // A 401 means the token is not accepted at all: nothing it read may
+    // stay. A 403 only says this token may not operate; it can still read,
+    // so the refusal is shown as the action's result below.
+    if (status === 401) {
       ui.pending = null;
       ui.result = null;
-      ui.unauthorized = status === 401 ? "HTTP 401 unauthorized" : "HTTP 403 forbidden";
+      ui.unauthorized = "HTTP 401 unauthorized";
       dropData();
       render();
       $("token").focus();
