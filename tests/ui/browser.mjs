@@ -58,7 +58,7 @@ function check(cond, what) {
 
 // Poll `probe` until `ok(value)` holds; fail with the last value after
 // `ms`. Every wait in this script is one of these: no fixed sleeps.
-async function until(what, probe, ok, ms = 20000) {
+async function until(what, probe, ok, ms = 45000) {
   const deadline = Date.now() + ms;
   let last;
   for (;;) {
@@ -75,7 +75,7 @@ async function until(what, probe, ok, ms = 20000) {
 
 const browser = await chromium.launch({ executablePath });
 const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
-page.setDefaultTimeout(20000);
+page.setDefaultTimeout(45000);
 const consoleErrors = [];
 page.on("pageerror", (e) => consoleErrors.push(String(e)));
 
