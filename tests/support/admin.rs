@@ -93,10 +93,25 @@ impl TestServer {
 
 /// Serve `admin` on 127.0.0.1:0 with the production routes.
 pub fn serve(admin: Admin) -> TestServer {
+    serve_routes(admin, false)
+}
+
+/// Serve `admin` with the production routes and the web client at `/ui`,
+/// as the admin listener of a host does.
+pub fn serve_with_ui(admin: Admin) -> TestServer {
+    serve_routes(admin, true)
+}
+
+fn serve_routes(admin: Admin, ui: bool) -> TestServer {
     let data = web::Data::new(admin);
     let server = HttpServer::new(move || {
         let data = data.clone();
-        App::new().configure(move |cfg| backfill::http::admin::configure(cfg, data))
+        App::new().configure(move |cfg| {
+            backfill::http::admin::configure(cfg, data);
+            if ui {
+                backfill::http::ui::configure(cfg);
+            }
+        })
     })
     .workers(2)
     .bind(("127.0.0.1", 0))

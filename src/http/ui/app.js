@@ -1,29 +1,46 @@
 // The admin web client: a projection of the admin API (ADM-1). It keeps no
 // lifecycle of its own, never synthesises an outcome, shows unknown as
-// unknown and a failed refresh as stale, never as zero (ADM-3), and sends
-// only the actions of docs/CONTRACT.md section 3 (CT-12). The server decides every
-// transition; the buttons shown are a convenience, not a rule.
+// unknown and a failed refresh as stale with its age, never as zero or
+// healthy (ADM-3), and sends only the actions of docs/CONTRACT.md section 3
+// (CT-12). The server decides every transition; the buttons shown are a
+// convenience, not a rule.
+//
+// The file is both the page's script and a CommonJS module: the pure
+// projections below are exported for tests/ui/app.test.js, and the part at
+// the end runs only in a browser.
 "use strict";
 
 // The only actions this client can send (docs/CONTRACT.md section 3, ADM-6).
 const ACTIONS = ["start", "pause", "resume", "retry", "validate"];
 
-// Which actions to offer for a state, per the contract's table. `validate`
-// is always offered (it is read-only and answers `current-state` when it
-// cannot run).
+// Lifecycle states in the order the filter lists them.
+const STATES = ["pending", "running", "validating", "paused", "blocked", "failed", "completed"];
+
+// Which actions to offer for a state, per the contract's table: the
+// transitions the state has, plus explicit validation wherever it runs
+// (on `pending` it would only answer `current-state`, so it is not
+// offered). A state this client does not know gets nothing (fail closed).
 function actionsFor(state) {
   const byState = {
     pending: ["start"],
-    running: ["pause"],
-    validating: ["pause"],
-    paused: ["resume"],
-    blocked: ["retry"],
-    failed: ["retry"],
-    completed: [],
+    running: ["pause", "validate"],
+    validating: ["pause", "validate"],
+    paused: ["resume", "validate"],
+    blocked: ["retry", "validate"],
+    failed: ["retry", "validate"],
+    completed: ["validate"],
   };
-  const offered = byState[state] || [];
-  return offered.concat(["validate"]).filter((a) => ACTIONS.includes(a));
+  return (byState[state] || []).filter((a) => ACTIONS.includes(a));
 }
+
+// What each action does, in the confirm dialog's words.
+const CONSEQUENCES = {
+  start: "Captures the bound once and enters running; workers begin at their next claim.",
+  pause: "Enters paused and fences the claim: the batch in flight commits or rolls back, and no new batch starts.",
+  resume: "Enters running again (or validating at the bound); work continues strictly after the checkpoint.",
+  retry: "Runs again from the checkpoint, keeping the bound; the attempt count starts over.",
+  validate: "Runs the definition's validation read-only over the range up to the bound and records the outcome. A completed backfill stays completed.",
+};
 
 function escapeHtml(value) {
   return String(value)
@@ -31,25 +48,269 @@ function escapeHtml(value) {
     .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
 }
 
-// Progress cell: a bar with a percentage, or "unknown" when the API says
-// null. Never 0% for unknown.
-function progressCell(progress) {
-  if (!progress || progress.fraction === null || progress.fraction === undefined) {
-    const done = progress && Number.isFinite(progress.rows_done) ? `${progress.rows_done} rows done, ` : "";
-    return `<span class="unknown">${done}total unknown</span>`;
+function isNum(v) {
+  return typeof v === "number" && Number.isFinite(v);
+}
+
+// 12345 -> "12,345" (the same in every locale, so tests can read it).
+function fmtCount(n) {
+  if (!isNum(n)) return "unknown";
+  return Math.round(n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
+// A duration in the largest two units that matter: "21 s", "3 min 5 s",
+// "2 h 4 min", "3 d 2 h".
+function fmtDuration(ms) {
+  let s = Math.max(0, Math.round(ms / 1000));
+  if (s < 90) return `${s} s`;
+  const d = Math.floor(s / 86400); s -= d * 86400;
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  if (d > 0) return h > 0 ? `${d} d ${h} h` : `${d} d`;
+  if (h > 0) return m > 0 ? `${h} h ${m} min` : `${h} h`;
+  return s > 0 ? `${m} min ${s} s` : `${m} min`;
+}
+
+// "in 21 s" for a time ahead, "3 s ago" for one behind, "now" within
+// half a second either way.
+function fmtRelative(deltaMs) {
+  if (Math.abs(deltaMs) < 500) return "now";
+  return deltaMs > 0 ? `in ${fmtDuration(deltaMs)}` : `${fmtDuration(-deltaMs)} ago`;
+}
+
+// PostgreSQL's clock now, estimated from the read (`observed_at`, the
+// server's time when it answered) plus the time this page has waited since
+// (`elapsedMs`, measured locally). Lease and retry times are judged by the
+// server's clock, so a browser whose clock is off still shows them right.
+function serverNow(observedAt, elapsedMs) {
+  const at = Date.parse(observedAt);
+  return Number.isFinite(at) ? at + Math.max(0, elapsedMs || 0) : NaN;
+}
+
+// Milliseconds from the server's clock now to a server timestamp (negative
+// when it is past), or null when either side is missing.
+function deltaTo(iso, observedAt, elapsedMs) {
+  if (!iso) return null;
+  const t = Date.parse(iso);
+  const now = serverNow(observedAt, elapsedMs);
+  if (!Number.isFinite(t) || !Number.isFinite(now)) return null;
+  return t - now;
+}
+
+// A server timestamp relative to the server's clock now: "in 21 s",
+// "3 s ago", or null when either side is missing.
+function relativeTo(iso, observedAt, elapsedMs) {
+  const d = deltaTo(iso, observedAt, elapsedMs);
+  return d === null ? null : fmtRelative(d);
+}
+
+// "2026-12-01 10:15:03 UTC" from an RFC 3339 timestamp.
+function fmtTime(iso) {
+  if (!iso) return "—";
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) return String(iso);
+  return t.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z").replace("Z", " UTC");
+}
+
+// A timestamp for a reader who knows the day: "10:15:03 UTC" on the day
+// of `today` (an ISO time), the full date otherwise.
+function fmtClock(iso, today) {
+  const full = fmtTime(iso);
+  const day = (t) => (t ? String(new Date(t).toISOString()).slice(0, 10) : "");
+  try {
+    return today && day(iso) === day(today) ? full.slice(11) : full;
+  } catch (e) {
+    return full;
   }
-  const pct = Math.max(0, Math.min(1, progress.fraction)) * 100;
-  const total = progress.total_rows === null || progress.total_rows === undefined ? "unknown" : progress.total_rows;
-  return `<span class="bar"><span style="width:${pct.toFixed(1)}%"></span></span> ${pct.toFixed(1)}% (${progress.rows_done}/${escapeHtml(total)})`;
 }
 
-function ownerCell(owner) {
-  if (!owner) return '<span class="unknown">unknown</span>';
-  if (owner.disposition === "none") return "none";
-  const until = owner.until ? ` until ${escapeHtml(owner.until)}` : "";
-  return `${escapeHtml(owner.disposition)}: ${escapeHtml(owner.worker || "unknown")}${until}`;
+// Progress as numbers: a percentage, or null when the API says the total
+// is unknown (ADM-3: never 0% for unknown).
+function progressInfo(progress) {
+  const p = progress || {};
+  const done = isNum(p.rows_done) ? p.rows_done : null;
+  const total = isNum(p.total_rows) ? p.total_rows : null;
+  if (!isNum(p.fraction)) return { pct: null, done, total };
+  return { pct: Math.max(0, Math.min(1, p.fraction)) * 100, done, total };
 }
 
+// Progress cell: a bar with a percentage, or "unknown" when the API says
+// null.
+function progressCell(progress, label) {
+  const info = progressInfo(progress);
+  const name = label ? ` aria-label="progress of ${escapeHtml(label)}"` : "";
+  if (info.pct === null) {
+    return `<span class="progress"><span class="bar unknown-bar" aria-hidden="true"></span>` +
+      ` <span class="pct unknown">unknown</span></span>`;
+  }
+  const pct = info.pct.toFixed(1);
+  return `<span class="progress"><span class="bar" role="progressbar" aria-valuemin="0" aria-valuemax="100" aria-valuenow="${pct}"${name}>` +
+    `<span style="width:${pct}%"></span></span> <span class="pct">${pct}%</span></span>`;
+}
+
+// "1,200 of 5,000" or "1,200 of unknown".
+function rowsText(progress) {
+  const info = progressInfo(progress);
+  const done = info.done === null ? "unknown" : fmtCount(info.done);
+  return `${done} of ${info.total === null ? "unknown" : fmtCount(info.total)}`;
+}
+
+// Rows per second over the samples of one running backfill, each
+// `{done, at}` with `at` the server's time in ms; null when there is no
+// span of time to measure over yet.
+function rateFrom(samples) {
+  if (!samples || samples.length < 2) return null;
+  const first = samples[0];
+  const last = samples[samples.length - 1];
+  const secs = (last.at - first.at) / 1000;
+  if (!(secs > 0)) return null;
+  return Math.max(0, (last.done - first.done) / secs);
+}
+
+// Samples of rows done per running backfill, kept over a window so that a
+// rate is an average of several refreshes rather than one noisy step. A
+// backfill that leaves `running` loses its samples: a rate measured before
+// a pause says nothing about the run after it.
+function createRates(windowMs) {
+  const window = windowMs || 15000;
+  const samples = new Map();
+  return {
+    observe(view) {
+      if (!view || view.state !== "running" || !view.progress || !isNum(view.progress.rows_done)) {
+        if (view) samples.delete(view.id);
+        return;
+      }
+      const at = Date.parse(view.observed_at);
+      if (!Number.isFinite(at)) return;
+      const list = samples.get(view.id) || [];
+      const last = list[list.length - 1];
+      if (last && (at < last.at || view.progress.rows_done < last.done)) list.length = 0;
+      if (!last || at > last.at) list.push({ done: view.progress.rows_done, at });
+      while (list.length > 2 && at - list[1].at >= window) list.shift();
+      samples.set(view.id, list);
+    },
+    rate(id) {
+      return rateFrom(samples.get(id));
+    },
+    // The span measured over, in ms (0 when none).
+    span(id) {
+      const list = samples.get(id) || [];
+      return list.length < 2 ? 0 : list[list.length - 1].at - list[0].at;
+    },
+    clear() {
+      samples.clear();
+    },
+  };
+}
+
+// Rows/s and ETA for one backfill. Only a running backfill moves: in any
+// other state both are "not applicable" (neither zero nor unknown). Stale
+// data has no current rate. Returns `{rate, eta}` texts.
+function rateEta(view, rate, stale) {
+  if (!view || view.state !== "running") return { rate: "—", eta: "—", applicable: false };
+  if (stale) return { rate: "stale", eta: "stale", applicable: true };
+  if (!isNum(rate)) return { rate: "measuring…", eta: "measuring…", applicable: true };
+  const rateText = `${rate >= 100 ? fmtCount(rate) : rate.toFixed(1)} rows/s`;
+  const info = progressInfo(view.progress);
+  if (info.total === null) return { rate: rateText, eta: "unknown (total unknown)", applicable: true };
+  if (rate <= 0) return { rate: rateText, eta: "unknown (no progress)", applicable: true };
+  const left = Math.max(0, info.total - (info.done || 0));
+  return { rate: rateText, eta: fmtDuration((left / rate) * 1000), applicable: true };
+}
+
+// The lease in words, judged by the server's clock: "lease expires in
+// 21 s", "lease expired 3 s ago".
+function leaseText(owner, observedAt, elapsedMs) {
+  const d = deltaTo(owner && owner.until, observedAt, elapsedMs);
+  if (d === null) return "lease expiry unknown";
+  return d > 0 ? `lease expires ${fmtRelative(d)}` : `lease expired ${fmtRelative(d)}`;
+}
+
+// The claim in words: "held by w1, lease expires in 21 s".
+function ownerText(owner, observedAt, elapsedMs) {
+  if (!owner || !owner.disposition) return "unknown";
+  if (owner.disposition === "none") return "unclaimed";
+  const worker = owner.worker || "unknown worker";
+  const lease = leaseText(owner, observedAt, elapsedMs);
+  if (owner.disposition === "held") return `held by ${worker}, ${lease}`;
+  if (owner.disposition === "expired") return `${worker}'s ${lease}; another worker may take over`;
+  return `${owner.disposition}: ${worker}`;
+}
+
+// Compact owner for the list: the worker, and its lease below.
+function ownerCell(owner, observedAt, elapsedMs) {
+  if (!owner || !owner.disposition) return '<span class="unknown">unknown</span>';
+  if (owner.disposition === "none") return '<span class="muted">—</span>';
+  const worker = owner.worker || "unknown worker";
+  const lease = owner.disposition === "held" || owner.disposition === "expired" ?
+    leaseText(owner, observedAt, elapsedMs) : owner.disposition;
+  return `${escapeHtml(worker)}<div class="sub">${escapeHtml(lease)}</div>`;
+}
+
+// Attempts and the next try: "1 failed attempt, next try in 5 s".
+function retryText(view, elapsedMs) {
+  const attempts = isNum(view.attempts) ? view.attempts : null;
+  const parts = [attempts === null ? "attempts unknown" : `${attempts} failed attempt${attempts === 1 ? "" : "s"}`];
+  if (view.next_attempt_at) {
+    const d = deltaTo(view.next_attempt_at, view.observed_at, elapsedMs);
+    parts.push(d !== null && d > 0 ? `next try ${fmtRelative(d)}` : "next try due now");
+  }
+  return parts.join(", ");
+}
+
+// The throttle the runner reports (THR-2), or null when the view carries
+// none. An unreadable signal value is unknown, never zero.
+function throttleInfo(view, elapsedMs) {
+  const t = view && view.throttle;
+  if (!t || typeof t !== "object") return null;
+  const show = (v) => (v === null || v === undefined ? "unknown" : typeof v === "number" ? fmtCount(v) : String(v));
+  const signal = t.signal ? String(t.signal) : "unknown signal";
+  const since = t.since ? relativeTo(t.since, view.observed_at, elapsedMs) : null;
+  return {
+    signal,
+    value: show(t.value),
+    threshold: show(t.threshold),
+    since,
+    text: `throttled by ${signal}: ${show(t.value)} past ${show(t.threshold)}${since ? ` since ${since}` : ""}`,
+  };
+}
+
+// Live settings as label/value pairs: `batch_size` on the view and every
+// field of `settings`, when present. Unset settings read "default".
+function settingsRows(view) {
+  const rows = [];
+  if (!view) return rows;
+  const show = (v) => {
+    if (v === null || v === undefined) return "default";
+    if (typeof v === "number") return fmtCount(v);
+    if (typeof v === "object") return JSON.stringify(v);
+    return String(v);
+  };
+  if (view.batch_size !== undefined) rows.push(["batch size", show(view.batch_size)]);
+  if (view.settings && typeof view.settings === "object") {
+    for (const [k, v] of Object.entries(view.settings)) {
+      if (k === "batch_size" && view.batch_size !== undefined) continue;
+      rows.push([k.replace(/_/g, " "), show(v)]);
+    }
+  }
+  return rows;
+}
+
+// Markers beside the state: gating readiness, throttled, failed attempts.
+function markers(view, elapsedMs) {
+  const out = [];
+  if (view.readiness && view.readiness.gating) {
+    out.push('<span class="marker gating" title="Required for readiness: /readyz stays closed until it completes">gating</span>');
+  }
+  const t = throttleInfo(view, elapsedMs);
+  if (t) out.push(`<span class="marker throttled" title="${escapeHtml(t.text)}">throttled: ${escapeHtml(t.signal)}</span>`);
+  if (isNum(view.attempts) && view.attempts > 0 && ["running", "blocked", "failed"].includes(view.state)) {
+    out.push(`<span class="marker attempts" title="${escapeHtml(retryText(view, elapsedMs))}">${escapeHtml(retryText(view, elapsedMs))}</span>`);
+  }
+  return out.join(" ");
+}
+
+// The last execution diagnostic, bounded and redacted by the server.
 function diagnosticCell(view) {
   if (!view.last_error) return "";
   return `<span class="diag">${escapeHtml(view.last_error.kind || "error")}: ${escapeHtml(view.last_error.message)}</span>`;
@@ -58,7 +319,7 @@ function diagnosticCell(view) {
 function validationCell(view) {
   if (!view.validation) return '<span class="unknown">none yet</span>';
   const detail = view.validation.detail ? ` — ${escapeHtml(view.validation.detail)}` : "";
-  return `${escapeHtml(view.validation.outcome)}${detail}`;
+  return `<span class="outcome outcome-${escapeHtml(view.validation.outcome)}">${escapeHtml(view.validation.outcome)}</span>${detail}`;
 }
 
 function readinessCell(view) {
@@ -67,38 +328,105 @@ function readinessCell(view) {
   return view.readiness.required ? "required, satisfied" : "not required";
 }
 
-function row(view) {
-  const buttons = actionsFor(view.state)
-    .map((a) => `<button data-action="${a}" data-id="${escapeHtml(view.id)}">${a}</button>`)
+function stateBadge(state) {
+  return `<span class="badge state-${escapeHtml(state)}">${escapeHtml(state)}</span>`;
+}
+
+function actionButtons(view, busy) {
+  return actionsFor(view.state)
+    .map((a) => `<button type="button" class="act act-${a}" data-action="${a}" data-id="${escapeHtml(view.id)}"` +
+      ` data-key="act:${a}:${escapeHtml(view.id)}" aria-label="${a} ${escapeHtml(view.id)}"${busy ? " disabled" : ""}>${a}</button>`)
     .join("");
-  const retry = view.next_attempt_at ? `attempts ${view.attempts}, next ${escapeHtml(view.next_attempt_at)}` : `attempts ${view.attempts}`;
-  return `<tr><td>${escapeHtml(view.id)}</td><td class="state-${escapeHtml(view.state)}">${escapeHtml(view.state)}</td>` +
-    `<td>${progressCell(view.progress)}</td><td>${ownerCell(view.owner)}</td><td>${retry}</td>` +
-    `<td>${diagnosticCell(view)}</td><td>${validationCell(view)}</td><td>${readinessCell(view)}</td><td>${buttons}</td></tr>`;
 }
 
-// The status line: fresh, stale (a refresh failed; the table shows the
-// last good read and its time) or error (nothing trustworthy to show).
-function statusLine(state) {
-  if (state.unauthorized) return { cls: "error", text: `Not authorized: ${state.unauthorized}. Nothing is shown.` };
-  if (state.lastError && state.lastOk) {
-    return { cls: "stale", text: `STALE: refresh failed (${state.lastError}); showing the read from ${state.lastOk}.` };
+function detailHref(id) {
+  return `#/backfills/${encodeURIComponent(id)}`;
+}
+
+// One row of the list. `ctx`: {rates, stale, elapsedMs, busy}.
+function row(view, ctx) {
+  const c = ctx || {};
+  const rate = c.rates ? c.rates.rate(view.id) : null;
+  const re = rateEta(view, rate, c.stale);
+  const diag = ["blocked", "failed"].includes(view.state) ? diagnosticCell(view) : "";
+  const na = (text) => (text === "—" ? '<span class="muted" title="not running">—</span>' : escapeHtml(text));
+  const batch = view.batch_size !== undefined && view.batch_size !== null ? `<div class="sub">batch ${escapeHtml(fmtCount(view.batch_size))}</div>` : "";
+  return `<tr data-id="${escapeHtml(view.id)}" class="row-${escapeHtml(view.state)}">` +
+    `<th scope="row"><a href="${detailHref(view.id)}" data-key="link:${escapeHtml(view.id)}">${escapeHtml(view.id)}</a>` +
+    (view.description ? `<div class="sub">${escapeHtml(view.description)}</div>` : "") + `</th>` +
+    `<td class="col-state">${stateBadge(view.state)}${diag ? `<div>${diag}</div>` : ""}</td>` +
+    `<td class="col-progress">${progressCell(view.progress, view.id)}${batch}</td>` +
+    `<td class="col-rows num">${escapeHtml(rowsText(view.progress))}</td>` +
+    `<td class="col-rate num">${na(re.rate)}</td>` +
+    `<td class="col-eta num">${na(re.eta)}</td>` +
+    `<td class="col-markers">${markers(view, c.elapsedMs)}</td>` +
+    `<td class="col-owner">${ownerCell(view.owner, view.observed_at, c.elapsedMs)}</td>` +
+    `<td class="col-actions">${actionButtons(view, c.busy)}</td></tr>`;
+}
+
+// Counts per state for the filter.
+function stateCounts(views) {
+  const counts = { all: 0 };
+  for (const s of STATES) counts[s] = 0;
+  for (const v of views || []) {
+    counts.all += 1;
+    counts[v.state] = (counts[v.state] || 0) + 1;
   }
-  if (state.lastError) return { cls: "error", text: `No data: ${state.lastError}.` };
-  if (state.lastOk) return { cls: "", text: `Read from PostgreSQL at ${state.lastOk}.` };
-  return { cls: "", text: "Enter an operator token." };
+  return counts;
 }
 
-// A fresh idempotency key per click; re-sent unchanged on a network retry
-// so a lost response never duplicates a transition (ADM-4).
+function filterViews(views, state) {
+  if (!state || state === "all") return views || [];
+  return (views || []).filter((v) => v.state === state);
+}
+
+// The status banner: `cls` for its colour, `label` and `text` (announced
+// when they change) and `age` (updated every second, not announced).
+// Stale data keeps its age; nothing is shown as current when a read failed.
+function statusLine(s, nowMs) {
+  const now = isNum(nowMs) ? nowMs : Date.now();
+  const age = (at) => `last refreshed ${fmtDuration(now - at)} ago`;
+  if (s.unauthorized) {
+    return { cls: "error", label: "Not authorized", age: "", text: `${s.unauthorized}: enter a valid operator token. Nothing is shown.` };
+  }
+  if (!s.token) return { cls: "idle", label: "No token", age: "", text: "Enter an operator token to read the backfills." };
+  if (s.lastError && isNum(s.lastOkAt)) {
+    return { cls: "stale", label: "Stale", age: age(s.lastOkAt), text: `Refresh failed (${s.lastError}); showing the last data read, not the current state.` };
+  }
+  if (s.lastError) return { cls: "error", label: "No data", age: "", text: `Refresh failed (${s.lastError}); nothing is shown until a read succeeds.` };
+  if (isNum(s.lastOkAt)) {
+    if (s.paused) return { cls: "idle", label: "Not refreshing", age: age(s.lastOkAt), text: "Automatic refresh is off." };
+    return { cls: "fresh", label: "Live", age: age(s.lastOkAt), text: "Read from PostgreSQL through the admin API." };
+  }
+  return { cls: "idle", label: "Loading", age: "", text: "Reading from the admin API…" };
+}
+
+// A fresh idempotency key for one intended action.
 function newKey() {
-  if (typeof crypto !== "undefined" && crypto.randomUUID) return crypto.randomUUID();
+  if (typeof crypto !== "undefined" && crypto.randomUUID) return `ui-${crypto.randomUUID()}`;
   return `ui-${Date.now()}-${Math.random().toString(16).slice(2)}`;
 }
 
+// The key for an intended action: the unanswered one's key again when the
+// operator retries the same action on the same backfill after a network
+// failure or a 5xx, so a lost response never duplicates a transition
+// (ADM-4); a fresh one otherwise.
+function keyFor(pending, action, id, mint) {
+  if (pending && pending.unanswered && pending.action === action && pending.id === id) return pending.key;
+  return (mint || newKey)();
+}
+
+// Whether an answer settles the action: a readable 2xx or 4xx is the
+// server's verdict; a network failure (status null) or a 5xx leaves it
+// open, to be retried with the same key.
+function settles(status) {
+  return isNum(status) && status < 500;
+}
+
+// The server's answer in words, never an invented outcome.
 function describeResult(action, status, body) {
   if (status === 200 && body && body.outcome && body.backfill) {
-    return `${action}: ${body.outcome} (${body.prior_state} -> ${body.backfill.state})`;
+    return `${action}: ${body.outcome} (${body.prior_state} → ${body.backfill.state})`;
   }
   if (status === 200 && body && body.outcome) {
     const why = body.detail || body.reason || "";
@@ -107,8 +435,64 @@ function describeResult(action, status, body) {
   if (status === 409 && body && body.current) {
     return `${action}: conflict — current state is ${body.current.state}`;
   }
+  if (status === null || status === undefined) {
+    return `${action}: no answer (network error); the outcome is unknown until a refresh shows the server state`;
+  }
   if (body && body.error) return `${action}: HTTP ${status} ${body.error}: ${body.message || ""}`;
   return `${action}: HTTP ${status}, no readable answer (the outcome is unknown; refresh to see the server state)`;
+}
+
+// The typed outcome of an answer, for its badge: `applied`, `converged`,
+// `success`, `failure`, `current-state`, `conflict`, or `unknown`.
+function resultOutcome(status, body) {
+  if (status === 200 && body && body.outcome) return String(body.outcome);
+  if (status === 409) return "conflict";
+  if (isNum(status) && status < 500 && body && body.error) return "rejected";
+  return "unknown";
+}
+
+// One audit record as table cells: who, what, state change, outcome.
+function auditCells(entry) {
+  const who = entry.actor ? entry.actor : `(${entry.authority || "unknown authority"})`;
+  const change = entry.prior_state || entry.resulting_state ?
+    `${entry.prior_state || "?"} → ${entry.resulting_state || "?"}` : "—";
+  const count = isNum(entry.request_count) && entry.request_count > 1 ? ` ×${entry.request_count}` : "";
+  return {
+    at: entry.at,
+    who,
+    action: entry.action,
+    change,
+    outcome: `${entry.outcome}${count}`,
+    detail: entry.detail || "",
+    correlation: entry.correlation || "",
+    generation: isNum(entry.generation) ? String(entry.generation) : "",
+  };
+}
+
+// Explicit validations from the audit trail, newest first.
+function validationHistory(entries) {
+  return (entries || []).filter((e) => e.action === "validate");
+}
+
+// Key values (bound, checkpoint) in their JSON types.
+function keyText(value, absent) {
+  if (value === null || value === undefined) return absent;
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+// The route from `location.hash`: the list (optionally filtered by state)
+// or one backfill's detail page.
+function parseRoute(hash) {
+  const h = String(hash || "").replace(/^#/, "");
+  const m = h.match(/^\/backfills\/([^?]+)/);
+  if (m) {
+    let id;
+    try { id = decodeURIComponent(m[1]); } catch (e) { id = m[1]; }
+    return { page: "detail", id };
+  }
+  const q = h.match(/[?&]state=([a-z-]+)/);
+  const state = q && (STATES.includes(q[1]) || q[1] === "all") ? q[1] : "all";
+  return { page: "list", state };
 }
 
 // Every backfill, following `next_after` page by page (ADM-2): a long list
@@ -132,75 +516,473 @@ async function fetchAll(get) {
 }
 
 if (typeof module !== "undefined") {
-  module.exports = { ACTIONS, actionsFor, progressCell, ownerCell, statusLine, describeResult, row, escapeHtml, fetchAll };
+  module.exports = {
+    ACTIONS, STATES, CONSEQUENCES, actionsFor, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
+    fmtTime, fmtClock, progressInfo, progressCell, rowsText, rateFrom, createRates, rateEta, leaseText, ownerText, ownerCell,
+    retryText, throttleInfo, settingsRows, markers, diagnosticCell, validationCell, readinessCell, row,
+    stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome,
+    auditCells, validationHistory, keyText, parseRoute, fetchAll,
+  };
 }
 
 if (typeof document !== "undefined") {
-  const state = { token: sessionStorage.getItem("backfill-token") || "", lastOk: null, lastError: null, unauthorized: null, views: [] };
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    token: sessionStorage.getItem("backfill-token") || "",
+    route: parseRoute(location.hash),
+    views: null, // the list's last good read
+    detail: null, // the detail page's last good read
+    audit: null, // its audit records
+    detailMissing: null, // the ID a 404 named
+    lastOkAt: null, // local ms of the last good read of what the page shows
+    viewsAt: null, // local ms when `views` was read
+    detailAt: null, // local ms when `detail` was read
+    lastError: null,
+    unauthorized: null,
+    paused: false,
+    changingToken: false,
+    focusAfterRead: false, // move focus to the page's heading after a sign-in
+    interval: 2000,
+    busy: false,
+    pending: null, // {action, id, key, unanswered}
+    result: null, // {text, outcome, retry}
+  };
+  const rates = createRates(15000);
+  let timer = null;
+  let seq = 0;
+
+  const authHeaders = () => ({ Authorization: `Bearer ${ui.token}` });
+  // Time since a read, to carry the server's clock forward from it.
+  const since = (at) => (at === null ? 0 : Date.now() - at);
+  const stale = () => Boolean(ui.lastError) && ui.lastOkAt !== null;
+
+  // Re-rendering replaces elements; keep the keyboard focus on the element
+  // with the same `data-key`, so a refresh never throws focus away.
+  const keepFocus = (fn) => {
+    const key = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.key : null;
+    fn();
+    if (key) {
+      const again = document.querySelector(`[data-key="${CSS.escape(key)}"]`);
+      if (again && again !== document.activeElement) again.focus();
+    }
+  };
+
+  const setText = (el, text) => {
+    if (el.textContent !== text) el.textContent = text;
+  };
+
+  // Bring `from` (live) to look like `to` (fresh) in place: text and
+  // attributes change, elements stay. A refresh every second (relative
+  // times) then never detaches the button under the pointer or the
+  // keyboard focus. An element with another `data-id` or `data-key` is a
+  // different thing and is replaced.
+  const morph = (from, to) => {
+    const differs = from.nodeType !== to.nodeType || from.nodeName !== to.nodeName ||
+      (from.nodeType === 1 && (from.dataset.id !== to.dataset.id || from.dataset.key !== to.dataset.key));
+    if (differs) {
+      from.replaceWith(to);
+      return;
+    }
+    if (from.nodeType !== 1) {
+      if (from.nodeValue !== to.nodeValue) from.nodeValue = to.nodeValue;
+      return;
+    }
+    for (const a of [...from.attributes]) if (!to.hasAttribute(a.name)) from.removeAttribute(a.name);
+    for (const a of [...to.attributes]) if (from.getAttribute(a.name) !== a.value) from.setAttribute(a.name, a.value);
+    if (from.nodeName === "BUTTON") from.disabled = to.disabled;
+    morphChildren(from, to);
+  };
+  const morphChildren = (from, to) => {
+    const have = [...from.childNodes];
+    const want = [...to.childNodes];
+    want.forEach((node, i) => (i < have.length ? morph(have[i], node) : from.appendChild(node)));
+    for (let i = want.length; i < have.length; i++) have[i].remove();
+  };
+  const setHtml = (el, html) => {
+    const t = document.createElement(el.nodeName === "TBODY" ? "tbody" : "div");
+    t.innerHTML = html;
+    keepFocus(() => morphChildren(el, t));
+  };
+
+  const renderStatus = () => {
+    const line = statusLine(ui, Date.now());
+    const banner = $("banner");
+    banner.className = `banner ${line.cls}`;
+    setText($("status-label"), line.label);
+    setText($("status-age"), line.age ? `${line.age}. ` : "");
+    setText($("status-text"), line.text);
+    document.body.classList.toggle("is-stale", stale());
+    const showAuth = !ui.token || Boolean(ui.unauthorized) || ui.changingToken;
+    $("auth").hidden = !showAuth;
+    $("session").hidden = showAuth;
+  };
+
+  const renderList = () => {
+    const views = ui.views;
+    $("list-page").hidden = ui.route.page !== "list";
+    if (ui.route.page !== "list") return;
+    const counts = stateCounts(views || []);
+    const filter = $("filter");
+    const opts = ["all", ...STATES].map((s) =>
+      `<option value="${s}">${s}${views ? ` (${counts[s] || 0})` : ""}</option>`).join("");
+    setHtml(filter, opts);
+    if (filter.value !== ui.route.state) filter.value = ui.route.state;
+    const tbody = $("rows");
+    const empty = $("list-empty");
+    if (!views) {
+      setHtml(tbody, "");
+      empty.hidden = true;
+      setText($("summary"), "");
+      return;
+    }
+    const shown = filterViews(views, ui.route.state);
+    const gating = views.filter((v) => v.readiness && v.readiness.gating).length;
+    const throttled = views.filter((v) => v.throttle).length;
+    setText($("summary"), `${views.length} backfill${views.length === 1 ? "" : "s"}` +
+      `${ui.route.state === "all" ? "" : `, ${shown.length} ${ui.route.state}`}` +
+      `${gating ? `, ${gating} gating readiness` : ""}${throttled ? `, ${throttled} throttled` : ""}`);
+    setHtml(tbody, shown.map((v) => row(v, { rates, stale: stale(), elapsedMs: since(ui.viewsAt), busy: ui.busy })).join(""));
+    empty.hidden = shown.length > 0;
+    setText(empty, views.length === 0 ? "No backfills are registered." : `No backfill is ${ui.route.state}.`);
+  };
+
+  const dl = (pairs) => `<dl>${pairs.map(([k, v]) => `<dt>${escapeHtml(k)}</dt><dd>${v}</dd>`).join("")}</dl>`;
+
+  const renderDetail = () => {
+    const page = $("detail-page");
+    page.hidden = ui.route.page !== "detail";
+    if (ui.route.page !== "detail") return;
+    const id = ui.route.id;
+    setText($("detail-title-id"), id);
+    document.title = `${id} — backfill admin`;
+    const body = $("detail-body");
+    const v = ui.detail;
+    if (ui.detailMissing === id) {
+      setHtml($("detail-state"), "");
+      setHtml($("detail-actions"), "");
+      setHtml(body, `<p class="notice">No backfill has the ID ${escapeHtml(id)}.</p>`);
+      return;
+    }
+    if (!v || v.id !== id) {
+      setHtml($("detail-state"), "");
+      setHtml($("detail-actions"), "");
+      setHtml(body, "");
+      return;
+    }
+    const ms = since(ui.detailAt);
+    const re = rateEta(v, rates.rate(v.id), stale());
+    setHtml($("detail-state"), stateBadge(v.state));
+    setHtml($("detail-actions"), actionButtons(v, ui.busy));
+    const when = (iso) => {
+      if (!iso) return '<span class="muted">—</span>';
+      const rel = relativeTo(iso, v.observed_at, ms) || "";
+      return `<time datetime="${escapeHtml(iso)}" title="${escapeHtml(fmtTime(iso))}">${escapeHtml(rel)}</time>` +
+        ` <span class="muted">${escapeHtml(fmtClock(iso, v.observed_at))}</span>`;
+    };
+    const cards = [];
+    cards.push(["Progress", `<div class="big">${progressCell(v.progress, v.id)}</div>` + dl([
+      ["rows", escapeHtml(rowsText(v.progress))],
+      ["batches", escapeHtml(fmtCount(v.progress && v.progress.batches_done))],
+      ["rows/s", escapeHtml(re.rate)],
+      ["ETA", escapeHtml(re.eta)],
+    ])]);
+    cards.push(["Range", dl([
+      ["key type", escapeHtml(v.key_type || "unknown")],
+      ["bound", escapeHtml(v.empty_source ? "empty source: nothing to repair" : keyText(v.bound, v.state === "pending" ? "not captured yet" : "unknown"))],
+      ["checkpoint", escapeHtml(keyText(v.checkpoint, "none: before every key"))],
+      ["generation", escapeHtml(isNum(v.generation) ? String(v.generation) : "unknown")],
+    ])]);
+    cards.push(["Claim and retry", dl([
+      ["owner", escapeHtml(ownerText(v.owner, v.observed_at, ms))],
+      ["lease until", when(v.owner && v.owner.until)],
+      ["attempts", escapeHtml(retryText(v, ms))],
+      ["next try", v.next_attempt_at ? when(v.next_attempt_at) : '<span class="muted">—</span>'],
+    ])]);
+    cards.push(["Diagnostics", v.last_error ?
+      `<p class="diag diag-block" id="diagnostic">${escapeHtml(v.last_error.kind || "error")}: ${escapeHtml(v.last_error.message)}</p>` + dl([["recorded", when(v.last_error.at)]]) :
+      '<p class="muted" id="diagnostic">No diagnostic recorded.</p>']);
+    // Until the audit trail is read, its absence is unknown, not "none".
+    const auditRead = Array.isArray(ui.audit);
+    const notRead = ui.lastError ? "The audit trail could not be read (the refresh failed)." : "Reading the audit trail…";
+    const history = validationHistory(ui.audit || []);
+    cards.push(["Validation", dl([
+      ["latest outcome", validationCell(v)],
+      ["at", when(v.validation && v.validation.at)],
+    ]) + (history.length ? `<table class="mini"><caption>Explicit validations</caption><thead><tr><th scope="col">when</th><th scope="col">outcome</th><th scope="col">detail</th><th scope="col">by</th></tr></thead><tbody>` +
+      history.map((e) => { const c = auditCells(e); return `<tr><td>${when(c.at)}</td><td><span class="outcome outcome-${escapeHtml(e.outcome)}">${escapeHtml(c.outcome)}</span></td><td>${escapeHtml(c.detail)}</td><td>${escapeHtml(c.who)}</td></tr>`; }).join("") +
+      "</tbody></table>" : `<p class="muted">${auditRead ? "No explicit validation in the audit trail." : notRead}</p>`)]);
+    const t = throttleInfo(v, ms);
+    if (t) {
+      cards.push(["Throttle", dl([
+        ["signal", escapeHtml(t.signal)],
+        ["value", escapeHtml(t.value)],
+        ["threshold", escapeHtml(t.threshold)],
+        ["since", escapeHtml(t.since || "unknown")],
+      ])]);
+    }
+    const settings = settingsRows(v);
+    if (settings.length) cards.push(["Live settings", dl(settings.map(([k, val]) => [k, escapeHtml(val)]))]);
+    cards.push(["Readiness", dl([["participation", readinessCell(v)]])]);
+    cards.push(["Timestamps", dl([
+      ["registered", when(v.registered_at)],
+      ["started", when(v.started_at)],
+      ["completed", when(v.completed_at)],
+      ["updated", when(v.updated_at)],
+      ["read at (server)", when(v.observed_at)],
+    ])]);
+    const audit = ui.audit || [];
+    const auditHtml = audit.length ? `<table class="audit"><caption class="sr-only">Audit trail, newest first</caption><thead><tr>` +
+      `<th scope="col">when</th><th scope="col">who</th><th scope="col">action</th><th scope="col">state</th><th scope="col">outcome</th><th scope="col">generation</th><th scope="col">detail</th><th scope="col">correlation</th></tr></thead><tbody>` +
+      audit.map((e) => {
+        const c = auditCells(e);
+        return `<tr class="audit-row"><td>${when(c.at)}</td><td>${escapeHtml(c.who)}</td><td>${escapeHtml(c.action)}</td><td>${escapeHtml(c.change)}</td>` +
+          `<td><span class="outcome outcome-${escapeHtml(e.outcome)}">${escapeHtml(c.outcome)}</span></td><td class="num">${escapeHtml(c.generation)}</td><td>${escapeHtml(c.detail)}</td><td class="mono">${escapeHtml(c.correlation)}</td></tr>`;
+      }).join("") + "</tbody></table>" : `<p class="muted">${auditRead ? "No audit records for this backfill." : notRead}</p>`;
+    setHtml(body, (v.description ? `<p class="description">${escapeHtml(v.description)}</p>` : "") +
+      `<div class="cards">${cards.map(([title, html]) => `<section class="card" aria-labelledby="card-${title.replace(/\W+/g, "-")}"><h3 id="card-${title.replace(/\W+/g, "-")}">${escapeHtml(title)}</h3>${html}</section>`).join("")}</div>` +
+      `<section class="audit-section" aria-labelledby="audit-title" data-read="${auditRead}"><h3 id="audit-title">Audit trail</h3>${auditHtml}</section>`);
+  };
+
+  const renderResult = () => {
+    const box = $("result");
+    const r = ui.result;
+    if (!r) {
+      box.hidden = true;
+      return;
+    }
+    box.hidden = false;
+    $("result-outcome").className = `outcome outcome-${r.outcome}`;
+    setText($("result-outcome"), r.outcome);
+    setText($("result-text"), r.text);
+    $("result-retry").hidden = !r.retry;
+    if (r.retry) setText($("result-retry"), `Retry ${r.retry.action} (same request)`);
+  };
+
+  // Without an accepted token nothing the server said may stay on the page,
+  // not even in a hidden section.
+  const dropData = () => {
+    ui.views = null;
+    ui.detail = null;
+    ui.audit = null;
+    ui.detailMissing = null;
+    ui.lastOkAt = null;
+    ui.viewsAt = null;
+    ui.detailAt = null;
+    ui.lastError = null;
+    rates.clear();
+    for (const id of ["rows", "detail-state", "detail-actions", "detail-body"]) setHtml($(id), "");
+    setText($("summary"), "");
+  };
 
   const render = () => {
-    const line = statusLine(state);
-    const el = document.getElementById("status");
-    el.className = line.cls;
-    el.textContent = line.text;
-    document.getElementById("rows").innerHTML = state.unauthorized ? "" : state.views.map(row).join("");
+    renderStatus();
+    renderList();
+    renderDetail();
+    renderResult();
   };
 
+  // One refresh of what the current route shows. A read that fails keeps
+  // the last good data and marks it stale; a 401/403 drops all data.
   const refresh = async () => {
-    if (!state.token) return render();
+    // A rejected token is not sent again until the operator enters one: a
+    // poll with it would only add rejections to the audit.
+    if (!ui.token || ui.unauthorized) return render();
+    const my = ++seq;
+    const route = ui.route;
+    let got;
     try {
-      const got = await fetchAll((path) => fetch(path, { headers: { Authorization: `Bearer ${state.token}` } }));
-      if (got.status === 401 || got.status === 403) {
-        state.unauthorized = `HTTP ${got.status}`;
-        state.views = [];
-      } else if (got.status !== undefined) {
-        state.lastError = `HTTP ${got.status}`;
+      if (route.page === "list") {
+        got = await fetchAll((path) => fetch(path, { headers: authHeaders(), cache: "no-store" }));
       } else {
-        state.views = got.items;
-        state.unauthorized = null;
-        state.lastError = null;
-        state.lastOk = new Date().toISOString();
+        const id = encodeURIComponent(route.id);
+        const [d, a] = await Promise.all([
+          fetch(`/admin/backfills/${id}`, { headers: authHeaders(), cache: "no-store" }),
+          fetch(`/admin/audit?backfill=${id}&limit=200`, { headers: authHeaders(), cache: "no-store" }),
+        ]);
+        if (d.status === 404) got = { missing: true };
+        else if (!d.ok) got = { status: d.status };
+        else if (!a.ok) got = { status: a.status };
+        else got = { detail: await d.json(), audit: (await a.json()).items };
       }
     } catch (e) {
-      state.lastError = "network error";
+      got = { error: "network error" };
+    }
+    if (my !== seq || route !== ui.route) return; // a newer refresh or route owns the page
+    if (got.status === 401 || got.status === 403) {
+      ui.unauthorized = got.status === 401 ? "HTTP 401 unauthorized" : "HTTP 403 forbidden";
+      ui.focusAfterRead = false;
+      dropData();
+      render();
+      $("token").focus();
+      return;
+    }
+    if (got.status !== undefined) ui.lastError = `HTTP ${got.status}`;
+    else if (got.error) ui.lastError = got.error;
+    else {
+      ui.unauthorized = null;
+      ui.lastError = null;
+      ui.lastOkAt = Date.now();
+      if (got.missing) {
+        ui.detailMissing = route.id;
+        ui.detail = null;
+        ui.audit = null;
+      } else if (got.detail) {
+        ui.detailMissing = null;
+        ui.detail = got.detail;
+        ui.detailAt = ui.lastOkAt;
+        ui.audit = got.audit;
+        rates.observe(got.detail);
+      } else {
+        ui.views = got.items;
+        ui.viewsAt = ui.lastOkAt;
+        for (const v of got.items) rates.observe(v);
+      }
     }
     render();
+    if (ui.focusAfterRead && !ui.lastError) {
+      // The prompt that had the focus is gone: hand it to the page.
+      ui.focusAfterRead = false;
+      (route.page === "detail" ? $("detail-title") : $("list-title")).focus();
+    }
   };
 
-  const act = async (action, id) => {
-    const key = newKey();
-    const send = () => fetch(`/admin/backfills/${encodeURIComponent(id)}/${action}`, {
-      method: "POST",
-      headers: { Authorization: `Bearer ${state.token}`, "Idempotency-Key": key },
-    });
-    let res;
+  const schedule = () => {
+    if (timer) clearInterval(timer);
+    timer = ui.interval > 0 ? setInterval(refresh, ui.interval) : null;
+    ui.paused = ui.interval <= 0;
+  };
+
+  // Send one intended action. The key is kept until the server answers, so
+  // the "Retry" of an unanswered request sends the same key (ADM-4).
+  const send = async (action, id) => {
+    const key = keyFor(ui.pending, action, id);
+    ui.pending = { action, id, key, unanswered: true };
+    ui.busy = true;
+    ui.result = { text: `${action} ${id}: sending…`, outcome: "sending", retry: null };
+    render();
+    let res = null;
+    let body = null;
     try {
-      res = await send();
-    } catch (e) {
-      try { res = await send(); } catch (e2) { res = null; }
-    }
-    const out = document.getElementById("result");
-    if (!res) {
-      out.textContent = `${action}: network error; the outcome is unknown until the next refresh`;
-    } else {
-      let body = null;
+      res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/${action}`, {
+        method: "POST",
+        headers: { ...authHeaders(), "Idempotency-Key": key },
+      });
       try { body = await res.json(); } catch (e) { body = null; }
-      out.textContent = describeResult(action, res.status, body);
+    } catch (e) {
+      res = null;
     }
+    const status = res ? res.status : null;
+    ui.busy = false;
+    // A 401 means the token is not accepted at all: nothing it read may
+    // stay. A 403 only says this token may not operate; it can still read,
+    // so the refusal is shown as the action's result below.
+    if (status === 401) {
+      ui.pending = null;
+      ui.result = null;
+      ui.unauthorized = "HTTP 401 unauthorized";
+      dropData();
+      render();
+      $("token").focus();
+      return;
+    }
+    const open = !settles(status);
+    if (!open) ui.pending = null;
+    ui.result = {
+      text: `${id}: ${describeResult(action, status, body)}`,
+      outcome: resultOutcome(status, body),
+      retry: open ? { action, id } : null,
+    };
+    render();
+    if (open) $("result-retry").focus();
     refresh();
   };
 
-  document.getElementById("token").value = state.token;
-  document.getElementById("auth").addEventListener("submit", (e) => {
+  // The confirm dialog: every action is confirmed in the page; Escape or
+  // Cancel sends nothing.
+  const confirmAction = (action, id, opener) => {
+    const dialog = $("confirm");
+    setText($("confirm-title"), `${action[0].toUpperCase()}${action.slice(1)} ${id}?`);
+    setText($("confirm-text"), CONSEQUENCES[action] || "");
+    setText($("confirm-ok"), `${action[0].toUpperCase()}${action.slice(1)}`);
+    const openerKey = opener && opener.dataset ? opener.dataset.key : null;
+    dialog.returnValue = "";
+    dialog.onclose = () => {
+      const ok = dialog.returnValue === "ok";
+      const back = openerKey && document.querySelector(`[data-key="${CSS.escape(openerKey)}"]`);
+      if (back) back.focus();
+      if (ok) send(action, id);
+    };
+    dialog.showModal();
+    $("confirm-cancel").focus();
+  };
+
+  // A new route shows what is already known for it, with the age of that
+  // read (and still stale if the last refresh failed) until its own read
+  // answers.
+  const onRoute = () => {
+    ui.route = parseRoute(location.hash);
+    if (ui.route.page === "detail" && (!ui.detail || ui.detail.id !== ui.route.id)) {
+      const known = (ui.views || []).find((v) => v.id === ui.route.id);
+      ui.detail = known || null;
+      ui.detailAt = known ? ui.viewsAt : null;
+      ui.audit = null;
+    }
+    ui.lastOkAt = ui.route.page === "list" ? (ui.views ? ui.viewsAt : null) : (ui.detail ? ui.detailAt : null);
+    if (ui.lastOkAt === null) ui.lastError = null;
+    if (ui.route.page === "list") document.title = "backfill admin";
+    render();
+    const heading = ui.route.page === "detail" ? $("detail-title") : $("list-title");
+    if (document.activeElement && document.activeElement !== document.body && !document.activeElement.closest("#filter")) heading.focus();
+    refresh();
+  };
+
+  $("token").value = ui.token;
+  $("auth").addEventListener("submit", (e) => {
     e.preventDefault();
-    state.token = document.getElementById("token").value.trim();
-    sessionStorage.setItem("backfill-token", state.token);
+    ui.token = $("token").value.trim();
+    sessionStorage.setItem("backfill-token", ui.token);
+    ui.unauthorized = null;
+    ui.changingToken = false;
+    ui.focusAfterRead = true;
     refresh();
   });
-  document.getElementById("rows").addEventListener("click", (e) => {
-    const b = e.target.closest("button[data-action]");
-    if (b) act(b.dataset.action, b.dataset.id);
+  $("change-token").addEventListener("click", () => {
+    ui.changingToken = true;
+    render();
+    $("token").select();
+    $("token").focus();
   });
+  $("forget").addEventListener("click", () => {
+    ui.token = "";
+    sessionStorage.removeItem("backfill-token");
+    ui.changingToken = false;
+    dropData();
+    render();
+    $("token").value = "";
+    $("token").focus();
+  });
+  $("filter").addEventListener("change", (e) => {
+    location.hash = e.target.value === "all" ? "#/" : `#/?state=${e.target.value}`;
+  });
+  $("refresh-now").addEventListener("click", () => refresh());
+  $("interval").addEventListener("change", (e) => {
+    ui.interval = Number(e.target.value);
+    schedule();
+    render();
+  });
+  document.addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-action]");
+    if (b && !b.disabled) confirmAction(b.dataset.action, b.dataset.id, b);
+  });
+  $("result-retry").addEventListener("click", () => {
+    const p = ui.pending;
+    if (p && p.unanswered) send(p.action, p.id);
+  });
+  window.addEventListener("hashchange", onRoute);
+  // Relative times ("expires in 21 s", "last refreshed 14 s ago") move with
+  // the clock between reads.
+  setInterval(render, 1000);
+  schedule();
+  render();
   refresh();
-  setInterval(refresh, 2000);
 }

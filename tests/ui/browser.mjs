@@ -1,0 +1,382 @@
+// Drives the admin web client in headless Chromium for tests/ui_browser.rs.
+//
+//   node tests/ui/browser.mjs <scenario>
+//
+// Environment: BACKFILL_UI_URL (the admin listener), BACKFILL_UI_TOKEN (an
+// operator token), BACKFILL_UI_READER_TOKEN (a token that may read but not
+// operate), BACKFILL_UI_EXPECT (JSON: what each row must show, read
+// by the Rust test from PostgreSQL), BACKFILL_UI_SCREENSHOTS (a directory),
+// BACKFILL_CHROMIUM (the browser; Debian's /usr/bin/chromium by default).
+//
+// Where the Rust side has to act (stop the server, look at PostgreSQL) the
+// script prints `STEP <name> [payload]` and waits for a line on stdin. It
+// prints `PASS <scenario>` and exits 0 when every check held; any failed
+// check throws, and the script exits 1 with the reason on stderr.
+import { chromium } from "playwright-core";
+import { createInterface } from "node:readline";
+import { join } from "node:path";
+
+const scenario = process.argv[2];
+const base = process.env.BACKFILL_UI_URL;
+const token = process.env.BACKFILL_UI_TOKEN;
+const readerToken = process.env.BACKFILL_UI_READER_TOKEN;
+const expected = JSON.parse(process.env.BACKFILL_UI_EXPECT || "[]");
+const shots = process.env.BACKFILL_UI_SCREENSHOTS;
+const executablePath = process.env.BACKFILL_CHROMIUM || "/usr/bin/chromium";
+
+const RUNNING = "items.counter";
+const PENDING = "items.other";
+const PAUSED = "orders.counter";
+const BLOCKED = "tags.counter";
+const COMPLETED = "users.counter";
+const UNKNOWN = "events.compound-counter";
+
+// What each state may offer (docs/CONTRACT.md section 3), written out here
+// rather than imported from app.js, so a wrong projection cannot agree
+// with itself.
+const OFFERED = {
+  pending: ["start"],
+  running: ["pause", "validate"],
+  validating: ["pause", "validate"],
+  paused: ["resume", "validate"],
+  blocked: ["retry", "validate"],
+  failed: ["retry", "validate"],
+  completed: ["validate"],
+};
+
+const stdin = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+
+async function step(name, payload) {
+  console.log(`STEP ${name}${payload ? ` ${payload}` : ""}`);
+  const line = await stdin.next();
+  if (line.done) throw new Error(`stdin closed at step ${name}`);
+}
+
+function check(cond, what) {
+  if (!cond) throw new Error(`check failed: ${what}`);
+}
+
+// Poll `probe` until `ok(value)` holds; fail with the last value after
+// `ms`. Every wait in this script is one of these: no fixed sleeps.
+async function until(what, probe, ok, ms = 45000) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      last = await probe();
+      if (ok(last)) return last;
+    } catch (e) {
+      last = `error: ${e.message}`;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; last: ${JSON.stringify(last)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const browser = await chromium.launch({ executablePath });
+const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+page.setDefaultTimeout(45000);
+const consoleErrors = [];
+page.on("pageerror", (e) => consoleErrors.push(String(e)));
+
+const text = (sel) => page.locator(sel).first().innerText();
+const rowOf = (id) => page.locator(`#rows tr[data-id="${id}"]`);
+const cell = (id, col) => rowOf(id).locator(`.col-${col}`).innerText();
+const banner = () => text("#banner");
+const bannerLabel = () => text("#status-label");
+const buttonsIn = (sel) => page.locator(`${sel} button[data-action]`).evaluateAll((bs) => bs.map((b) => b.dataset.action));
+const shot = (name) => page.screenshot({ path: join(shots, `${scenario}-${name}.png`), fullPage: true });
+
+async function signIn(tok) {
+  await page.locator("#token").fill(tok);
+  await page.locator("#token").press("Enter");
+}
+
+async function openList() {
+  await page.goto(`${base}/ui`);
+  await until("the token prompt", () => page.locator("#auth").isVisible(), (v) => v === true);
+  await signIn(token);
+  await until("a live list", bannerLabel, (t) => t === "Live");
+  await until("every row", () => page.locator("#rows tr").count(), (n) => n === expected.filter((e) => e.id).length);
+}
+
+function expectRow(id) {
+  const e = expected.find((r) => r.id === id);
+  check(e, `an expectation for ${id}`);
+  return e;
+}
+
+// Each row as PostgreSQL has it.
+async function checkRows() {
+  for (const e of expected.filter((r) => r.id)) {
+    const row = rowOf(e.id);
+    check((await row.count()) === 1, `one row for ${e.id}`);
+    check((await row.locator(".col-state .badge").innerText()) === e.state, `${e.id} state ${e.state}`);
+    check((await row.locator(".col-progress .pct").innerText()) === e.pct, `${e.id} progress ${e.pct}, got ${await row.locator(".col-progress .pct").innerText()}`);
+    check((await cell(e.id, "rows")) === e.rows, `${e.id} rows ${e.rows}, got ${await cell(e.id, "rows")}`);
+    const markers = await cell(e.id, "markers");
+    check(markers.includes("gating") === e.gating, `${e.id} gating marker ${e.gating}: ${markers}`);
+    const offered = await buttonsIn(`#rows tr[data-id="${e.id}"]`);
+    check(JSON.stringify(offered) === JSON.stringify(OFFERED[e.state]), `${e.id} offers ${OFFERED[e.state]}, got ${offered}`);
+    if (e.state !== "running") {
+      check((await cell(e.id, "rate")) === "—", `${e.id} has no rate`);
+      check((await cell(e.id, "eta")) === "—", `${e.id} has no ETA`);
+    }
+  }
+}
+
+async function openDetail(id) {
+  await rowOf(id).locator("a").click();
+  await until(`the detail page of ${id}`, () => text("#detail-title-id"), (t) => t === id);
+  await until(`${id}'s data`, () => page.locator("#detail-state .badge").count(), (n) => n === 1);
+  await until(`${id}'s audit trail`, () => page.locator('#detail-body .audit-section[data-read="true"]').count(), (n) => n === 1);
+}
+
+const scenarios = {
+  // The list as PostgreSQL has it; rates only for running rows; the filter.
+  async list() {
+    await openList();
+    await checkRows();
+    check((await cell(BLOCKED, "state")).includes("blocked:"), "the blocked row's diagnostic");
+    check(/^worker-1\nlease expires in \d+ s$/.test(await cell(RUNNING, "owner")), `owner in relative time: ${await cell(RUNNING, "owner")}`);
+    await step("loaded");
+    // The Rust side committed a batch: the running row now has a rate and
+    // an ETA from two reads; the others still have none.
+    await until("a positive rate for the running row", () => cell(RUNNING, "rate"), (t) => /^[\d.,]+ rows\/s$/.test(t) && parseFloat(t) > 0);
+    await until("an ETA for the running row", () => cell(RUNNING, "eta"), (t) => /^\d+ (s|min)/.test(t));
+    await until("4 more rows", () => cell(RUNNING, "rows"), (t) => t === "8 of 10");
+    for (const id of [PENDING, PAUSED, BLOCKED, COMPLETED]) {
+      check((await cell(id, "rate")) === "—" && (await cell(id, "eta")) === "—", `${id}: no rate or ETA`);
+    }
+    await shot("list");
+    // The state filter, by keyboard.
+    await page.locator("#filter").selectOption("blocked");
+    await until("only the blocked row", () => page.locator("#rows tr").evaluateAll((rs) => rs.map((r) => r.dataset.id)), (ids) => ids.length === 1 && ids[0] === BLOCKED);
+    check((await page.evaluate(() => location.hash)) === "#/?state=blocked", "the filter is in the address");
+    check((await page.locator("#filter option:checked").innerText()) === "blocked (1)", "the filter counts");
+    await page.locator("#filter").selectOption("all");
+    await until("all rows again", () => page.locator("#rows tr").count(), (n) => n === 6);
+    await openDetail(RUNNING);
+    const owner = await until("the owner", () => page.locator("#detail-body").innerText(), (t) => /held by worker-1, lease expires in \d+ s/.test(t));
+    check(/bound\s+10/.test(owner) && /checkpoint\s+8/.test(owner), "bound and checkpoint");
+    check(/gating/.test(owner), "readiness participation");
+    await shot("detail-running");
+  },
+
+  // Unknown totals are unknown, never 0%.
+  async unknown() {
+    await openList();
+    const e = expectRow(UNKNOWN);
+    check(e.pct === "unknown" && e.rows.endsWith("of unknown"), "the fixture's total is unknown");
+    check((await cell(UNKNOWN, "progress")).includes("unknown"), "progress unknown");
+    check((await rowOf(UNKNOWN).locator('[role="progressbar"]').count()) === 0, "no progress bar for an unknown total");
+    check(!(await cell(UNKNOWN, "progress")).includes("%"), "no percentage for an unknown total");
+    check((await cell(RUNNING, "progress")).includes("40.0%"), "a known total has its percentage");
+    await step("loaded");
+    await until("a rate for the unknown-total row", () => cell(UNKNOWN, "rate"), (t) => /^[\d.,]+ rows\/s$/.test(t));
+    await until("an honest ETA", () => cell(UNKNOWN, "eta"), (t) => t === "unknown (total unknown)");
+    await openDetail(UNKNOWN);
+    const body = await page.locator("#detail-body").innerText();
+    check(/rows\s+6 of unknown/.test(body), `rows of unknown: ${body}`);
+    check(!/\d%/.test(await page.locator("#detail-body .card").first().innerText()), "no percentage on the detail page");
+    await shot("detail-unknown");
+  },
+
+  // A failed refresh keeps the last data, marked stale with its age.
+  async stale() {
+    await openList();
+    await checkRows();
+    // What a row says about the server's state (rates and lease times move
+    // with the clock and are checked on their own).
+    const facts = () => page.locator("#rows tr").evaluateAll((rs) => rs.map((r) =>
+      ["state", "progress", "rows"].map((c) => r.querySelector(`.col-${c}`).innerText).join(" | ")));
+    const before = await facts();
+    await step("loaded");
+    // The server is gone now.
+    const line = await until("the stale marker", banner, (t) => /^Stale: last refreshed \d+ s ago\./.test(t));
+    check(!/Live/.test(line), "never live while stale");
+    await until("the age to grow", banner, (t) => Number((t.match(/last refreshed (\d+) s ago/) || [])[1]) >= 3);
+    await checkRows();
+    check((await cell(RUNNING, "rate")) === "stale" && (await cell(RUNNING, "eta")) === "stale", "no current rate from stale data");
+    check(JSON.stringify(await facts()) === JSON.stringify(before), "the rows are the last ones read");
+    check((await bannerLabel()) === "Stale", "the banner says stale");
+    await shot("list-stale");
+    // The detail page opened now shows what the list read, stale too.
+    await rowOf(RUNNING).locator("a").click();
+    await until("the detail page", () => text("#detail-title-id"), (t) => t === RUNNING);
+    await until("stale detail", banner, (t) => /^Stale: last refreshed \d+ s ago\./.test(t));
+    check((await text("#detail-state")) === "running", "the last state read");
+    await shot("detail-stale");
+  },
+
+  // Blocked: the diagnostic, and only retry and validate.
+  async blocked() {
+    const message = expected.find((e) => e.message).message;
+    await openList();
+    check((await cell(BLOCKED, "state")).includes(message), "the diagnostic in the list");
+    check(JSON.stringify(await buttonsIn(`#rows tr[data-id="${BLOCKED}"]`)) === '["retry","validate"]', "the list offers retry and validate");
+    await openDetail(BLOCKED);
+    check((await text("#diagnostic")) === `blocked: ${message}`, "the diagnostic on the detail page");
+    check(JSON.stringify(await buttonsIn("#detail-actions")) === '["retry","validate"]', "the page offers retry and validate only");
+    const audit = await page.locator("#detail-body table.audit tbody tr").evaluateAll((rs) => rs.map((r) => [...r.cells].map((c) => c.innerText)));
+    check(audit.some((c) => c[1] === "ops" && c[2] === "start" && c[3] === "pending → running" && c[4] === "applied"), `the audit names the start: ${JSON.stringify(audit)}`);
+    check(/attempts\s+\d+ failed attempts?/.test(await page.locator("#detail-body").innerText()), "the attempt count");
+    await shot("detail-blocked");
+  },
+
+  // Pause (a lost response retried with its key), then resume by keyboard.
+  async "pause-resume"() {
+    await openList();
+    await openDetail(RUNNING);
+    check(JSON.stringify(await buttonsIn("#detail-actions")) === '["pause","validate"]', "a running backfill offers pause and validate");
+    const pause = page.locator('#detail-actions button[data-action="pause"]');
+    const dialog = page.locator("#confirm");
+    await pause.click();
+    await until("the confirm dialog", () => dialog.isVisible(), (v) => v);
+    check((await text("#confirm-title")) === `Pause ${RUNNING}?`, "the dialog names action and backfill");
+    check((await page.evaluate(() => document.activeElement.id)) === "confirm-cancel", "focus starts on Cancel");
+    await page.keyboard.press("Escape");
+    await until("the dialog to close", () => dialog.isVisible(), (v) => !v);
+    check((await page.evaluate(() => document.activeElement.dataset.key)) === `act:pause:${RUNNING}`, "focus returns to the button");
+    await step("cancelled");
+
+    // The first pause reaches the server and commits; its response is lost.
+    const keys = [];
+    let lost = false;
+    await page.route(`**/admin/backfills/${RUNNING}/pause`, async (route) => {
+      keys.push(route.request().headers()["idempotency-key"]);
+      if (!lost) {
+        lost = true;
+        await route.fetch();
+        await route.abort("connectionreset");
+      } else {
+        await route.continue();
+      }
+    });
+    await pause.click();
+    await until("the confirm dialog", () => dialog.isVisible(), (v) => v);
+    await shot("confirm");
+    await page.locator("#confirm-ok").click();
+    await until("an unknown outcome", () => text("#result"), (t) => /no answer \(network error\); the outcome is unknown/.test(t));
+    check((await text("#result-outcome")) === "unknown", "the outcome badge says unknown");
+    check((await page.evaluate(() => document.activeElement.id)) === "result-retry", "focus on the retry");
+    await step("lost");
+
+    await page.keyboard.press("Enter");
+    await until("the replayed answer", () => text("#result-text"), (t) => t === `${RUNNING}: pause: applied (running → paused)`);
+    await until("paused", () => text("#detail-state"), (t) => t === "paused");
+    check(keys.length === 2 && keys[0] === keys[1], `one key for the action and its retry: ${keys}`);
+    await page.unroute(`**/admin/backfills/${RUNNING}/pause`);
+    check(JSON.stringify(await buttonsIn("#detail-actions")) === '["resume","validate"]', "a paused backfill offers resume and validate");
+    await step("paused", keys[0]);
+
+    // Resume with the keyboard alone: Tab to the button, Enter, Tab to the
+    // dialog's confirm, Enter.
+    await page.locator("#detail-title").focus();
+    let reached = false;
+    for (let i = 0; i < 40 && !reached; i++) {
+      await page.keyboard.press("Tab");
+      reached = await page.evaluate((k) => document.activeElement && document.activeElement.dataset.key === k, `act:resume:${RUNNING}`);
+    }
+    check(reached, "Tab reaches the resume button");
+    await page.keyboard.press("Enter");
+    await until("the confirm dialog", () => dialog.isVisible(), (v) => v);
+    await page.keyboard.press("Tab");
+    check((await page.evaluate(() => document.activeElement.id)) === "confirm-ok", "Tab moves to confirm");
+    await page.keyboard.press("Enter");
+    await until("running again", () => text("#detail-state"), (t) => t === "running");
+    await until("the resume in words", () => text("#result-text"), (t) => t === `${RUNNING}: resume: applied (paused → running)`);
+    await until("the resume in the audit trail", () => page.locator("#detail-body table.audit tbody tr").first().innerText(), (t) => /ops\s+resume\s+paused → running\s+applied/.test(t));
+    await shot("detail-resumed");
+    await step("resumed");
+  },
+
+  // Validation of a completed backfill: success, then failure; completed stays.
+  async validate() {
+    await openList();
+    await openDetail(COMPLETED);
+    check(JSON.stringify(await buttonsIn("#detail-actions")) === '["validate"]', "a completed backfill offers validate only");
+    const validate = async () => {
+      await page.locator('#detail-actions button[data-action="validate"]').click();
+      await until("the confirm dialog", () => page.locator("#confirm").isVisible(), (v) => v);
+      await page.locator("#confirm-ok").click();
+    };
+    await validate();
+    await until("success", () => text("#result-outcome"), (t) => t === "success");
+    check((await text("#result-text")) === `${COMPLETED}: validate: success (state completed)`, "the typed outcome in words");
+    await until("one explicit validation", () => page.locator("#detail-body table.mini tbody tr").count(), (n) => n === 1);
+    await step("validated");
+    await validate();
+    await until("failure", () => text("#result-outcome"), (t) => t === "failure");
+    check(/validate: failure — 1 items up to the bound do not have n = 1 \(state completed\)/.test(await text("#result-text")), "the diagnostic of the failure");
+    await until("two explicit validations", () => page.locator("#detail-body table.mini tbody tr").count(), (n) => n === 2);
+    const history = await page.locator("#detail-body table.mini tbody tr").evaluateAll((rs) => rs.map((r) => r.cells[1].innerText));
+    check(JSON.stringify(history) === '["failure","success"]', `newest first: ${history}`);
+    check((await text("#detail-state")) === "completed", "completed stays completed");
+    await until("the latest outcome", () => page.locator("#detail-body").innerText(), (t) => /latest outcome\s+failure — 1 items up to the bound do not have n = 1/.test(t));
+    await shot("detail-validated");
+    await step("failed");
+  },
+
+  // 401: the prompt, focused, and nothing else.
+  async unauthorized() {
+    const noData = async (where) => {
+      await until(`the prompt (${where})`, bannerLabel, (t) => t === "Not authorized");
+      check(await page.locator("#auth").isVisible(), `the token prompt is shown (${where})`);
+      check((await page.evaluate(() => document.activeElement.id)) === "token", `the prompt has focus (${where})`);
+      check((await page.locator("#rows tr").count()) === 0, `no rows (${where})`);
+      check((await page.locator("#detail-body").innerText()) === "", `no detail (${where})`);
+      const data = await page.locator(".data").evaluateAll((es) => es.map((e) => e.innerText).join(" "));
+      for (const word of ["running", "paused", "40.0%", "worker-1", PENDING]) {
+        check(!data.includes(word), `no ${word} shown (${where})`);
+      }
+    };
+    await page.goto(`${base}/ui`);
+    await signIn("not-a-known-token-0123456789");
+    await noData("list");
+    await shot("unauthorized");
+    await page.goto(`${base}/ui#/backfills/${RUNNING}`);
+    await until("the prompt", () => page.locator("#auth").isVisible(), (v) => v);
+    await signIn("not-a-known-token-0123456789");
+    await noData("detail");
+    await page.goto(`${base}/ui#/`);
+    await signIn(token);
+    await until("a live list", bannerLabel, (t) => t === "Live");
+    await until("rows", () => page.locator("#rows tr").count(), (n) => n === 6);
+    await page.locator("#change-token").click();
+    check((await page.evaluate(() => document.activeElement.id)) === "token", "the prompt has focus");
+    await signIn("another-unknown-token-0123456789");
+    await noData("after a valid token");
+    // A token that may read but not operate: a refused action is its
+    // result (403), and the data it may read stays.
+    await signIn(readerToken);
+    await until("a live list for the reader", bannerLabel, (t) => t === "Live");
+    await until("rows", () => page.locator("#rows tr").count(), (n) => n === 6);
+    await rowOf(PAUSED).locator('button[data-action="resume"]').click();
+    await page.locator("#confirm-ok").click();
+    await until("the refusal", () => text("#result-text"), (t) => t.startsWith(`${PAUSED}: resume: HTTP 403 forbidden`));
+    check((await text("#result-outcome")) === "rejected", "a rejected outcome");
+    check((await page.locator("#rows tr").count()) === 6 && (await bannerLabel()) !== "Not authorized", "the reader keeps what it may read");
+    check(!(await page.locator("#auth").isVisible()), "no token prompt for a refusal to operate");
+  },
+};
+
+let code = 0;
+try {
+  const run = scenarios[scenario];
+  if (!run) throw new Error(`unknown scenario ${scenario}`);
+  await run();
+  if (consoleErrors.length) throw new Error(`page errors: ${consoleErrors.join("; ")}`);
+  console.log(`PASS ${scenario}`);
+} catch (e) {
+  code = 1;
+  console.error(e && e.stack ? e.stack : String(e));
+  try {
+    await shot("failure");
+  } catch (e2) {
+    // The screenshot is a help for the reader; the failure above is the result.
+  }
+} finally {
+  await browser.close();
+}
+process.exit(code);

@@ -1,0 +1,613 @@
+//! The web client in a real browser (CT-12, ADM-1..5): headless Chromium
+//! from Debian's `chromium` package, driven by `playwright-core`
+//! (`tests/ui/browser.mjs`), against the real admin server and a real
+//! PostgreSQL. Each test builds its states through the production paths
+//! (the admin API and the engine), serves the admin API with the client at
+//! `/ui`, and runs one scenario of the script. Where the scenario needs the
+//! server or PostgreSQL in between (stop the server, look at a state), the
+//! script prints `STEP <name> [payload]` and waits for a line on its
+//! standard input.
+//!
+//! Index (each test's doc comment names the behaviour whose removal fails
+//! it):
+//! - the list renders the server's state, rates only for running rows:
+//!   `ui_browser_list_renders_server_state`
+//! - unknown totals: `ui_browser_unknown_total_renders_unknown`
+//! - a failed refresh: `ui_browser_failed_refresh_shows_stale_marker`
+//! - blocked: `ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate`
+//! - actions from the page reach PostgreSQL, a lost response is retried
+//!   with its key: `ui_browser_pause_then_resume_changes_postgresql`
+//! - explicit validation: `ui_browser_validate_completed_shows_typed_outcome`
+//! - authorization: `ui_browser_unauthorized_shows_token_prompt_and_no_data`
+//!
+//! Screenshots of the list and detail pages go to `target/ui-screenshots/`.
+//! A missing browser or `tests/ui/node_modules` fails the test, naming the
+//! setup (`.ci/run` does it); nothing is skipped.
+
+mod support;
+
+use backfill::admin::{Admin, AdminConfig, AuthConfig};
+use backfill::{BatchOutcome, Claim, Engine, Phase, Registry, RepairError};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use support::admin::{
+    call, engine_config, serve_with_ui, tokens_file, TestServer, OPERATOR, READER,
+};
+use support::repairs::{events_sql, items_sql, CompoundCounter, Counter, Hooks};
+use support::TestDb;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+const RUNNING: &str = "items.counter";
+const PENDING: &str = "items.other";
+const PAUSED: &str = "orders.counter";
+const BLOCKED: &str = "tags.counter";
+const COMPLETED: &str = "users.counter";
+const UNKNOWN: &str = "events.compound-counter";
+const ALL: [&str; 6] = [RUNNING, PENDING, PAUSED, BLOCKED, COMPLETED, UNKNOWN];
+
+/// The blocked repair's diagnostic, as an operator would read it.
+const BLOCKED_MESSAGE: &str = "tags column holds malformed JSON in some rows; fix them, then retry";
+
+/// Where the browser is: Debian's package, or `BACKFILL_CHROMIUM`.
+fn chromium() -> PathBuf {
+    std::env::var_os("BACKFILL_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+}
+
+fn ui_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui")
+}
+
+/// `target/ui-screenshots`, beside the test's own temporary directory.
+fn screenshot_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp.parent().unwrap_or(tmp).join("ui-screenshots");
+    std::fs::create_dir_all(&dir).expect("create the screenshot directory");
+    dir
+}
+
+/// The backfills of one test: every repair registered, each on a table of
+/// its own so that their runs never meet, and the running one required
+/// (it gates readiness).
+struct Fixture {
+    db: TestDb,
+    engine: Engine,
+    server: Option<TestServer>,
+    hooks: Arc<Hooks>,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let db = support::test_db().await;
+        db.exec(&items_sql(10)).await;
+        for table in ["orders", "tags", "users"] {
+            db.exec(&items_sql(10).replace("items", table)).await;
+        }
+        db.exec(&events_sql(9)).await;
+        let hooks = Hooks::new();
+        let registry = Registry::new()
+            .with(Counter::new(RUNNING, 4, Hooks::new()))
+            .and_then(|r| r.with(Counter::new(PENDING, 4, Hooks::new())))
+            .and_then(|r| r.with(Counter::new(PAUSED, 4, Hooks::new()).on_table("orders")))
+            .and_then(|r| r.with(Counter::new(BLOCKED, 4, hooks.clone()).on_table("tags")))
+            .and_then(|r| r.with(Counter::new(COMPLETED, 4, Hooks::new()).on_table("users")))
+            .and_then(|r| r.with(CompoundCounter { limit: 3 }))
+            .expect("definitions");
+        let engine = Engine::new(db.pool.clone(), registry, engine_config()).expect("engine");
+        engine.register().await.expect("register");
+        let principals = AuthConfig::parse_tokens_file(&tokens_file()).expect("tokens file");
+        let admin = Admin::new(
+            engine.clone(),
+            AdminConfig {
+                auth: AuthConfig::Tokens(principals),
+                auto_backfills: true,
+                required: BTreeSet::from([RUNNING.to_string()]),
+            },
+        );
+        let server = serve_with_ui(admin);
+        Self {
+            db,
+            engine,
+            server: Some(server),
+            hooks,
+        }
+    }
+
+    fn url(&self) -> String {
+        self.server.as_ref().expect("server").url.clone()
+    }
+
+    /// An action through the admin API, as an operator's client sends it.
+    async fn act(&self, id: &str, action: &str) {
+        let key = format!("setup-{action}-{id}");
+        let r = call(
+            &self.url(),
+            "POST",
+            &format!("/admin/backfills/{id}/{action}"),
+            Some(OPERATOR),
+            Some(&key),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{action} {id}: {}", r.text);
+    }
+
+    /// Claim `id` alone (every other ID excluded).
+    async fn claim(&self, id: &str, worker: &str) -> Claim {
+        let others: Vec<String> = ALL
+            .iter()
+            .filter(|other| **other != id)
+            .map(|s| s.to_string())
+            .collect();
+        self.engine
+            .claim_next(worker, &others)
+            .await
+            .expect("claim")
+            .unwrap_or_else(|| panic!("{id} is not claimable"))
+    }
+
+    /// One committed batch on a held claim.
+    async fn batch(&self, claim: &mut Claim) {
+        match self.engine.run_batch(claim).await.expect("batch") {
+            BatchOutcome::Committed { .. } => {}
+            other => panic!("batch of {}: {other:?}", claim.id),
+        }
+    }
+
+    /// Run `id` to `completed`: batches to the bound, then validation.
+    async fn complete(&self, id: &str) {
+        let mut claim = self.claim(id, "worker-2").await;
+        while let BatchOutcome::Committed {
+            reached_bound: false,
+            ..
+        } = self.engine.run_batch(&mut claim).await.expect("batch")
+        {}
+        let claim = self.claim(id, "worker-2").await;
+        assert_eq!(claim.phase, Phase::Validate);
+        self.engine
+            .validate_claimed(&claim)
+            .await
+            .expect("validate");
+        assert_eq!(self.state(id).await, "completed");
+    }
+
+    /// Every state of the list: running with a held claim (40%), pending,
+    /// paused (40%), blocked with its diagnostic, completed, and running
+    /// with an unknown total. Returns the held claims (dropping them would
+    /// not release them; they stay held as a live worker's would).
+    async fn all_states(&self) -> Vec<Claim> {
+        self.act(RUNNING, "start").await;
+        let mut running = self.claim(RUNNING, "worker-1").await;
+        self.batch(&mut running).await;
+
+        self.act(PAUSED, "start").await;
+        let mut paused = self.claim(PAUSED, "worker-1").await;
+        self.batch(&mut paused).await;
+        self.engine.release(&paused).await.expect("release");
+        self.act(PAUSED, "pause").await;
+
+        self.act(BLOCKED, "start").await;
+        *self.hooks.fail_after_mutate.lock() = Some(RepairError::Blocked(BLOCKED_MESSAGE.into()));
+        let mut blocked = self.claim(BLOCKED, "worker-1").await;
+        let error = self
+            .engine
+            .run_batch(&mut blocked)
+            .await
+            .expect_err("the blocked repair fails its batch");
+        let class = error.classification().expect("recordable");
+        self.engine
+            .record_failure(&blocked, &class)
+            .await
+            .expect("record");
+        assert_eq!(self.state(BLOCKED).await, "blocked");
+
+        self.act(COMPLETED, "start").await;
+        self.complete(COMPLETED).await;
+
+        self.act(UNKNOWN, "start").await;
+        let mut unknown = self.claim(UNKNOWN, "worker-1").await;
+        self.batch(&mut unknown).await;
+        vec![running, unknown]
+    }
+
+    async fn state(&self, id: &str) -> String {
+        self.db
+            .text(&format!(
+                "SELECT state AS v FROM backfill WHERE id = '{id}'"
+            ))
+            .await
+            .expect("state")
+    }
+
+    /// What each row must show, read from PostgreSQL (not from the API the
+    /// page reads): state, the percentage (or `unknown`), the rows, and
+    /// whether it gates readiness.
+    async fn expected_rows(&self) -> Value {
+        #[derive(diesel::QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            id: String,
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            state: String,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            rows_done: i64,
+            #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+            source_rows: Option<i64>,
+        }
+        use diesel_async::RunQueryDsl;
+        let mut conn = self.db.pool.get().await.expect("pool");
+        let rows: Vec<Row> =
+            diesel::sql_query("SELECT id, state, rows_done, source_rows FROM backfill ORDER BY id")
+                .load(&mut conn)
+                .await
+                .expect("rows");
+        let expected: Vec<Value> = rows
+            .into_iter()
+            .map(|r| {
+                let pct = match (r.state.as_str(), r.source_rows) {
+                    ("completed" | "validating", _) => "100.0%".to_string(),
+                    ("pending", _) | (_, None) => "unknown".to_string(),
+                    (_, Some(total)) => {
+                        format!("{:.1}%", r.rows_done as f64 * 100.0 / total as f64)
+                    }
+                };
+                let total = r
+                    .source_rows
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "unknown".into());
+                json!({
+                    "id": r.id,
+                    "state": r.state,
+                    "pct": pct,
+                    "rows": format!("{} of {}", r.rows_done, total),
+                    "gating": r.id == RUNNING,
+                })
+            })
+            .collect();
+        Value::Array(expected)
+    }
+
+    async fn stop_server(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.stop().await;
+        }
+    }
+}
+
+/// One run of `tests/ui/browser.mjs`: its standard output read line by
+/// line, its standard error kept for the failure message.
+struct Browser {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    stderr: Arc<parking_lot::Mutex<String>>,
+    scenario: String,
+}
+
+impl Browser {
+    async fn start(scenario: &str, url: &str, expect: &Value) -> Self {
+        let chromium = chromium();
+        assert!(
+            chromium.exists(),
+            "the browser tests need Chromium at {} (Debian: apt-get install -y chromium; \
+             or set BACKFILL_CHROMIUM)",
+            chromium.display()
+        );
+        assert!(
+            ui_dir().join("node_modules/playwright-core").exists(),
+            "the browser tests need playwright-core: run `npm ci` in {}",
+            ui_dir().display()
+        );
+        let mut child = Command::new("node")
+            .arg(ui_dir().join("browser.mjs"))
+            .arg(scenario)
+            .env("BACKFILL_UI_URL", url)
+            .env("BACKFILL_UI_TOKEN", OPERATOR)
+            .env("BACKFILL_UI_READER_TOKEN", READER)
+            .env("BACKFILL_UI_EXPECT", expect.to_string())
+            .env("BACKFILL_UI_SCREENSHOTS", screenshot_dir())
+            .env("BACKFILL_CHROMIUM", &chromium)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node is required for the browser tests (Debian: nodejs)");
+        let stdin = child.stdin.take().expect("stdin");
+        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let stderr = Arc::new(parking_lot::Mutex::new(String::new()));
+        let mut err = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let keep = stderr.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = err.next_line().await {
+                let mut all = keep.lock();
+                all.push_str(&line);
+                all.push('\n');
+            }
+        });
+        Self {
+            child,
+            stdin,
+            lines,
+            stderr,
+            scenario: scenario.to_string(),
+        }
+    }
+
+    fn failure(&self, what: &str) -> String {
+        format!(
+            "browser scenario {}: {what}\n--- browser.mjs stderr ---\n{}",
+            self.scenario,
+            self.stderr.lock()
+        )
+    }
+
+    /// Wait (at most 90 s) for `STEP <name>`; returns its payload.
+    async fn step(&mut self, name: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let line = tokio::time::timeout_at(deadline, self.lines.next_line()).await;
+            match line {
+                Ok(Ok(Some(line))) => {
+                    eprintln!("[{}] {line}", self.scenario);
+                    if let Some(rest) = line.strip_prefix("STEP ") {
+                        let (step, payload) = rest.split_once(' ').unwrap_or((rest, ""));
+                        assert_eq!(step, name, "{}", self.failure("steps out of order"));
+                        return payload.to_string();
+                    }
+                }
+                Ok(_) => {
+                    // The script ended before the step: show why.
+                    let status = self.child.wait().await.ok();
+                    panic!(
+                        "{}",
+                        self.failure(&format!("ended ({status:?}) before step {name}"))
+                    );
+                }
+                Err(_) => panic!("{}", self.failure(&format!("no step {name} within 90 s"))),
+            }
+        }
+    }
+
+    /// Let the script go on past its current step.
+    async fn go(&mut self) {
+        self.stdin
+            .write_all(b"go\n")
+            .await
+            .expect("write to browser.mjs");
+        self.stdin.flush().await.expect("flush");
+    }
+
+    /// Wait for the script to end; it must say `PASS` and exit 0.
+    async fn finish(mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        let mut passed = false;
+        loop {
+            match tokio::time::timeout_at(deadline, self.lines.next_line()).await {
+                Ok(Ok(Some(line))) => {
+                    eprintln!("[{}] {line}", self.scenario);
+                    passed |= line == format!("PASS {}", self.scenario);
+                }
+                Ok(_) => break,
+                Err(_) => panic!("{}", self.failure("did not end within 90 s")),
+            }
+        }
+        let status = tokio::time::timeout_at(deadline, self.child.wait())
+            .await
+            .map_err(|_| self.failure("did not exit"))
+            .unwrap()
+            .expect("wait for browser.mjs");
+        assert!(
+            status.success() && passed,
+            "{}",
+            self.failure(&format!("exit {status:?}"))
+        );
+    }
+}
+
+/// The list shows each backfill as PostgreSQL has it: state, percentage,
+/// rows, the gating marker on the required one, the blocked one's
+/// diagnostic, only the actions its state allows; rows/s and an ETA appear
+/// for the running row once it moves (a batch committed while the page is
+/// open) and never for rows that are not running; the state filter narrows
+/// the list. Guards: `row`/`progressCell`/`markers`/`rateEta`/`actionsFor`
+/// in app.js (any of them wrong fails the comparison with PostgreSQL).
+#[actix_rt::test]
+async fn ui_browser_list_renders_server_state() {
+    let fx = Fixture::new().await;
+    let mut claims = fx.all_states().await;
+    let mut browser = Browser::start("list", &fx.url(), &fx.expected_rows().await).await;
+    browser.step("loaded").await;
+    // Progress while the page watches: a rate needs two reads apart.
+    fx.batch(&mut claims[0]).await;
+    browser.go().await;
+    browser.finish().await;
+}
+
+/// A running backfill whose definition cannot count its source shows
+/// `unknown` (no bar, no percentage, "of unknown" rows) and an ETA of
+/// "unknown (total unknown)" once its rate is measured, never 0%. Guard:
+/// `progressInfo`/`rateEta` treating a null total as unknown.
+#[actix_rt::test]
+async fn ui_browser_unknown_total_renders_unknown() {
+    let fx = Fixture::new().await;
+    let mut claims = fx.all_states().await;
+    let mut browser = Browser::start("unknown", &fx.url(), &fx.expected_rows().await).await;
+    browser.step("loaded").await;
+    fx.batch(&mut claims[1]).await;
+    browser.go().await;
+    browser.finish().await;
+}
+
+/// With the server gone, the page keeps the last data it read, marks it
+/// "Stale: last refreshed N s ago" with a growing age, shows no rate, and
+/// never turns to zeros or "Live"; the detail page opened then is stale
+/// too. Guard: the refresh's error path (keeping `views`, setting
+/// `lastError`) and `statusLine`.
+#[actix_rt::test]
+async fn ui_browser_failed_refresh_shows_stale_marker() {
+    let mut fx = Fixture::new().await;
+    let _claims = fx.all_states().await;
+    let mut browser = Browser::start("stale", &fx.url(), &fx.expected_rows().await).await;
+    browser.step("loaded").await;
+    fx.stop_server().await;
+    browser.go().await;
+    browser.finish().await;
+}
+
+/// A blocked backfill shows its diagnostic in the list and on its detail
+/// page, offers exactly `retry` and `validate`, and its audit trail names
+/// who started it. Guards: `actionsFor("blocked")`, the diagnostic card
+/// and the audit read of the detail page.
+#[actix_rt::test]
+async fn ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate() {
+    let fx = Fixture::new().await;
+    let _claims = fx.all_states().await;
+    let mut expect = fx.expected_rows().await;
+    expect
+        .as_array_mut()
+        .expect("rows")
+        .push(json!({"message": BLOCKED_MESSAGE}));
+    let browser = Browser::start("blocked", &fx.url(), &expect).await;
+    browser.finish().await;
+}
+
+/// Pause from the detail page, confirmed in the page's dialog (Escape sends
+/// nothing), with its response lost after the commit: the page says the
+/// outcome is unknown and offers to retry, and the retry carries the same
+/// Idempotency-Key, so PostgreSQL holds one applied pause and one replay of
+/// it. Then resume, by keyboard alone, back to `running`. Each state is
+/// asserted in PostgreSQL. Guards: the confirm dialog, `keyFor` (a new key
+/// on retry would record a second, `converged` pause) and the actions'
+/// requests.
+#[actix_rt::test]
+async fn ui_browser_pause_then_resume_changes_postgresql() {
+    let fx = Fixture::new().await;
+    let _claims = fx.all_states().await;
+    let generation = format!("SELECT generation AS v FROM backfill WHERE id = '{RUNNING}'");
+    let pauses = format!(
+        "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{RUNNING}' \
+         AND action = 'pause'"
+    );
+    let before = fx.db.scalar(&generation).await;
+    let mut browser = Browser::start("pause-resume", &fx.url(), &fx.expected_rows().await).await;
+
+    browser.step("cancelled").await;
+    assert_eq!(fx.state(RUNNING).await, "running", "Escape sent nothing");
+    assert_eq!(
+        fx.db.scalar(&pauses).await,
+        0,
+        "a cancelled dialog sends nothing"
+    );
+    browser.go().await;
+
+    // The first request committed; only its response was lost.
+    browser.step("lost").await;
+    assert_eq!(fx.state(RUNNING).await, "paused");
+    browser.go().await;
+
+    let key = browser.step("paused").await;
+    assert!(key.starts_with("ui-"), "the page's key: {key}");
+    assert_eq!(fx.state(RUNNING).await, "paused");
+    assert_eq!(
+        fx.db.scalar(&generation).await,
+        before + 1,
+        "one pause, one fence"
+    );
+    let audit = |outcome: &str| {
+        format!(
+            "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{RUNNING}' \
+             AND action = 'pause' AND outcome = '{outcome}' AND correlation = '{key}'"
+        )
+    };
+    assert_eq!(
+        fx.db.scalar(&audit("applied")).await,
+        1,
+        "the pause applied once"
+    );
+    assert_eq!(
+        fx.db.scalar(&audit("replayed")).await,
+        1,
+        "the retry replayed it"
+    );
+    assert_eq!(fx.db.scalar(&pauses).await, 2, "no other pause was sent");
+    browser.go().await;
+
+    browser.step("resumed").await;
+    assert_eq!(fx.state(RUNNING).await, "running");
+    assert_eq!(
+        fx.db
+            .scalar(&format!(
+                "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{RUNNING}' \
+                 AND action = 'resume' AND outcome = 'applied' AND actor = 'ops' \
+                 AND prior_state = 'paused' AND resulting_state = 'running'"
+            ))
+            .await,
+        1
+    );
+    browser.go().await;
+    browser.finish().await;
+    support::admin::assert_audit_complete(&fx.db).await;
+}
+
+/// Explicit validation of a completed backfill from its page shows the
+/// server's typed outcome: `success`, then, after a row was broken behind
+/// its back, `failure` with the definition's diagnostic, while the state
+/// stays `completed` (VAL-5); both runs are listed in its validation
+/// history, each with its own key. Guards: `describeResult`/`resultOutcome`
+/// and the validation card.
+#[actix_rt::test]
+async fn ui_browser_validate_completed_shows_typed_outcome() {
+    let fx = Fixture::new().await;
+    let _claims = fx.all_states().await;
+    let mut browser = Browser::start("validate", &fx.url(), &fx.expected_rows().await).await;
+    browser.step("validated").await;
+    let validations = |outcome: &str| {
+        format!(
+            "SELECT count(DISTINCT correlation) AS v FROM backfill_audit \
+             WHERE backfill_id = '{COMPLETED}' AND action = 'validate' AND outcome = '{outcome}'"
+        )
+    };
+    assert_eq!(fx.db.scalar(&validations("success")).await, 1);
+    fx.db.exec("UPDATE users SET n = 2 WHERE id = 3").await;
+    browser.go().await;
+    browser.step("failed").await;
+    assert_eq!(fx.db.scalar(&validations("failure")).await, 1);
+    assert_eq!(fx.state(COMPLETED).await, "completed");
+    assert_eq!(
+        fx.db
+            .text(&format!(
+                "SELECT validation_outcome AS v FROM backfill WHERE id = '{COMPLETED}'"
+            ))
+            .await
+            .as_deref(),
+        Some("failure")
+    );
+    browser.go().await;
+    browser.finish().await;
+}
+
+/// A token the server rejects (401) shows the token prompt, focused, and no
+/// data at all, on the list and on a detail page; a valid token then shows
+/// the list, and changing to a rejected token drops it again. A token that
+/// may read but not operate keeps its list when an action is refused (403)
+/// and sees the refusal, and nothing changes in PostgreSQL. Guard: the 401
+/// branch of the refresh (`dropData`) and the prompt; the 401-only branch
+/// of the action.
+#[actix_rt::test]
+async fn ui_browser_unauthorized_shows_token_prompt_and_no_data() {
+    let fx = Fixture::new().await;
+    let _claims = fx.all_states().await;
+    let browser = Browser::start("unauthorized", &fx.url(), &fx.expected_rows().await).await;
+    browser.finish().await;
+    assert_eq!(
+        fx.state(PAUSED).await,
+        "paused",
+        "a refused resume changes nothing"
+    );
+}
