@@ -5,22 +5,35 @@
 //! PostgreSQL.
 //!
 //! Index:
+//! - THR-1 batches held back by a real standby's replication lag, by
+//!   sessions waiting for a lock on the repair's table, and by the
+//!   application's own check, with the claim renewed meanwhile:
+//!   `thr1_*`
+//! - THR-2 the throttled condition in the admin view, `/metrics` and the
+//!   log, and an unreadable signal shown as unknown: `thr2_*`
 //! - THR-3 sizing toward a target, the statement-timeout halving and the
 //!   batch contract at the size in force: `thr3_*`
 //!
 //! Batch cost is made real with `pg_sleep` per row in the repair's SET
-//! expression, so sizes and durations are PostgreSQL's, not a mock's.
+//! expression, so sizes and durations are PostgreSQL's, not a mock's; lag
+//! comes from a standby whose replay is paused, lock waits from sessions
+//! queued behind a lock a second connection holds.
 
 mod support;
 
 use backfill::events::Event;
-use backfill::host::{Embedded, HostConfig, Spawned};
+use backfill::health::HealthCheck;
+use backfill::host::{AppError, Application, Embedded, Host, HostConfig, Spawned};
 use backfill::repair::Registry;
 use backfill::repair::SqlRepairBuilder;
 use backfill::{SqlRepair, State};
 use std::time::Duration;
 use support::repairs::{items_sql, Counter, Hooks, SELECT_DEFINITION_LIMIT};
-use support::{engine_config, test_db, TestDb};
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use support::http::request;
+use support::{engine_config, test_db, Deadline, TestDb};
 use tokio::sync::broadcast::error::RecvError;
 
 const SLOW: &str = "items.slow.v1";
@@ -250,4 +263,275 @@ async fn thr3_selection_is_checked_against_the_size_in_force() {
         0
     );
     assert!(row.checkpoint.is_none());
+}
+
+const FIX: &str = "items.fix.v1";
+const TOKEN: &str = "throttle-operator-token-0123456789";
+const MIB: u64 = 1 << 20;
+
+/// The application's own health check: unhealthy while `down` is set.
+#[derive(Default)]
+struct Maintenance {
+    down: AtomicBool,
+}
+
+#[backfill::async_trait]
+impl HealthCheck for Maintenance {
+    async fn check(&self) -> Result<(), String> {
+        if self.down.load(Ordering::SeqCst) {
+            Err("maintenance window".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// An application with one repair over `items` (which it names as its
+/// table) and the maintenance check.
+struct Shop {
+    check: Arc<Maintenance>,
+}
+
+#[backfill::async_trait]
+impl Application for Shop {
+    fn registry(&self) -> Result<Registry, backfill::repair::DefinitionError> {
+        Registry::new().with(
+            SqlRepair::new(FIX, "items")
+                .key("id")
+                .set("n = n + 1")
+                .validate_where("n <> 1")
+                .batch_size(50)
+                .build()?,
+        )
+    }
+
+    fn health_check(&self) -> Option<Arc<dyn HealthCheck>> {
+        Some(self.check.clone())
+    }
+
+    async fn check_schema(&self, _conn: &mut AsyncPgConnection) -> Result<(), AppError> {
+        Ok(())
+    }
+}
+
+/// A host over `url` whose health monitor reads every 50 ms, with leases
+/// short enough that renewals show within a test.
+fn host_config(url: &str) -> HostConfig {
+    let mut config = HostConfig::new(url.to_string());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.auto_backfills = false;
+    config.engine = engine_config();
+    config.engine.lease_ttl = Duration::from_millis(1500);
+    config.runtime.poll_interval = Duration::from_millis(50);
+    config.health.interval = Duration::from_millis(50);
+    config.admin_auth =
+        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+    config
+}
+
+/// What the row says while a claim waits.
+#[derive(Debug, diesel::QueryableByName)]
+struct Held {
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    signal: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    lease: Option<chrono::DateTime<chrono::Utc>>,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    rows: i64,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    moved: bool,
+}
+
+async fn held(conn: &mut AsyncPgConnection) -> Held {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query(format!(
+        "SELECT throttle->>'signal' AS signal, lease_expires_at AS lease, rows_done AS rows, \
+                checkpoint IS NOT NULL AS moved FROM backfill WHERE id = '{FIX}'"
+    ))
+    .get_result(conn)
+    .await
+    .expect("read the row")
+}
+
+/// Wait until the claim's runner records `signal` as holding it back,
+/// then watch three renewals of its lease: the claim stays held and
+/// renewed, and no batch commits meanwhile (THR-1).
+async fn assert_held_back(conn: &mut AsyncPgConnection, signal: &str) {
+    let mut wait = Deadline::new("the runner records the throttle");
+    let mut row = held(conn).await;
+    while row.signal.as_deref() != Some(signal) {
+        wait.tick().await;
+        row = held(conn).await;
+    }
+    let mut lease = row.lease.expect("the claim is held while throttled");
+    for _ in 0..3 {
+        let mut wait = Deadline::new("the lease is renewed while throttled");
+        loop {
+            let now = held(conn).await;
+            assert_eq!(now.rows, 0, "no batch commits while throttled: {now:?}");
+            assert!(!now.moved, "the checkpoint stays put: {now:?}");
+            assert_eq!(now.signal.as_deref(), Some(signal), "{now:?}");
+            match now.lease {
+                Some(renewed) if renewed > lease => {
+                    lease = renewed;
+                    break;
+                }
+                Some(_) => wait.tick().await,
+                None => panic!("the claim was dropped while throttled: {now:?}"),
+            }
+        }
+    }
+}
+
+async fn view(host: &Host) -> serde_json::Value {
+    let auth = format!("Bearer {TOKEN}");
+    let response = request(
+        host.admin_addr,
+        "GET",
+        &format!("/admin/backfills/{FIX}"),
+        &[("Authorization", &auth)],
+        None,
+    )
+    .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    serde_json::from_str(&response.text).expect("a JSON view")
+}
+
+async fn start(host: &Host) {
+    host.engine().start(FIX).await.unwrap();
+    host.embedded.runtime.wake();
+}
+
+async fn completed(host: &Host) {
+    let row = host
+        .engine()
+        .wait_for(
+            FIX,
+            &[State::Completed, State::Failed, State::Blocked],
+            Duration::from_secs(90),
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.state, State::Completed, "{:?}", row.last_error);
+}
+
+/// THR-1 with a real standby: while its replay is paused and the byte lag
+/// is past the limit, the runner holds its claim, keeps it renewed and
+/// commits nothing; the admin view names the signal, its value and its
+/// limit (THR-2). Once replay resumes, the backfill completes and the
+/// condition is gone.
+#[actix_rt::test]
+async fn thr1_replication_lag_holds_batches_back_until_replay_resumes() {
+    let pair = support::standby::StandbyPair::start().await;
+    let mut primary = pair.primary().await;
+    primary
+        .batch_execute(&format!(
+            "{}; CREATE TABLE filler (id bigint, pad text)",
+            items_sql(500)
+        ))
+        .await
+        .unwrap();
+    pair.wait_caught_up().await;
+    pair.pause_replay().await;
+    primary
+        .batch_execute(
+            "INSERT INTO filler SELECT g, repeat('x', 20) FROM generate_series(1, 300000) g",
+        )
+        .await
+        .unwrap();
+    let mut config = host_config(&pair.primary_url());
+    config.health.thresholds.max_lag_bytes = Some(8 * MIB);
+    let check = Arc::new(Maintenance::default());
+    let host = Host::start(config, Shop { check }).await.unwrap();
+    start(&host).await;
+    assert_held_back(&mut primary, "replication_lag_bytes").await;
+    let throttle = view(&host).await["throttle"].clone();
+    assert_eq!(throttle["signal"], "replication_lag_bytes", "{throttle}");
+    let value = throttle["value"].as_f64().expect("a value");
+    assert!(value > (8 * MIB) as f64, "{throttle}");
+    assert_eq!(throttle["threshold"].as_f64(), Some((8 * MIB) as f64));
+    assert!(
+        throttle["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("replication lag") && t.contains("8.0 MiB")),
+        "{throttle}"
+    );
+    pair.resume_replay().await;
+    completed(&host).await;
+    assert!(view(&host).await["throttle"].is_null());
+    let repaired: i64 = {
+        use diesel_async::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct N {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        diesel::sql_query("SELECT count(*) AS n FROM items WHERE n = 1")
+            .get_result::<N>(&mut primary)
+            .await
+            .unwrap()
+            .n
+    };
+    assert_eq!(repaired, 500);
+    host.stop().await;
+}
+
+/// THR-1: the application's check holds batches back while it fails;
+/// then sessions queued for a lock on the repair's own table do, until
+/// the lock is released, and the backfill completes.
+#[actix_rt::test]
+async fn thr1_application_check_and_lock_waiters_hold_batches_back() {
+    let db = test_db().await;
+    db.exec(&items_sql(300)).await;
+    let mut config = host_config(&db.url);
+    config.health.thresholds.max_lock_waiters = Some(0);
+    let check = Arc::new(Maintenance::default());
+    check.down.store(true, Ordering::SeqCst);
+    let host = Host::start(
+        config,
+        Shop {
+            check: check.clone(),
+        },
+    )
+    .await
+    .unwrap();
+    start(&host).await;
+    let mut conn = db.connect().await;
+    assert_held_back(&mut conn, "application").await;
+    let throttle = view(&host).await["throttle"].clone();
+    assert!(
+        throttle["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("maintenance window")),
+        "{throttle}"
+    );
+
+    // A session holds a lock on items and another queues behind it (an
+    // ALTER TABLE waiting for a long read, the classic pile-up).
+    let mut holder = db.connect().await;
+    holder
+        .batch_execute("BEGIN; SELECT count(*) FROM items")
+        .await
+        .unwrap();
+    let url = db.url.clone();
+    let waiter = actix_rt::spawn(async move {
+        let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+        conn.batch_execute("BEGIN; LOCK TABLE items IN ACCESS EXCLUSIVE MODE; COMMIT")
+            .await
+            .unwrap();
+    });
+    support::admin::wait_for_lock_waiters(&db, 1).await;
+    check.down.store(false, Ordering::SeqCst);
+    assert_held_back(&mut conn, "lock_waiters").await;
+
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    waiter.await.unwrap();
+    completed(&host).await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        300
+    );
+    host.stop().await;
 }
