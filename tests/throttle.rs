@@ -27,12 +27,12 @@ use backfill::host::{AppError, Application, Embedded, Host, HostConfig, Spawned}
 use backfill::repair::Registry;
 use backfill::repair::SqlRepairBuilder;
 use backfill::{SqlRepair, State};
-use std::time::Duration;
-use support::repairs::{items_sql, Counter, Hooks, SELECT_DEFINITION_LIMIT};
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use support::http::request;
+use support::repairs::{items_sql, Counter, Hooks, SELECT_DEFINITION_LIMIT};
 use support::{engine_config, test_db, Deadline, TestDb};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -534,4 +534,119 @@ async fn thr1_application_check_and_lock_waiters_hold_batches_back() {
         300
     );
     host.stop().await;
+}
+
+/// PATCH a settings change through `host`'s admin API.
+async fn patch_settings(host: &Host, key: &str, change: &str) {
+    let auth = format!("Bearer {TOKEN}");
+    let response = request(
+        host.admin_addr,
+        "PATCH",
+        &format!("/admin/backfills/{SLOW}/settings"),
+        &[
+            ("Authorization", &auth),
+            ("Idempotency-Key", key),
+            ("Content-Type", "application/json"),
+        ],
+        Some(change),
+    )
+    .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+}
+
+/// A host of the slow repair only, for the settings tests.
+struct Slow;
+
+#[backfill::async_trait]
+impl Application for Slow {
+    fn registry(&self) -> Result<Registry, backfill::repair::DefinitionError> {
+        Registry::new().with(
+            slow_repair(Duration::from_millis(2))
+                .batch_size(20)
+                .build()?,
+        )
+    }
+}
+
+/// Receive `id`'s next committed batch, with when it arrived.
+async fn next_batch(
+    events: &mut tokio::sync::broadcast::Receiver<Event>,
+    id: &str,
+) -> (Batch, tokio::time::Instant) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .expect("a batch in time")
+        {
+            Ok(Event::Progress {
+                id: of,
+                keys,
+                size,
+                took,
+            }) if of == id => {
+                return (Batch { keys, size, took }, tokio::time::Instant::now());
+            }
+            Ok(_) => {}
+            Err(error) => panic!("events: {error}"),
+        }
+    }
+}
+
+/// THR-4: a change made through one process's admin API reaches the
+/// runner of another process at its next batches, without a restart: the
+/// NOTIFY on the wake-up channel makes its claim read the settings again
+/// before the next batch. Then a pause between batches spaces the commits.
+#[actix_rt::test]
+async fn thr4_change_reaches_a_runner_in_another_process_at_its_next_batch() {
+    let db = test_db().await;
+    db.exec(&items_sql(3000)).await;
+    let worker = Host::start(host_config(&db.url), Slow).await.unwrap();
+    let mut events = worker.engine().events().subscribe();
+    worker.engine().start(SLOW).await.unwrap();
+    worker.embedded.runtime.wake();
+    let (first, _) = next_batch(&mut events, SLOW).await;
+    assert_eq!(first.size, 20);
+    // The operator's process: its runtime finds the claim held.
+    let operator = Host::start(host_config(&db.url), Slow).await.unwrap();
+    patch_settings(&operator, "size-3", r#"{"batch_size": 3}"#).await;
+    let changed = tokio::time::Instant::now();
+    // What already started keeps the old size: the batch in flight, the
+    // next one whose gate may run before the NOTIFY arrives, and the body
+    // that one sends ahead behind its commit. The batch after runs with
+    // the new size, well within the refresh bound even without a NOTIFY.
+    let mut seen = vec![];
+    loop {
+        let (batch, at) = next_batch(&mut events, SLOW).await;
+        seen.push(batch);
+        if batch.size == 3 {
+            assert!(
+                seen.len() <= 4 && at - changed < backfill::engine::SETTINGS_REFRESH,
+                "picked up at its next batches: {seen:?}"
+            );
+            break;
+        }
+    }
+    for _ in 0..3 {
+        let (batch, _) = next_batch(&mut events, SLOW).await;
+        assert_eq!(batch.size, 3, "the new size stays in force");
+        assert!(batch.keys <= 3);
+    }
+    patch_settings(&operator, "pause", r#"{"pause_ms": 300}"#).await;
+    // Skip the batches that may have started before the change arrived.
+    for _ in 0..2 {
+        next_batch(&mut events, SLOW).await;
+    }
+    let (_, mut last) = next_batch(&mut events, SLOW).await;
+    for _ in 0..3 {
+        let (_, at) = next_batch(&mut events, SLOW).await;
+        assert!(
+            at - last >= Duration::from_millis(280),
+            "batches are paused apart: {:?}",
+            at - last
+        );
+        last = at;
+    }
+    operator.stop().await;
+    worker.stop().await;
 }
