@@ -16,7 +16,7 @@ pub mod view;
 
 pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
 pub use flood::{FloodGate, FloodLimits};
-pub use settings::{RequestBody, MAX_BODY_BYTES};
+pub use settings::RequestBody;
 pub use view::*;
 
 use crate::engine::{ActionOutcome, Engine, EngineError, ExplicitOutcome, ExplicitValidation};
@@ -24,6 +24,11 @@ use crate::failure::cut;
 use crate::lifecycle::{Action, State};
 use crate::repair::bounded;
 use crate::settings::SettingsError;
+
+/// Largest request body read, in bytes. A change of every setting is a few
+/// hundred bytes (the stored object is bounded to 2 KiB); reading stops
+/// here, so a client cannot make the server hold more.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
 use crate::store::{self, BackfillRow, NewAudit, StoreError};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::Value;

@@ -15,11 +15,6 @@ use diesel_async::AsyncConnection;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// Largest request body read, in bytes. A change of every setting is a few
-/// hundred bytes (the stored object is bounded to 2 KiB); reading stops
-/// here, so a client cannot make the server hold more.
-pub const MAX_BODY_BYTES: usize = 16 * 1024;
-
 /// The audit action and stored request name of a settings change.
 const ACTION: &str = "settings";
 
@@ -35,7 +30,7 @@ pub enum RequestBody<'a> {
         content_type: Option<&'a str>,
         bytes: &'a [u8],
     },
-    /// Longer than [`MAX_BODY_BYTES`]; not read past that.
+    /// Longer than [`super::MAX_BODY_BYTES`]; not read past that.
     TooLarge,
     /// The body could not be read (the connection broke off, say).
     Unreadable,

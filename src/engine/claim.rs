@@ -1,9 +1,12 @@
-//! The claim a worker holds, and the open batch transaction it carries
-//! from one batch to the next.
+//! The claim a worker holds, and what it carries from one batch to the
+//! next: the open batch transaction and the state of its pacing.
 
 use crate::key::render_json;
-use crate::repair::{BodyError, SelectedBatch};
+use crate::pace::{Policy, Sizing};
+use crate::repair::{BodyError, DynRepair, SelectedBatch};
+use crate::settings::Settings;
 use crate::store::{self, PooledConn};
+use std::time::{Duration, Instant};
 
 /// What a claim is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +34,71 @@ pub struct Claim {
     /// message (see the [`engine`](crate::engine) module docs).
     pub(crate) open: OpenBatch,
     /// Settings, sizing and pause of this claim's batches (THR-1..4).
-    pub(crate) pacing: super::pacing::Pacing,
+    pub(crate) pacing: Pacing,
+}
+
+/// What a claim knows of its pacing.
+#[derive(Debug, Default)]
+pub(crate) struct Pacing {
+    /// The live settings as last read, and when.
+    pub(super) settings: Settings,
+    pub(super) read_at: Option<Instant>,
+    /// The engine's change count when the settings were read.
+    pub(super) seen_changes: u64,
+    /// The size in force the row had when the claim first read it.
+    pub(super) stored_size: Option<u32>,
+    sizing: Option<Sizing>,
+    /// When the last batch committed (the pause counts from there).
+    pub(super) last_commit: Option<Instant>,
+    /// The signal recorded on the row as holding this claim back.
+    pub(super) throttled: Option<&'static str>,
+    /// The size and duration of the last committed batch.
+    pub(crate) last: (u32, Duration),
+    /// The size the last step gave a body it sent ahead.
+    pub(super) sent_ahead: u32,
+}
+
+impl Pacing {
+    /// The size the next batch runs with under the settings as last read
+    /// and the definition's limit and target, asked again every batch.
+    pub(super) fn size(&mut self, def: &dyn DynRepair) -> u32 {
+        let policy = Policy::new(&self.settings, def.batch_limit(), def.batch_target());
+        let stored = self.stored_size;
+        let sizing = self
+            .sizing
+            .get_or_insert_with(|| Sizing::new(policy, stored));
+        sizing.set_policy(policy);
+        sizing.size()
+    }
+
+    /// A batch whose body ran with `size` committed in a step that ran
+    /// with `limit`; `ran` keys were selected and changed in this step's
+    /// statements, which took `took`.
+    pub(super) fn committed(&mut self, size: u32, limit: u32, ran: usize, took: Duration) {
+        if let Some(sizing) = self.sizing.as_mut() {
+            sizing.observe(ran, took);
+        }
+        self.last = (size, took);
+        self.sent_ahead = limit;
+        self.last_commit = Some(Instant::now());
+    }
+
+    /// Whether the operator asked for a pause between batches: the commit
+    /// then opens no next transaction, since it would sit idle through
+    /// the pause.
+    pub(super) fn pausing(&self) -> bool {
+        !self.settings.pause().is_zero()
+    }
+
+    /// The size to leave in force after a statement timeout: half the
+    /// current one within the target's range (THR-3). `None` for a fixed
+    /// size, which is the operator's or the definition's to change.
+    pub(super) fn after_timeout(&self) -> Option<i32> {
+        let mut sizing = self.sizing.clone()?;
+        let before = sizing.size();
+        let after = sizing.on_timeout();
+        (after != before).then(|| i32::try_from(after).unwrap_or(i32::MAX))
+    }
 }
 
 /// A pooled connection inside a batch transaction that the previous

@@ -9,13 +9,13 @@
 //! batch back while the health monitor's cached signals are past their
 //! thresholds, after giving back the claim's open batch transaction, so a
 //! throttled claim holds no snapshot, lock or idle transaction while it
-//! waits (EX-5).
+//! waits (EX-5). What it keeps per claim (`Pacing`: the settings as read,
+//! the sizing, the last commit) the claim carries, in `claim.rs`.
 
 use super::claim::{rollback_to_pool, Claim, Open};
 use super::error::EngineError;
 use super::Engine;
 use crate::health::{Throttle, Verdict};
-use crate::pace::{Policy, Sizing};
 use crate::repair::DynRepair;
 use crate::settings::Settings;
 use crate::store::{self, StoreError};
@@ -25,27 +25,6 @@ use std::time::{Duration, Instant};
 /// The longest a claim goes without reading its settings again when no
 /// change was announced (a lost NOTIFY, a process without a listener).
 pub const SETTINGS_REFRESH: Duration = Duration::from_secs(1);
-
-/// What a claim knows of its pacing.
-#[derive(Debug, Default)]
-pub(crate) struct Pacing {
-    /// The live settings as last read, and when.
-    settings: Settings,
-    read_at: Option<Instant>,
-    /// The engine's change count when the settings were read.
-    seen_changes: u64,
-    /// The size in force the row had when the claim first read it.
-    stored_size: Option<u32>,
-    sizing: Option<Sizing>,
-    /// When the last batch committed (the pause counts from there).
-    last_commit: Option<Instant>,
-    /// The signal recorded on the row as holding this claim back.
-    throttled: Option<&'static str>,
-    /// The size and duration of the last committed batch.
-    pub(crate) last: (u32, Duration),
-    /// The size the last step gave a body it sent ahead.
-    pub(super) sent_ahead: u32,
-}
 
 /// What [`Engine::gate`] decided.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,49 +40,6 @@ pub enum Gate {
         throttle: Throttle,
         recheck: Duration,
     },
-}
-
-impl Pacing {
-    /// The size the next batch runs with under the settings as last read
-    /// and the definition's limit and target, asked again every batch.
-    pub(super) fn size(&mut self, def: &dyn DynRepair) -> u32 {
-        let policy = Policy::new(&self.settings, def.batch_limit(), def.batch_target());
-        let stored = self.stored_size;
-        let sizing = self
-            .sizing
-            .get_or_insert_with(|| Sizing::new(policy, stored));
-        sizing.set_policy(policy);
-        sizing.size()
-    }
-
-    /// A batch whose body ran with `size` committed in a step that ran
-    /// with `limit`; `ran` keys were selected and changed in this step's
-    /// statements, which took `took`.
-    pub(super) fn committed(&mut self, size: u32, limit: u32, ran: usize, took: Duration) {
-        if let Some(sizing) = self.sizing.as_mut() {
-            sizing.observe(ran, took);
-        }
-        self.last = (size, took);
-        self.sent_ahead = limit;
-        self.last_commit = Some(Instant::now());
-    }
-
-    /// Whether the operator asked for a pause between batches: the commit
-    /// then opens no next transaction, since it would sit idle through
-    /// the pause.
-    pub(super) fn pausing(&self) -> bool {
-        !self.settings.pause().is_zero()
-    }
-
-    /// The size to leave in force after a statement timeout: half the
-    /// current one within the target's range (THR-3). `None` for a fixed
-    /// size, which is the operator's or the definition's to change.
-    pub(super) fn after_timeout(&self) -> Option<i32> {
-        let mut sizing = self.sizing.clone()?;
-        let before = sizing.size();
-        let after = sizing.on_timeout();
-        (after != before).then(|| i32::try_from(after).unwrap_or(i32::MAX))
-    }
 }
 
 impl Engine {

@@ -1,12 +1,11 @@
 //! Judging a snapshot against limits: pure, so a runner can call it before
 //! every batch at no cost.
 
-use super::{Reading, Signal, Snapshot, Thresholds, Throttle, UnknownPolicy, Verdict};
+use super::{
+    Reading, Signal, Snapshot, Thresholds, Throttle, UnknownPolicy, Verdict, WAL_RATE_FIRST,
+};
 use crate::failure::bounded;
 use std::time::{Duration, Instant};
-
-/// Why a first WAL rate reading is unknown.
-pub(super) const WAL_RATE_FIRST: &str = "the WAL rate needs two readings";
 
 /// One checked signal as judged.
 enum Judged {

@@ -322,6 +322,9 @@ impl fmt::Display for Signal {
     }
 }
 
+/// Why a first WAL rate reading is unknown.
+pub(super) const WAL_RATE_FIRST: &str = "the WAL rate needs two readings";
+
 /// One signal's reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reading<T> {
@@ -384,7 +387,7 @@ impl Snapshot {
             Signal::ReplicationLagBytes => self.lag_bytes.reason(),
             Signal::ReplicationLag => self.lag.reason(),
             Signal::WalRate => match &self.wal_bytes_per_s {
-                Reading::Known(None) => Some(evaluate::WAL_RATE_FIRST),
+                Reading::Known(None) => Some(WAL_RATE_FIRST),
                 other => other.reason(),
             },
             Signal::LockWaiters => self.lock_waiters.reason(),

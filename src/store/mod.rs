@@ -2,7 +2,7 @@
 //!
 //! One named function per statement, named `<entity>_<verb>`; each doc
 //! comment states the locks it takes and the fence it applies. Every fenced
-//! write returns zero rows as a typed outcome (`None`/`false`/[`Fence::Stale`]),
+//! write returns zero rows as a typed outcome (`None`/`false`/[`FenceCommit::Stale`]),
 //! never ignored. Repairs run their own SQL over their own tables; they never
 //! see these tables. The statements that read the server's health signals
 //! (`health_<verb>`, statistics views only) live here too.
@@ -10,21 +10,29 @@
 mod admin;
 mod audit;
 mod backfill;
+mod batch;
 mod health;
+mod lease;
+mod lifecycle;
 mod pacing;
 mod pool;
 mod prepared;
+mod wake;
 
 pub use admin::*;
 pub use audit::*;
 pub use backfill::*;
+pub use batch::*;
 pub use health::*;
+pub use lease::*;
+pub use lifecycle::*;
 pub use pacing::*;
 pub use pool::{
     build_pool, connect_dedicated, database_recreate, run_embedded, run_migrations,
     url_with_database, Pool, PooledConn, MIGRATIONS,
 };
 pub use prepared::{cached, Cached};
+pub use wake::*;
 
 use crate::failure::RepairError;
 pub use crate::failure::{classify, describe};

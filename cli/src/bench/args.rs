@@ -1,0 +1,129 @@
+//! What `backfill bench` takes and how it fails: the runners, the flags,
+//! the repair shapes of the engine runs and the bench's error.
+
+use backfill::engine::EngineError;
+use backfill::store::StoreError;
+use std::path::PathBuf;
+
+/// What `backfill bench` can measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Runner {
+    /// PL/pgSQL procedure, COMMIT per batch: the server-side limit.
+    Plpgsql,
+    /// Minimal hand-written client loop on one connection.
+    Client,
+    /// The product path: one backfill through the actor runtime, the
+    /// repair in its one-statement form (`SelectAndMutate`).
+    Engine,
+    /// The same as `engine`, the repair declared as a `SqlRepair` instead
+    /// of written by hand.
+    EngineSql,
+    /// The same, the repair in its two-statement form (`select_keys`, then
+    /// `mutate` with the keys).
+    EngineKeys,
+    /// The same as `engine`, the repair declaring that it does not overlap
+    /// commits (`Repair::overlap_commits` false): each batch's body runs
+    /// after the previous batch committed, on the same connection.
+    EngineSerial,
+    /// K backfills over K disjoint tables at once (K = cores by default).
+    EngineK,
+    /// K `plpgsql` loops over the same K tables at once: how far the
+    /// server itself scales on this machine, the reference for `engine-k`.
+    PlpgsqlK,
+    /// Takeover latency after SIGKILL of the owning process.
+    Takeover,
+    /// Peak RSS of the worker over a long engine run (`--rss-rows`).
+    Rss,
+    /// Admin API list latency (p50/p99) with 10,000 registered backfills
+    /// under 32 concurrent clients.
+    AdminList,
+}
+
+/// How the engine runs' repair is declared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// One-statement form, overlapping commits (`engine`, `engine-k`).
+    OneStatement,
+    /// Two-statement form, overlapping commits (`engine-keys`).
+    TwoStatement,
+    /// One-statement form, batches one after the other (`engine-serial`).
+    Serial,
+    /// The declarative `SqlRepair` of the same update (`engine-sql`).
+    Sql,
+}
+
+/// Flags of `backfill bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// PostgreSQL server URL; the bench (re)creates its own database on it
+    /// and drops it at the end. Unset: a throwaway cluster.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Name of the bench database created on that server.
+    #[arg(long, default_value = "backfill_bench")]
+    pub database: String,
+    /// Rows of the canonical table (N).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: u64,
+    /// Batch sizes (B), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    pub batch: Vec<u32>,
+    /// Repetitions per runner and batch size; the report shows medians.
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// What to run, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "plpgsql,client,engine,engine-sql,engine-keys,engine-serial,engine-k,plpgsql-k"
+    )]
+    pub only: Vec<Runner>,
+    /// Backfills of `engine-k` and loops of `plpgsql-k` (default: the
+    /// number of cores). The N rows are split evenly over K tables.
+    #[arg(long)]
+    pub k: Option<usize>,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the report as Markdown to this file (benches/README.md).
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Lease TTL of the engine runs and of the takeover measurement, ms.
+    #[arg(long, default_value_t = 5_000)]
+    pub lease_ttl_ms: u64,
+    /// Supervisor poll interval of the engine runs and takeover, ms.
+    #[arg(long, default_value_t = 250)]
+    pub poll_interval_ms: u64,
+    /// Rows of the `rss` run.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub rss_rows: u64,
+    /// Keep the bench database afterwards.
+    #[arg(long)]
+    pub keep: bool,
+    /// Internal: run as the owner process of the takeover measurement on
+    /// this database URL until killed.
+    #[arg(long, hide = true)]
+    pub takeover_owner: Option<String>,
+}
+
+/// Errors of the bench.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// Invalid flags.
+    #[error("invalid arguments: {0}")]
+    Args(String),
+    /// A run did not finish as it must.
+    #[error("{0}")]
+    Run(String),
+}
+
+impl From<diesel::result::Error> for BenchError {
+    fn from(e: diesel::result::Error) -> Self {
+        BenchError::Store(StoreError::Database(e))
+    }
+}

@@ -1,0 +1,205 @@
+//! `backfill bench` from flags to report: the database, the runs in their
+//! order, the extras, and the report on stdout and in Markdown.
+
+use super::args::{BenchArgs, BenchError, Runner, Shape};
+use super::context::Ctx;
+use super::extras::{admin_list, rss, takeover, takeover_owner};
+use super::report::{Report, METHOD};
+use super::sql::{TextValue, SETUP_SQL};
+use backfill::store::{self, StoreError};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+
+/// Run the bench as `args` says; returns the process exit code (0, or 2
+/// when a run failed verification). Must run inside an actix system.
+pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
+    if args.rows == 0 || args.reps == 0 || args.batch.is_empty() || args.batch.contains(&0) {
+        return Err(BenchError::Args(
+            "--rows, --reps and every --batch must be positive".into(),
+        ));
+    }
+    if args.k == Some(0) {
+        return Err(BenchError::Args("--k must be positive".into()));
+    }
+    if let Some(url) = &args.takeover_owner {
+        takeover_owner(&args, url).await?;
+        return Ok(0);
+    }
+    // A throwaway cluster when no server was given; stopped on drop.
+    let (server, _cluster) = match &args.database_url {
+        Some(url) => (url.clone(), None),
+        None => {
+            let cluster = tokio::task::spawn_blocking(|| {
+                backfill::ephemeral::EphemeralPostgres::start("bench")
+            })
+            .await
+            .map_err(|_| BenchError::Run("starting PostgreSQL panicked".into()))?
+            .map_err(|e| BenchError::Run(e.to_string()))?;
+            (cluster.url(), Some(cluster))
+        }
+    };
+    let url = store::database_recreate(&server, &args.database).await?;
+    store::run_migrations(&url).await?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let k = args.k.unwrap_or(cores);
+    // `plpgsql-k` holds K connections at once; one more verifies.
+    let pool = store::build_pool(&url, (k as u32).saturating_add(2).max(4)).await?;
+    let mut ctx = Ctx {
+        args: args.clone(),
+        url,
+        pool,
+        run_seq: 0,
+    };
+    ctx.exec(SETUP_SQL).await?;
+    let pg_version = {
+        let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
+        let v: TextValue = diesel::sql_query("SELECT version() AS v")
+            .get_result(&mut conn)
+            .await?;
+        v.v.split(" on ").next().unwrap_or(&v.v).to_string()
+    };
+    // Commit cost depends on these more than on anything the engine does;
+    // the throwaway cluster runs with both off.
+    let durability = {
+        let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
+        let v: TextValue = diesel::sql_query(
+            "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' \
+                 || current_setting('synchronous_commit') AS v",
+        )
+        .get_result(&mut conn)
+        .await?;
+        v.v
+    };
+    let mut only = args.only.clone();
+    only.sort();
+    only.dedup();
+    let mut report = Report {
+        cores,
+        pg_version,
+        durability,
+        rows: args.rows,
+        reps: args.reps,
+        k,
+        runs: Vec::new(),
+        takeover: None,
+        rss: None,
+        admin_list: None,
+    };
+    let result = async {
+        for &batch in &args.batch {
+            for rep in 1..=args.reps {
+                // Even repetitions run the runners in reverse order, so a
+                // machine that speeds up or slows down over a repetition
+                // does not favour the same runner every time.
+                let order: Vec<Runner> = if rep % 2 == 0 {
+                    only.iter().rev().copied().collect()
+                } else {
+                    only.clone()
+                };
+                for &runner in &order {
+                    let run = match runner {
+                        Runner::Plpgsql => ctx.plpgsql(batch, rep).await?,
+                        Runner::Client => ctx.client(batch, rep).await?,
+                        Runner::Engine => {
+                            let table = ["items".into()];
+                            ctx.engine_run("engine", &table, args.rows, batch, rep, Shape::OneStatement)
+                                .await?
+                        }
+                        Runner::EngineSql => {
+                            let table = ["items".into()];
+                            ctx.engine_run("engine-sql", &table, args.rows, batch, rep, Shape::Sql)
+                                .await?
+                        }
+                        Runner::EngineKeys => {
+                            let table = ["items".into()];
+                            ctx.engine_run("engine-keys", &table, args.rows, batch, rep, Shape::TwoStatement)
+                                .await?
+                        }
+                        Runner::EngineSerial => {
+                            let table = ["items".into()];
+                            ctx.engine_run("engine-serial", &table, args.rows, batch, rep, Shape::Serial)
+                                .await?
+                        }
+                        Runner::EngineK => {
+                            let tables = k_tables(k);
+                            let each = (args.rows / k as u64).max(1);
+                            let r = ctx
+                                .engine_run("engine-k", &tables, each, batch, rep, Shape::OneStatement)
+                                .await?;
+                            ctx.drop_tables(&tables).await?;
+                            r
+                        }
+                        Runner::PlpgsqlK => {
+                            let tables = k_tables(k);
+                            let each = (args.rows / k as u64).max(1);
+                            let r = ctx.plpgsql_k(&tables, each, batch, rep).await?;
+                            ctx.drop_tables(&tables).await?;
+                            r
+                        }
+                        Runner::Takeover | Runner::Rss | Runner::AdminList => continue,
+                    };
+                    if !args.json {
+                        eprintln!(
+                            "{} B={} rep {}: {:.0} rows/s, batch mean {:.3} ms, p99 {:.3} ms, verified {}",
+                            run.runner, run.batch, run.rep, run.rows_per_s(),
+                            run.batch_mean_ms, run.batch_p99_ms, run.verified
+                        );
+                    }
+                    report.runs.push(run);
+                }
+            }
+        }
+        let first = args.batch[0];
+        if only.contains(&Runner::Takeover) {
+            report.takeover = Some(takeover(&mut ctx, first).await?);
+        }
+        if only.contains(&Runner::Rss) {
+            report.rss = Some(rss(&mut ctx, first).await?);
+        }
+        if only.contains(&Runner::AdminList) {
+            report.admin_list = Some(admin_list(&ctx).await?);
+        }
+        Ok::<(), BenchError>(())
+    }
+    .await;
+    let pool = ctx.pool.clone();
+    drop(ctx);
+    drop(pool);
+    if !args.keep {
+        // Big tables: give the disk back. A new empty database of the same
+        // name is cheaper to leave than to reason about; drop it outright.
+        let _ = drop_database(&server, &args.database).await;
+    }
+    result?;
+    if args.json {
+        println!("{}", report.json());
+    } else {
+        println!("{}", report.markdown());
+    }
+    if let Some(path) = &args.markdown {
+        // The invocation as given, so the file says how to regenerate it.
+        let command: Vec<String> = std::env::args().skip(1).collect();
+        let text = format!(
+            "# Throughput benchmark\n\nGenerated by `backfill {}` (release build). \
+             Numbers are noisy on a shared 2-core machine; the ratios are what count.\n\n{METHOD}\n{}",
+            command.join(" "),
+            report.markdown()
+        );
+        std::fs::write(path, text)
+            .map_err(|e| BenchError::Run(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(if report.verified() { 0 } else { 2 })
+}
+
+/// The K tables of `engine-k` and `plpgsql-k`.
+fn k_tables(k: usize) -> Vec<String> {
+    (1..=k).map(|i| format!("items_k{i}")).collect()
+}
+
+async fn drop_database(server: &str, name: &str) -> Result<(), BenchError> {
+    let mut conn = AsyncPgConnection::establish(server)
+        .await
+        .map_err(|_| BenchError::Run("cannot connect to drop the bench database".into()))?;
+    conn.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    Ok(())
+}

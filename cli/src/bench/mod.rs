@@ -1,0 +1,56 @@
+//! `backfill bench`: same-run throughput of the product path against the
+//! server-side limit and a minimal client loop.
+//!
+//! One invocation, one database (`backfill_bench` on the given server, or a
+//! throwaway cluster), the canonical workload: `items(id bigint primary
+//! key, email text not null, email_norm text, touched int not null default
+//! 0)` with N rows; the repair sets `email_norm = lower(email)` and
+//! `touched = touched + 1` by id in batches of B, checkpoint committed with
+//! every batch. Every runner does the same statements per batch (select at
+//! most B keys after the checkpoint, update them by id, advance the
+//! checkpoint, commit), so the differences are round trips and overhead:
+//!
+//! 1. `plpgsql`: a procedure that loops the batches with `COMMIT` per batch
+//!    (no client round trips at all: the server-side limit);
+//! 2. `client`: a minimal hand-written loop on one connection (BEGIN, select,
+//!    update, checkpoint, COMMIT), no claims or fencing;
+//! 3. `engine`: the product path: registered repair, `start`, the actor
+//!    runtime claiming, renewing and running fenced batches through
+//!    validation to `completed`, the repair in its one-statement form;
+//! 4. `engine-sql`: the same as `engine` with the repair declared as a
+//!    `SqlRepair` (the library writes its statements), read against the
+//!    hand-written one of `engine`;
+//! 5. `engine-keys`: the same with the repair's two-statement form (select
+//!    the keys, then update them by id);
+//! 6. `engine-serial`: the same as `engine` with a repair that does not
+//!    overlap commits (`Repair::overlap_commits`), the baseline of that;
+//! 7. `engine-k`: K independent backfills over K disjoint tables at once;
+//! 8. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
+//!    machine's own scaling limit that `engine-k` is read against.
+//!
+//! After every run every row must have `email_norm = lower(email)` and
+//! `touched = 1` (a 2 is a batch applied twice): otherwise the run is
+//! invalid and the command exits non-zero. Extras: `takeover` (latency of a
+//! takeover after SIGKILL of the owner process), `rss` (peak RSS of a
+//! worker over a long run) and `admin-list` (list latency under concurrent
+//! clients, after a warm-up). A benchmark prints numbers; it asserts nothing
+//! about timings.
+//!
+//! The bench's SQL is for its own tables only; the framework's tables are
+//! touched only through the engine.
+
+mod args;
+mod context;
+mod entry;
+mod extras;
+mod repair;
+mod report;
+mod runners;
+mod sql;
+mod stats;
+mod timed;
+
+pub use args::{BenchArgs, BenchError, Runner};
+pub use entry::run;
+pub use repair::ItemsRepair;
+pub use stats::RunResult;

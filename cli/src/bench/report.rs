@@ -1,0 +1,359 @@
+//! The report: medians, ratios and their per-repetition ranges, as JSON or
+//! Markdown, and how to read it.
+
+use super::stats::{median, round3, RunResult};
+use serde_json::{json, Value};
+
+pub(super) struct Report {
+    pub(super) cores: usize,
+    pub(super) pg_version: String,
+    /// The server's `fsync` and `synchronous_commit`.
+    pub(super) durability: String,
+    pub(super) rows: u64,
+    pub(super) reps: u32,
+    pub(super) k: usize,
+    pub(super) runs: Vec<RunResult>,
+    pub(super) takeover: Option<Value>,
+    pub(super) rss: Option<Value>,
+    pub(super) admin_list: Option<Value>,
+}
+
+impl Report {
+    /// Median of `f` over the runs of `runner` at `batch` that have a value.
+    fn median_by(
+        &self,
+        runner: &str,
+        batch: u32,
+        f: impl Fn(&RunResult) -> Option<f64>,
+    ) -> Option<f64> {
+        let xs: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|r| r.runner == runner && r.batch == batch)
+            .filter_map(f)
+            .collect();
+        (!xs.is_empty()).then(|| median(xs))
+    }
+
+    fn median_rps(&self, runner: &str, batch: u32) -> Option<f64> {
+        self.median_by(runner, batch, |r| Some(r.rows_per_s()))
+    }
+
+    fn median_phase_rps(&self, runner: &str, batch: u32) -> Option<f64> {
+        self.median_by(runner, batch, RunResult::batch_phase_rows_per_s)
+    }
+
+    fn batches(&self) -> Vec<u32> {
+        let mut b: Vec<u32> = self.runs.iter().map(|r| r.batch).collect();
+        b.sort_unstable();
+        b.dedup();
+        b
+    }
+
+    fn ratio(&self, a: Option<f64>, b: Option<f64>) -> Option<f64> {
+        match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some((a / b * 1000.0).round() / 1000.0),
+            _ => None,
+        }
+    }
+
+    /// `(engine/plpgsql, engine/client, engine-k/(k*engine),
+    /// plpgsql-k/(k*plpgsql), engine-sql/engine)` for `batch`.
+    fn ratios(&self, batch: u32) -> [Option<f64>; 5] {
+        let e = self.median_rps("engine", batch);
+        let p = self.median_rps("plpgsql", batch);
+        let k = self.k as f64;
+        [
+            self.ratio(e, p),
+            self.ratio(e, self.median_rps("client", batch)),
+            self.ratio(self.median_rps("engine-k", batch), e.map(|e| e * k)),
+            self.ratio(self.median_rps("plpgsql-k", batch), p.map(|p| p * k)),
+            self.ratio(self.median_rps("engine-sql", batch), e),
+        ]
+    }
+
+    /// The same ratio within each repetition: `a`'s rows/s over `scale`
+    /// times `b`'s. A repetition runs every runner once, back to back, so
+    /// each pair saw the same minutes of the machine; the spread of these
+    /// is the noise the medians hide. `(min, max)` over the repetitions
+    /// that have both runs.
+    fn rep_range(&self, a: &str, b: &str, scale: f64, batch: u32) -> Option<(f64, f64)> {
+        let run = |runner: &str, rep: u32| {
+            self.runs
+                .iter()
+                .find(|r| r.runner == runner && r.batch == batch && r.rep == rep)
+        };
+        let xs: Vec<f64> = (1..=self.reps)
+            .filter_map(|rep| {
+                let (x, y) = (run(a, rep)?, run(b, rep)?);
+                let d = y.rows_per_s() * scale;
+                (d > 0.0).then(|| x.rows_per_s() / d)
+            })
+            .collect();
+        let min = xs.iter().copied().reduce(f64::min)?;
+        let max = xs.iter().copied().reduce(f64::max)?;
+        Some((round3(min), round3(max)))
+    }
+
+    /// [`Report::ratios`]' per-repetition ranges, in the same order.
+    fn ranges(&self, batch: u32) -> [Option<(f64, f64)>; 5] {
+        let k = self.k as f64;
+        [
+            self.rep_range("engine", "plpgsql", 1.0, batch),
+            self.rep_range("engine", "client", 1.0, batch),
+            self.rep_range("engine-k", "engine", k, batch),
+            self.rep_range("plpgsql-k", "plpgsql", k, batch),
+            self.rep_range("engine-sql", "engine", 1.0, batch),
+        ]
+    }
+
+    pub(super) fn verified(&self) -> bool {
+        self.runs.iter().all(|r| r.verified)
+            && [&self.takeover, &self.rss]
+                .into_iter()
+                .flatten()
+                .all(|v| v["verified"] != Value::Bool(false))
+    }
+
+    pub(super) fn json(&self) -> Value {
+        let mut ratios = json!({
+            "engine_vs_plpgsql": {}, "engine_vs_client": {}, "engine_k_vs_k_engine": {},
+            "plpgsql_k_vs_k_plpgsql": {}, "engine_sql_vs_engine": {},
+        });
+        let mut ranges = ratios.clone();
+        let keys = [
+            "engine_vs_plpgsql",
+            "engine_vs_client",
+            "engine_k_vs_k_engine",
+            "plpgsql_k_vs_k_plpgsql",
+            "engine_sql_vs_engine",
+        ];
+        for b in self.batches() {
+            for ((key, v), range) in keys.iter().zip(self.ratios(b)).zip(self.ranges(b)) {
+                ratios[key][b.to_string()] = json!(v);
+                ranges[key][b.to_string()] = json!(range.map(|(lo, hi)| [lo, hi]));
+            }
+        }
+        json!({
+            "cores": self.cores,
+            "postgres_version": self.pg_version,
+            "postgres_durability": self.durability,
+            "rows": self.rows,
+            "reps": self.reps,
+            "k": self.k,
+            "verified": self.verified(),
+            "ratios": ratios,
+            "ratio_ranges_within_reps": ranges,
+            "runs": self.runs.iter().map(RunResult::json).collect::<Vec<_>>(),
+            "takeover": self.takeover,
+            "rss": self.rss,
+            "admin_list": self.admin_list,
+            "admin_list_latency": Value::Null,
+        })
+    }
+
+    pub(super) fn markdown(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "Machine: {} cores; {} ({}).\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k and plpgsql-k (N split over K tables).\n\n",
+            self.cores, self.pg_version, self.durability, self.rows, self.reps, self.k
+        ));
+        if !self.runs.is_empty() {
+            s.push_str(
+                "| B | runner | rows/s | batch mean ms | batch p99 ms | vs plpgsql | vs client | rows/s in batches | CPU busy |\n",
+            );
+            s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        }
+        for b in self.batches() {
+            let p = self.median_rps("plpgsql", b);
+            let c = self.median_rps("client", b);
+            for runner in [
+                "plpgsql",
+                "client",
+                "engine",
+                "engine-sql",
+                "engine-keys",
+                "engine-serial",
+                "engine-k",
+                "plpgsql-k",
+            ] {
+                let Some(rps) = self.median_rps(runner, b) else {
+                    continue;
+                };
+                let fmt = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
+                let in_batches = self.median_phase_rps(runner, b);
+                s.push_str(&format!(
+                    "| {b} | {runner} | {:.0} | {:.3} | {:.3} | {} | {} | {} | {} |\n",
+                    rps,
+                    self.median_by(runner, b, |r| Some(r.batch_mean_ms))
+                        .unwrap_or(0.0),
+                    self.median_by(runner, b, |r| Some(r.batch_p99_ms))
+                        .unwrap_or(0.0),
+                    fmt(self.ratio(Some(rps), p)),
+                    fmt(self.ratio(Some(rps), c)),
+                    in_batches.map(|x| format!("{x:.0}")).unwrap_or("-".into()),
+                    self.median_by(runner, b, |r| r.cpu_busy)
+                        .map(|x| format!("{:.0}%", x * 100.0))
+                        .unwrap_or("-".into()),
+                ));
+            }
+        }
+        let bs = self.batches();
+        if !bs.is_empty() {
+            s.push_str("\nRatios of the medians; in parentheses, the lowest and highest of the same ratio within one repetition (runs of a repetition are back to back).\n\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches | engine-sql / engine |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+            for b in bs {
+                let f = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
+                let with_range = |x: Option<f64>, r: Option<(f64, f64)>| match (x, r) {
+                    (Some(x), Some((lo, hi))) if self.reps > 1 => {
+                        format!("{x:.2} ({lo:.2}-{hi:.2})")
+                    }
+                    _ => f(x),
+                };
+                let [a, c, k, pk, sql] = self.ratios(b);
+                let [ra, rc, rk, rpk, rsql] = self.ranges(b);
+                let phase = self.ratio(
+                    self.median_phase_rps("engine", b),
+                    self.median_phase_rps("plpgsql", b),
+                );
+                s.push_str(&format!(
+                    "| {b} | {} | {} | {} | {} | {} | {} |\n",
+                    with_range(a, ra),
+                    with_range(c, rc),
+                    with_range(k, rk),
+                    with_range(pk, rpk),
+                    f(phase),
+                    with_range(sql, rsql)
+                ));
+            }
+        }
+        if let Some(t) = &self.takeover {
+            s.push_str(&format!(
+                "\nTakeover after SIGKILL of the owner: median {:.0} ms, max {:.0} ms over {} runs (lease TTL {} ms, poll interval {} ms; target <= {:.0} ms).\n",
+                t["median_ms"].as_f64().unwrap_or(f64::NAN),
+                t["max_ms"].as_f64().unwrap_or(f64::NAN),
+                t["samples_ms"].as_array().map_or(0, |a| a.len()),
+                t["lease_ttl_ms"],
+                t["poll_interval_ms"],
+                t["target_ms"].as_f64().unwrap_or(f64::NAN)
+            ));
+        }
+        if let Some(r) = &self.rss {
+            s.push_str(&format!(
+                "\nWorker RSS over a {}-row engine run (B = {}, {:.0} rows/s): before {} MB, peak {} MB, early {} MB, late {} MB.\n",
+                r["rows"], r["batch"], r["rows_per_s"].as_f64().unwrap_or(f64::NAN),
+                r["rss_before_mb"], r["rss_peak_mb"],
+                r["rss_early_mb"], r["rss_late_mb"]
+            ));
+        }
+        if let Some(a) = &self.admin_list {
+            s.push_str(&format!(
+                "\nAdmin API list (`GET /admin/backfills?limit=100`) with {} registered backfills, {} concurrent clients, {} requests after {} unmeasured warm-up requests per client ({} errors): p50 {} ms, p99 {} ms (target p99 < 50 ms); slowest warm-up request {} ms.\n",
+                a["backfills"], a["clients"], a["requests"], a["warmup_per_client"], a["errors"], a["p50_ms"], a["p99_ms"], a["cold_max_ms"]
+            ));
+        }
+        s.push_str(&format!(
+            "\nVerification (email_norm = lower(email) and touched = 1 on every row after every run): {}.\n",
+            if self.verified() { "passed" } else { "FAILED (invalid runs)" }
+        ));
+        s
+    }
+}
+
+/// How to read the report (the head of benches/README.md).
+pub(super) const METHOD: &str = "\
+Every runner does the same statements per batch: select at most B keys after \
+the checkpoint, update them by id (`email_norm = lower(email)`, \
+`touched = touched + 1`), advance the checkpoint, commit.\n\n\
+- `plpgsql`: a PL/pgSQL procedure looping the batches with COMMIT per batch: \
+the server-side limit, no client round trips.\n\
+- `client`: a minimal Rust loop on one connection: BEGIN, select, update, \
+checkpoint, COMMIT (5 round trips, cached prepared statements), no claims or fencing.\n\
+- `engine`: the product path end to end: `start` (bound capture), the actor \
+runtime claiming, renewing and running fenced batches, then the validation \
+scan and `completed`. The repair has its one-statement form \
+(`SelectAndMutate::select_and_mutate`: `WITH k AS (SELECT array_agg(id ORDER BY id) AS a \
+FROM (SELECT id .. LIMIT B) AS s), u AS (UPDATE .. WHERE id = ANY((SELECT a FROM k)::bigint[])) \
+SELECT a[1], a[cardinality(a)], cardinality(a) FROM k`), so a batch is ONE round trip: the fenced \
+checkpoint advance + COMMIT, the next batch's BEGIN + SET LOCAL timeouts, \
+and the next batch's statement, pipelined (the claim keeps that open \
+transaction, so no pool checkout either). The repair overlaps commits \
+(`Repair::overlap_commits`): the claim holds a second connection, and each \
+batch's statement runs there while the previous batch's fence and COMMIT run \
+on the first, so the commit's WAL flush is off the critical path.\n\
+- `engine-sql`: `engine` with the repair declared as a `SqlRepair` \
+(`SqlRepair::new(id, \"items\").key(\"id\").set(..).validate_where(..)`), which writes \
+the same one-statement batch; `engine-sql / engine` is the cost of declaring instead of \
+hand-writing.\n\
+- `engine-keys`: the same engine with the repair's two-statement form \
+(select the keys, then update them by id): 3 round trips per batch \
+(select, update, fence + COMMIT + next BEGIN), overlapping commits too.\n\
+- `engine-serial`: `engine` with a repair that does not overlap commits: \
+each batch's statement runs behind the previous batch's COMMIT on the same \
+connection.\n\
+- `engine-k`: K backfills over K disjoint tables of N/K rows at once, one \
+process, one-statement form.\n\
+- `plpgsql-k`: K `plpgsql` loops over the same K tables at once, one \
+connection each: how far the server itself scales with K writers on this \
+machine. Read `engine xK / (K x engine)` against \
+`plpgsql xK / (K x plpgsql)`.\n\n\
+rows/s = rows / wall time of the whole run (for the engine including start, \
+claim and validation). rows/s in batches = rows / the sum of the batch \
+latencies: the batch path alone (not shown for the K runners, whose batches overlap). Batch latency: client and engine from BEGIN to COMMIT \
+returned (engine: the whole `step`, from the select to the commit message's \
+reply); plpgsql by the server's clock \
+per loop iteration. CPU busy = the share of all the machine's cores that \
+were busy over the timed part of the run (`/proc/stat`: PostgreSQL, this \
+process and anything else); near 100% the run is bound by the machine's \
+CPUs, and K runs at once cannot scale past what is left. After every run \
+every row must have `email_norm = lower(email)` and `touched = 1`.\n";
+
+#[cfg(test)]
+mod tests {
+    use super::super::stats::Timing;
+    use super::*;
+
+    /// Ratios pair runs of the same repetition; the medians of the ratio
+    /// table and the per-repetition range come from the same runs.
+    #[test]
+    fn ratio_ranges_pair_runs_of_one_repetition() {
+        // rows / seconds = rows/s: engine 100 then 80, plpgsql 200 then 100.
+        let run = |runner, rep, seconds| {
+            let timing = Timing {
+                seconds,
+                cpu_busy: None,
+            };
+            RunResult::new(runner, 100, 1000, rep, timing, &mut [], true)
+        };
+        let report = Report {
+            cores: 2,
+            pg_version: String::new(),
+            durability: String::new(),
+            rows: 1000,
+            reps: 2,
+            k: 2,
+            runs: vec![
+                run("engine", 1, 10.0),
+                run("plpgsql", 1, 5.0),
+                run("engine", 2, 12.5),
+                run("plpgsql", 2, 10.0),
+                run("engine-k", 1, 10.0),
+            ],
+            takeover: None,
+            rss: None,
+            admin_list: None,
+        };
+        assert_eq!(
+            report.rep_range("engine", "plpgsql", 1.0, 100),
+            Some((0.5, 0.8))
+        );
+        // Medians: engine 90, plpgsql 150.
+        assert_eq!(report.ratios(100)[0], Some(0.6));
+        // Only repetition 1 has both: 100 / (2 x 100).
+        assert_eq!(
+            report.rep_range("engine-k", "engine", 2.0, 100),
+            Some((0.5, 0.5))
+        );
+        assert_eq!(report.rep_range("client", "engine", 1.0, 100), None);
+        assert!(report.markdown().contains("| 100 | 0.60 (0.50-0.80) |"));
+    }
+}

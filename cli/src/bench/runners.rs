@@ -1,0 +1,250 @@
+//! The throughput runners: the PL/pgSQL loop (alone and K at once), the
+//! minimal client loop, and the engine through the actor runtime.
+
+use super::args::{BenchError, Shape};
+use super::context::Ctx;
+use super::repair::ItemsRepair;
+use super::sql::{plpgsql_procedure_sql, Id, Micros};
+use super::stats::{RunClock, RunResult};
+use super::timed::Timed;
+use backfill::engine::Engine;
+use backfill::repair::Registry;
+use backfill::runtime::RuntimeHandle;
+use backfill::store::{self, cached, StoreError};
+use diesel::sql_types::{Array, BigInt};
+use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Ctx {
+    pub(super) async fn plpgsql(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
+        let rows = self.args.rows;
+        self.reset("items", rows).await?;
+        self.exec(&plpgsql_procedure_sql(
+            "bench_plpgsql",
+            "items",
+            "plpgsql",
+            batch,
+        ))
+        .await?;
+        self.settle().await;
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let clock = RunClock::start();
+        // CALL must not run inside a transaction block (the procedure
+        // commits); the simple protocol runs it as its own statement.
+        conn.batch_execute("CALL bench_plpgsql()").await?;
+        let timing = clock.stop();
+        let lat: Vec<Micros> =
+            diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = 'plpgsql'")
+                .load(&mut conn)
+                .await?;
+        drop(conn);
+        let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
+        let verified = self.verify("items").await?;
+        Ok(RunResult::new(
+            "plpgsql", batch, rows, rep, timing, &mut lat, verified,
+        ))
+    }
+
+    /// K `plpgsql` loops at once, one connection and one procedure per
+    /// table (`bench_plpgsql_k<i>` over `items_k<i>`, created per run):
+    /// what the server alone reaches with K writers on this machine.
+    pub(super) async fn plpgsql_k(
+        &mut self,
+        tables: &[String],
+        rows_each: u64,
+        batch: u32,
+        rep: u32,
+    ) -> Result<RunResult, BenchError> {
+        for (i, table) in tables.iter().enumerate() {
+            self.exec(&plpgsql_procedure_sql(
+                &format!("bench_plpgsql_k{}", i + 1),
+                table,
+                &format!("plpgsql-k{}", i + 1),
+                batch,
+            ))
+            .await?;
+        }
+        self.reset_settled(tables, rows_each).await?;
+        let mut conns = Vec::with_capacity(tables.len());
+        for _ in tables {
+            conns.push(self.pool.get_owned().await.map_err(StoreError::from)?);
+        }
+        let clock = RunClock::start();
+        // Each CALL is sent on the first poll, so the K loops start
+        // together and run on K backends.
+        futures_util::future::try_join_all(conns.iter_mut().enumerate().map(|(i, conn)| {
+            let sql = format!("CALL bench_plpgsql_k{}()", i + 1);
+            async move { conn.batch_execute(&sql).await }
+        }))
+        .await?;
+        let timing = clock.stop();
+        let lat: Vec<Micros> =
+            diesel::sql_query("SELECT micros FROM bench_latency WHERE runner LIKE 'plpgsql-k%'")
+                .load(&mut *conns[0])
+                .await?;
+        drop(conns);
+        let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
+        let mut verified = true;
+        for table in tables {
+            verified &= self.verify(table).await?;
+        }
+        Ok(RunResult::new(
+            "plpgsql-k",
+            batch,
+            rows_each * tables.len() as u64,
+            rep,
+            timing,
+            &mut lat,
+            verified,
+        ))
+    }
+
+    pub(super) async fn client(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
+        let rows = self.args.rows;
+        self.reset("items", rows).await?;
+        self.exec(
+            "INSERT INTO bench_progress VALUES ('client', 0, 0) \
+             ON CONFLICT (runner) DO UPDATE SET checkpoint = 0, batches = 0",
+        )
+        .await?;
+        self.settle().await;
+        // One connection for the whole loop.
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let bound = rows as i64;
+        let mut lat = Vec::with_capacity((rows / u64::from(batch)) as usize + 2);
+        let mut checkpoint = 0i64;
+        // The engine's select text, the batch size in it (see [`ItemsRepair`]).
+        let select = ItemsRepair::select_sql("items", batch);
+        let clock = RunClock::start();
+        loop {
+            let b = Instant::now();
+            let last = conn
+                .transaction::<_, diesel::result::Error, _>(async |conn| {
+                    let keys: Vec<Id> = cached(
+                        diesel::sql_query(&select)
+                            .bind::<BigInt, _>(checkpoint)
+                            .bind::<BigInt, _>(bound),
+                    )
+                    .load(conn)
+                    .await?;
+                    let keys: Vec<i64> = keys.into_iter().map(|k| k.id).collect();
+                    let Some(&last) = keys.last() else {
+                        return Ok(None);
+                    };
+                    cached(
+                        diesel::sql_query(
+                            "UPDATE items SET email_norm = lower(email), \
+                             touched = touched + 1 WHERE id = ANY($1)",
+                        )
+                        .bind::<Array<BigInt>, _>(&keys),
+                    )
+                    .execute(conn)
+                    .await?;
+                    cached(
+                        diesel::sql_query(
+                            "UPDATE bench_progress SET checkpoint = $1, \
+                             batches = batches + 1 WHERE runner = 'client'",
+                        )
+                        .bind::<BigInt, _>(last),
+                    )
+                    .execute(conn)
+                    .await?;
+                    Ok(Some(last))
+                })
+                .await?;
+            let Some(last) = last else { break };
+            checkpoint = last;
+            lat.push(b.elapsed().as_micros() as u64);
+        }
+        let timing = clock.stop();
+        drop(conn);
+        let verified = self.verify("items").await?;
+        Ok(RunResult::new(
+            "client", batch, rows, rep, timing, &mut lat, verified,
+        ))
+    }
+
+    /// Run `tables.len()` backfills (one per table, `rows_each` rows each)
+    /// through one engine and one runtime until all are `completed`.
+    pub(super) async fn engine_run(
+        &mut self,
+        runner: &'static str,
+        tables: &[String],
+        rows_each: u64,
+        batch: u32,
+        rep: u32,
+        shape: Shape,
+    ) -> Result<RunResult, BenchError> {
+        self.reset_settled(tables, rows_each).await?;
+        self.run_seq += 1;
+        let mut registry = Registry::new();
+        let mut ids = Vec::new();
+        for table in tables {
+            let id = format!(
+                "bench.{table}.b{batch}.r{rep}.{}.{}",
+                self.run_seq,
+                std::process::id()
+            );
+            ids.push(id.clone());
+            let repair = ItemsRepair::new(id, table, batch);
+            match shape {
+                Shape::OneStatement => registry.register(repair),
+                Shape::TwoStatement => registry.register(repair.two_statement()),
+                Shape::Serial => registry.register(repair.serial()),
+                Shape::Sql => registry.register(repair.declared()?),
+            }
+            .map_err(|e| BenchError::Run(e.to_string()))?;
+        }
+        // Two connections per runner (the repair overlaps commits, see
+        // `Repair::overlap_commits`) plus renewer, validator and the bench.
+        let pool = store::build_pool(&self.url, 2 * tables.len() as u32 + 3).await?;
+        let engine = Engine::new(pool, registry, self.engine_config())?;
+        engine.register().await?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let total_rows = rows_each * tables.len() as u64;
+        let backend = Arc::new(Timed {
+            engine: engine.clone(),
+            latencies: parking_lot::Mutex::new(Vec::with_capacity(
+                (total_rows / u64::from(batch)) as usize + 16 * tables.len(),
+            )),
+            done: tx,
+            failures: AtomicU64::new(0),
+        });
+        let clock = RunClock::start();
+        for id in &ids {
+            engine.start(id).await?;
+        }
+        let runtime = RuntimeHandle::start(
+            backend.clone(),
+            self.runtime_config(&format!("bench-{}", std::process::id()), tables.len()),
+        )
+        .map_err(|e| BenchError::Run(e.to_string()))?;
+        let mut completed = 0;
+        let mut error = None;
+        while completed < ids.len() {
+            match rx.recv().await {
+                Some(Ok(_)) => completed += 1,
+                Some(Err(e)) => {
+                    error = Some(e);
+                    break;
+                }
+                None => break,
+            }
+        }
+        let timing = clock.stop();
+        runtime.shutdown().await;
+        if let Some(e) = error {
+            return Err(BenchError::Run(format!("{runner} run failed: {e}")));
+        }
+        let mut lat = std::mem::take(&mut *backend.latencies.lock());
+        let mut verified = AtomicU64::load(&backend.failures, Ordering::Relaxed) == 0;
+        for table in tables {
+            verified &= self.verify(table).await?;
+        }
+        Ok(RunResult::new(
+            runner, batch, total_rows, rep, timing, &mut lat, verified,
+        ))
+    }
+}

@@ -1,0 +1,232 @@
+//! The object-safe face the engine works through ([`DynRepair`]): a
+//! registered repair behind it, with its keys in their stored encoding and
+//! every batch checked on the way (EX-3, EX-4).
+
+use super::check::{check_mutated, check_selection, SelectionError};
+use super::{Batches, Repair, RepairError, SelectAndMutate, SourceSet, Validation};
+use crate::key::{Key, KeyError};
+use async_trait::async_trait;
+use diesel_async::AsyncPgConnection;
+
+/// A source set in the stored encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EncodedSource {
+    Empty,
+    Bounded {
+        upper: Vec<u8>,
+        upper_json: serde_json::Value,
+        rows: Option<i64>,
+    },
+}
+
+/// What a batch selection produced, after the engine checked it.
+#[derive(Debug, Clone)]
+pub(crate) struct SelectedBatch {
+    /// Number of keys mutated.
+    pub keys: usize,
+    /// Encoding and rendering of the greatest key, when any key was selected.
+    pub last: Option<(Vec<u8>, serde_json::Value)>,
+}
+
+/// Errors of the erased batch body.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    #[error(transparent)]
+    Repair(#[from] RepairError),
+    #[error(transparent)]
+    Selection(#[from] SelectionError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+/// The object-safe face of a [`Repair`]: keys cross it in their stored
+/// encoding, so the engine and the runtime never need the key type.
+#[async_trait]
+pub(crate) trait DynRepair: Send + Sync {
+    fn id(&self) -> &str;
+    fn description(&self) -> &str;
+    fn overlap_commits(&self) -> bool;
+    fn batch_limit(&self) -> u32;
+    fn batch_target(&self) -> Option<crate::pace::BatchTarget>;
+    fn tables(&self) -> Vec<String>;
+    fn key_type(&self) -> String;
+    /// Fail closed (REG-4) when a stored key is not of this definition's type.
+    fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError>;
+    async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError>;
+    /// One batch's body in the repair's form: its one statement and the
+    /// engine's check of the summary, or its selection, the engine's check
+    /// and its mutation.
+    async fn batch(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+        limit: u32,
+    ) -> Result<SelectedBatch, BodyError>;
+    /// The next batch's body sent ahead, behind the previous batch's commit
+    /// message: only a repair's one-statement form can be (the connection
+    /// is shared with the commit in flight). `Ok(None)`: the repair is in
+    /// the two-statement form and nothing was sent.
+    async fn batch_ahead(
+        &self,
+        conn: &AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+        limit: u32,
+    ) -> Result<Option<SelectedBatch>, BodyError>;
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&[u8]>,
+    ) -> Result<Validation, BodyError>;
+}
+
+/// A registered repair with the stable ID it had at registration: the
+/// ID checked there is the one the engine uses, whatever `Repair::id`
+/// would answer later (REG-3).
+pub(super) struct Erased<R> {
+    pub(super) id: String,
+    pub(super) repair: R,
+}
+
+#[async_trait]
+impl<R: Repair> DynRepair for Erased<R> {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn description(&self) -> &str {
+        self.repair.description()
+    }
+    fn overlap_commits(&self) -> bool {
+        self.repair.overlap_commits()
+    }
+    fn batch_limit(&self) -> u32 {
+        self.repair.batch_limit()
+    }
+    fn batch_target(&self) -> Option<crate::pace::BatchTarget> {
+        self.repair.batch_target()
+    }
+    fn tables(&self) -> Vec<String> {
+        self.repair.tables()
+    }
+    fn key_type(&self) -> String {
+        R::Key::type_name()
+    }
+    fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError> {
+        R::Key::from_bytes(bytes).map(|_| ())
+    }
+
+    async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError> {
+        Ok(match self.repair.capture_bound(conn).await? {
+            SourceSet::Empty => EncodedSource::Empty,
+            SourceSet::Bounded { upper, rows } => EncodedSource::Bounded {
+                upper: upper.to_bytes(),
+                upper_json: upper.to_json(),
+                rows,
+            },
+        })
+    }
+
+    async fn batch(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+        limit: u32,
+    ) -> Result<SelectedBatch, BodyError> {
+        let after = after.map(R::Key::from_bytes).transpose()?;
+        let bound = R::Key::from_bytes(bound)?;
+        let form = match self.repair.batches() {
+            Batches::OneStatement(form) => {
+                return self
+                    .one_statement(form, &*conn, after.as_ref(), &bound, limit)
+                    .await;
+            }
+            Batches::TwoStatements(form) => form,
+        };
+        let limit = nonzero(limit)?;
+        let keys = form
+            .select_keys(conn, after.as_ref(), &bound, limit)
+            .await?;
+        // EX-3/EX-4 enforced here, on the production path: a repair cannot
+        // widen a batch or step outside (checkpoint, bound].
+        check_selection(&keys, after.as_ref(), &bound, limit)?;
+        if keys.is_empty() {
+            return Ok(SelectedBatch {
+                keys: 0,
+                last: None,
+            });
+        }
+        form.mutate(conn, &keys).await?;
+        let last = keys.last().map(|k| (k.to_bytes(), k.to_json()));
+        Ok(SelectedBatch {
+            keys: keys.len(),
+            last,
+        })
+    }
+
+    async fn batch_ahead(
+        &self,
+        conn: &AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+        limit: u32,
+    ) -> Result<Option<SelectedBatch>, BodyError> {
+        // The two-statement form needs the selected keys back before it can
+        // mutate, so nothing of it can go ahead of the commit.
+        let Batches::OneStatement(form) = self.repair.batches() else {
+            return Ok(None);
+        };
+        let after = after.map(R::Key::from_bytes).transpose()?;
+        let bound = R::Key::from_bytes(bound)?;
+        self.one_statement(form, conn, after.as_ref(), &bound, limit)
+            .await
+            .map(Some)
+    }
+
+    async fn validate(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: Option<&[u8]>,
+    ) -> Result<Validation, BodyError> {
+        let bound = bound.map(R::Key::from_bytes).transpose()?;
+        Ok(self.repair.validate(conn, bound.as_ref()).await?)
+    }
+}
+
+/// The batch limit of this batch, never 0 (EX-4).
+fn nonzero(limit: u32) -> Result<u32, SelectionError> {
+    match limit {
+        0 => Err(SelectionError::ZeroLimit),
+        limit => Ok(limit),
+    }
+}
+
+impl<R: Repair> Erased<R> {
+    /// One batch of the one-statement form, its summary checked.
+    async fn one_statement(
+        &self,
+        form: &dyn SelectAndMutate<R::Key>,
+        mut conn: &AsyncPgConnection,
+        after: Option<&R::Key>,
+        bound: &R::Key,
+        limit: u32,
+    ) -> Result<SelectedBatch, BodyError> {
+        let limit = nonzero(limit)?;
+        let mutated = form
+            .select_and_mutate(&mut conn, after, bound, limit)
+            .await?;
+        // EX-3/EX-4 on the summary: the mutation already ran, so a broken
+        // summary rolls the whole batch back.
+        Ok(match check_mutated(&mutated, after, bound, limit)? {
+            None => SelectedBatch {
+                keys: 0,
+                last: None,
+            },
+            Some((last, count)) => SelectedBatch {
+                keys: count as usize,
+                last: Some((last.to_bytes(), last.to_json())),
+            },
+        })
+    }
+}
