@@ -246,6 +246,16 @@ async fn obs1_batch_and_validation_durations_are_histograms_in_seconds() {
         all_in(&db, "completed").await
     })
     .await;
+    // The validator counts a validation after its completion committed,
+    // so the row can read `completed` a moment before the count does; it
+    // observes the duration just before it counts.
+    eventually("every validation counted", || async {
+        get(host.admin_addr, "/metrics")
+            .await
+            .text
+            .contains("\nbackfill_validations_completed_total 4\n")
+    })
+    .await;
     let text = get(host.admin_addr, "/metrics").await.text;
 
     let committed = sample(&text, "backfill_batches_committed_total") as u64;
