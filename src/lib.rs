@@ -62,6 +62,7 @@ pub mod host;
 pub mod http;
 pub mod key;
 pub mod lifecycle;
+pub mod logging;
 pub mod pace;
 pub mod readiness;
 pub mod repair;

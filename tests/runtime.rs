@@ -442,12 +442,7 @@ async fn val06_busy_lifecycle_validation_waits_for_the_next_poll() {
         ..runtime_config("w1")
     };
     let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config).unwrap();
-    let busy = || {
-        std::sync::atomic::AtomicU64::load(
-            &runtime.metrics().validation_errors,
-            std::sync::atomic::Ordering::Relaxed,
-        )
-    };
+    let busy = || runtime.metrics().validation_errors.get();
     eventually("a busy lifecycle validation", || async { busy() >= 1 }).await;
     let generation = db
         .scalar(&format!(

@@ -1,168 +1,441 @@
-//! Runtime counters for operators (OBS-1): what this process attempted and
-//! what PostgreSQL accepted. Plain atomics, updated where the supervisor
-//! logs the same events; no I/O on the batch path. Labels a host derives
-//! from them use bounded vocabularies only (OBS-2): never IDs or keys.
-//! Telemetry never authorizes anything.
+//! Runtime metrics for operators (OBS-1): what this process attempted, what
+//! PostgreSQL accepted, and how long batches and lifecycle validations
+//! took. Counters and histograms are atomics inside `prometheus` handles,
+//! updated where the supervisor, runners and validator log the same
+//! events; nothing here does I/O, so the batch path pays a few atomic adds.
+//! A host exposes them by registering them into its own registry at scrape
+//! time ([`RuntimeMetrics::register`]); this crate renders no text and
+//! serves nothing.
+//!
+//! Labels come from bounded vocabularies only (OBS-2): the outcome labels
+//! below are fixed enums, never IDs or keys. Telemetry never authorizes
+//! anything.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::{BackendError, StepOutcome, ValidationOutcome};
+use prometheus::core::Collector;
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, Registry};
+use std::time::Duration;
 
-/// Counters of one runtime.
-#[derive(Debug, Default)]
-pub struct RuntimeMetrics {
-    pub claims_acquired: AtomicU64,
-    pub claims_taken_over: AtomicU64,
-    pub claims_renewed: AtomicU64,
-    pub claims_lost: AtomicU64,
-    pub renew_failures: AtomicU64,
-    pub claims_released: AtomicU64,
-    pub stale_rejections: AtomicU64,
-    pub batches_attempted: AtomicU64,
-    pub batches_committed: AtomicU64,
-    pub keys_committed: AtomicU64,
-    pub batch_millis_total: AtomicU64,
-    pub errors_retryable: AtomicU64,
-    pub errors_blocked: AtomicU64,
-    pub errors_failed: AtomicU64,
-    pub fail_closed: AtomicU64,
-    pub validations_completed: AtomicU64,
-    pub validations_rejected: AtomicU64,
-    pub validation_errors: AtomicU64,
-    pub validation_millis_total: AtomicU64,
-    /// Runners that hold a claim but start no batch because a health
-    /// signal is past its threshold (a gauge).
-    pub runners_throttled: AtomicU64,
-    /// Times a runner became throttled.
-    pub throttle_events: AtomicU64,
+/// Upper bounds, in seconds, of the duration histograms' buckets (a final
+/// `+Inf` bucket is implied). A batch of a cheap repair commits in about a
+/// millisecond; one held up by a lock or a slow statement is bounded by the
+/// statement and lock timeouts, whose defaults are tens of seconds; a
+/// lifecycle validation scans and may take as long. Roughly 2.5x steps keep
+/// each decade resolved with 15 buckets.
+pub const DURATION_BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// How a batch ended: the `outcome` label of
+/// `backfill_batch_duration_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchEnd {
+    /// Mutation and checkpoint committed.
+    Committed,
+    /// The fence rejected the batch; it rolled back.
+    Stale,
+    /// Any failure: recorded (retrying, blocked, failed), fail-closed, or
+    /// a backend that could not make the outcome durable.
+    Error,
 }
 
-/// Add one to a counter.
-pub(crate) fn inc(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+impl BatchEnd {
+    /// Every label value, in exposition order.
+    pub const ALL: [BatchEnd; 3] = [BatchEnd::Committed, BatchEnd::Stale, BatchEnd::Error];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchEnd::Committed => "committed",
+            BatchEnd::Stale => "stale",
+            BatchEnd::Error => "error",
+        }
+    }
+
+    fn of(outcome: &Result<StepOutcome, BackendError>) -> Self {
+        match outcome {
+            Ok(StepOutcome::Committed { .. }) => BatchEnd::Committed,
+            Ok(StepOutcome::Stale) => BatchEnd::Stale,
+            Ok(StepOutcome::Recorded { .. } | StepOutcome::FailClosed { .. }) | Err(_) => {
+                BatchEnd::Error
+            }
+        }
+    }
+}
+
+/// How a lifecycle validation ended: the `outcome` label of
+/// `backfill_validation_duration_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValidationEnd {
+    /// The postcondition held and the fenced completion committed.
+    Completed,
+    /// The postcondition was false; the backfill is `failed` or `blocked`.
+    Rejected,
+    /// The fence rejected the completion.
+    Stale,
+    /// Busy (an explicit validation held the ID), recorded errors,
+    /// fail-closed rows and backend failures.
+    Error,
+}
+
+impl ValidationEnd {
+    /// Every label value, in exposition order.
+    pub const ALL: [ValidationEnd; 4] = [
+        ValidationEnd::Completed,
+        ValidationEnd::Rejected,
+        ValidationEnd::Stale,
+        ValidationEnd::Error,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValidationEnd::Completed => "completed",
+            ValidationEnd::Rejected => "rejected",
+            ValidationEnd::Stale => "stale",
+            ValidationEnd::Error => "error",
+        }
+    }
+
+    fn of(outcome: &Result<ValidationOutcome, BackendError>) -> Self {
+        match outcome {
+            Ok(ValidationOutcome::Completed) => ValidationEnd::Completed,
+            Ok(ValidationOutcome::Rejected { .. }) => ValidationEnd::Rejected,
+            Ok(ValidationOutcome::Stale) => ValidationEnd::Stale,
+            Ok(
+                ValidationOutcome::Busy
+                | ValidationOutcome::Recorded { .. }
+                | ValidationOutcome::FailClosed { .. },
+            )
+            | Err(_) => ValidationEnd::Error,
+        }
+    }
+}
+
+/// Metrics of one runtime. The handles are shared (cloning one clones a
+/// reference to the same atomic), so tests and hosts read the same values
+/// the actors write.
+#[derive(Clone)]
+pub struct RuntimeMetrics {
+    pub claims_acquired: IntCounter,
+    pub claims_taken_over: IntCounter,
+    pub claims_renewed: IntCounter,
+    pub claims_lost: IntCounter,
+    pub renew_failures: IntCounter,
+    pub claims_released: IntCounter,
+    pub stale_rejections: IntCounter,
+    pub batches_attempted: IntCounter,
+    pub batches_committed: IntCounter,
+    pub keys_committed: IntCounter,
+    pub errors_retryable: IntCounter,
+    pub errors_blocked: IntCounter,
+    pub errors_failed: IntCounter,
+    pub fail_closed: IntCounter,
+    pub validations_completed: IntCounter,
+    pub validations_rejected: IntCounter,
+    pub validation_errors: IntCounter,
+    /// Runners that hold a claim but start no batch because a health
+    /// signal is past its threshold (a gauge).
+    pub runners_throttled: IntGauge,
+    /// Times a runner became throttled.
+    pub throttle_events: IntCounter,
+    batch_duration: HistogramVec,
+    /// The children of `batch_duration`, indexed like [`BatchEnd::ALL`]:
+    /// resolved once, so an observation looks up no label values.
+    batch_durations: [Histogram; 3],
+    validation_duration: HistogramVec,
+    /// The children of `validation_duration`, indexed like
+    /// [`ValidationEnd::ALL`].
+    validation_durations: [Histogram; 4],
+}
+
+/// A counter with a name and help text fixed in this file.
+fn counter(name: &str, help: &str) -> IntCounter {
+    // Only an invalid metric name makes this fail: a bug in the constant
+    // above the call, which every test that builds a runtime would hit.
+    IntCounter::new(name, help).expect("a valid counter definition")
+}
+
+/// A gauge with a name and help text fixed in this file.
+fn gauge(name: &str, help: &str) -> IntGauge {
+    // As for `counter`: the definition is a constant of this file.
+    IntGauge::new(name, help).expect("a valid gauge definition")
+}
+
+/// A duration histogram labelled by `outcome`, and its child per label
+/// value (created up front, so every outcome is exported from the first
+/// scrape: an absent series would read as "unknown", not as zero).
+fn durations<const N: usize>(
+    name: &str,
+    help: &str,
+    outcomes: [&'static str; N],
+) -> (HistogramVec, [Histogram; N]) {
+    let opts = HistogramOpts::new(name, help).buckets(DURATION_BUCKETS.to_vec());
+    // As for `counter`: the definition is a constant of this file.
+    let vec = HistogramVec::new(opts, &["outcome"]).expect("a valid histogram definition");
+    let children = outcomes.map(|outcome| vec.with_label_values(&[outcome]));
+    (vec, children)
+}
+
+impl Default for RuntimeMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RuntimeMetrics {
+    /// Every metric at zero.
+    pub fn new() -> Self {
+        let (batch_duration, batch_durations) = durations(
+            "backfill_batch_duration_seconds",
+            "Duration of one batch (select, mutate, fenced commit), by how it ended.",
+            BatchEnd::ALL.map(BatchEnd::as_str),
+        );
+        let (validation_duration, validation_durations) = durations(
+            "backfill_validation_duration_seconds",
+            "Duration of one lifecycle validation with its fenced completion, by how it ended.",
+            ValidationEnd::ALL.map(ValidationEnd::as_str),
+        );
+        Self {
+            claims_acquired: counter(
+                "backfill_claims_acquired_total",
+                "Claims acquired (new claims).",
+            ),
+            claims_taken_over: counter(
+                "backfill_claims_taken_over_total",
+                "Claims acquired by takeover of an expired owner.",
+            ),
+            claims_renewed: counter(
+                "backfill_claims_renewed_total",
+                "Successful claim renewals.",
+            ),
+            claims_lost: counter(
+                "backfill_claims_lost_total",
+                "Claims that could no longer be renewed.",
+            ),
+            renew_failures: counter(
+                "backfill_renew_failures_total",
+                "Renewal rounds that failed to reach PostgreSQL.",
+            ),
+            claims_released: counter(
+                "backfill_claims_released_total",
+                "Claims given back on shutdown.",
+            ),
+            stale_rejections: counter(
+                "backfill_stale_rejections_total",
+                "Batches or validations rejected by the fence at commit.",
+            ),
+            batches_attempted: counter("backfill_batches_attempted_total", "Batches started."),
+            batches_committed: counter(
+                "backfill_batches_committed_total",
+                "Batches whose mutation and checkpoint committed.",
+            ),
+            keys_committed: counter(
+                "backfill_keys_committed_total",
+                "Keys whose mutation committed.",
+            ),
+            errors_retryable: counter(
+                "backfill_errors_retryable_total",
+                "Retryable errors recorded (backoff scheduled).",
+            ),
+            errors_blocked: counter(
+                "backfill_errors_blocked_total",
+                "Errors that blocked a backfill.",
+            ),
+            errors_failed: counter(
+                "backfill_errors_failed_total",
+                "Errors that failed a backfill (fatal or exhausted).",
+            ),
+            fail_closed: counter(
+                "backfill_fail_closed_total",
+                "Rows this process refused to interpret (REG-4).",
+            ),
+            validations_completed: counter(
+                "backfill_validations_completed_total",
+                "Lifecycle validations that completed a backfill.",
+            ),
+            validations_rejected: counter(
+                "backfill_validations_rejected_total",
+                "Lifecycle validations that found the postcondition false.",
+            ),
+            validation_errors: counter(
+                "backfill_validation_errors_total",
+                "Lifecycle validations that errored.",
+            ),
+            runners_throttled: gauge(
+                "backfill_runners_throttled",
+                "Runners holding a claim that start no batch because a health signal is past its threshold.",
+            ),
+            throttle_events: counter(
+                "backfill_throttle_events_total",
+                "Times a runner became throttled by a health signal.",
+            ),
+            batch_duration,
+            batch_durations,
+            validation_duration,
+            validation_durations,
+        }
+    }
+
+    /// Register every metric of the runtime into `registry` (the handles
+    /// are shared, so the registry reads the live values). A metric the
+    /// runtime adds (a gauge per throttle signal, say, with the signal as
+    /// a bounded label: an `IntGaugeVec` whose children are resolved in
+    /// [`RuntimeMetrics::new`] like the histograms') is a field above,
+    /// built in `new` and listed here; the host exports it without further
+    /// change. Fails only if a name is registered twice.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        let collectors: [Box<dyn Collector>; 21] = [
+            Box::new(self.claims_acquired.clone()),
+            Box::new(self.claims_taken_over.clone()),
+            Box::new(self.claims_renewed.clone()),
+            Box::new(self.claims_lost.clone()),
+            Box::new(self.renew_failures.clone()),
+            Box::new(self.claims_released.clone()),
+            Box::new(self.stale_rejections.clone()),
+            Box::new(self.batches_attempted.clone()),
+            Box::new(self.batches_committed.clone()),
+            Box::new(self.keys_committed.clone()),
+            Box::new(self.errors_retryable.clone()),
+            Box::new(self.errors_blocked.clone()),
+            Box::new(self.errors_failed.clone()),
+            Box::new(self.fail_closed.clone()),
+            Box::new(self.validations_completed.clone()),
+            Box::new(self.validations_rejected.clone()),
+            Box::new(self.validation_errors.clone()),
+            Box::new(self.runners_throttled.clone()),
+            Box::new(self.throttle_events.clone()),
+            Box::new(self.batch_duration.clone()),
+            Box::new(self.validation_duration.clone()),
+        ];
+        for collector in collectors {
+            registry.register(collector)?;
+        }
+        Ok(())
+    }
+
+    /// The batch duration histogram of one outcome.
+    pub fn batch_duration(&self, end: BatchEnd) -> &Histogram {
+        &self.batch_durations[end as usize]
+    }
+
+    /// The validation duration histogram of one outcome.
+    pub fn validation_duration(&self, end: ValidationEnd) -> &Histogram {
+        &self.validation_durations[end as usize]
+    }
+
+    /// Record how long a batch took, under how it ended.
+    pub(crate) fn observe_batch(
+        &self,
+        outcome: &Result<StepOutcome, BackendError>,
+        took: Duration,
+    ) {
+        self.batch_duration(BatchEnd::of(outcome))
+            .observe(took.as_secs_f64());
+    }
+
+    /// Record how long a lifecycle validation took, under how it ended.
+    pub(crate) fn observe_validation(
+        &self,
+        outcome: &Result<ValidationOutcome, BackendError>,
+        took: Duration,
+    ) {
+        self.validation_duration(ValidationEnd::of(outcome))
+            .observe(took.as_secs_f64());
+    }
+}
+
+/// A counter or a gauge: what [`inc`] adds one to.
+pub(crate) trait Increment {
+    fn increment(&self);
+}
+
+impl Increment for IntCounter {
+    fn increment(&self) {
+        self.inc();
+    }
+}
+
+impl Increment for IntGauge {
+    fn increment(&self) {
+        self.inc();
+    }
+}
+
+/// Add one to a counter or a gauge.
+pub(crate) fn inc(metric: &impl Increment) {
+    metric.increment();
 }
 
 /// Take one from a gauge.
-pub(crate) fn dec(gauge: &AtomicU64) {
-    gauge.fetch_sub(1, Ordering::Relaxed);
+pub(crate) fn dec(gauge: &IntGauge) {
+    gauge.dec();
 }
 
 /// Add `n` to a counter.
-pub(crate) fn add(counter: &AtomicU64, n: u64) {
-    counter.fetch_add(n, Ordering::Relaxed);
+pub(crate) fn add(counter: &IntCounter, n: u64) {
+    counter.inc_by(n);
 }
 
-/// A counter's exposition name, its help text, and the field that holds
-/// it.
-type Counter = (
-    &'static str,
-    &'static str,
-    fn(&RuntimeMetrics) -> &AtomicU64,
-);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Every counter, in exposition order.
-const COUNTERS: [Counter; 19] = [
-    (
-        "backfill_claims_acquired_total",
-        "Claims acquired (new claims).",
-        |m| &m.claims_acquired,
-    ),
-    (
-        "backfill_claims_taken_over_total",
-        "Claims acquired by takeover of an expired owner.",
-        |m| &m.claims_taken_over,
-    ),
-    (
-        "backfill_claims_renewed_total",
-        "Successful claim renewals.",
-        |m| &m.claims_renewed,
-    ),
-    (
-        "backfill_claims_lost_total",
-        "Claims that could no longer be renewed.",
-        |m| &m.claims_lost,
-    ),
-    (
-        "backfill_renew_failures_total",
-        "Renewal rounds that failed to reach PostgreSQL.",
-        |m| &m.renew_failures,
-    ),
-    (
-        "backfill_claims_released_total",
-        "Claims given back on shutdown.",
-        |m| &m.claims_released,
-    ),
-    (
-        "backfill_stale_rejections_total",
-        "Batches or validations rejected by the fence at commit.",
-        |m| &m.stale_rejections,
-    ),
-    (
-        "backfill_batches_attempted_total",
-        "Batches started.",
-        |m| &m.batches_attempted,
-    ),
-    (
-        "backfill_batches_committed_total",
-        "Batches whose mutation and checkpoint committed.",
-        |m| &m.batches_committed,
-    ),
-    (
-        "backfill_keys_committed_total",
-        "Keys whose mutation committed.",
-        |m| &m.keys_committed,
-    ),
-    (
-        "backfill_batch_milliseconds_total",
-        "Time spent in batches.",
-        |m| &m.batch_millis_total,
-    ),
-    (
-        "backfill_errors_retryable_total",
-        "Retryable errors recorded (backoff scheduled).",
-        |m| &m.errors_retryable,
-    ),
-    (
-        "backfill_errors_blocked_total",
-        "Errors that blocked a backfill.",
-        |m| &m.errors_blocked,
-    ),
-    (
-        "backfill_errors_failed_total",
-        "Errors that failed a backfill (fatal or exhausted).",
-        |m| &m.errors_failed,
-    ),
-    (
-        "backfill_fail_closed_total",
-        "Rows this process refused to interpret (REG-4).",
-        |m| &m.fail_closed,
-    ),
-    (
-        "backfill_validations_completed_total",
-        "Lifecycle validations that completed a backfill.",
-        |m| &m.validations_completed,
-    ),
-    (
-        "backfill_validations_rejected_total",
-        "Lifecycle validations that found the postcondition false.",
-        |m| &m.validations_rejected,
-    ),
-    (
-        "backfill_validation_errors_total",
-        "Lifecycle validations that errored.",
-        |m| &m.validation_errors,
-    ),
-    (
-        "backfill_validation_milliseconds_total",
-        "Time spent in lifecycle validation.",
-        |m| &m.validation_millis_total,
-    ),
-];
-
-impl RuntimeMetrics {
-    /// `(name, help, value)` of every counter, for exposition.
-    pub fn snapshot(&self) -> Vec<(&'static str, &'static str, u64)> {
-        COUNTERS
+    /// Every family registers once under its own name, and each duration
+    /// histogram is exported for every outcome from the start, with all
+    /// its buckets.
+    #[test]
+    fn every_family_registers_with_every_outcome() {
+        let metrics = RuntimeMetrics::new();
+        let registry = Registry::new();
+        metrics.register(&registry).expect("register");
+        let families = registry.gather();
+        assert_eq!(families.len(), 21);
+        let batch = families
             .iter()
-            .map(|(name, help, counter)| (*name, *help, counter(self).load(Ordering::Relaxed)))
-            .collect()
+            .find(|f| f.name() == "backfill_batch_duration_seconds")
+            .expect("batch histogram");
+        assert_eq!(batch.get_metric().len(), BatchEnd::ALL.len());
+        let validation = families
+            .iter()
+            .find(|f| f.name() == "backfill_validation_duration_seconds")
+            .expect("validation histogram");
+        assert_eq!(validation.get_metric().len(), ValidationEnd::ALL.len());
+        for metric in batch.get_metric() {
+            assert_eq!(
+                metric.get_histogram().get_bucket().len(),
+                DURATION_BUCKETS.len()
+            );
+        }
+    }
+
+    /// An observation lands under the outcome it is given and in seconds.
+    #[test]
+    fn observations_land_under_their_outcome_in_seconds() {
+        let metrics = RuntimeMetrics::new();
+        let committed = Ok(StepOutcome::Committed {
+            keys: 1,
+            reached_bound: false,
+        });
+        metrics.observe_batch(&committed, Duration::from_millis(1500));
+        metrics.observe_batch(&Err(BackendError("down".into())), Duration::from_millis(2));
+        let c = metrics.batch_duration(BatchEnd::Committed);
+        assert_eq!(c.get_sample_count(), 1);
+        assert!((c.get_sample_sum() - 1.5).abs() < 1e-9);
+        assert_eq!(
+            metrics.batch_duration(BatchEnd::Error).get_sample_count(),
+            1
+        );
+        assert_eq!(
+            metrics.batch_duration(BatchEnd::Stale).get_sample_count(),
+            0
+        );
+        metrics.observe_validation(&Ok(ValidationOutcome::Busy), Duration::from_millis(3));
+        assert_eq!(
+            metrics
+                .validation_duration(ValidationEnd::Error)
+                .get_sample_count(),
+            1
+        );
     }
 }

@@ -203,7 +203,9 @@ impl<B: Backend> Runner<B> {
             inc(&metrics.batches_attempted);
             let started = Instant::now();
             let outcome = backend.step(&mut claim).await;
-            (claim, Turn::Ran(outcome, started.elapsed()))
+            let took = started.elapsed();
+            metrics.observe_batch(&outcome, took);
+            (claim, Turn::Ran(outcome, took))
         };
         ctx.spawn(fut.into_actor(self).map(|(claim, turn), act, ctx| {
             act.busy = false;
@@ -267,7 +269,6 @@ impl<B: Backend> Runner<B> {
                 self.keys += keys as u64;
                 inc(&self.metrics.batches_committed);
                 add(&self.metrics.keys_committed, keys as u64);
-                add(&self.metrics.batch_millis_total, duration_ms);
                 tracing::debug!(event = "batch_committed", backfill = %self.id, generation = self.generation, keys, duration_ms);
                 self.log_progress();
                 if reached_bound {

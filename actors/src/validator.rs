@@ -8,7 +8,7 @@
 //! PostgreSQL (VAL-6 is serialized there, not in this process).
 
 use crate::lease_renewer::LeaseStatus;
-use crate::metrics::{add, inc, RuntimeMetrics};
+use crate::metrics::{inc, RuntimeMetrics};
 use crate::{Backend, ClaimInfo, ValidationOutcome};
 use actix::prelude::*;
 use std::collections::HashSet;
@@ -74,8 +74,9 @@ impl<B: Backend> Handler<Validate<B::Claim>> for Validator<B> {
         let fut = async move { backend.validate(&claim).await };
         ctx.spawn(fut.into_actor(self).map(move |result, act, _| {
             act.in_flight.remove(&id);
-            let duration_ms = started.elapsed().as_millis() as u64;
-            add(&act.metrics.validation_millis_total, duration_ms);
+            let took = started.elapsed();
+            act.metrics.observe_validation(&result, took);
+            let duration_ms = took.as_millis() as u64;
             inc(match &result {
                 Ok(ValidationOutcome::Completed) => &act.metrics.validations_completed,
                 Ok(ValidationOutcome::Rejected { .. }) => &act.metrics.validations_rejected,

@@ -6,4 +6,5 @@ pub mod bench;
 pub mod ctl;
 pub mod demo;
 pub mod example;
+pub mod logging;
 pub mod screen;

@@ -205,7 +205,10 @@ fn init_logging(format: LogFormat, default_level: &str) {
         // it.
         .with_writer(|| backfill_cli::screen::LogWriter);
     match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+        // The crate's own JSON formatter: list-valued fields as arrays.
+        LogFormat::Json => builder
+            .event_format(backfill_cli::logging::JsonLines)
+            .init(),
         LogFormat::Text => builder.init(),
     }
 }

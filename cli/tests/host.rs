@@ -11,6 +11,8 @@
 //! - CFG-2 restart rebuilds the gate: `ct13_restart_*`; NOTIFY as a hint:
 //!   `cfg_notify_*`; CFG-3 and OBS-1/2 (admin listener, /metrics) inside
 //!   `ct13_off_on_*`; OBS-2 unknown is not zero: `obs2_*`
+//! - OBS-1 durations of execution and validation as histograms in
+//!   seconds, every family with HELP and TYPE: `obs1_*`
 //!
 //! Gates are held closed deterministically with a second session's row lock
 //! (the batches wait on it), never with sleeps.
@@ -174,6 +176,131 @@ async fn ct13_off_on_gates_until_every_required_backfill_completes() {
     assert!(metrics.contains("backfill_gate_open{mode=\"automatic\"} 1"));
     assert!(!metrics.contains("backfill_batches_committed_total 0\n"));
     assert!(!metrics.contains("events."), "no stable IDs in metrics");
+    host.stop().await;
+}
+
+/// The value of the one sample named exactly `series` (name and labels).
+fn sample(text: &str, series: &str) -> f64 {
+    let values: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().expect("a number"))
+        .collect();
+    assert_eq!(values.len(), 1, "one sample {series}: {text}");
+    values[0]
+}
+
+/// One histogram series of `family` with `outcome`: checks its bucket
+/// lines (upper bounds ascending from 1 ms to 60 s then `+Inf`, counts
+/// cumulative, `+Inf` equal to `_count`) and returns `(count, sum)`.
+fn histogram(text: &str, family: &str, outcome: &str) -> (u64, f64) {
+    let prefix = format!("{family}_bucket{{outcome=\"{outcome}\",le=\"");
+    let buckets: Vec<(f64, u64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix.as_str()))
+        .map(|rest| {
+            let (le, count) = rest.split_once("\"} ").expect("le=\"..\"} count");
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().expect("a bound")
+            };
+            (le, count.parse().expect("a count"))
+        })
+        .collect();
+    assert!(buckets.len() >= 2, "{family} {outcome} buckets: {text}");
+    assert_eq!(buckets[0].0, 0.001, "first bucket 1 ms");
+    assert_eq!(
+        buckets[buckets.len() - 2].0,
+        60.0,
+        "last finite bucket 60 s"
+    );
+    assert_eq!(buckets[buckets.len() - 1].0, f64::INFINITY);
+    for pair in buckets.windows(2) {
+        assert!(pair[0].0 < pair[1].0, "bounds ascend: {buckets:?}");
+        assert!(pair[0].1 <= pair[1].1, "counts are cumulative: {buckets:?}");
+    }
+    let labels = format!("{{outcome=\"{outcome}\"}}");
+    let count = sample(text, &format!("{family}_count{labels}")) as u64;
+    let sum = sample(text, &format!("{family}_sum{labels}"));
+    assert_eq!(buckets[buckets.len() - 1].1, count, "+Inf = _count");
+    (count, sum)
+}
+
+/// OBS-1: after the example application's repairs ran real batches and
+/// validations against PostgreSQL, `/metrics` exports their durations as
+/// histograms in seconds (`backfill_batch_duration_seconds`,
+/// `backfill_validation_duration_seconds`), labelled only by outcome:
+/// one committed observation per committed batch, one completed per
+/// completed validation, positive sums, well-formed buckets; every family
+/// has HELP and TYPE, every counter ends in `_total`, and no family is in
+/// milliseconds. Guards: `observe_batch` in the runner and
+/// `observe_validation` in the validator (without them the counts stay 0).
+#[actix_rt::test]
+async fn obs1_batch_and_validation_durations_are_histograms_in_seconds() {
+    let db = app_db(300, 0).await;
+    let host = Host::start(host_config(&db, false, true), app())
+        .await
+        .unwrap();
+    eventually("every repair completed", || async {
+        all_in(&db, "completed").await
+    })
+    .await;
+    // The validator counts a validation after its completion committed,
+    // so the row can read `completed` a moment before the count does; it
+    // observes the duration just before it counts.
+    eventually("every validation counted", || async {
+        get(host.admin_addr, "/metrics")
+            .await
+            .text
+            .contains("\nbackfill_validations_completed_total 4\n")
+    })
+    .await;
+    let text = get(host.admin_addr, "/metrics").await.text;
+
+    let committed = sample(&text, "backfill_batches_committed_total") as u64;
+    // 300 rows in batches of 50, for each of the four repairs.
+    assert!(committed >= 24, "{text}");
+    let (count, sum) = histogram(&text, "backfill_batch_duration_seconds", "committed");
+    assert_eq!(count, committed, "one observation per committed batch");
+    assert!(sum > 0.0 && sum < 60.0 * count as f64, "seconds: {sum}");
+    for outcome in ["stale", "error"] {
+        histogram(&text, "backfill_batch_duration_seconds", outcome);
+    }
+    let (count, sum) = histogram(&text, "backfill_validation_duration_seconds", "completed");
+    assert_eq!(count, 4, "one per completed validation");
+    assert_eq!(
+        sample(&text, "backfill_validations_completed_total") as u64,
+        4
+    );
+    assert!(sum > 0.0, "seconds: {sum}");
+
+    // Every family: HELP and TYPE, counters named `_total`, base units.
+    let mut types = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("# TYPE name kind");
+            types.insert(name.to_string(), kind.to_string());
+        }
+    }
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .filter_map(|s| name.strip_suffix(s))
+            .find(|f| types.get(*f).map(String::as_str) == Some("histogram"))
+            .unwrap_or(name);
+        let kind = types
+            .get(family)
+            .unwrap_or_else(|| panic!("no TYPE for {name}"));
+        assert!(
+            text.contains(&format!("# HELP {family} ")),
+            "no HELP for {family}"
+        );
+        assert_eq!(kind == "counter", family.ends_with("_total"), "{family}");
+        assert!(!family.contains("milli"), "base units: {family}");
+    }
+    assert!(!text.contains("events."), "no stable IDs in metrics");
     host.stop().await;
 }
 

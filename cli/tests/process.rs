@@ -6,6 +6,7 @@
 //! - CT-4 across processes: `ct04_sigkill_*`
 //! - graceful shutdown releases claims: `clm_sigterm_*`
 //! - the demo's throwaway cluster outlives no signal: `demo_stopped_*`
+//! - `--log-format json` writes list-valued fields as arrays: `obs2_*`
 //!
 //! Each kill point is reached with a PostgreSQL barrier, not a sleep: a
 //! second session holds a row lock that the worker's batch waits on (kill
@@ -310,4 +311,66 @@ async fn demo_stopped_while_seeding_removes_its_throwaway_cluster() {
         .unwrap();
     assert!(status.code().is_some(), "ended by the signal: {status:?}");
     assert_eq!(cluster_dirs(), 0, "the throwaway cluster was removed");
+}
+
+/// OBS-2 (structured logs): `backfill serve --log-format json` writes one
+/// JSON object per line, and a list-valued field is a JSON array of
+/// strings: the `registered` event's `required` is the IDs given with
+/// `--required`, in the order given, while its other fields keep their
+/// types (`definitions` a number, `automatic` a bool). Guards: the
+/// `Json` wrapper on `required` in `Embedded::start` and the binary's
+/// `JsonLines` formatter (without either the field is one string).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn obs2_json_log_writes_list_fields_as_arrays_of_strings() {
+    use std::io::BufRead;
+    use std::time::Duration;
+    let db = test_db().await;
+    example::migrate(&db.url).await.unwrap();
+    example::seed(&db.pool, 100, 0).await.unwrap();
+    let required = [TOUCH_COUNT_ID, example::repair_ids()[0]];
+    assert_ne!(required[0], required[1]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args(["--log-format", "json", "serve", "--database-url", &db.url])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(["--migrate", "off", "--auto-backfills", "on", "--required"])
+        .args(required)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn backfill serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Reads the log to its end, so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let registered = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(90))
+            .expect("backfill serve logs its registration");
+        let event: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line}"));
+        assert!(event.is_object(), "{line}");
+        if event["event"] == "registered" && event.get("required").is_some() {
+            break event;
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let listed: Vec<&str> = registered["required"]
+        .as_array()
+        .unwrap_or_else(|| panic!("required is an array: {registered}"))
+        .iter()
+        .map(|id| id.as_str().expect("each ID a string"))
+        .collect();
+    assert_eq!(listed, required, "{registered}");
+    assert_eq!(registered["definitions"], example::repair_ids().len());
+    assert_eq!(registered["automatic"], true);
+    assert_eq!(registered["level"], "INFO");
 }

@@ -278,7 +278,7 @@ impl Embedded {
             event = "registered",
             definitions = engine.registry().len(),
             automatic = config.auto_backfills,
-            required = %required.join(","),
+            required = %crate::logging::Json(&required),
         );
         let mut retry_starts = Vec::new();
         if config.auto_backfills {

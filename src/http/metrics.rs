@@ -1,19 +1,35 @@
-//! `GET /metrics`: Prometheus text exposition (OBS-1, OBS-2).
+//! `GET /metrics`: Prometheus text exposition, format 0.0.4 (OBS-1, OBS-2).
 //!
-//! Lifecycle counts and the gate come from PostgreSQL at scrape time; the
-//! runtime counters from this process. Labels use bounded vocabularies only
-//! (states, gate modes): never stable IDs, keys, rows or actors, which
-//! belong to the authorized admin views. A failed read is exported as
-//! unknown (`backfill_state_known 0`), never as zeros.
+//! Every scrape builds one registry: the runtime's counters and duration
+//! histograms (`RuntimeMetrics::register`, live handles), then the families
+//! read at scrape time (lifecycle counts and the gate from PostgreSQL, the
+//! engine's and the admin gate's counters from this process), and renders
+//! it with `prometheus::TextEncoder`. One registry means one sorted
+//! exposition in which a name used twice is an error, not a duplicate
+//! family; every family carries HELP and TYPE, and counters are named
+//! `*_total` on every line, which is what `promtool check metrics` reads
+//! (CI runs it against a live server in `.ci/api-check`). The
+//! OpenMetrics encoder of the `prometheus-client` crate names a counter's
+//! HELP and TYPE without `_total`, which that check reports as a family
+//! without help for every counter.
+//!
+//! Labels use bounded vocabularies only (states, gate modes, outcomes,
+//! rejection reasons): never stable IDs, keys, rows or actors, which belong
+//! to the authorized admin views. A failed read is exported as unknown
+//! (`backfill_state_known 0`, no gate samples), never as zeros.
+//!
+//! A gauge read at scrape time goes into `scrape_families`; one the runtime
+//! keeps goes into `RuntimeMetrics` and arrives here through `register`.
 
 use crate::admin::flood::Reason;
 use crate::admin::Admin;
 use crate::lifecycle::State;
-use crate::readiness::Readiness;
+use crate::readiness::{GateReport, Readiness};
 use crate::store::{self, Pool};
 use actix_web::{web, HttpResponse};
 use backfill_actors::RuntimeMetrics;
-use std::fmt::Write;
+use prometheus::core::Collector;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use std::sync::Arc;
 
 /// What the endpoint reads.
@@ -26,91 +42,143 @@ pub struct MetricsSource {
     pub runtime: Arc<RuntimeMetrics>,
 }
 
+/// What one scrape read, before any of it is rendered.
+struct Scrape {
+    /// Backfills per state; `None` when PostgreSQL could not be read.
+    counts: Option<Vec<(State, i64)>>,
+    gate: GateReport,
+    serial_fallbacks: u64,
+    /// Refused admin requests per reason; `None` without an admin boundary.
+    rejected: Option<Vec<(Reason, u64)>>,
+}
+
 async fn metrics(
     source: web::Data<MetricsSource>,
     admin: Option<web::Data<Admin>>,
 ) -> HttpResponse {
-    let mut out = String::with_capacity(4096);
     let counts = match source.pool.get().await {
         Ok(mut conn) => store::backfill_count_by_state(&mut conn).await.ok(),
         Err(_) => None,
     };
-    let _ = writeln!(
-        out,
-        "# HELP backfill_state_known Whether lifecycle counts could be read from PostgreSQL.\n# TYPE backfill_state_known gauge\nbackfill_state_known {}",
-        u8::from(counts.is_some())
-    );
-    if let Some(counts) = counts {
-        let _ = writeln!(
-            out,
-            "# HELP backfill_backfills Backfills per lifecycle state.\n# TYPE backfill_backfills gauge"
-        );
+    let report = source.readiness.evaluate().await;
+    let scrape = Scrape {
+        counts,
+        gate: report.backfill_gate,
+        serial_fallbacks: source.engine.serial_fallbacks(),
+        rejected: admin.map(|admin| {
+            Reason::ALL
+                .into_iter()
+                .map(|reason| (reason, admin.flood().counted(reason)))
+                .collect()
+        }),
+    };
+    let encoder = TextEncoder::new();
+    match exposition(&source.runtime, scrape, &encoder) {
+        Ok(body) => HttpResponse::Ok()
+            .content_type(prometheus::TEXT_FORMAT)
+            .body(body),
+        // Only a metric defined twice or with an invalid name gets here: a
+        // bug, reported without detail rather than as a partial exposition
+        // a scraper would read as complete.
+        Err(error) => {
+            tracing::error!(event = "metrics_unrenderable", error = %error);
+            HttpResponse::InternalServerError()
+                .content_type("text/plain; charset=utf-8")
+                .body("metrics could not be rendered\n")
+        }
+    }
+}
+
+/// The whole exposition of one scrape.
+fn exposition(
+    runtime: &RuntimeMetrics,
+    scrape: Scrape,
+    encoder: &TextEncoder,
+) -> prometheus::Result<String> {
+    let registry = Registry::new();
+    runtime.register(&registry)?;
+    for family in scrape_families(scrape)? {
+        registry.register(family)?;
+    }
+    encoder.encode_to_string(&registry.gather())
+}
+
+/// The families read at scrape time, with their values set.
+fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>> {
+    let mut out: Vec<Box<dyn Collector>> = Vec::new();
+
+    let known = IntGauge::new(
+        "backfill_state_known",
+        "Whether lifecycle counts could be read from PostgreSQL.",
+    )?;
+    known.set(i64::from(scrape.counts.is_some()));
+    out.push(Box::new(known));
+
+    if let Some(counts) = scrape.counts {
+        let backfills = IntGaugeVec::new(
+            Opts::new("backfill_backfills", "Backfills per lifecycle state."),
+            &["state"],
+        )?;
+        // Every state, zero included: an absent series would read as
+        // unknown rather than as none.
         for state in State::ALL {
             let n = counts
                 .iter()
                 .find(|(s, _)| *s == state)
                 .map(|(_, n)| *n)
                 .unwrap_or(0);
-            let _ = writeln!(out, "backfill_backfills{{state=\"{state}\"}} {n}");
+            backfills.with_label_values(&[state.as_str()]).set(n);
         }
+        out.push(Box::new(backfills));
     }
-    let report = source.readiness.evaluate().await;
-    let _ = writeln!(
-        out,
-        "# HELP backfill_gate_open Readiness gate of required backfills (1 open, 0 closed; absent when unknown).\n# TYPE backfill_gate_open gauge"
-    );
-    if let Some(open) = report.backfill_gate.open {
-        let _ = writeln!(
-            out,
-            "backfill_gate_open{{mode=\"{}\"}} {}",
-            report.backfill_gate.mode,
-            u8::from(open)
-        );
+
+    // Unknown is not zero (OBS-2): when the gate could not be read, neither
+    // its state nor a count of what keeps it closed is exported (a
+    // `backfill_gate_gating 0` would read as "nothing keeps it closed").
+    if let Some(open) = scrape.gate.open {
+        let gate_open = IntGaugeVec::new(
+            Opts::new(
+                "backfill_gate_open",
+                "Readiness gate of required backfills (1 open, 0 closed; absent when unknown).",
+            ),
+            &["mode"],
+        )?;
+        gate_open
+            .with_label_values(&[scrape.gate.mode])
+            .set(i64::from(open));
+        out.push(Box::new(gate_open));
+        let gating = IntGauge::new(
+            "backfill_gate_gating",
+            "Required backfills keeping the gate closed (absent when unknown).",
+        )?;
+        gating.set(i64::try_from(scrape.gate.gating.len()).unwrap_or(i64::MAX));
+        out.push(Box::new(gating));
     }
-    let _ = writeln!(
-        out,
-        "# HELP backfill_gate_gating Required backfills keeping the gate closed (absent when unknown).\n# TYPE backfill_gate_gating gauge"
-    );
-    // Unknown is not zero (OBS-2): when the gate could not be read, no
-    // count is exported, as for `backfill_gate_open`.
-    if report.backfill_gate.open.is_some() {
-        let _ = writeln!(
-            out,
-            "backfill_gate_gating {}",
-            report.backfill_gate.gating.len()
-        );
-    }
-    for (name, help, value) in source.runtime.snapshot() {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP backfill_overlap_serial_batches_total Batches of repairs that overlap commits which ran serially because the pool could not spare a second connection.\n# TYPE backfill_overlap_serial_batches_total counter\nbackfill_overlap_serial_batches_total {}",
-        source.engine.serial_fallbacks()
-    );
+
+    let serial = IntCounter::new(
+        "backfill_overlap_serial_batches_total",
+        "Batches of repairs that overlap commits which ran serially because the pool could not spare a second connection.",
+    )?;
+    serial.inc_by(scrape.serial_fallbacks);
+    out.push(Box::new(serial));
+
     // API-3: admin requests refused for lack of credentials, by reason
     // (`unauthorized` answered 401, `throttled` answered 429); the audit
     // holds the same counts per source and window.
-    if let Some(admin) = admin {
-        let _ = writeln!(
-            out,
-            "# HELP backfill_admin_rejected_total Admin requests refused without valid credentials.\n# TYPE backfill_admin_rejected_total counter"
-        );
-        for reason in Reason::ALL {
-            let _ = writeln!(
-                out,
-                "backfill_admin_rejected_total{{reason=\"{}\"}} {}",
-                reason.as_str(),
-                admin.flood().counted(reason)
-            );
+    if let Some(rejected) = scrape.rejected {
+        let family = IntCounterVec::new(
+            Opts::new(
+                "backfill_admin_rejected_total",
+                "Admin requests refused without valid credentials.",
+            ),
+            &["reason"],
+        )?;
+        for (reason, n) in rejected {
+            family.with_label_values(&[reason.as_str()]).inc_by(n);
         }
+        out.push(Box::new(family));
     }
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(out)
+    Ok(out)
 }
 
 /// Mount `GET /metrics`.
