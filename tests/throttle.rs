@@ -163,8 +163,10 @@ async fn thr3_batch_size_converges_to_the_target_duration() {
         settled.iter().map(|b| b.size).min().unwrap(),
         settled.iter().map(|b| b.size).max().unwrap(),
     );
+    // The stored size is the last step's, which may already be one
+    // adjustment past the sizes the settled batches ran with.
     assert!(
-        (i64::from(lo)..=i64::from(hi) * 3 / 2).contains(&stored),
+        (i64::from(lo) * 2 / 3..=i64::from(hi) * 3 / 2).contains(&stored),
         "the size in force {stored} is recorded ({lo}..={hi})"
     );
 }
@@ -290,6 +292,44 @@ impl HealthCheck for Maintenance {
 /// table) and the maintenance check.
 struct Shop {
     check: Arc<Maintenance>,
+}
+
+/// The log lines of the current thread (the actix system's, where the
+/// runtime's actors run), as text.
+#[derive(Clone, Default)]
+struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    /// Capture this thread's events until the guard drops.
+    fn capture() -> (Log, tracing::subscriber::DefaultGuard) {
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        (log, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// The lines naming `event`.
+    fn lines(&self, event: &str) -> Vec<String> {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).to_string();
+        let needle = format!("event=\"{event}\"");
+        text.lines()
+            .filter(|l| l.contains(&needle))
+            .map(str::to_string)
+            .collect()
+    }
 }
 
 #[backfill::async_trait]
@@ -649,4 +689,140 @@ async fn thr4_change_reaches_a_runner_in_another_process_at_its_next_batch() {
     }
     operator.stop().await;
     worker.stop().await;
+}
+
+async fn metrics(host: &Host) -> String {
+    let response = request(host.admin_addr, "GET", "/metrics", &[], None).await;
+    assert_eq!(response.status, 200);
+    response.text
+}
+
+/// The value of the sample `series` (name and labels as written).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// THR-2: while a runner is throttled, the condition is in the admin view
+/// (signal, text), in `/metrics` (the throttled-runners gauge, the
+/// throttle events and the signal's own gauge) and in the log (one
+/// `throttled` event naming signal and condition); after recovery the
+/// view shows none, the gauges say so, and an `unthrottled` event follows.
+#[actix_rt::test]
+async fn thr2_throttled_condition_in_view_metrics_and_log_then_gone() {
+    let (log, _guard) = Log::capture();
+    let db = test_db().await;
+    db.exec(&items_sql(200)).await;
+    let check = Arc::new(Maintenance::default());
+    check.down.store(true, Ordering::SeqCst);
+    let host = Host::start(
+        host_config(&db.url),
+        Shop {
+            check: check.clone(),
+        },
+    )
+    .await
+    .unwrap();
+    start(&host).await;
+    let mut conn = db.connect().await;
+    assert_held_back(&mut conn, "application").await;
+
+    let throttle = view(&host).await["throttle"].clone();
+    assert_eq!(throttle["signal"], "application", "{throttle}");
+    assert!(throttle["since"].is_string(), "{throttle}");
+    let text = metrics(&host).await;
+    assert_eq!(
+        sample(&text, "backfill_runners_throttled"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "backfill_throttle_events_total"), Some(1.0));
+    assert_eq!(
+        sample(&text, "backfill_health_application_healthy"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"backfill_health_signal_known{signal="application"}"#
+        ),
+        Some(1.0)
+    );
+    let throttled = log.lines("throttled");
+    assert_eq!(
+        throttled.len(),
+        1,
+        "logged once, not per recheck: {throttled:?}"
+    );
+    assert!(
+        throttled[0].contains("signal=\"application\"")
+            && throttled[0].contains("maintenance window"),
+        "{throttled:?}"
+    );
+
+    check.down.store(false, Ordering::SeqCst);
+    completed(&host).await;
+    assert!(view(&host).await["throttle"].is_null());
+    let text = metrics(&host).await;
+    assert_eq!(sample(&text, "backfill_runners_throttled"), Some(0.0));
+    assert_eq!(
+        sample(&text, "backfill_health_application_healthy"),
+        Some(1.0)
+    );
+    assert_eq!(
+        log.lines("unthrottled").len(),
+        1,
+        "{:?}",
+        log.lines("unthrottled")
+    );
+    host.stop().await;
+}
+
+/// THR-2: a signal that cannot be read is unknown, never healthy. A host
+/// connected as a role without `pg_monitor` cannot see other roles'
+/// sessions, so the oldest transaction's age is unknown: `/metrics` says
+/// so and exports no value for it, the runner says once that it goes
+/// ahead without it (the default policy), and the backfill completes.
+#[actix_rt::test]
+async fn thr2_an_unreadable_signal_is_unknown_never_healthy() {
+    let (log, _guard) = Log::capture();
+    let db = test_db().await;
+    db.exec(&items_sql(100)).await;
+    let role = db.role();
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; ALTER DATABASE {} OWNER TO {role}; \
+         ALTER TABLE items OWNER TO {role}; ALTER TABLE backfill OWNER TO {role}; \
+         GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}; \
+         GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}; \
+         GRANT ALL ON ALL FUNCTIONS IN SCHEMA public TO {role}",
+        db.name
+    ))
+    .await;
+    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+    assert_ne!(url, db.url, "the role's URL");
+    let mut config = host_config(&url);
+    config.migrate = false;
+    config.health.thresholds.max_xact_age = Some(Duration::from_secs(3600));
+    let check = Arc::new(Maintenance::default());
+    let host = Host::start(config, Shop { check }).await.unwrap();
+    let text = metrics(&host).await;
+    assert_eq!(
+        sample(
+            &text,
+            r#"backfill_health_signal_known{signal="transaction_age"}"#
+        ),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "backfill_health_oldest_transaction_seconds"),
+        None,
+        "no value is exported for an unknown signal"
+    );
+    start(&host).await;
+    completed(&host).await;
+    let unknown = log.lines("health_unknown");
+    assert_eq!(unknown.len(), 1, "said once: {unknown:?}");
+    assert!(unknown[0].contains("transaction_age"), "{unknown:?}");
+    host.stop().await;
 }

@@ -52,6 +52,9 @@ pub(crate) struct Pacing {
     pub(super) last_commit: Option<Instant>,
     /// The signal recorded on the row as holding this claim back.
     pub(super) throttled: Option<&'static str>,
+    /// The checked signals that were unknown when a batch last went ahead
+    /// without them (logged once per change, THR-2).
+    pub(super) unknown: Vec<&'static str>,
     /// The size and duration of the last committed batch.
     pub(crate) last: (u32, Duration),
     /// The size the last step gave a body it sent ahead.

@@ -108,7 +108,7 @@ impl Engine {
     /// the monitor's latest snapshot against the process's thresholds
     /// with the backfill's overrides. No monitor (an engine driven without
     /// a host) holds nothing back.
-    fn throttle_for(&self, claim: &Claim, def: &dyn DynRepair) -> Option<(Throttle, Duration)> {
+    fn throttle_for(&self, claim: &mut Claim, def: &dyn DynRepair) -> Option<(Throttle, Duration)> {
         let monitor = self.health.get()?;
         let snapshot = monitor.latest()?;
         let config = monitor.config();
@@ -120,7 +120,23 @@ impl Engine {
             Instant::now(),
             config.stale_after(),
         ) {
-            Verdict::Go { .. } => None,
+            Verdict::Go { unknown } => {
+                // The stated policy for unreadable signals (go ahead on
+                // the others) is said once per change, never silently.
+                let unknown: Vec<&'static str> = unknown.iter().map(|s| s.as_str()).collect();
+                if unknown != claim.pacing.unknown {
+                    if !unknown.is_empty() {
+                        tracing::warn!(
+                            event = "health_unknown",
+                            backfill = %claim.id,
+                            signals = %crate::logging::Json(&unknown),
+                            "proceeding without these health signals, which cannot be read"
+                        );
+                    }
+                    claim.pacing.unknown = unknown;
+                }
+                None
+            }
             Verdict::Throttle(throttle) => Some((throttle, config.interval)),
         }
     }

@@ -23,6 +23,7 @@
 
 use crate::admin::flood::Reason;
 use crate::admin::Admin;
+use crate::health::{Reading, Signal, Snapshot};
 use crate::lifecycle::State;
 use crate::readiness::{GateReport, Readiness};
 use crate::store::{self, Pool};
@@ -50,6 +51,9 @@ struct Scrape {
     serial_fallbacks: u64,
     /// Refused admin requests per reason; `None` without an admin boundary.
     rejected: Option<Vec<(Reason, u64)>>,
+    /// The health monitor's latest snapshot; `None` without a monitor or
+    /// before its first reading.
+    health: Option<Arc<Snapshot>>,
 }
 
 async fn metrics(
@@ -71,6 +75,7 @@ async fn metrics(
                 .map(|reason| (reason, admin.flood().counted(reason)))
                 .collect()
         }),
+        health: source.engine.health().and_then(|monitor| monitor.latest()),
     };
     let encoder = TextEncoder::new();
     match exposition(&source.runtime, scrape, &encoder) {
@@ -165,6 +170,10 @@ fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>
     // API-3: admin requests refused for lack of credentials, by reason
     // (`unauthorized` answered 401, `throttled` answered 429); the audit
     // holds the same counts per source and window.
+    if let Some(snapshot) = &scrape.health {
+        out.extend(health_families(snapshot)?);
+    }
+
     if let Some(rejected) = scrape.rejected {
         let family = IntCounterVec::new(
             Opts::new(
@@ -178,6 +187,78 @@ fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>
         }
         out.push(Box::new(family));
     }
+    Ok(out)
+}
+
+/// The health signals throttling reads (THR-2), one gauge per signal in
+/// its base unit, present only while the signal is known; and
+/// `backfill_health_signal_known` per signal, so an unreadable signal
+/// reads as unknown, never as a healthy zero.
+fn health_families(snapshot: &Snapshot) -> prometheus::Result<Vec<Box<dyn Collector>>> {
+    let mut out: Vec<Box<dyn Collector>> = Vec::new();
+    let known = IntGaugeVec::new(
+        Opts::new(
+            "backfill_health_signal_known",
+            "Whether the health monitor could read the signal at its last reading (1) or not (0).",
+        ),
+        &["signal"],
+    )?;
+    let values: [(Signal, &str, &str, Option<f64>); 6] = [
+        (
+            Signal::ReplicationLagBytes,
+            "backfill_health_replication_lag_bytes",
+            "WAL bytes the standby furthest behind has yet to replay (absent without a standby or when unknown).",
+            snapshot.lag_bytes.known().copied().flatten().map(|b| b as f64),
+        ),
+        (
+            Signal::ReplicationLag,
+            "backfill_health_replication_lag_seconds",
+            "Replay lag in time of the standby furthest behind (absent without a standby or when unknown).",
+            snapshot.lag.known().copied().flatten().map(|d| d.as_secs_f64()),
+        ),
+        (
+            Signal::WalRate,
+            "backfill_health_wal_bytes_per_second",
+            "WAL the server generated per second between the last two readings (absent when unknown).",
+            snapshot.wal_bytes_per_s.known().copied().flatten().map(|b| b as f64),
+        ),
+        (
+            Signal::LockWaiters,
+            "backfill_health_lock_waiters",
+            "Sessions waiting for a lock on a table a repair names (absent when unknown).",
+            snapshot.lock_waiters.known().map(|t| t.values().sum::<u64>() as f64),
+        ),
+        (
+            Signal::TransactionAge,
+            "backfill_health_oldest_transaction_seconds",
+            "Age of the oldest open transaction of another session (absent when unknown).",
+            snapshot.xact_age.known().map(|d| d.as_secs_f64()),
+        ),
+        (
+            Signal::Application,
+            "backfill_health_application_healthy",
+            "Whether the application's own check passed (1) or failed (0); absent without a check or when unknown.",
+            snapshot
+                .application
+                .as_ref()
+                .and_then(Reading::known)
+                .map(|r| if r.is_ok() { 1.0 } else { 0.0 }),
+        ),
+    ];
+    for (signal, name, help, value) in values {
+        if signal == Signal::Application && snapshot.application.is_none() {
+            continue;
+        }
+        known
+            .with_label_values(&[signal.as_str()])
+            .set(i64::from(snapshot.reason(signal).is_none()));
+        if let Some(value) = value {
+            let gauge = prometheus::Gauge::new(name, help)?;
+            gauge.set(value);
+            out.push(Box::new(gauge));
+        }
+    }
+    out.push(Box::new(known));
     Ok(out)
 }
 
