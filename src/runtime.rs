@@ -27,6 +27,9 @@ impl ClaimInfo for Claim {
     fn takeover_from(&self) -> Option<&str> {
         self.takeover_from.as_deref()
     }
+    fn batch_size(&self) -> Option<u32> {
+        Some(self.last_batch().0).filter(|&size| size > 0)
+    }
 }
 
 /// `work`'s output, or `None` if it panicked (a bug in a repair's code,

@@ -35,6 +35,11 @@ pub trait ClaimInfo: Send + Sync + Unpin + 'static {
     fn is_validation(&self) -> bool;
     /// The previous owner whose expired claim this one took over.
     fn takeover_from(&self) -> Option<&str>;
+    /// The batch size in force, for the progress log (THR-3); `None` when
+    /// the backend does not size batches.
+    fn batch_size(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// What a recorded failure left a backfill in: all the runtime must tell

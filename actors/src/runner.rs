@@ -124,6 +124,7 @@ impl<B: Backend> Runner<B> {
             return;
         }
         let keys_per_s = ((self.keys - keys) as f64 / elapsed.as_secs_f64()).round() as u64;
+        let batch_size = self.claim.as_ref().and_then(ClaimInfo::batch_size);
         tracing::info!(
             event = "progress",
             backfill = %self.id,
@@ -132,6 +133,7 @@ impl<B: Backend> Runner<B> {
             keys = self.keys,
             batches_since = self.batches - batches,
             keys_per_s,
+            batch_size,
         );
         self.logged = (self.batches, self.keys, Instant::now());
     }

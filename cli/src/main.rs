@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use backfill::engine::EngineConfig;
+use backfill::health::{HealthConfig, Thresholds, UnknownPolicy};
 use backfill::host::{Host, HostConfig};
 use backfill::runtime::RuntimeConfig;
 use backfill_cli::demo::{DemoConfig, DemoExit};
@@ -90,6 +91,63 @@ struct RuntimeArgs {
     /// This process's worker ID (the claim owner); default host-pid.
     #[arg(long, env = "BACKFILL_WORKER_ID")]
     worker_id: Option<String>,
+    #[command(flatten)]
+    health: HealthArgs,
+}
+
+/// Health signals that hold batches back (THR-1), process defaults; each
+/// backfill may override them through its live settings.
+#[derive(Args, Debug, Clone)]
+struct HealthArgs {
+    /// How often the health monitor reads the signals, in milliseconds.
+    #[arg(long, default_value_t = 1_000)]
+    health_interval_ms: u64,
+    /// Replication byte-lag limit of every standby (0 = any lag).
+    #[arg(long, default_value_t = backfill::health::DEFAULT_MAX_LAG_BYTES)]
+    max_lag_bytes: u64,
+    /// Replication time-lag limit, in milliseconds (off when unset).
+    #[arg(long)]
+    max_lag_ms: Option<u64>,
+    /// WAL bytes per second limit, server-wide (off when unset).
+    #[arg(long)]
+    max_wal_bytes_per_s: Option<u64>,
+    /// Sessions waiting for a lock on a repair's tables (off when unset).
+    #[arg(long)]
+    max_lock_waiters: Option<u64>,
+    /// Age limit of the oldest other transaction, in milliseconds (off
+    /// when unset).
+    #[arg(long)]
+    max_xact_age_ms: Option<u64>,
+    /// What an unreadable signal does: proceed on the others (and say
+    /// so), or hold batches back like a signal past its limit.
+    #[arg(long, value_enum, default_value_t = UnknownSignals::Proceed)]
+    unknown_signals: UnknownSignals,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum UnknownSignals {
+    Proceed,
+    Throttle,
+}
+
+impl HealthArgs {
+    fn config(&self) -> HealthConfig {
+        HealthConfig {
+            interval: Duration::from_millis(self.health_interval_ms),
+            thresholds: Thresholds {
+                max_lag_bytes: Some(self.max_lag_bytes),
+                max_lag: self.max_lag_ms.map(Duration::from_millis),
+                max_wal_bytes_per_s: self.max_wal_bytes_per_s,
+                max_lock_waiters: self.max_lock_waiters,
+                max_xact_age: self.max_xact_age_ms.map(Duration::from_millis),
+            },
+            unknown: match self.unknown_signals {
+                UnknownSignals::Proceed => UnknownPolicy::Proceed,
+                UnknownSignals::Throttle => UnknownPolicy::Throttle,
+            },
+            ..HealthConfig::default()
+        }
+    }
 }
 
 impl RuntimeArgs {
@@ -111,6 +169,7 @@ impl RuntimeArgs {
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
             progress_log_interval: Duration::from_millis(self.progress_log_interval_ms),
         };
+        config.health = self.health.config();
     }
 }
 

@@ -182,6 +182,12 @@ impl Repair for AuthorNorm {
         self.batch
     }
 
+    /// Sessions queued for a lock on `events` hold these batches back
+    /// when the lock-waiter limit is set (THR-1).
+    fn tables(&self) -> Vec<String> {
+        vec!["events".into()]
+    }
+
     async fn capture_bound(
         &self,
         conn: &mut AsyncPgConnection,
@@ -280,6 +286,12 @@ impl Repair for ContentLen {
 
     fn batch_limit(&self) -> u32 {
         self.batch
+    }
+
+    /// Sessions queued for a lock on `events` hold these batches back
+    /// when the lock-waiter limit is set (THR-1).
+    fn tables(&self) -> Vec<String> {
+        vec!["events".into()]
     }
 
     async fn capture_bound(
@@ -469,6 +481,12 @@ impl Repair for TagCount {
         self.batch
     }
 
+    /// Sessions queued for a lock on `events` hold these batches back
+    /// when the lock-waiter limit is set (THR-1).
+    fn tables(&self) -> Vec<String> {
+        vec!["events".into()]
+    }
+
     async fn capture_bound(
         &self,
         conn: &mut AsyncPgConnection,
@@ -612,6 +630,12 @@ impl Repair for TouchCount {
 
     fn batch_limit(&self) -> u32 {
         self.batch
+    }
+
+    /// Sessions queued for a lock on `events` hold these batches back
+    /// when the lock-waiter limit is set (THR-1).
+    fn tables(&self) -> Vec<String> {
+        vec!["events".into()]
     }
 
     async fn capture_bound(
