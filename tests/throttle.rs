@@ -299,9 +299,22 @@ struct Shop {
 #[derive(Clone, Default)]
 struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
 
-impl std::io::Write for Log {
+thread_local! {
+    /// Where this thread's log lines go while a test captures them.
+    static CAPTURE: std::cell::RefCell<Option<Log>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The writer of the one process-wide subscriber: it appends to the
+/// current thread's capture, if any, and drops the line otherwise.
+struct Routed;
+
+impl std::io::Write for Routed {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        CAPTURE.with(|c| {
+            if let Some(log) = &*c.borrow() {
+                log.0.lock().unwrap().extend_from_slice(buf);
+            }
+        });
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -309,16 +322,36 @@ impl std::io::Write for Log {
     }
 }
 
+/// Ends the current thread's capture when dropped.
+struct CaptureGuard;
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CAPTURE.with(|c| c.borrow_mut().take());
+    }
+}
+
 impl Log {
     /// Capture this thread's events until the guard drops.
-    fn capture() -> (Log, tracing::subscriber::DefaultGuard) {
+    ///
+    /// One global subscriber serves every test, rather than one scoped
+    /// subscriber per test: tracing caches per call site whether anyone
+    /// listens, and a call site first reached on a thread with no scoped
+    /// subscriber, while another test registers its own, can stay cached
+    /// as unheard, which loses that test's events.
+    fn capture() -> (Log, CaptureGuard) {
+        static INSTALL: std::sync::Once = std::sync::Once::new();
+        INSTALL.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(|| Routed)
+                .with_ansi(false)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other global subscriber in this test binary");
+        });
         let log = Log::default();
-        let writer = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        (log, tracing::subscriber::set_default(subscriber))
+        CAPTURE.with(|c| *c.borrow_mut() = Some(log.clone()));
+        (log, CaptureGuard)
     }
 
     /// The lines naming `event`.
@@ -651,6 +684,14 @@ async fn thr4_change_reaches_a_runner_in_another_process_at_its_next_batch() {
     let operator = Host::start(host_config(&db.url), Slow).await.unwrap();
     patch_settings(&operator, "size-3", r#"{"batch_size": 3}"#).await;
     let changed = tokio::time::Instant::now();
+    // Batches reported before the change was answered committed before
+    // it (they queue here while the operator's process starts): skip them.
+    loop {
+        match events.try_recv() {
+            Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(_) => break,
+        }
+    }
     // What already started keeps the old size: the batch in flight, the
     // next one whose gate may run before the NOTIFY arrives, and the body
     // that one sends ahead behind its commit. The batch after runs with
