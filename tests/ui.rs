@@ -5,6 +5,7 @@
 mod support;
 
 use backfill::host::{Host, HostConfig};
+use backfill::settings::Field;
 use std::process::Command;
 use support::http::get;
 use support::test_db;
@@ -21,6 +22,33 @@ fn ct12_client_projection_tests_pass_under_node() {
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("# fail 0"), "{text}");
+}
+
+/// THR-4: the settings form offers exactly the settings the server takes,
+/// with the server's ranges in its hints: `SETTINGS` in app.js, read by
+/// node, against `Field::ALL`. A field added, renamed or re-ranged on one
+/// side only fails here.
+#[test]
+fn thr4_client_settings_are_the_servers_fields_and_ranges() {
+    let script = "const s = require('./src/http/ui/app.js').SETTINGS; \
+                  process.stdout.write(JSON.stringify(s.map((f) => [f.name, f.min, f.max])))";
+    let output = Command::new("node")
+        .args(["-e", script])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("node is required for the web client's tests (Debian: nodejs)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let client: Vec<(String, u64, u64)> =
+        serde_json::from_slice(&output.stdout).expect("SETTINGS as JSON");
+    let server: Vec<(String, u64, u64)> = Field::ALL
+        .into_iter()
+        .map(|f| (f.name().to_string(), f.range().0, f.range().1))
+        .collect();
+    assert_eq!(client, server);
 }
 
 /// The admin listener serves the client; the page itself carries no data.

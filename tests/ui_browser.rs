@@ -19,6 +19,13 @@
 //!   with its key: `ui_browser_pause_then_resume_changes_postgresql`
 //! - explicit validation: `ui_browser_validate_completed_shows_typed_outcome`
 //! - authorization: `ui_browser_unauthorized_shows_token_prompt_and_no_data`
+//! - live settings from the page reach PostgreSQL and the audit, a lost
+//!   answer is retried with its key:
+//!   `ui_browser_settings_form_changes_batch_size_in_postgres`
+//! - a refused change shows the server's 422 (and a reader's 403) and
+//!   changes nothing: `ui_browser_settings_form_shows_422_and_changes_nothing`
+//! - a runner held back by a real health signal:
+//!   `ui_browser_throttled_backfill_shows_signal_value_and_threshold`
 //!
 //! Screenshots of the list and detail pages go to `target/ui-screenshots/`.
 //! A missing browser or `tests/ui/node_modules` fails the test, naming the
@@ -27,17 +34,22 @@
 mod support;
 
 use backfill::admin::{Admin, AdminConfig, AuthConfig};
-use backfill::{BatchOutcome, Claim, Engine, Phase, Registry, RepairError};
+use backfill::health::HealthCheck;
+use backfill::host::{AppError, Application, Host, HostConfig};
+use backfill::{BatchOutcome, Claim, Engine, Phase, Registry, RepairError, SqlRepair, State};
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::admin::{
     call, engine_config, serve_with_ui, tokens_file, TestServer, OPERATOR, READER,
 };
 use support::repairs::{events_sql, items_sql, CompoundCounter, Counter, Hooks};
+use support::Deadline;
 use support::TestDb;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -610,4 +622,317 @@ async fn ui_browser_unauthorized_shows_token_prompt_and_no_data() {
         "paused",
         "a refused resume changes nothing"
     );
+}
+
+/// The live settings of `id` as PostgreSQL stores them (a JSON object).
+async fn stored_settings(db: &TestDb, id: &str) -> Value {
+    let text = db
+        .text(&format!(
+            "SELECT settings::text AS v FROM backfill WHERE id = '{id}'"
+        ))
+        .await
+        .expect("settings");
+    serde_json::from_str(&text).expect("settings are JSON")
+}
+
+/// How many `settings` audit rows of `id` have `outcome` (and, when
+/// given, this correlation and detail).
+async fn settings_audits(
+    db: &TestDb,
+    id: &str,
+    outcome: &str,
+    key: Option<&str>,
+    detail: Option<&str>,
+) -> i64 {
+    let mut sql = format!(
+        "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{id}' \
+         AND action = 'settings' AND outcome = '{outcome}'"
+    );
+    if let Some(key) = key {
+        sql.push_str(&format!(" AND correlation = '{key}'"));
+    }
+    if let Some(detail) = detail {
+        sql.push_str(&format!(" AND detail = '{detail}'"));
+    }
+    db.scalar(&sql).await
+}
+
+/// The settings form of a running backfill's page, by keyboard: Escape in
+/// its confirm dialog sends nothing; a change of the batch size whose
+/// answer is lost after the commit is stored in PostgreSQL, and sending
+/// the same change again carries the same Idempotency-Key (one `applied`
+/// audit row with prior and new values, one `replayed`); the page's view
+/// then shows the new value. A second change (reset the batch size, set a
+/// pause) has a key of its own, sends `null` for the reset and is stored
+/// and audited as such. Guards: the form's PATCH (`sendSettings`),
+/// `settingsChange`, `keyFor` with the change as its request, the refresh
+/// after an answer, and `settingsRows`.
+#[actix_rt::test]
+async fn ui_browser_settings_form_changes_batch_size_in_postgres() {
+    let fx = Fixture::new().await;
+    let _claims = fx.all_states().await;
+    let generation = format!("SELECT generation AS v FROM backfill WHERE id = '{RUNNING}'");
+    let before = fx.db.scalar(&generation).await;
+    assert_eq!(stored_settings(&fx.db, RUNNING).await, json!({}));
+    let mut browser = Browser::start("settings", &fx.url(), &fx.expected_rows().await).await;
+
+    // The change committed; only its answer was lost.
+    browser.step("lost").await;
+    assert_eq!(
+        stored_settings(&fx.db, RUNNING).await,
+        json!({"batch_size": 7})
+    );
+    browser.go().await;
+
+    let key = browser.step("applied").await;
+    assert!(key.starts_with("ui-"), "the page's key: {key}");
+    assert_eq!(
+        stored_settings(&fx.db, RUNNING).await,
+        json!({"batch_size": 7})
+    );
+    assert_eq!(
+        settings_audits(
+            &fx.db,
+            RUNNING,
+            "applied",
+            Some(&key),
+            Some("batch_size: unset -> 7")
+        )
+        .await,
+        1,
+        "the change applied once, with its prior and new value"
+    );
+    assert_eq!(
+        settings_audits(&fx.db, RUNNING, "replayed", Some(&key), None).await,
+        1,
+        "the same change sent again replayed it"
+    );
+    assert_eq!(
+        settings_audits(&fx.db, RUNNING, "applied", None, None).await,
+        1,
+        "no other change was applied"
+    );
+    browser.go().await;
+
+    let second = browser.step("changed").await;
+    assert_ne!(second, key, "a new change has a new key");
+    assert_eq!(
+        stored_settings(&fx.db, RUNNING).await,
+        json!({"pause_ms": 250})
+    );
+    assert_eq!(
+        settings_audits(
+            &fx.db,
+            RUNNING,
+            "applied",
+            Some(&second),
+            Some("batch_size: 7 -> unset; pause_ms: unset -> 250")
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        fx.state(RUNNING).await,
+        "running",
+        "settings are no transition"
+    );
+    assert_eq!(
+        fx.db.scalar(&generation).await,
+        before,
+        "and advance no generation"
+    );
+    browser.go().await;
+    browser.finish().await;
+    support::admin::assert_audit_complete(&fx.db).await;
+}
+
+/// Refused changes from the page of a paused backfill: batch size 0 shows
+/// the server's 422 `invalid_settings` beside the form, marks the field it
+/// names and keeps what was typed; min above max shows the other 422; the
+/// page's view of the settings stays the server's through later refreshes;
+/// and PostgreSQL holds no setting and two audited refusals. A token that
+/// may read but not operate is refused (403) and the form withdrawn, with
+/// nothing stored. Guards: `describeSettingsResult` and the form's error
+/// path (showing the body, never applying it), and the 403 withdrawal.
+#[actix_rt::test]
+async fn ui_browser_settings_form_shows_422_and_changes_nothing() {
+    let fx = Fixture::new().await;
+    let _claims = fx.all_states().await;
+    let mut browser =
+        Browser::start("settings-invalid", &fx.url(), &fx.expected_rows().await).await;
+    browser.step("refused").await;
+    assert_eq!(stored_settings(&fx.db, PAUSED).await, json!({}));
+    assert_eq!(
+        settings_audits(&fx.db, PAUSED, "invalid_settings", None, None).await,
+        2,
+        "both refusals are audited"
+    );
+    assert_eq!(
+        settings_audits(&fx.db, PAUSED, "applied", None, None).await,
+        0
+    );
+    browser.go().await;
+    browser.step("forbidden").await;
+    assert_eq!(stored_settings(&fx.db, PAUSED).await, json!({}));
+    assert_eq!(
+        fx.db
+            .scalar(&format!(
+                "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{PAUSED}' \
+                 AND action = 'settings' AND outcome = 'forbidden' AND actor = 'viewer'"
+            ))
+            .await,
+        1,
+        "the reader's refusal is audited"
+    );
+    assert_eq!(fx.state(PAUSED).await, "paused");
+    browser.go().await;
+    browser.finish().await;
+}
+
+/// The backfill of the throttle test.
+const THROTTLED: &str = "items.fix.v1";
+
+/// The application's own health check: unhealthy while `down` is set.
+#[derive(Default)]
+struct Maintenance {
+    down: AtomicBool,
+}
+
+#[backfill::async_trait]
+impl HealthCheck for Maintenance {
+    async fn check(&self) -> Result<(), String> {
+        if self.down.load(Ordering::SeqCst) {
+            Err("maintenance window".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// An application with one repair over `items` (its table, watched for
+/// lock waiters) and the maintenance check.
+struct Shop {
+    check: Arc<Maintenance>,
+}
+
+#[backfill::async_trait]
+impl Application for Shop {
+    fn registry(&self) -> Result<Registry, backfill::repair::DefinitionError> {
+        Registry::new().with(
+            SqlRepair::new(THROTTLED, "items")
+                .key("id")
+                .set("n = n + 1")
+                .validate_where("n <> 1")
+                .batch_size(50)
+                .build()?,
+        )
+    }
+
+    fn health_check(&self) -> Option<Arc<dyn HealthCheck>> {
+        Some(self.check.clone())
+    }
+
+    async fn check_schema(&self, _conn: &mut AsyncPgConnection) -> Result<(), AppError> {
+        Ok(())
+    }
+}
+
+/// The signal the row records as holding `THROTTLED` back, once it is
+/// `signal`.
+async fn wait_for_throttle(db: &TestDb, signal: &str) {
+    let sql = format!("SELECT throttle->>'signal' AS v FROM backfill WHERE id = '{THROTTLED}'");
+    let mut wait = Deadline::new("the runner records the throttle");
+    while db.text(&sql).await.as_deref() != Some(signal) {
+        wait.tick().await;
+    }
+}
+
+/// A backfill run by the production runtime (a `Host`, with its health
+/// monitor, runner and the web client on its admin listener) and held back
+/// for real: first by the application's health check (the list's marker
+/// names it, its reason in the title), then, with the check passing, by a
+/// session queued for a lock on the repair's table past a limit of 0
+/// waiters: the marker reads `throttled: lock_waiters 1 past 0`, in the
+/// list and beside the state on its page, whose throttle card names
+/// signal, value, threshold and the server's condition, while the state
+/// stays `running`. When the lock is released the backfill completes and
+/// the marker and card go. Guards: `markers`/`throttleInfo` and the
+/// throttle card.
+#[actix_rt::test]
+async fn ui_browser_throttled_backfill_shows_signal_value_and_threshold() {
+    let db = support::test_db().await;
+    db.exec(&items_sql(300)).await;
+    let mut config = HostConfig::new(db.url.clone());
+    config.listen = "127.0.0.1:0".parse().expect("address");
+    config.admin_listen = "127.0.0.1:0".parse().expect("address");
+    config.auto_backfills = false;
+    config.engine = engine_config();
+    config.engine.lease_ttl = Duration::from_millis(1500);
+    config.runtime.poll_interval = Duration::from_millis(50);
+    config.health.interval = Duration::from_millis(50);
+    config.health.thresholds.max_lock_waiters = Some(0);
+    config.admin_auth =
+        AuthConfig::Tokens(AuthConfig::parse_tokens_file(&tokens_file()).expect("tokens file"));
+    let check = Arc::new(Maintenance::default());
+    check.down.store(true, Ordering::SeqCst);
+    let host = Host::start(
+        config,
+        Shop {
+            check: check.clone(),
+        },
+    )
+    .await
+    .expect("host");
+    host.engine().start(THROTTLED).await.expect("start");
+    host.embedded.runtime.wake();
+    wait_for_throttle(&db, "application").await;
+
+    let url = format!("http://{}", host.admin_addr);
+    let mut browser = Browser::start("throttled", &url, &json!([])).await;
+    browser.step("application").await;
+
+    // A session holds a lock on items and another queues behind it.
+    let mut holder = db.connect().await;
+    holder
+        .batch_execute("BEGIN; SELECT count(*) FROM items")
+        .await
+        .expect("hold a lock");
+    let waiter_url = db.url.clone();
+    let waiter = actix_rt::spawn(async move {
+        let mut conn = AsyncPgConnection::establish(&waiter_url)
+            .await
+            .expect("connect");
+        conn.batch_execute("BEGIN; LOCK TABLE items IN ACCESS EXCLUSIVE MODE; COMMIT")
+            .await
+            .expect("the queued lock");
+    });
+    support::admin::wait_for_lock_waiters(&db, 1).await;
+    check.down.store(false, Ordering::SeqCst);
+    wait_for_throttle(&db, "lock_waiters").await;
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT rows_done AS v FROM backfill WHERE id = '{THROTTLED}'"
+        ))
+        .await,
+        0,
+        "no batch ran while throttled"
+    );
+    browser.go().await;
+    browser.step("lock").await;
+
+    holder.batch_execute("ROLLBACK").await.expect("release");
+    waiter.await.expect("the waiter");
+    let row = host
+        .engine()
+        .wait_for(
+            THROTTLED,
+            &[State::Completed, State::Failed, State::Blocked],
+            Duration::from_secs(90),
+        )
+        .await
+        .expect("wait for the end");
+    assert_eq!(row.state, State::Completed, "{:?}", row.last_error);
+    browser.go().await;
+    browser.finish().await;
+    host.stop().await;
 }

@@ -156,8 +156,10 @@ test("thr2 a throttle and live settings render when present and are absent witho
   });
   const t = app.throttleInfo(throttled, 0);
   assert.strictEqual(t.text, "throttled by replication_lag_bytes: 19,000,000 past 16,000,000 since 12 s ago");
-  assert.match(app.markers(throttled, 0), /throttled: replication_lag_bytes/);
-  assert.deepStrictEqual(app.settingsRows(throttled), [["batch size", "500"], ["pause ms", "default"], ["target batch ms", "200"]]);
+  assert.match(app.markers(throttled, 0), /throttled: replication_lag_bytes 19,000,000 past 16,000,000/);
+  assert.deepStrictEqual(app.settingsRows(throttled), [
+    ["batch size in force", "500"], ["batch size", "500"], ["target batch duration (ms)", "200"], ["pause between batches (ms)", "default"],
+  ]);
   assert.match(app.row(throttled, {}), /batch 500/);
   const unreadable = app.throttleInfo(view({ throttle: { signal: "wal_rate", value: null, threshold: 5 } }), 0);
   assert.strictEqual(unreadable.value, "unknown", "an unreadable signal is unknown, never zero");
@@ -230,4 +232,115 @@ test("adm2 the list follows next_after to the last page, and shows nothing parti
     return calls === 1 ? { ok: true, status: 200, json: async () => pages[path] } : { ok: false, status: 503 };
   };
   assert.deepStrictEqual(await app.fetchAll(failing), { status: 503 });
+});
+
+test("thr2 the throttle marker names signal, value and threshold, and the server's words", () => {
+  const lock = app.throttleInfo(view({ throttle: { signal: "lock_waiters", value: 1, threshold: 0, text: "lock waiters 1 > 0 on items" } }), 0);
+  assert.strictEqual(lock.short, "lock_waiters 1 past 0");
+  assert.strictEqual(lock.condition, "lock waiters 1 > 0 on items");
+  const marker = app.markers(view({ throttle: { signal: "lock_waiters", value: 1, threshold: 0, text: "lock waiters 1 > 0 on items" } }), 0);
+  assert.match(marker, />throttled: lock_waiters 1 past 0</);
+  assert.match(marker, /title="throttled by lock_waiters: 1 past 0 \(lock waiters 1 &gt; 0 on items\)"/);
+  // The application's check has a reason, not numbers: named alone, its
+  // reason in the server's words.
+  const appCheck = app.throttleInfo(view({ throttle: { signal: "application", value: null, threshold: null, text: "application check: maintenance" } }), 0);
+  assert.strictEqual(appCheck.short, "application");
+  assert.strictEqual(appCheck.value, "not applicable", "no number is not an unknown number");
+  assert.strictEqual(appCheck.text, "throttled by application");
+  assert.strictEqual(appCheck.condition, "application check: maintenance");
+  assert.strictEqual(app.throttleInfo(view({ throttle: { signal: "wal_rate", value: null, threshold: 5 } }), 0).short, "wal_rate unknown past 5");
+});
+
+test("thr4 live settings list the size in force and what an operator set, unknown names kept", () => {
+  assert.deepStrictEqual(app.settingsRows(view({ batch_size: null, settings: {} })), [
+    ["batch size in force", "unknown (no batch yet)"], ["set by an operator", "none: the defaults apply"],
+  ]);
+  assert.deepStrictEqual(app.settingsRows(view({ batch_size: 4, settings: { max_lock_waiters: 0, later_setting: 3 } })), [
+    ["batch size in force", "4"], ["max lock waiters", "0"], ["later setting", "3"],
+  ]);
+});
+
+test("thr4 the form offers every setting the server takes, where the state still takes a change", () => {
+  assert.deepStrictEqual(app.SETTINGS.map((f) => f.name), [
+    "batch_size", "target_batch_ms", "min_batch_size", "max_batch_size", "pause_ms",
+    "max_lag_bytes", "max_lag_ms", "max_wal_bytes_per_s", "max_lock_waiters", "max_xact_age_ms",
+  ]);
+  for (const s of ["pending", "running", "validating", "paused", "blocked", "failed"]) assert.ok(app.settingsOffered(s), s);
+  for (const s of ["completed", "bogus", undefined]) assert.ok(!app.settingsOffered(s), `no form for ${s}`);
+  const html = app.settingsFormHtml();
+  for (const f of app.SETTINGS) {
+    assert.match(html, new RegExp(`<label for="set-${f.name}">${f.label.replace(/[()]/g, "\\$&")}</label>`), `${f.name} is labelled`);
+    assert.match(html, new RegExp(`id="set-${f.name}" name="${f.name}" type="text" inputmode="numeric"`));
+    assert.match(html, new RegExp(`id="clear-${f.name}"[^>]*aria-label="reset ${f.label.replace(/[()]/g, "\\$&")} to its default"`));
+  }
+  const ids = [...html.matchAll(/ id="([^"]+)"/g)].map((m) => m[1]);
+  assert.strictEqual(new Set(ids).size, ids.length, "ids are unique");
+  assert.strictEqual(app.settingHint(app.SETTINGS[0], view({ settings: { batch_size: 2500 } })), "1 to 100,000; now 2,500");
+  assert.strictEqual(app.settingHint(app.SETTINGS[4], view({ settings: {} })), "0 to 3,600,000; now default");
+  assert.strictEqual(app.settingHint(app.SETTINGS[5], null), "0 to 1,125,899,906,842,624; now default");
+});
+
+test("thr4 an empty field is unchanged, reset is null, and what was typed goes to the server", () => {
+  const entries = [
+    { name: "batch_size", text: " 2,500 ", clear: false },
+    { name: "target_batch_ms", text: "", clear: true },
+    { name: "pause_ms", text: "", clear: false },
+    { name: "max_lag_ms", text: "  ", clear: false },
+    { name: "min_batch_size", text: "0", clear: false },
+    { name: "max_batch_size", text: "1 2", clear: false },
+    { name: "max_lock_waiters", text: "7", clear: true },
+    { name: "max_xact_age_ms", text: "-5", clear: false },
+  ];
+  const { change, count } = app.settingsChange(entries);
+  assert.deepStrictEqual(change, {
+    batch_size: 2500, target_batch_ms: null, min_batch_size: 0, max_batch_size: "1 2", max_lock_waiters: null, max_xact_age_ms: -5,
+  });
+  assert.strictEqual(count, 6);
+  assert.deepStrictEqual(app.settingsChange([{ name: "batch_size", text: "" }]), { change: {}, count: 0 });
+  assert.deepStrictEqual(app.settingsChange([{ name: "pause_ms", text: "1.5" }]).change, { pause_ms: 1.5 });
+  assert.deepStrictEqual(app.settingsChange([{ name: "pause_ms", text: "1,00" }]).change, { pause_ms: "1,00" });
+});
+
+test("adm4 a settings change keeps its key while unanswered, and only for the same change", () => {
+  let n = 0;
+  const mint = () => `k${++n}`;
+  const a = app.canonicalJson({ pause_ms: 5, batch_size: null });
+  assert.strictEqual(a, '{"batch_size":null,"pause_ms":5}');
+  assert.strictEqual(app.canonicalJson({ batch_size: null, pause_ms: 5 }), a, "field order does not make another request");
+  const key = app.keyFor(null, "settings", "x", mint, a);
+  const pending = { action: "settings", id: "x", key, request: a, unanswered: true };
+  assert.strictEqual(app.keyFor(pending, "settings", "x", mint, a), key, "the same change retried reuses the key");
+  assert.notStrictEqual(app.keyFor(pending, "settings", "x", mint, '{"pause_ms":6}'), key, "another change is another request");
+  assert.notStrictEqual(app.keyFor(pending, "settings", "y", mint, a), key, "another backfill is another request");
+  assert.notStrictEqual(app.keyFor({ ...pending, unanswered: false }, "settings", "x", mint, a), key, "an answered change is done");
+});
+
+test("thr4 the confirm dialog says what changes, from what to what", () => {
+  assert.strictEqual(app.describeSettingsChange({ pause_ms: null, batch_size: 7 }, { pause_ms: 250 }),
+    "batch size: default → 7; pause between batches (ms): 250 → default");
+  assert.strictEqual(app.describeSettingsChange({ min_batch_size: 50, max_batch_size: 5 }, {}),
+    "min batch size: default → 50; max batch size: default → 5");
+  assert.strictEqual(app.describeSettingsChange({ batch_size: "x" }, null), 'batch size: default → "x"');
+});
+
+test("thr4 the server's answer to a change in words, with the setting a 422 names", () => {
+  const applied = app.describeSettingsResult(200, { id: "x", settings: { batch_size: 7, max_lock_waiters: 0 } }, { batch_size: 4, pause_ms: 9, max_lock_waiters: 0 });
+  assert.deepStrictEqual(applied, {
+    outcome: "applied", field: null, text: "settings: applied (batch size: 4 → 7; pause between batches (ms): 9 → default)",
+  });
+  assert.strictEqual(app.describeSettingsResult(200, { settings: { pause_ms: 1 } }, { pause_ms: 1 }).text, "settings: applied (no change)");
+  const invalid = app.describeSettingsResult(422, { error: "invalid_settings", message: "batch_size must be between 1 and 100000, got 0", field: "batch_size" }, {});
+  assert.deepStrictEqual(invalid, {
+    outcome: "rejected", field: "batch_size", text: "settings: HTTP 422 invalid_settings: batch_size must be between 1 and 100000, got 0",
+  });
+  assert.strictEqual(app.describeSettingsResult(422, { error: "invalid_settings", message: "min_batch_size must not exceed max_batch_size" }, {}).field, null);
+  const conflict = app.describeSettingsResult(409, { error: "conflict", message: "settings cannot change: the backfill is completed", current: { state: "completed" } }, {});
+  assert.strictEqual(conflict.outcome, "conflict");
+  assert.strictEqual(conflict.text, "settings: conflict — settings cannot change: the backfill is completed (state completed)");
+  assert.strictEqual(app.describeSettingsResult(403, { error: "forbidden", message: "the principal lacks the backfill:operate capability" }, {}).outcome, "rejected");
+  const lost = app.describeSettingsResult(null, null, {});
+  assert.strictEqual(lost.outcome, "unknown");
+  assert.match(lost.text, /no answer \(network error\); the outcome is unknown.*same key/);
+  assert.strictEqual(app.describeSettingsResult(503, { error: "unavailable", message: "down" }, {}).outcome, "unknown");
+  assert.strictEqual(app.describeSettingsResult(200, null, {}).outcome, "unknown", "a 200 without a view is not an invented success");
 });

@@ -30,6 +30,7 @@ const PAUSED = "orders.counter";
 const BLOCKED = "tags.counter";
 const COMPLETED = "users.counter";
 const UNKNOWN = "events.compound-counter";
+const THROTTLED = "items.fix.v1";
 
 // What each state may offer (docs/CONTRACT.md section 3), written out here
 // rather than imported from app.js, so a wrong projection cannot agree
@@ -131,6 +132,33 @@ async function openDetail(id) {
   await until(`${id}'s data`, () => page.locator("#detail-state .badge").count(), (n) => n === 1);
   await until(`${id}'s audit trail`, () => page.locator('#detail-body .audit-section[data-read="true"]').count(), (n) => n === 1);
 }
+
+// The settings form of the detail page, opened by keyboard: focus its
+// summary and press Enter.
+async function openSettings() {
+  await until("the settings form offered", () => page.locator("#settings-panel").isVisible(), (v) => v);
+  await page.locator("#settings-panel summary").focus();
+  await page.keyboard.press("Enter");
+  await until("the settings form open", () => page.locator("#set-batch_size").isVisible(), (v) => v);
+}
+
+// The "Live settings" card of the detail page, as its rows read.
+const liveSettings = () => page.locator("#card-Live-settings + dl").innerText();
+
+// Submit the form with Enter from `field`, then confirm in the dialog with
+// Tab and Enter. Returns the dialog's text.
+async function submitSettings(field) {
+  await page.locator(field).focus();
+  await page.keyboard.press("Enter");
+  await until("the confirm dialog", () => page.locator("#confirm").isVisible(), (v) => v);
+  const said = await text("#confirm-text");
+  await page.keyboard.press("Tab");
+  check((await page.evaluate(() => document.activeElement.id)) === "confirm-ok", "Tab moves to confirm");
+  await page.keyboard.press("Enter");
+  return said;
+}
+
+const settingsMessage = () => text("#settings-message");
 
 const scenarios = {
   // The list as PostgreSQL has it; rates only for running rows; the filter.
@@ -316,6 +344,163 @@ const scenarios = {
     await until("the latest outcome", () => page.locator("#detail-body").innerText(), (t) => /latest outcome\s+failure — 1 items up to the bound do not have n = 1/.test(t));
     await shot("detail-validated");
     await step("failed");
+  },
+
+  // A settings change from the page: confirmed (Escape sends nothing), its
+  // lost answer retried with the same key, then a new change with a new
+  // key; PostgreSQL is read by the Rust side at each step.
+  async settings() {
+    await openList();
+    await openDetail(RUNNING);
+    await openSettings();
+    check((await page.getByLabel("batch size", { exact: true }).getAttribute("id")) === "set-batch_size", "the batch size input is labelled");
+    check((await text("#hint-batch_size")) === "1 to 100,000; now default", `the hint: ${await text("#hint-batch_size")}`);
+    check(/batch size in force\s+4/.test(await liveSettings()), `the size in force: ${await liveSettings()}`);
+    const keys = [];
+    let lose = false;
+    await page.route(`**/admin/backfills/${RUNNING}/settings`, async (route) => {
+      const req = route.request();
+      keys.push({ key: req.headers()["idempotency-key"], method: req.method(), body: req.postData(), type: req.headers()["content-type"] });
+      if (lose) {
+        lose = false;
+        await route.fetch();
+        await route.abort("connectionreset");
+      } else {
+        await route.continue();
+      }
+    });
+
+    // Escape in the dialog sends nothing.
+    await page.locator("#set-batch_size").fill("7");
+    await page.locator("#set-batch_size").press("Enter");
+    await until("the confirm dialog", () => page.locator("#confirm").isVisible(), (v) => v);
+    check((await text("#confirm-title")) === `Change the settings of ${RUNNING}?`, "the dialog names the backfill");
+    check((await text("#confirm-text")).startsWith("batch size: default → 7."), `the dialog names the change: ${await text("#confirm-text")}`);
+    check((await page.evaluate(() => document.activeElement.id)) === "confirm-cancel", "focus starts on Cancel");
+    await shot("settings-confirm");
+    await page.keyboard.press("Escape");
+    await until("the dialog to close", () => page.locator("#confirm").isVisible(), (v) => !v);
+    check((await page.evaluate(() => document.activeElement.id)) === "settings-submit", "focus returns to the form's button");
+    check(keys.length === 0, "a cancelled change sends nothing");
+
+    // The first request commits; its answer is lost.
+    lose = true;
+    await submitSettings("#set-batch_size");
+    await until("an unknown outcome", settingsMessage, (t) => /no answer \(network error\); the outcome is unknown/.test(t));
+    check((await text("#settings-outcome")) === "unknown", "the outcome beside the form is unknown");
+    check((await page.locator("#set-batch_size").inputValue()) === "7", "what was typed stays for the retry");
+    await step("lost");
+
+    // The same change again: the same key, answered by the stored response.
+    await submitSettings("#set-batch_size");
+    await until("the replayed answer", settingsMessage, (t) => /^applied settings: applied \(/.test(t));
+    check(keys.length === 2 && keys[0].key === keys[1].key && keys[0].key.startsWith("ui-"), `one key for a change and its retry: ${JSON.stringify(keys)}`);
+    check(keys.every((k) => k.method === "PATCH" && k.type === "application/merge-patch+json" && k.body === '{"batch_size":7}'), `the request: ${JSON.stringify(keys)}`);
+    await until("the view shows the setting", liveSettings, (t) => /(^|\n)batch size\s+7(\n|$)/.test(t));
+    await until("the hint shows the setting", () => text("#hint-batch_size"), (t) => t === "1 to 100,000; now 7");
+    check((await page.locator("#set-batch_size").inputValue()) === "", "an applied change empties the form");
+    await step("applied", keys[0].key);
+
+    // A new change: reset the batch size (Space on its checkbox), set a
+    // pause. It gets a key of its own.
+    await page.locator("#clear-batch_size").focus();
+    await page.keyboard.press("Space");
+    check(await page.locator("#set-batch_size").isDisabled(), "a reset field is not also a value");
+    await page.locator("#set-pause_ms").fill("250");
+    const said = await submitSettings("#set-pause_ms");
+    check(said.startsWith("batch size: 7 → default; pause between batches (ms): default → 250."), `the dialog: ${said}`);
+    await until("applied", settingsMessage, (t) => t === "applied settings: applied (batch size: 7 → default; pause between batches (ms): default → 250)");
+    check(keys.length === 3 && keys[2].key !== keys[0].key, `a new change, a new key: ${JSON.stringify(keys)}`);
+    check(keys[2].body === '{"batch_size":null,"pause_ms":250}', `reset is null: ${keys[2].body}`);
+    await until("the view shows the change", liveSettings, (t) => /pause between batches \(ms\)\s+250/.test(t) && !/(^|\n)batch size\s+\d/.test(t));
+    check((await text("#result-text")) === `${RUNNING}: settings: applied (batch size: 7 → default; pause between batches (ms): default → 250)`, "the last action says so too");
+    await until("the change in the audit trail", () => page.locator("#detail-body table.audit tbody tr").first().innerText(),
+      (t) => /ops\s+settings\s+running → running\s+applied\s+\d+\s+batch_size: 7 -> unset; pause_ms: unset -> 250/.test(t));
+    await page.unroute(`**/admin/backfills/${RUNNING}/settings`);
+    await shot("settings-applied");
+    await step("changed", keys[2].key);
+  },
+
+  // Refused changes: the server's 422 beside the form, the view and
+  // PostgreSQL unchanged; a token that may not operate is refused (403)
+  // and the form withdrawn.
+  async "settings-invalid"() {
+    await openList();
+    await openDetail(PAUSED);
+    await openSettings();
+    const before = await liveSettings();
+    check(/set by an operator\s+none: the defaults apply/.test(before), `no settings yet: ${before}`);
+    await page.locator("#set-batch_size").fill("0");
+    await submitSettings("#set-batch_size");
+    await until("the 422", settingsMessage, (t) => t === "rejected settings: HTTP 422 invalid_settings: batch_size must be between 1 and 100000, got 0");
+    check((await page.locator("#set-batch_size").getAttribute("aria-invalid")) === "true", "the field named is marked invalid");
+    check((await page.evaluate(() => document.activeElement.id)) === "set-batch_size", "focus on the field named");
+    check((await page.locator("#set-batch_size").getAttribute("aria-describedby")).includes("settings-message"), "the field is described by the error");
+    check((await page.locator("#set-batch_size").inputValue()) === "0", "what was typed stays, to be corrected");
+    await shot("settings-422");
+
+    // Two settings that contradict each other.
+    await page.locator("#set-batch_size").fill("");
+    await page.locator("#set-min_batch_size").fill("50");
+    await page.locator("#set-max_batch_size").fill("5");
+    await submitSettings("#set-max_batch_size");
+    await until("the conflict's 422", settingsMessage, (t) => t === "rejected settings: HTTP 422 invalid_settings: min_batch_size must not exceed max_batch_size");
+    check((await page.locator('#settings-fields input[aria-invalid="true"]').count()) === 0, "no single field is blamed");
+    // Refreshes go on and the view stays what the server has.
+    const readAt = () => page.locator("#card-Timestamps + dl time").last().getAttribute("datetime");
+    const at = await readAt();
+    await until("a refresh after the refusal", readAt, (t) => t !== at);
+    check((await liveSettings()) === before, `the view is unchanged: ${await liveSettings()}`);
+    check((await text("#hint-min_batch_size")) === "1 to 100,000; now default", "the hints are unchanged");
+    await step("refused");
+
+    // A token that may read but not operate.
+    await page.locator("#change-token").click();
+    await signIn(readerToken);
+    await until("a live page for the reader", bannerLabel, (t) => t === "Live");
+    await until("the form for the reader", () => page.locator("#settings-fields").isVisible(), (v) => v);
+    await page.locator("#set-min_batch_size").fill("");
+    await page.locator("#set-max_batch_size").fill("");
+    await page.locator("#set-batch_size").fill("5");
+    await submitSettings("#set-batch_size");
+    await until("the 403", settingsMessage, (t) => t.startsWith("rejected settings: HTTP 403 forbidden: "));
+    check(!(await page.locator("#settings-fields").isVisible()), "the form is withdrawn");
+    check(await page.locator("#settings-refused").isVisible(), "and says why");
+    check((await liveSettings()) === before, "the reader still reads the view");
+    await shot("settings-403");
+    await step("forbidden");
+  },
+
+  // A runner held back by a health signal: the marker and the throttle
+  // card name signal, value and threshold, and go when it recovers.
+  async throttled() {
+    await page.goto(`${base}/ui`);
+    await signIn(token);
+    await until("a live list", bannerLabel, (t) => t === "Live");
+    const marker = () => cell(THROTTLED, "markers");
+    await until("the application's throttle", marker, (t) => t === "throttled: application");
+    check((await rowOf(THROTTLED).locator(".marker.throttled").getAttribute("title")).includes("application check: maintenance window"), "the reason in the marker's title");
+    check((await text("#summary")).includes("1 throttled"), "the list counts it");
+    await step("application");
+
+    // Sessions now wait for a lock on the repair's table (limit 0).
+    await until("the lock waiters' throttle", marker, (t) => t === "throttled: lock_waiters 1 past 0");
+    const title = await rowOf(THROTTLED).locator(".marker.throttled").getAttribute("title");
+    check(/^throttled by lock_waiters: 1 past 0 since .+ \(lock waiters 1 > 0 on items\)$/.test(title), `the marker's title: ${title}`);
+    check((await cell(THROTTLED, "state")).includes("running"), "throttled is no state: still running");
+    await shot("list-throttled");
+    await openDetail(THROTTLED);
+    check((await text("#detail-markers")) === "throttled: lock_waiters 1 past 0", "the marker beside the state");
+    check((await text("#detail-state")) === "running", "the state is running");
+    const card = await page.locator("#card-Throttle + dl").innerText();
+    check(/signal\s+lock_waiters\s+value\s+1\s+threshold\s+0\s+since\s+.+ago\s+condition\s+lock waiters 1 > 0 on items/.test(card), `the throttle card: ${card}`);
+    await shot("detail-throttled");
+    await step("lock");
+
+    // The lock is gone: the backfill ran to completion, no longer throttled.
+    await until("completed", () => text("#detail-state"), (t) => t === "completed");
+    await until("no marker", () => text("#detail-markers"), (t) => t === "");
+    check((await page.locator("#card-Throttle").count()) === 0, "no throttle card");
   },
 
   // 401: the prompt, focused, and nothing else.

@@ -2,8 +2,9 @@
 // lifecycle of its own, never synthesises an outcome, shows unknown as
 // unknown and a failed refresh as stale with its age, never as zero or
 // healthy (ADM-3), and sends only the actions of docs/CONTRACT.md section 3
-// (CT-12). The server decides every transition; the buttons shown are a
-// convenience, not a rule.
+// (CT-12) and live settings changes (THR-4). The server decides every
+// transition and judges every setting; the buttons and the form shown are
+// a convenience, not a rule.
 //
 // The file is both the page's script and a CommonJS module: the pure
 // projections below are exported for tests/ui/app.test.js, and the part at
@@ -41,6 +42,30 @@ const CONSEQUENCES = {
   retry: "Runs again from the checkpoint, keeping the bound; the attempt count starts over.",
   validate: "Runs the definition's validation read-only over the range up to the bound and records the outcome. A completed backfill stays completed.",
 };
+
+// The live settings the server accepts (src/settings.rs `Field`), in its
+// order, with each one's inclusive range. tests/ui.rs compares this list
+// with the server's, so a field or range changed on one side only fails
+// there rather than in front of an operator.
+const SETTINGS = [
+  { name: "batch_size", label: "batch size", min: 1, max: 100000, group: "batch" },
+  { name: "target_batch_ms", label: "target batch duration (ms)", min: 10, max: 600000, group: "batch" },
+  { name: "min_batch_size", label: "min batch size", min: 1, max: 100000, group: "batch" },
+  { name: "max_batch_size", label: "max batch size", min: 1, max: 100000, group: "batch" },
+  { name: "pause_ms", label: "pause between batches (ms)", min: 0, max: 3600000, group: "batch" },
+  { name: "max_lag_bytes", label: "max replication lag (bytes)", min: 0, max: 2 ** 50, group: "health" },
+  { name: "max_lag_ms", label: "max replication lag (ms)", min: 0, max: 86400000, group: "health" },
+  { name: "max_wal_bytes_per_s", label: "max WAL rate (bytes/s)", min: 0, max: 2 ** 50, group: "health" },
+  { name: "max_lock_waiters", label: "max lock waiters", min: 0, max: 100000, group: "health" },
+  { name: "max_xact_age_ms", label: "max transaction age (ms)", min: 1000, max: 86400000, group: "health" },
+];
+
+// The states whose settings the server still changes: every state but
+// `completed` (a 409 there). A state this client does not know gets no
+// form (fail closed), as it gets no action buttons.
+function settingsOffered(state) {
+  return ["pending", "running", "validating", "paused", "blocked", "failed"].includes(state);
+}
 
 function escapeHtml(value) {
   return String(value)
@@ -266,17 +291,32 @@ function throttleInfo(view, elapsedMs) {
   const show = (v) => (v === null || v === undefined ? "unknown" : typeof v === "number" ? fmtCount(v) : String(v));
   const signal = t.signal ? String(t.signal) : "unknown signal";
   const since = t.since ? relativeTo(t.since, view.observed_at, elapsedMs) : null;
+  // Neither a value nor a threshold: a signal with no number (the
+  // application's check), not one that could not be read.
+  const numeric = !(t.value == null && t.threshold == null);
+  const value = numeric ? show(t.value) : "not applicable";
+  const threshold = numeric ? show(t.threshold) : "not applicable";
+  const sinceText = since ? ` since ${since}` : "";
   return {
     signal,
-    value: show(t.value),
-    threshold: show(t.threshold),
+    value,
+    threshold,
     since,
-    text: `throttled by ${signal}: ${show(t.value)} past ${show(t.threshold)}${since ? ` since ${since}` : ""}`,
+    // The server's own words, which carry what numbers cannot (the
+    // application check's reason, the tables waited on).
+    condition: t.text ? String(t.text) : null,
+    // The marker: signal, value and threshold at a glance. A signal with
+    // neither (the application's check) is named alone.
+    short: numeric ? `${signal} ${value} past ${threshold}` : signal,
+    text: numeric ? `throttled by ${signal}: ${value} past ${threshold}${sinceText}` : `throttled by ${signal}${sinceText}`,
   };
 }
 
-// Live settings as label/value pairs: `batch_size` on the view and every
-// field of `settings`, when present. Unset settings read "default".
+// Live settings as label/value pairs: the batch size in force (`batch_size`
+// on the view, unknown until a batch recorded one), then each setting an
+// operator set, in the server's order; a name this client does not know is
+// shown too, never dropped. Settings not set are not listed: their
+// defaults apply, which one row says.
 function settingsRows(view) {
   const rows = [];
   if (!view) return rows;
@@ -286,14 +326,119 @@ function settingsRows(view) {
     if (typeof v === "object") return JSON.stringify(v);
     return String(v);
   };
-  if (view.batch_size !== undefined) rows.push(["batch size", show(view.batch_size)]);
-  if (view.settings && typeof view.settings === "object") {
-    for (const [k, v] of Object.entries(view.settings)) {
-      if (k === "batch_size" && view.batch_size !== undefined) continue;
-      rows.push([k.replace(/_/g, " "), show(v)]);
-    }
+  if (view.batch_size !== undefined) {
+    rows.push(["batch size in force", view.batch_size === null ? "unknown (no batch yet)" : show(view.batch_size)]);
+  }
+  const set = view.settings;
+  if (set && typeof set === "object") {
+    const known = SETTINGS.filter((f) => f.name in set).map((f) => [f.label, show(set[f.name])]);
+    const other = Object.keys(set).filter((k) => !SETTINGS.some((f) => f.name === k))
+      .map((k) => [k.replace(/_/g, " "), show(set[k])]);
+    rows.push(...known, ...other);
+    if (!known.length && !other.length) rows.push(["set by an operator", "none: the defaults apply"]);
   }
   return rows;
+}
+
+// A setting's accepted range in words: "1 to 100,000".
+function rangeText(field) {
+  return `${fmtCount(field.min)} to ${fmtCount(field.max)}`;
+}
+
+// The hint beside a setting's input: its range and its value now (set, or
+// "default").
+function settingHint(field, view) {
+  const set = view && view.settings && typeof view.settings === "object" ? view.settings[field.name] : undefined;
+  const now = set === undefined || set === null ? "default" : isNum(set) ? fmtCount(set) : String(set);
+  return `${rangeText(field)}; now ${now}`;
+}
+
+// The settings form's fields, built once: a labelled text input per
+// setting (text, not number, so that what the operator typed reaches the
+// server, which names what is wrong with it, instead of an input that
+// quietly reads as empty) and a checkbox that resets it to its default.
+function settingsFormHtml() {
+  const groups = [["batch", "Batch size and pace"], ["health", "Health limits for this backfill"]];
+  return groups.map(([group, legend]) => `<fieldset class="settings-group"><legend>${legend}</legend>` +
+    SETTINGS.filter((f) => f.group === group).map((f) =>
+      `<div class="setting"><label for="set-${f.name}">${escapeHtml(f.label)}</label>` +
+      `<input id="set-${f.name}" name="${f.name}" type="text" inputmode="numeric" autocomplete="off" spellcheck="false" size="14" aria-describedby="hint-${f.name}">` +
+      `<label class="reset"><input type="checkbox" id="clear-${f.name}" name="clear-${f.name}" aria-label="reset ${escapeHtml(f.label)} to its default"> reset</label>` +
+      `<span class="hint" id="hint-${f.name}">${escapeHtml(rangeText(f))}</span></div>`).join("") +
+    "</fieldset>").join("");
+}
+
+// The change a filled form asks for, as the JSON merge patch the server
+// takes: an empty field is left out (unchanged), a ticked reset is `null`
+// (the default applies again), and a whole number is sent as a number.
+// Anything else is sent as typed, for the server to refuse by name (it is
+// the one judge of a value). `entries`: [{name, text, clear}].
+function settingsChange(entries) {
+  const change = {};
+  for (const e of entries || []) {
+    if (e.clear) {
+      change[e.name] = null;
+      continue;
+    }
+    const text = String(e.text == null ? "" : e.text).trim();
+    if (text === "") continue;
+    // "100,000" and "100_000" are how people write large numbers; a
+    // separator anywhere else makes it not a number.
+    const digits = /^-?\d{1,3}([,_]\d{3})+$/.test(text) ? text.replace(/[,_]/g, "") : text;
+    change[e.name] = /^-?\d+(\.\d+)?$/.test(digits) ? Number(digits) : text;
+  }
+  return { change, count: Object.keys(change).length };
+}
+
+// JSON with object keys sorted: one change is one request however its
+// fields were ordered, so its retry carries the same key.
+function canonicalJson(value) {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (value && typeof value === "object") {
+    return `{${Object.keys(value).sort().map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k])}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+// A setting's name in words, for a name this client does not know too.
+function settingLabel(name) {
+  const f = SETTINGS.find((s) => s.name === name);
+  return f ? f.label : String(name).replace(/_/g, " ");
+}
+
+// What a change does, for the confirm dialog: "batch size: default → 7;
+// pause between batches (ms): 250 → default". `settings`: the view's now.
+function describeSettingsChange(change, settings) {
+  const now = settings && typeof settings === "object" ? settings : {};
+  const show = (v) => (v === null || v === undefined ? "default" : isNum(v) ? fmtCount(v) : JSON.stringify(v));
+  const names = Object.keys(change || {});
+  const order = (n) => { const i = SETTINGS.findIndex((f) => f.name === n); return i < 0 ? SETTINGS.length : i; };
+  names.sort((a, b) => order(a) - order(b));
+  return names.map((n) => `${settingLabel(n)}: ${show(now[n])} → ${show(change[n])}`).join("; ");
+}
+
+// The server's answer to a settings change, in words, with the setting it
+// names (422 `field`) so the form can point at it. Never an invented
+// outcome: no answer is `unknown`, to be retried with the same key.
+// `prior`: the settings the page showed before the change.
+function describeSettingsResult(status, body, prior) {
+  if (status === 200 && body && body.settings && typeof body.settings === "object") {
+    const before = prior && typeof prior === "object" ? prior : {};
+    const names = [...new Set([...Object.keys(before), ...Object.keys(body.settings)])];
+    const changed = names.filter((n) => before[n] !== body.settings[n]);
+    const change = Object.fromEntries(changed.map((n) => [n, body.settings[n] === undefined ? null : body.settings[n]]));
+    return { outcome: "applied", field: null, text: `settings: applied (${changed.length ? describeSettingsChange(change, before) : "no change"})` };
+  }
+  if (status === 409 && body && body.current) {
+    return { outcome: "conflict", field: null, text: `settings: conflict — ${body.message || "refused"} (state ${body.current.state})` };
+  }
+  if (status === null || status === undefined) {
+    return { outcome: "unknown", field: null, text: "settings: no answer (network error); the outcome is unknown until a refresh shows the server's settings. Send the same change again to retry it with the same key." };
+  }
+  if (isNum(status) && status < 500 && body && body.error) {
+    return { outcome: "rejected", field: body.field || null, text: `settings: HTTP ${status} ${body.error}: ${body.message || ""}` };
+  }
+  return { outcome: "unknown", field: null, text: `settings: HTTP ${status}, no readable answer (the outcome is unknown; refresh to see the server's settings)` };
 }
 
 // Markers beside the state: gating readiness, throttled, failed attempts.
@@ -303,7 +448,7 @@ function markers(view, elapsedMs) {
     out.push('<span class="marker gating" title="Required for readiness: /readyz stays closed until it completes">gating</span>');
   }
   const t = throttleInfo(view, elapsedMs);
-  if (t) out.push(`<span class="marker throttled" title="${escapeHtml(t.text)}">throttled: ${escapeHtml(t.signal)}</span>`);
+  if (t) out.push(`<span class="marker throttled" title="${escapeHtml(t.condition ? `${t.text} (${t.condition})` : t.text)}">throttled: ${escapeHtml(t.short)}</span>`);
   if (isNum(view.attempts) && view.attempts > 0 && ["running", "blocked", "failed"].includes(view.state)) {
     out.push(`<span class="marker attempts" title="${escapeHtml(retryText(view, elapsedMs))}">${escapeHtml(retryText(view, elapsedMs))}</span>`);
   }
@@ -410,9 +555,12 @@ function newKey() {
 // The key for an intended action: the unanswered one's key again when the
 // operator retries the same action on the same backfill after a network
 // failure or a 5xx, so a lost response never duplicates a transition
-// (ADM-4); a fresh one otherwise.
-function keyFor(pending, action, id, mint) {
-  if (pending && pending.unanswered && pending.action === action && pending.id === id) return pending.key;
+// (ADM-4); a fresh one otherwise. `request` tells apart requests of one
+// action with different bodies (a settings change, as `canonicalJson`):
+// the server refuses a key reused for another body.
+function keyFor(pending, action, id, mint, request) {
+  if (pending && pending.unanswered && pending.action === action && pending.id === id &&
+    pending.request === request) return pending.key;
   return (mint || newKey)();
 }
 
@@ -517,9 +665,10 @@ async function fetchAll(get) {
 
 if (typeof module !== "undefined") {
   module.exports = {
-    ACTIONS, STATES, CONSEQUENCES, actionsFor, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
+    ACTIONS, STATES, CONSEQUENCES, SETTINGS, actionsFor, settingsOffered, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
     fmtTime, fmtClock, progressInfo, progressCell, rowsText, rateFrom, createRates, rateEta, leaseText, ownerText, ownerCell,
-    retryText, throttleInfo, settingsRows, markers, diagnosticCell, validationCell, readinessCell, row,
+    retryText, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
+    settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCell, validationCell, readinessCell, row,
     stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome,
     auditCells, validationHistory, keyText, parseRoute, fetchAll,
   };
@@ -544,8 +693,15 @@ if (typeof document !== "undefined") {
     focusAfterRead: false, // move focus to the page's heading after a sign-in
     interval: 2000,
     busy: false,
-    pending: null, // {action, id, key, unanswered}
+    pending: null, // {action, id, key, unanswered, request?, change?}
     result: null, // {text, outcome, retry}
+    // The server answered 403 to an operate request with this token: it
+    // may read but not operate, so the settings form is withdrawn until
+    // another token is entered. (The API names no capability before a
+    // request; the first refusal is how the page learns it.)
+    cannotOperate: false,
+    settingsFor: null, // the ID the settings form was last filled for
+    settingsMsg: null, // {id, outcome, text, field}: the last answer beside the form
   };
   const rates = createRates(15000);
   let timer = null;
@@ -648,6 +804,49 @@ if (typeof document !== "undefined") {
 
   const dl = (pairs) => `<dl>${pairs.map(([k, v]) => `<dt>${escapeHtml(k)}</dt><dd>${v}</dd>`).join("")}</dl>`;
 
+  // The settings form of the detail page. Its inputs are built once and
+  // never re-rendered (what the operator types stays while the page
+  // refreshes); each render only updates hints, what is offered and the
+  // last answer. Offered where the state still takes a change and the
+  // token has not been refused operate; a message about this backfill
+  // stays visible even when the form itself is withdrawn.
+  const renderSettings = () => {
+    const panel = $("settings-panel");
+    const id = ui.route.page === "detail" ? ui.route.id : null;
+    const v = ui.detail && ui.detail.id === id ? ui.detail : null;
+    if (ui.settingsFor !== id) {
+      ui.settingsFor = id;
+      $("settings-form").reset();
+      for (const f of SETTINGS) $(`set-${f.name}`).disabled = false;
+      if (ui.settingsMsg && ui.settingsMsg.id !== id) ui.settingsMsg = null;
+    }
+    const msg = ui.settingsMsg && ui.settingsMsg.id === id ? ui.settingsMsg : null;
+    const offered = Boolean(v) && settingsOffered(v.state) && !ui.cannotOperate;
+    panel.hidden = !v || (!offered && !msg && !ui.cannotOperate);
+    $("settings-fieldsets").hidden = !offered;
+    $("settings-submit").hidden = !offered;
+    $("settings-submit").disabled = ui.busy;
+    $("settings-refused").hidden = !ui.cannotOperate;
+    const box = $("settings-message");
+    box.hidden = !msg;
+    box.className = msg ? `settings-message outcome-box-${msg.outcome}` : "settings-message";
+    $("settings-outcome").className = msg ? `outcome outcome-${msg.outcome}` : "outcome";
+    setText($("settings-outcome"), msg ? msg.outcome : "");
+    setText($("settings-text"), msg ? msg.text : "");
+    for (const f of SETTINGS) {
+      setText($(`hint-${f.name}`), settingHint(f, v));
+      const input = $(`set-${f.name}`);
+      const invalid = Boolean(msg && msg.field === f.name);
+      if (invalid) {
+        input.setAttribute("aria-invalid", "true");
+        input.setAttribute("aria-describedby", `hint-${f.name} settings-message`);
+      } else if (input.hasAttribute("aria-invalid")) {
+        input.removeAttribute("aria-invalid");
+        input.setAttribute("aria-describedby", `hint-${f.name}`);
+      }
+    }
+  };
+
   const renderDetail = () => {
     const page = $("detail-page");
     page.hidden = ui.route.page !== "detail";
@@ -657,14 +856,17 @@ if (typeof document !== "undefined") {
     document.title = `${id} — backfill admin`;
     const body = $("detail-body");
     const v = ui.detail;
+    renderSettings();
     if (ui.detailMissing === id) {
       setHtml($("detail-state"), "");
+      setHtml($("detail-markers"), "");
       setHtml($("detail-actions"), "");
       setHtml(body, `<p class="notice">No backfill has the ID ${escapeHtml(id)}.</p>`);
       return;
     }
     if (!v || v.id !== id) {
       setHtml($("detail-state"), "");
+      setHtml($("detail-markers"), "");
       setHtml($("detail-actions"), "");
       setHtml(body, "");
       return;
@@ -672,6 +874,7 @@ if (typeof document !== "undefined") {
     const ms = since(ui.detailAt);
     const re = rateEta(v, rates.rate(v.id), stale());
     setHtml($("detail-state"), stateBadge(v.state));
+    setHtml($("detail-markers"), markers(v, ms));
     setHtml($("detail-actions"), actionButtons(v, ui.busy));
     const when = (iso) => {
       if (!iso) return '<span class="muted">—</span>';
@@ -718,6 +921,7 @@ if (typeof document !== "undefined") {
         ["value", escapeHtml(t.value)],
         ["threshold", escapeHtml(t.threshold)],
         ["since", escapeHtml(t.since || "unknown")],
+        ...(t.condition ? [["condition", escapeHtml(t.condition)]] : []),
       ])]);
     }
     const settings = settingsRows(v);
@@ -770,7 +974,10 @@ if (typeof document !== "undefined") {
     ui.detailAt = null;
     ui.lastError = null;
     rates.clear();
-    for (const id of ["rows", "detail-state", "detail-actions", "detail-body"]) setHtml($(id), "");
+    ui.settingsMsg = null;
+    ui.settingsFor = null;
+    $("settings-panel").hidden = true;
+    for (const id of ["rows", "detail-state", "detail-markers", "detail-actions", "detail-body"]) setHtml($(id), "");
     setText($("summary"), "");
   };
 
@@ -885,6 +1092,7 @@ if (typeof document !== "undefined") {
       $("token").focus();
       return;
     }
+    if (status === 403) ui.cannotOperate = true;
     const open = !settles(status);
     if (!open) ui.pending = null;
     ui.result = {
@@ -897,23 +1105,88 @@ if (typeof document !== "undefined") {
     refresh();
   };
 
-  // The confirm dialog: every action is confirmed in the page; Escape or
-  // Cancel sends nothing.
-  const confirmAction = (action, id, opener) => {
+  // Send one settings change (THR-4) as a JSON merge patch. Its key is
+  // kept until the server answers, for the same change on the same
+  // backfill: resubmitting it after a lost answer (or "Retry") replays
+  // rather than repeats it, and any other change gets a new key (ADM-4).
+  const sendSettings = async (id, change) => {
+    const request = canonicalJson(change);
+    const key = keyFor(ui.pending, "settings", id, undefined, request);
+    ui.pending = { action: "settings", id, key, request, change, unanswered: true };
+    const prior = ui.detail && ui.detail.id === id ? ui.detail.settings : null;
+    ui.busy = true;
+    ui.settingsMsg = { id, outcome: "sending", text: "settings: sending…", field: null };
+    ui.result = { text: `${id}: settings: sending…`, outcome: "sending", retry: null };
+    render();
+    let res = null;
+    let body = null;
+    try {
+      res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/settings`, {
+        method: "PATCH",
+        headers: { ...authHeaders(), "Idempotency-Key": key, "Content-Type": "application/merge-patch+json" },
+        body: JSON.stringify(change),
+      });
+      try { body = await res.json(); } catch (e) { body = null; }
+    } catch (e) {
+      res = null;
+    }
+    const status = res ? res.status : null;
+    ui.busy = false;
+    if (status === 401) {
+      ui.pending = null;
+      ui.result = null;
+      ui.unauthorized = "HTTP 401 unauthorized";
+      dropData();
+      render();
+      $("token").focus();
+      return;
+    }
+    if (status === 403) ui.cannotOperate = true;
+    const open = !settles(status);
+    if (!open) ui.pending = null;
+    const r = describeSettingsResult(status, body, prior);
+    ui.settingsMsg = { id, outcome: r.outcome, text: r.text, field: r.field };
+    ui.result = { text: `${id}: ${r.text}`, outcome: r.outcome, retry: open ? { action: "settings", id } : null };
+    // An applied change is what the view shows after the refresh below;
+    // a refused one leaves the fields as typed, to be corrected.
+    if (status === 200 && ui.settingsFor === id) {
+      $("settings-form").reset();
+      for (const f of SETTINGS) $(`set-${f.name}`).disabled = false;
+    }
+    render();
+    const invalid = r.field && SETTINGS.some((f) => f.name === r.field) ? $(`set-${r.field}`) : null;
+    if (invalid && !invalid.disabled) invalid.focus();
+    else if (r.outcome !== "applied" && !$("settings-panel").hidden) $("settings-message").focus();
+    refresh();
+  };
+
+  // The confirm dialog: every change is confirmed in the page; Escape or
+  // Cancel sends nothing. Focus goes back to the control that opened it.
+  const confirmDialog = ({ title, text, ok, openerKey, onOk }) => {
     const dialog = $("confirm");
-    setText($("confirm-title"), `${action[0].toUpperCase()}${action.slice(1)} ${id}?`);
-    setText($("confirm-text"), CONSEQUENCES[action] || "");
-    setText($("confirm-ok"), `${action[0].toUpperCase()}${action.slice(1)}`);
-    const openerKey = opener && opener.dataset ? opener.dataset.key : null;
+    setText($("confirm-title"), title);
+    setText($("confirm-text"), text);
+    setText($("confirm-ok"), ok);
     dialog.returnValue = "";
     dialog.onclose = () => {
-      const ok = dialog.returnValue === "ok";
+      const confirmed = dialog.returnValue === "ok";
       const back = openerKey && document.querySelector(`[data-key="${CSS.escape(openerKey)}"]`);
       if (back) back.focus();
-      if (ok) send(action, id);
+      if (confirmed) onOk();
     };
     dialog.showModal();
     $("confirm-cancel").focus();
+  };
+
+  const confirmAction = (action, id, opener) => {
+    const name = `${action[0].toUpperCase()}${action.slice(1)}`;
+    confirmDialog({
+      title: `${name} ${id}?`,
+      text: CONSEQUENCES[action] || "",
+      ok: name,
+      openerKey: opener && opener.dataset ? opener.dataset.key : null,
+      onOk: () => send(action, id),
+    });
   };
 
   // A new route shows what is already known for it, with the age of that
@@ -942,6 +1215,7 @@ if (typeof document !== "undefined") {
     ui.token = $("token").value.trim();
     sessionStorage.setItem("backfill-token", ui.token);
     ui.unauthorized = null;
+    ui.cannotOperate = false;
     ui.changingToken = false;
     ui.focusAfterRead = true;
     refresh();
@@ -956,6 +1230,7 @@ if (typeof document !== "undefined") {
     ui.token = "";
     sessionStorage.removeItem("backfill-token");
     ui.changingToken = false;
+    ui.cannotOperate = false;
     dropData();
     render();
     $("token").value = "";
@@ -976,7 +1251,36 @@ if (typeof document !== "undefined") {
   });
   $("result-retry").addEventListener("click", () => {
     const p = ui.pending;
-    if (p && p.unanswered) send(p.action, p.id);
+    if (p && p.unanswered && p.action === "settings") sendSettings(p.id, p.change);
+    else if (p && p.unanswered) send(p.action, p.id);
+  });
+  $("settings-fields").innerHTML = settingsFormHtml();
+  // A ticked reset sends null whatever the field holds: the field is
+  // disabled meanwhile so the form shows what will be sent.
+  $("settings-fields").addEventListener("change", (e) => {
+    const m = e.target.id && e.target.id.match(/^clear-(.+)$/);
+    if (m) $(`set-${m[1]}`).disabled = e.target.checked;
+  });
+  $("settings-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const v = ui.detail;
+    if (ui.busy || !v || ui.route.page !== "detail" || v.id !== ui.route.id) return;
+    const entries = SETTINGS.map((f) => ({ name: f.name, text: $(`set-${f.name}`).value, clear: $(`clear-${f.name}`).checked }));
+    const { change, count } = settingsChange(entries);
+    if (!count) {
+      ui.settingsMsg = { id: v.id, outcome: "rejected", text: "Nothing to change: type a value or tick reset. Nothing was sent.", field: null };
+      render();
+      $("settings-message").focus();
+      return;
+    }
+    const id = v.id;
+    confirmDialog({
+      title: `Change the settings of ${id}?`,
+      text: `${describeSettingsChange(change, v.settings)}. Stored in PostgreSQL and audited; every worker applies it at its next batch, without a restart.`,
+      ok: "Apply",
+      openerKey: "settings-submit",
+      onOk: () => sendSettings(id, change),
+    });
   });
   window.addEventListener("hashchange", onRoute);
   // Relative times ("expires in 21 s", "last refreshed 14 s ago") move with
