@@ -686,12 +686,9 @@ async fn thr4_change_reaches_a_runner_in_another_process_at_its_next_batch() {
     let changed = tokio::time::Instant::now();
     // Batches reported before the change was answered committed before
     // it (they queue here while the operator's process starts): skip them.
-    loop {
-        match events.try_recv() {
-            Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
-            Err(_) => break,
-        }
-    }
+    while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
+        events.try_recv()
+    {}
     // What already started keeps the old size: the batch in flight, the
     // next one whose gate may run before the NOTIFY arrives, and the body
     // that one sends ahead behind its commit. The batch after runs with
