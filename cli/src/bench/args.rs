@@ -25,6 +25,10 @@ pub enum Runner {
     /// commits (`Repair::overlap_commits` false): each batch's body runs
     /// after the previous batch committed, on the same connection.
     EngineSerial,
+    /// The same as `engine`, with the process's health monitor reading
+    /// every signal at its default interval and limits while the batches
+    /// ask it (THR-1): what throttling costs when nothing throttles.
+    EngineHealth,
     /// K backfills over K disjoint tables at once (K = cores by default).
     EngineK,
     /// K `plpgsql` loops over the same K tables at once: how far the
@@ -37,6 +41,10 @@ pub enum Runner {
     /// Admin API list latency (p50/p99) with 10,000 registered backfills
     /// under 32 concurrent clients.
     AdminList,
+    /// Adaptive batch sizing (THR-3) from a bad start: one backfill sized
+    /// toward `--target-batch-ms` from `--start-batch` keys, every batch's
+    /// size and duration over time.
+    Adaptive,
 }
 
 /// How the engine runs' repair is declared.
@@ -50,6 +58,8 @@ pub(super) enum Shape {
     Serial,
     /// The declarative `SqlRepair` of the same update (`engine-sql`).
     Sql,
+    /// One-statement form with a health monitor attached (`engine-health`).
+    Monitored,
 }
 
 /// Flags of `backfill bench`.
@@ -76,7 +86,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "plpgsql,client,engine,engine-sql,engine-keys,engine-serial,engine-k,plpgsql-k"
+        default_value = "plpgsql,client,engine,engine-sql,engine-keys,engine-serial,engine-health,engine-k,plpgsql-k"
     )]
     pub only: Vec<Runner>,
     /// Backfills of `engine-k` and loops of `plpgsql-k` (default: the
@@ -95,6 +105,12 @@ pub struct BenchArgs {
     /// Supervisor poll interval of the engine runs and takeover, ms.
     #[arg(long, default_value_t = 250)]
     pub poll_interval_ms: u64,
+    /// Target batch duration of the `adaptive` run, ms.
+    #[arg(long, default_value_t = 50)]
+    pub target_batch_ms: u64,
+    /// The size the `adaptive` run starts from (its smallest size).
+    #[arg(long, default_value_t = 10)]
+    pub start_batch: u32,
     /// Rows of the `rss` run.
     #[arg(long, default_value_t = 10_000_000)]
     pub rss_rows: u64,

@@ -83,6 +83,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         takeover: None,
         rss: None,
         admin_list: None,
+        adaptive: None,
     };
     let result = async {
         for &batch in &args.batch {
@@ -119,6 +120,11 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
                             ctx.engine_run("engine-serial", &table, args.rows, batch, rep, Shape::Serial)
                                 .await?
                         }
+                        Runner::EngineHealth => {
+                            let table = ["items".into()];
+                            ctx.engine_run("engine-health", &table, args.rows, batch, rep, Shape::Monitored)
+                                .await?
+                        }
                         Runner::EngineK => {
                             let tables = k_tables(k);
                             let each = (args.rows / k as u64).max(1);
@@ -135,7 +141,9 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
                             ctx.drop_tables(&tables).await?;
                             r
                         }
-                        Runner::Takeover | Runner::Rss | Runner::AdminList => continue,
+                        Runner::Takeover | Runner::Rss | Runner::AdminList | Runner::Adaptive => {
+                            continue
+                        }
                     };
                     if !args.json {
                         eprintln!(
@@ -157,6 +165,9 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         }
         if only.contains(&Runner::AdminList) {
             report.admin_list = Some(admin_list(&ctx).await?);
+        }
+        if only.contains(&Runner::Adaptive) {
+            report.adaptive = Some(ctx.adaptive().await?);
         }
         Ok::<(), BenchError>(())
     }

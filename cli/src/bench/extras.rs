@@ -81,6 +81,7 @@ pub(super) async fn takeover(ctx: &mut Ctx, batch: u32) -> Result<Value, BenchEr
             latencies: parking_lot::Mutex::new(Vec::with_capacity(4096)),
             done: tx,
             failures: AtomicU64::new(0),
+            trace: None,
         });
         let taker = format!("bench-taker-{}", std::process::id());
         let runtime = RuntimeHandle::start(backend, ctx.runtime_config(&taker, 1))

@@ -26,19 +26,24 @@
 //!    overlap commits (`Repair::overlap_commits`), the baseline of that;
 //! 7. `engine-k`: K independent backfills over K disjoint tables at once;
 //! 8. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
-//!    machine's own scaling limit that `engine-k` is read against.
+//!    machine's own scaling limit that `engine-k` is read against;
+//! 9. `engine-health`: the same as `engine` with the health monitor reading
+//!    every signal at its defaults while each batch asks it (THR-1): the
+//!    cost of throttling when nothing throttles, read against `engine`.
 //!
 //! After every run every row must have `email_norm = lower(email)` and
 //! `touched = 1` (a 2 is a batch applied twice): otherwise the run is
 //! invalid and the command exits non-zero. Extras: `takeover` (latency of a
 //! takeover after SIGKILL of the owner process), `rss` (peak RSS of a
-//! worker over a long run) and `admin-list` (list latency under concurrent
-//! clients, after a warm-up). A benchmark prints numbers; it asserts nothing
+//! worker over a long run), `admin-list` (list latency under concurrent
+//! clients, after a warm-up) and `adaptive` (batch sizes and durations of
+//! one backfill sized toward a target duration from a bad start, THR-3). A benchmark prints numbers; it asserts nothing
 //! about timings.
 //!
 //! The bench's SQL is for its own tables only; the framework's tables are
 //! touched only through the engine.
 
+mod adaptive;
 mod args;
 mod context;
 mod entry;

@@ -3,6 +3,7 @@
 use super::args::BenchError;
 use super::sql::{Count, Id, MaxId};
 use async_trait::async_trait;
+use backfill::pace::BatchTarget;
 use backfill::repair::{
     Batches, BigIntSummary, Mutated, Repair, RepairError, SelectAndMutate, SelectThenMutate,
     SourceSet, SqlRepair, Validation,
@@ -23,9 +24,9 @@ use std::time::Duration;
 /// reads, and at 1M rows the plan cache kept choosing custom plans, so
 /// every batch planned its statement anew: 6% of the engine backend's CPU
 /// at B = 100 (2% with the literal, which leaves the fence's planning).
-/// The engine always asks for `batch_limit()` keys; a smaller limit (never
-/// asked today) falls back to the bound form. Every runner uses the same
-/// select text, the PL/pgSQL loop included.
+/// The engine asks for `batch_limit()` keys at a fixed size; a smaller
+/// limit (the `adaptive` run's sizes) falls back to the bound form. Every
+/// runner uses the same select text, the PL/pgSQL loop included.
 pub struct ItemsRepair {
     id: String,
     table: String,
@@ -44,6 +45,9 @@ pub struct ItemsRepair {
     pub(super) throttle: Duration,
     /// What [`Repair::overlap_commits`] answers.
     overlap: bool,
+    /// What [`Repair::batch_target`] answers: `None` runs every batch at
+    /// `batch`.
+    target: Option<BatchTarget>,
 }
 
 impl ItemsRepair {
@@ -68,11 +72,12 @@ impl ItemsRepair {
             ),
             throttle: Duration::ZERO,
             overlap: true,
+            target: None,
         }
     }
 
     /// `sql` (written with this repair's batch size) bound to `after` and
-    /// `bound`. For a smaller `limit`, never asked today, the text's
+    /// `bound`. For a smaller `limit` (an adaptive size), the text's
     /// `LIMIT <batch>` becomes `LIMIT $3` bound to it: a second cached
     /// statement, built only if that ever happens.
     fn query(
@@ -143,6 +148,13 @@ impl ItemsRepair {
         self
     }
 
+    /// The same repair, sized toward `target` (THR-3) instead of running
+    /// every batch at its batch size, which becomes the largest size.
+    pub fn adaptive(mut self, target: BatchTarget) -> Self {
+        self.target = Some(target);
+        self
+    }
+
     /// The same update declared as a [`SqlRepair`], which writes its own
     /// statements (the one-statement form, as `fused_sql`).
     pub fn declared(self) -> Result<SqlRepair, BenchError> {
@@ -167,6 +179,10 @@ impl Repair for ItemsRepair {
 
     fn batch_limit(&self) -> u32 {
         self.batch
+    }
+
+    fn batch_target(&self) -> Option<BatchTarget> {
+        self.target
     }
 
     /// Each row's repair reads only that row, so a batch never reads what

@@ -16,6 +16,8 @@ pub(super) struct Report {
     pub(super) takeover: Option<Value>,
     pub(super) rss: Option<Value>,
     pub(super) admin_list: Option<Value>,
+    /// The `adaptive` run's trace.
+    pub(super) adaptive: Option<Value>,
 }
 
 impl Report {
@@ -107,9 +109,22 @@ impl Report {
         ]
     }
 
+    /// `engine-health / engine` at `batch` and its per-repetition range:
+    /// what the health monitor and the gate before each batch cost when
+    /// nothing throttles.
+    fn health_cost(&self, batch: u32) -> (Option<f64>, Option<(f64, f64)>) {
+        (
+            self.ratio(
+                self.median_rps("engine-health", batch),
+                self.median_rps("engine", batch),
+            ),
+            self.rep_range("engine-health", "engine", 1.0, batch),
+        )
+    }
+
     pub(super) fn verified(&self) -> bool {
         self.runs.iter().all(|r| r.verified)
-            && [&self.takeover, &self.rss]
+            && [&self.takeover, &self.rss, &self.adaptive]
                 .into_iter()
                 .flatten()
                 .all(|v| v["verified"] != Value::Bool(false))
@@ -133,6 +148,10 @@ impl Report {
                 ratios[key][b.to_string()] = json!(v);
                 ranges[key][b.to_string()] = json!(range.map(|(lo, hi)| [lo, hi]));
             }
+            let (v, range) = self.health_cost(b);
+            ratios["engine_health_vs_engine"][b.to_string()] = json!(v);
+            ranges["engine_health_vs_engine"][b.to_string()] =
+                json!(range.map(|(lo, hi)| [lo, hi]));
         }
         json!({
             "cores": self.cores,
@@ -149,6 +168,7 @@ impl Report {
             "rss": self.rss,
             "admin_list": self.admin_list,
             "admin_list_latency": Value::Null,
+            "adaptive": self.adaptive,
         })
     }
 
@@ -174,6 +194,7 @@ impl Report {
                 "engine-sql",
                 "engine-keys",
                 "engine-serial",
+                "engine-health",
                 "engine-k",
                 "plpgsql-k",
             ] {
@@ -226,6 +247,17 @@ impl Report {
                 ));
             }
         }
+        for b in self.batches() {
+            if let (Some(x), range) = self.health_cost(b) {
+                let range = range
+                    .filter(|_| self.reps > 1)
+                    .map(|(lo, hi)| format!(" ({lo:.3}-{hi:.3} within repetitions)"))
+                    .unwrap_or_default();
+                s.push_str(&format!(
+                    "\nHealth monitor at its defaults, B = {b}: engine-health / engine = {x:.3}{range} (target >= 0.98).\n"
+                ));
+            }
+        }
         if let Some(t) = &self.takeover {
             s.push_str(&format!(
                 "\nTakeover after SIGKILL of the owner: median {:.0} ms, max {:.0} ms over {} runs (lease TTL {} ms, poll interval {} ms; target <= {:.0} ms).\n",
@@ -250,6 +282,10 @@ impl Report {
                 "\nAdmin API list (`GET /admin/backfills?limit=100`) with {} registered backfills, {} concurrent clients, {} requests after {} unmeasured warm-up requests per client ({} errors): p50 {} ms, p99 {} ms (target p99 < 50 ms); slowest warm-up request {} ms.\n",
                 a["backfills"], a["clients"], a["requests"], a["warmup_per_client"], a["errors"], a["p50_ms"], a["p99_ms"], a["cold_max_ms"]
             ));
+        }
+        if let Some(a) = &self.adaptive {
+            s.push('\n');
+            s.push_str(&super::adaptive::markdown(a));
         }
         s.push_str(&format!(
             "\nVerification (email_norm = lower(email) and touched = 1 on every row after every run): {}.\n",
@@ -290,6 +326,11 @@ hand-writing.\n\
 - `engine-serial`: `engine` with a repair that does not overlap commits: \
 each batch's statement runs behind the previous batch's COMMIT on the same \
 connection.\n\
+- `engine-health`: `engine` with the process's health monitor attached at \
+its defaults (every signal read once a second on a task of its own; the \
+replication byte-lag limit on) and every batch asking the gate first, as \
+`engine` does too: `engine-health / engine` is what throttling costs when \
+nothing throttles.\n\
 - `engine-k`: K backfills over K disjoint tables of N/K rows at once, one \
 process, one-statement form.\n\
 - `plpgsql-k`: K `plpgsql` loops over the same K tables at once, one \
@@ -341,6 +382,7 @@ mod tests {
             takeover: None,
             rss: None,
             admin_list: None,
+            adaptive: None,
         };
         assert_eq!(
             report.rep_range("engine", "plpgsql", 1.0, 100),

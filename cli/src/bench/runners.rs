@@ -8,6 +8,7 @@ use super::sql::{plpgsql_procedure_sql, Id, Micros};
 use super::stats::{RunClock, RunResult};
 use super::timed::Timed;
 use backfill::engine::Engine;
+use backfill::health::{HealthConfig, Monitor};
 use backfill::repair::Registry;
 use backfill::runtime::RuntimeHandle;
 use backfill::store::{self, cached, StoreError};
@@ -190,7 +191,7 @@ impl Ctx {
             ids.push(id.clone());
             let repair = ItemsRepair::new(id, table, batch);
             match shape {
-                Shape::OneStatement => registry.register(repair),
+                Shape::OneStatement | Shape::Monitored => registry.register(repair),
                 Shape::TwoStatement => registry.register(repair.two_statement()),
                 Shape::Serial => registry.register(repair.serial()),
                 Shape::Sql => registry.register(repair.declared()?),
@@ -200,8 +201,12 @@ impl Ctx {
         // Two connections per runner (the repair overlaps commits, see
         // `Repair::overlap_commits`) plus renewer, validator and the bench.
         let pool = store::build_pool(&self.url, 2 * tables.len() as u32 + 3).await?;
-        let engine = Engine::new(pool, registry, self.engine_config())?;
+        let engine = Engine::new(pool.clone(), registry, self.engine_config())?;
         engine.register().await?;
+        let monitor = match shape {
+            Shape::Monitored => Some(monitored(&engine, pool).await),
+            _ => None,
+        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let total_rows = rows_each * tables.len() as u64;
         let backend = Arc::new(Timed {
@@ -211,6 +216,7 @@ impl Ctx {
             )),
             done: tx,
             failures: AtomicU64::new(0),
+            trace: None,
         });
         let clock = RunClock::start();
         for id in &ids {
@@ -235,6 +241,9 @@ impl Ctx {
         }
         let timing = clock.stop();
         runtime.shutdown().await;
+        if let Some(task) = monitor {
+            task.abort();
+        }
         if let Some(e) = error {
             return Err(BenchError::Run(format!("{runner} run failed: {e}")));
         }
@@ -247,4 +256,19 @@ impl Ctx {
             runner, batch, total_rows, rep, timing, &mut lat, verified,
         ))
     }
+}
+
+/// Attach a health monitor at the default configuration to `engine`, as
+/// `Embedded` does (a first reading, then one every interval on a task of
+/// its own), and return its task.
+async fn monitored(engine: &Engine, pool: store::Pool) -> actix_rt::task::JoinHandle<()> {
+    let monitor = Arc::new(Monitor::new(
+        pool,
+        HealthConfig::default(),
+        engine.registry().tables(),
+        None,
+    ));
+    monitor.run_once().await;
+    engine.attach_health(monitor.clone());
+    actix_rt::spawn(monitor.run())
 }
