@@ -47,6 +47,7 @@ fn bench_json_shape_and_verification() {
         "engine_k_vs_k_engine",
         "plpgsql_k_vs_k_plpgsql",
         "engine_sql_vs_engine",
+        "engine_health_vs_engine",
     ] {
         let v = &report["ratios"][key]["100"];
         assert!(v.as_f64().is_some_and(|r| r > 0.0), "{key}: {v}");
@@ -63,6 +64,7 @@ fn bench_json_shape_and_verification() {
         [
             "client",
             "engine",
+            "engine-health",
             "engine-k",
             "engine-keys",
             "engine-serial",
@@ -80,6 +82,53 @@ fn bench_json_shape_and_verification() {
         let cpu = run["cpu_busy"].as_f64().expect("cpu_busy");
         assert!((0.0..=1.0).contains(&cpu), "cpu_busy {cpu}");
     }
+}
+
+/// The `adaptive` run (THR-3) reports every committed batch, starting at
+/// `--start-batch` keys and growing from there, and verifies its rows.
+#[test]
+fn bench_adaptive_traces_every_batch_from_its_start_size() {
+    let server = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args([
+            "bench",
+            "--only",
+            "adaptive",
+            "--rows",
+            "3000",
+            "--start-batch",
+            "10",
+            "--target-batch-ms",
+            "50",
+            "--json",
+            "--database",
+            "bft_bench_adaptive",
+            "--database-url",
+            &server,
+        ])
+        .output()
+        .expect("run the bench binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    let adaptive = &report["adaptive"];
+    assert_eq!(adaptive["verified"], true, "{adaptive}");
+    assert_eq!(adaptive["target_ms"], 50.0);
+    assert_eq!(adaptive["start_size"], 10);
+    let sizes: Vec<u64> = adaptive["batches"]
+        .as_array()
+        .expect("batches")
+        .iter()
+        .map(|b| b["size"].as_u64().expect("size"))
+        .collect();
+    assert_eq!(sizes.first(), Some(&10), "{sizes:?}");
+    // Growth is capped at 1.5x per batch (pace::GROW); 3000 rows at 10
+    // keys a batch would take 300 batches, so the size grew.
+    assert!(sizes.windows(2).all(|w| w[1] * 2 <= w[0] * 3), "{sizes:?}");
+    assert!(sizes.len() < 300, "{sizes:?}");
+    assert_eq!(report["verified"], true, "{report}");
 }
 
 #[test]
