@@ -84,6 +84,23 @@ fn screenshot_dir() -> PathBuf {
     dir
 }
 
+/// The fixture's engine settings: the admin tests' (a 5 s lock timeout),
+/// with a claim's lease and its open batch's idle time long enough to
+/// outlast a browser start. The fixture holds claims, with their next
+/// batch's transaction open (the pipelined seam), while Chromium starts
+/// and loads the page, and ten browsers starting at once on two loaded
+/// cores take longer than the suite's 10 s statement timeout, after which
+/// the server ends the idle session (EX-5) and the next batch reads
+/// "connection lost". The lease stays under 90 s so the page words it in
+/// seconds ("lease expires in 84 s"), which the scenarios read.
+fn fixture_config() -> backfill::EngineConfig {
+    backfill::EngineConfig {
+        lease_ttl: Duration::from_secs(85),
+        statement_timeout: Duration::from_secs(60),
+        ..engine_config()
+    }
+}
+
 /// The backfills of one test: every repair registered, each on a table of
 /// its own so that their runs never meet, and the running one required
 /// (it gates readiness).
@@ -111,7 +128,7 @@ impl Fixture {
             .and_then(|r| r.with(Counter::new(COMPLETED, 4, Hooks::new()).on_table("users")))
             .and_then(|r| r.with(CompoundCounter { limit: 3 }))
             .expect("definitions");
-        let engine = Engine::new(db.pool.clone(), registry, engine_config()).expect("engine");
+        let engine = Engine::new(db.pool.clone(), registry, fixture_config()).expect("engine");
         engine.register().await.expect("register");
         let principals = AuthConfig::parse_tokens_file(&tokens_file()).expect("tokens file");
         let admin = Admin::new(
