@@ -4,7 +4,8 @@
 //!
 //! Index:
 //! - EMB-1 the configuration matrix of CT-13 through `Host::start` with
-//!   this application: `emb1_*`; the admin boundary and readiness mounted
+//!   this application, and its listeners on one address or on an address
+//!   in use: `emb1_*`; the admin boundary and readiness mounted
 //!   into an `App` the test builds itself: `emb1_admin_routes_mount_*`
 //! - EMB-3 awaiting and events: `emb3_*`
 //! - EMB-6 settings checked before anything reaches PostgreSQL: `emb6_*`
@@ -243,6 +244,67 @@ async fn emb1_admin_routes_mount_into_an_app_of_the_service() {
     let ready = test::call_service(&service, call("/readyz", None)).await;
     assert_eq!(ready.status(), 200);
     embedded.stop().await;
+}
+
+/// One address for both listeners: the serving listener also mounts the
+/// admin boundary, and the host reports that address for both. Guard: the
+/// admin routes on the serving listener when the addresses are equal
+/// (without them the admin list is a 404).
+#[actix_rt::test]
+async fn emb1_one_address_serves_the_application_and_the_admin_api() {
+    let db = test_db().await;
+    let hooks = Hooks::new();
+    let mut config = config(&db, true, false);
+    // A port that was free a moment ago: port 0 would ask for two.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    config.listen = ([127, 0, 0, 1], port).into();
+    config.admin_listen = config.listen;
+    let host = Host::start(config, shop(&hooks)).await.unwrap();
+    assert_eq!(host.serving_addr.port(), port);
+    assert_eq!(host.admin_addr, host.serving_addr);
+    assert_eq!(get(host.serving_addr, "/shop").await.text, "shop");
+    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    let auth = format!("Bearer {TOKEN}");
+    let list = request(
+        host.serving_addr,
+        "GET",
+        "/admin/backfills",
+        &[("Authorization", &auth)],
+        None,
+    )
+    .await;
+    assert_eq!(list.status, 200, "{}", list.text);
+    assert!(list.text.contains(ID), "{}", list.text);
+    host.stop().await;
+}
+
+/// An address already in use fails the start with a listen error naming
+/// it, for the serving listener and for the admin one alike. Guard: the
+/// address each failure is reported with.
+#[actix_rt::test]
+async fn emb1_address_in_use_fails_the_start_naming_it() {
+    let db = test_db().await;
+    let hooks = Hooks::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let addr = taken.local_addr().unwrap();
+    let mut serving = config(&db, true, false);
+    serving.listen = addr;
+    let mut admin = config(&db, true, false);
+    admin.admin_listen = addr;
+    for config in [serving, admin] {
+        let err = Host::start(config, shop(&hooks))
+            .await
+            .err()
+            .expect("the address is in use");
+        assert!(
+            matches!(err, HostError::Listen { addr: a, .. } if a == addr),
+            "{err}"
+        );
+    }
+    drop(taken);
 }
 
 /// `wait_for` returns when another process (a runtime on its own pool)

@@ -183,9 +183,109 @@ impl Default for RuntimeMetrics {
     }
 }
 
+/// The name and help text of each counter of one group, in the order of
+/// the fields [`RuntimeMetrics::new`] binds them to; every name is
+/// `backfill_<field>_total`, which a test checks.
+type Definitions<const N: usize> = [(&'static str, &'static str); N];
+
+/// What the supervisor and the renewer do with claims, and the fence's
+/// rejections of what a claim tried to commit.
+const CLAIM_COUNTERS: Definitions<7> = [
+    (
+        "backfill_claims_acquired_total",
+        "Claims acquired (new claims).",
+    ),
+    (
+        "backfill_claims_taken_over_total",
+        "Claims acquired by takeover of an expired owner.",
+    ),
+    (
+        "backfill_claims_renewed_total",
+        "Successful claim renewals.",
+    ),
+    (
+        "backfill_claims_lost_total",
+        "Claims that could no longer be renewed.",
+    ),
+    (
+        "backfill_renew_failures_total",
+        "Renewal rounds that failed to reach PostgreSQL.",
+    ),
+    (
+        "backfill_claims_released_total",
+        "Claims given back on shutdown.",
+    ),
+    (
+        "backfill_stale_rejections_total",
+        "Batches or validations rejected by the fence at commit.",
+    ),
+];
+
+/// What the runners' batches did.
+const BATCH_COUNTERS: Definitions<3> = [
+    ("backfill_batches_attempted_total", "Batches started."),
+    (
+        "backfill_batches_committed_total",
+        "Batches whose mutation and checkpoint committed.",
+    ),
+    (
+        "backfill_keys_committed_total",
+        "Keys whose mutation committed.",
+    ),
+];
+
+/// Recorded failures, by what they left the backfill in, and the rows
+/// this process would not read.
+const ERROR_COUNTERS: Definitions<4> = [
+    (
+        "backfill_errors_retryable_total",
+        "Retryable errors recorded (backoff scheduled).",
+    ),
+    (
+        "backfill_errors_blocked_total",
+        "Errors that blocked a backfill.",
+    ),
+    (
+        "backfill_errors_failed_total",
+        "Errors that failed a backfill (fatal or exhausted).",
+    ),
+    (
+        "backfill_fail_closed_total",
+        "Rows this process refused to interpret (REG-4).",
+    ),
+];
+
+/// How lifecycle validations ended.
+const VALIDATION_COUNTERS: Definitions<3> = [
+    (
+        "backfill_validations_completed_total",
+        "Lifecycle validations that completed a backfill.",
+    ),
+    (
+        "backfill_validations_rejected_total",
+        "Lifecycle validations that found the postcondition false.",
+    ),
+    (
+        "backfill_validation_errors_total",
+        "Lifecycle validations that errored.",
+    ),
+];
+
+/// The counters of one group, in the order of its definitions.
+fn counters<const N: usize>(definitions: Definitions<N>) -> [IntCounter; N] {
+    definitions.map(|(name, help)| counter(name, help))
+}
+
 impl RuntimeMetrics {
     /// Every metric at zero.
     pub fn new() -> Self {
+        let [claims_acquired, claims_taken_over, claims_renewed, claims_lost, renew_failures, claims_released, stale_rejections] =
+            counters(CLAIM_COUNTERS);
+        let [batches_attempted, batches_committed, keys_committed] = counters(BATCH_COUNTERS);
+        let [errors_retryable, errors_blocked, errors_failed, fail_closed] =
+            counters(ERROR_COUNTERS);
+        let [validations_completed, validations_rejected, validation_errors] =
+            counters(VALIDATION_COUNTERS);
         let (batch_duration, batch_durations) = durations(
             "backfill_batch_duration_seconds",
             "Duration of one batch (select, mutate, fenced commit), by how it ended.",
@@ -197,71 +297,23 @@ impl RuntimeMetrics {
             ValidationEnd::ALL.map(ValidationEnd::as_str),
         );
         Self {
-            claims_acquired: counter(
-                "backfill_claims_acquired_total",
-                "Claims acquired (new claims).",
-            ),
-            claims_taken_over: counter(
-                "backfill_claims_taken_over_total",
-                "Claims acquired by takeover of an expired owner.",
-            ),
-            claims_renewed: counter(
-                "backfill_claims_renewed_total",
-                "Successful claim renewals.",
-            ),
-            claims_lost: counter(
-                "backfill_claims_lost_total",
-                "Claims that could no longer be renewed.",
-            ),
-            renew_failures: counter(
-                "backfill_renew_failures_total",
-                "Renewal rounds that failed to reach PostgreSQL.",
-            ),
-            claims_released: counter(
-                "backfill_claims_released_total",
-                "Claims given back on shutdown.",
-            ),
-            stale_rejections: counter(
-                "backfill_stale_rejections_total",
-                "Batches or validations rejected by the fence at commit.",
-            ),
-            batches_attempted: counter("backfill_batches_attempted_total", "Batches started."),
-            batches_committed: counter(
-                "backfill_batches_committed_total",
-                "Batches whose mutation and checkpoint committed.",
-            ),
-            keys_committed: counter(
-                "backfill_keys_committed_total",
-                "Keys whose mutation committed.",
-            ),
-            errors_retryable: counter(
-                "backfill_errors_retryable_total",
-                "Retryable errors recorded (backoff scheduled).",
-            ),
-            errors_blocked: counter(
-                "backfill_errors_blocked_total",
-                "Errors that blocked a backfill.",
-            ),
-            errors_failed: counter(
-                "backfill_errors_failed_total",
-                "Errors that failed a backfill (fatal or exhausted).",
-            ),
-            fail_closed: counter(
-                "backfill_fail_closed_total",
-                "Rows this process refused to interpret (REG-4).",
-            ),
-            validations_completed: counter(
-                "backfill_validations_completed_total",
-                "Lifecycle validations that completed a backfill.",
-            ),
-            validations_rejected: counter(
-                "backfill_validations_rejected_total",
-                "Lifecycle validations that found the postcondition false.",
-            ),
-            validation_errors: counter(
-                "backfill_validation_errors_total",
-                "Lifecycle validations that errored.",
-            ),
+            claims_acquired,
+            claims_taken_over,
+            claims_renewed,
+            claims_lost,
+            renew_failures,
+            claims_released,
+            stale_rejections,
+            batches_attempted,
+            batches_committed,
+            keys_committed,
+            errors_retryable,
+            errors_blocked,
+            errors_failed,
+            fail_closed,
+            validations_completed,
+            validations_rejected,
+            validation_errors,
             runners_throttled: gauge(
                 "backfill_runners_throttled",
                 "Runners holding a claim that start no batch because a health signal is past its threshold.",
@@ -407,6 +459,41 @@ mod tests {
                 DURATION_BUCKETS.len()
             );
         }
+    }
+
+    /// Each counter field exports the name made of its own (the groups'
+    /// definitions are bound to the fields by position), so no two swap.
+    #[test]
+    fn every_counter_exports_its_fields_name() {
+        let m = RuntimeMetrics::new();
+        let fields: [(&str, &IntCounter); 18] = [
+            ("claims_acquired", &m.claims_acquired),
+            ("claims_taken_over", &m.claims_taken_over),
+            ("claims_renewed", &m.claims_renewed),
+            ("claims_lost", &m.claims_lost),
+            ("renew_failures", &m.renew_failures),
+            ("claims_released", &m.claims_released),
+            ("stale_rejections", &m.stale_rejections),
+            ("batches_attempted", &m.batches_attempted),
+            ("batches_committed", &m.batches_committed),
+            ("keys_committed", &m.keys_committed),
+            ("errors_retryable", &m.errors_retryable),
+            ("errors_blocked", &m.errors_blocked),
+            ("errors_failed", &m.errors_failed),
+            ("fail_closed", &m.fail_closed),
+            ("validations_completed", &m.validations_completed),
+            ("validations_rejected", &m.validations_rejected),
+            ("validation_errors", &m.validation_errors),
+            ("throttle_events", &m.throttle_events),
+        ];
+        for (field, counter) in fields {
+            let desc = counter.desc();
+            assert_eq!(desc[0].fq_name, format!("backfill_{field}_total"));
+        }
+        assert_eq!(
+            m.runners_throttled.desc()[0].fq_name,
+            "backfill_runners_throttled"
+        );
     }
 
     /// An observation lands under the outcome it is given and in seconds.

@@ -67,6 +67,22 @@ struct Rate {
     per_sec: Option<f64>,
 }
 
+impl Rate {
+    /// Take `rows` done at `now` as the new sample once the last one is
+    /// half a second old (a shorter span would make the rate jitter); the
+    /// rate between the last two samples.
+    fn sample(&mut self, rows: i64, now: Instant) -> Option<f64> {
+        let elapsed = now.duration_since(self.at).as_secs_f64();
+        if elapsed >= 0.5 {
+            let delta = (rows - self.rows).max(0) as f64;
+            self.per_sec = Some(delta / elapsed);
+            self.at = now;
+            self.rows = rows;
+        }
+        self.per_sec
+    }
+}
+
 /// The progress lines under the header: one row per backfill, then the
 /// diagnostics that did not fit on their rows. `max`: the widest line
 /// allowed (`None` for pipes and logs, which get every column).
@@ -76,17 +92,8 @@ fn render(
     max: Option<usize>,
 ) -> Vec<String> {
     let now = Instant::now();
-    // Dropped in this order when the terminal is narrow: the bar repeats
-    // the percentage, and an ETA needs the rate more than the other way.
     let mut table = Table {
-        columns: vec![
-            Column::new("ID").shrink_to(12),
-            Column::new("STATE"),
-            Column::new("BAR").drop(3),
-            Column::new("%").right(),
-            Column::new("RATE").right().drop(1),
-            Column::new("ETA").drop(2),
-        ],
+        columns: columns(),
         headers: false,
         indent: 2,
         rows: Vec::new(),
@@ -98,44 +105,7 @@ fn render(
             rows: row.rows_done,
             per_sec: None,
         });
-        let elapsed = now.duration_since(rate.at).as_secs_f64();
-        if elapsed >= 0.5 {
-            let delta = (row.rows_done - rate.rows).max(0) as f64;
-            rate.per_sec = Some(delta / elapsed);
-            rate.at = now;
-            rate.rows = row.rows_done;
-        }
-        let fraction = match (row.state, row.source_rows) {
-            (State::Completed | State::Validating, _) => Some(1.0),
-            (_, Some(total)) if total > 0 => Some((row.rows_done as f64 / total as f64).min(1.0)),
-            (_, Some(0)) => Some(1.0),
-            _ => None,
-        };
-        let percent = fraction
-            .map(|f| format!("{:.1}%", f * 100.0))
-            .unwrap_or_else(|| "unknown".into());
-        let bar = fraction
-            .map(|f| {
-                let filled = (f * 20.0).round() as usize;
-                format!("[{}{}]", "#".repeat(filled), ".".repeat(20 - filled))
-            })
-            .unwrap_or_else(|| format!("[{}]", "?".repeat(20)));
-        // Only a running backfill moves: any other state has no rate and
-        // no time left to show, whatever the last samples said.
-        let running = row.state == State::Running;
-        let speed = match (running, rate.per_sec) {
-            (true, Some(r)) => format!("{r:.0} rows/s"),
-            (true, None) => "measuring".into(),
-            (false, _) => String::new(),
-        };
-        let eta = match (running, rate.per_sec, row.source_rows) {
-            (true, Some(r), Some(total)) if r > 0.0 => {
-                let left = (total - row.rows_done).max(0) as f64 / r;
-                format!("ETA {left:.0}s")
-            }
-            (true, _, _) => "ETA unknown".into(),
-            (false, _, _) => String::new(),
-        };
+        let per_sec = rate.sample(row.rows_done, now);
         let diag = row
             .last_error
             .as_deref()
@@ -150,14 +120,7 @@ fn render(
         };
         diagnostics.push((row.id.clone(), diag));
         table.rows.push(Row {
-            cells: vec![
-                row.id.clone(),
-                row.state.to_string(),
-                bar,
-                percent,
-                speed,
-                eta,
-            ],
+            cells: cells(row, per_sec),
             fill,
         });
     }
@@ -173,6 +136,70 @@ fn render(
         }
     }
     lines
+}
+
+/// The display's columns, in the order of [`cells`].
+fn columns() -> Vec<Column> {
+    // Dropped in this order when the terminal is narrow: the bar repeats
+    // the percentage, and an ETA needs the rate more than the other way.
+    vec![
+        Column::new("ID").shrink_to(12),
+        Column::new("STATE"),
+        Column::new("BAR").drop(3),
+        Column::new("%").right(),
+        Column::new("RATE").right().drop(1),
+        Column::new("ETA").drop(2),
+    ]
+}
+
+/// How far a backfill is, 0 to 1, or `None` while its size is unknown;
+/// a validating or completed one has done all its rows.
+fn fraction(row: &BackfillRow) -> Option<f64> {
+    match (row.state, row.source_rows) {
+        (State::Completed | State::Validating, _) => Some(1.0),
+        (_, Some(total)) if total > 0 => Some((row.rows_done as f64 / total as f64).min(1.0)),
+        (_, Some(0)) => Some(1.0),
+        _ => None,
+    }
+}
+
+/// One backfill's cells, in the order of [`columns`], at the rate
+/// `per_sec` (`None`: not measured yet).
+fn cells(row: &BackfillRow, per_sec: Option<f64>) -> Vec<String> {
+    let fraction = fraction(row);
+    let percent = fraction
+        .map(|f| format!("{:.1}%", f * 100.0))
+        .unwrap_or_else(|| "unknown".into());
+    let bar = fraction
+        .map(|f| {
+            let filled = (f * 20.0).round() as usize;
+            format!("[{}{}]", "#".repeat(filled), ".".repeat(20 - filled))
+        })
+        .unwrap_or_else(|| format!("[{}]", "?".repeat(20)));
+    // Only a running backfill moves: any other state has no rate and
+    // no time left to show, whatever the last samples said.
+    let running = row.state == State::Running;
+    let speed = match (running, per_sec) {
+        (true, Some(r)) => format!("{r:.0} rows/s"),
+        (true, None) => "measuring".into(),
+        (false, _) => String::new(),
+    };
+    let eta = match (running, per_sec, row.source_rows) {
+        (true, Some(r), Some(total)) if r > 0.0 => {
+            let left = (total - row.rows_done).max(0) as f64 / r;
+            format!("ETA {left:.0}s")
+        }
+        (true, _, _) => "ETA unknown".into(),
+        (false, _, _) => String::new(),
+    };
+    vec![
+        row.id.clone(),
+        row.state.to_string(),
+        bar,
+        percent,
+        speed,
+        eta,
+    ]
 }
 
 /// Run the demo. Must run inside an actix system.

@@ -238,6 +238,33 @@ impl Table {
     /// Lay the table out in at most `max` characters per line (`None`: no
     /// limit, for pipes and logs).
     pub fn layout(&self, max: Option<usize>) -> Laid {
+        let mut widths = self.widths();
+        let shown = self.fit(&mut widths, max);
+        let fitted = Fitted {
+            table: self,
+            widths,
+            shown,
+            max,
+        };
+        let mut laid = Laid {
+            lines: Vec::new(),
+            fill_cut: Vec::new(),
+        };
+        if self.headers {
+            let headers: Vec<String> = self.columns.iter().map(|c| c.header.into()).collect();
+            laid.lines.push(fitted.line(&headers, None).0);
+        }
+        for row in &self.rows {
+            let (l, fill_cut) = fitted.line(&row.cells, row.fill.as_deref());
+            laid.lines.push(l);
+            laid.fill_cut.push(fill_cut);
+        }
+        laid
+    }
+
+    /// Each column's natural width: its widest cell, or its header when
+    /// headers are shown and wider.
+    fn widths(&self) -> Vec<usize> {
         let n = self.columns.len();
         let mut widths: Vec<usize> = self
             .columns
@@ -249,14 +276,26 @@ impl Table {
                 widths[i] = widths[i].max(width(cell));
             }
         }
+        widths
+    }
+
+    /// The width of a line of the shown columns: the indent, the columns
+    /// and one space between each two.
+    fn total(&self, widths: &[usize], shown: &[bool]) -> usize {
+        let n = self.columns.len();
+        let cols: Vec<usize> = (0..n).filter(|&i| shown[i]).map(|i| widths[i]).collect();
+        self.indent + cols.iter().sum::<usize>() + cols.len().saturating_sub(1)
+    }
+
+    /// Which columns are shown in `max` characters: droppable ones are
+    /// left out until the table fits, then the widths of those that may
+    /// be cut are narrowed (in `widths`).
+    fn fit(&self, widths: &mut [usize], max: Option<usize>) -> Vec<bool> {
+        let n = self.columns.len();
         let mut shown = vec![true; n];
-        let total = |widths: &[usize], shown: &[bool]| {
-            let cols: Vec<usize> = (0..n).filter(|&i| shown[i]).map(|i| widths[i]).collect();
-            self.indent + cols.iter().sum::<usize>() + cols.len().saturating_sub(1)
-        };
         if let Some(max) = max {
             // Drop columns, least useful first, until the table fits.
-            while total(&widths, &shown) > max {
+            while self.total(widths, &shown) > max {
                 let victim = (0..n)
                     .filter(|&i| shown[i] && self.columns[i].drop > 0)
                     .max_by_key(|&i| self.columns[i].drop);
@@ -267,7 +306,7 @@ impl Table {
             }
             // Then cut the columns that may be cut.
             for i in 0..n {
-                let over = total(&widths, &shown).saturating_sub(max);
+                let over = self.total(widths, &shown).saturating_sub(max);
                 if over == 0 {
                     break;
                 }
@@ -276,60 +315,62 @@ impl Table {
                 }
             }
         }
-        let line = |cells: &[String], fill: Option<&str>| -> (String, bool) {
-            // Trailing empty cells are not padded, so a row's fill text
-            // starts right after its last non-empty cell.
-            let last = (0..n)
-                .filter(|&i| shown[i] && cells.get(i).is_some_and(|c| !c.is_empty()))
-                .max();
-            let mut out = " ".repeat(self.indent);
-            let mut first = true;
-            for i in (0..n).filter(|&i| shown[i] && Some(i) <= last) {
-                if !first {
-                    out.push(' ');
-                }
-                first = false;
-                let cell = cut(cells.get(i).map_or("", String::as_str), widths[i]);
-                let pad = " ".repeat(widths[i] - width(&cell));
-                if self.columns[i].right {
-                    out.push_str(&pad);
-                    out.push_str(&cell);
-                } else {
-                    out.push_str(&cell);
-                    out.push_str(&pad);
-                }
+        shown
+    }
+}
+
+/// A table whose shown columns and their widths are decided: what lays
+/// out its lines.
+struct Fitted<'a> {
+    table: &'a Table,
+    widths: Vec<usize>,
+    shown: Vec<bool>,
+    max: Option<usize>,
+}
+
+impl Fitted<'_> {
+    /// One line: the shown cells, then the fill text in what is left of
+    /// the width; and whether the fill was cut or left out.
+    fn line(&self, cells: &[String], fill: Option<&str>) -> (String, bool) {
+        let (n, shown, widths) = (self.table.columns.len(), &self.shown, &self.widths);
+        // Trailing empty cells are not padded, so a row's fill text
+        // starts right after its last non-empty cell.
+        let last = (0..n)
+            .filter(|&i| shown[i] && cells.get(i).is_some_and(|c| !c.is_empty()))
+            .max();
+        let mut out = " ".repeat(self.table.indent);
+        let mut first = true;
+        for i in (0..n).filter(|&i| shown[i] && Some(i) <= last) {
+            if !first {
+                out.push(' ');
             }
-            let mut fill_cut = false;
-            if let Some(fill) = fill.filter(|f| !f.is_empty()) {
-                let start = width(&out) + 2;
-                match max {
-                    None => out.push_str(&format!("  {fill}")),
-                    Some(max) if max >= start + MIN_FILL => {
-                        let shown = cut(fill, max - start);
-                        fill_cut = shown != fill;
-                        out.push_str("  ");
-                        out.push_str(&shown);
-                    }
-                    Some(_) => fill_cut = true,
-                }
+            first = false;
+            let cell = cut(cells.get(i).map_or("", String::as_str), widths[i]);
+            let pad = " ".repeat(widths[i] - width(&cell));
+            if self.table.columns[i].right {
+                out.push_str(&pad);
+                out.push_str(&cell);
+            } else {
+                out.push_str(&cell);
+                out.push_str(&pad);
             }
-            let out = out.trim_end().to_string();
-            (max.map_or(out.clone(), |m| cut(&out, m)), fill_cut)
-        };
-        let mut laid = Laid {
-            lines: Vec::new(),
-            fill_cut: Vec::new(),
-        };
-        if self.headers {
-            let headers: Vec<String> = self.columns.iter().map(|c| c.header.into()).collect();
-            laid.lines.push(line(&headers, None).0);
         }
-        for row in &self.rows {
-            let (l, fill_cut) = line(&row.cells, row.fill.as_deref());
-            laid.lines.push(l);
-            laid.fill_cut.push(fill_cut);
+        let mut fill_cut = false;
+        if let Some(fill) = fill.filter(|f| !f.is_empty()) {
+            let start = width(&out) + 2;
+            match self.max {
+                None => out.push_str(&format!("  {fill}")),
+                Some(max) if max >= start + MIN_FILL => {
+                    let shown = cut(fill, max - start);
+                    fill_cut = shown != fill;
+                    out.push_str("  ");
+                    out.push_str(&shown);
+                }
+                Some(_) => fill_cut = true,
+            }
         }
-        laid
+        let out = out.trim_end().to_string();
+        (self.max.map_or(out.clone(), |m| cut(&out, m)), fill_cut)
     }
 }
 

@@ -370,8 +370,8 @@ async fn ctl_list_and_watch_follow_every_page() {
 /// setting and an empty change are one readable line with exit 2 and
 /// change nothing, a read-only principal exits 4. `list`, `show` and
 /// `watch` show the batch size in force and mark a throttled runner
-/// (THR-2). Guards: `SetArgs::change` and the PATCH in `ctl.rs` (without
-/// them nothing is stored), `Client::check`'s 4xx mapping (a 422 would
+/// (THR-2). Guards: `SetArgs::change` and the PATCH in `set_settings`
+/// (without them nothing is stored), `Client::check`'s 4xx mapping (a 422 would
 /// exit 5), and the throttle marker in `table`/`detail`.
 #[actix_rt::test]
 async fn thr4_ctl_set_changes_settings_and_refuses_bad_values() {

@@ -5,7 +5,7 @@ use crate::engine::Engine;
 use crate::http::{self, metrics::MetricsSource, AdminRoutes};
 use crate::readiness::Readiness;
 use crate::runtime::RuntimeHandle;
-use actix_web::dev::ServerHandle;
+use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,6 +50,57 @@ fn listen_error(addr: SocketAddr, error: std::io::Error) -> HostError {
     }
 }
 
+/// The serving listener at `addr`: the application's routes, `/readyz`
+/// and `/livez`, and the admin routes too when they share its address
+/// (`admin`). Started; the caller spawns it.
+fn serving(
+    embedded: &Embedded,
+    app: Arc<dyn Application>,
+    admin: Option<AdminRoutes>,
+    addr: SocketAddr,
+    grace: u64,
+) -> std::io::Result<(Server, SocketAddr)> {
+    let readiness = embedded.readiness_routes();
+    let pool = embedded.pool.clone();
+    let server = HttpServer::new(move || {
+        let app = app.clone();
+        let pool = pool.clone();
+        let admin = admin.clone();
+        App::new()
+            .configure(move |cfg| app.configure(cfg, &pool))
+            .configure(readiness.clone())
+            .configure(move |cfg| {
+                if let Some(admin) = &admin {
+                    admin.configure(cfg)
+                }
+            })
+    })
+    .disable_signals()
+    .shutdown_timeout(grace)
+    .workers(2)
+    .bind(addr)?;
+    let bound = server.addrs().first().copied().unwrap_or(addr);
+    Ok((server.run(), bound))
+}
+
+/// The admin listener of its own at `addr`. Started; the caller spawns it.
+fn admin_listener(
+    admin: AdminRoutes,
+    addr: SocketAddr,
+    grace: u64,
+) -> std::io::Result<(Server, SocketAddr)> {
+    let server = HttpServer::new(move || {
+        let admin = admin.clone();
+        App::new().configure(move |cfg| admin.configure(cfg))
+    })
+    .disable_signals()
+    .shutdown_timeout(grace)
+    .workers(1)
+    .bind(addr)?;
+    let bound = server.addrs().first().copied().unwrap_or(addr);
+    Ok((server.run(), bound))
+}
+
 impl Host {
     /// Start `app` with everything in the contract's order, then open the
     /// listeners. Must run inside an actix system (`actix_web::main`).
@@ -57,42 +108,21 @@ impl Host {
         let app: Arc<dyn Application> = Arc::new(app);
         let embedded = Embedded::start(config.clone(), &*app).await?;
         let admin = embedded.admin_routes();
-        let readiness = embedded.readiness_routes();
-        let pool = embedded.pool.clone();
         // In-flight requests get the same grace as the runtime's drain on
         // shutdown, not actix's own 30 s (a slow request would hold the
         // process past a supervisor's kill).
         let http_grace = config.runtime.shutdown_grace.as_secs().max(1);
         // Port 0 asks for two fresh ports, so it never means "shared".
         let shared = config.listen == config.admin_listen && config.listen.port() != 0;
-        let shared_admin = admin.clone();
-        let serving = HttpServer::new(move || {
-            let app = app.clone();
-            let pool = pool.clone();
-            let admin = shared_admin.clone();
-            App::new()
-                .configure(move |cfg| app.configure(cfg, &pool))
-                .configure(readiness.clone())
-                .configure(move |cfg| {
-                    if shared {
-                        admin.configure(cfg)
-                    }
-                })
-        })
-        .disable_signals()
-        .shutdown_timeout(http_grace)
-        .workers(2)
-        .bind(config.listen)
-        .map_err(|e| listen_error(config.listen, e));
-        let serving = match serving {
-            Ok(serving) => serving,
-            Err(error) => {
-                embedded.stop().await;
-                return Err(error);
-            }
-        };
-        let serving_addr = serving.addrs().first().copied().unwrap_or(config.listen);
-        let serving = serving.run();
+        let on_serving = shared.then(|| admin.clone());
+        let (serving, serving_addr) =
+            match serving(&embedded, app, on_serving, config.listen, http_grace) {
+                Ok(started) => started,
+                Err(error) => {
+                    embedded.stop().await;
+                    return Err(listen_error(config.listen, error));
+                }
+            };
         let mut servers = vec![serving.handle()];
         actix_rt::spawn(serving);
         let admin_addr = if shared {
@@ -100,16 +130,12 @@ impl Host {
         } else {
             // The admin boundary has its own listener so it stays reachable
             // while serving is gated (CFG-3).
-            let server = HttpServer::new(move || {
-                let admin = admin.clone();
-                App::new().configure(move |cfg| admin.configure(cfg))
-            })
-            .disable_signals()
-            .shutdown_timeout(http_grace)
-            .workers(1)
-            .bind(config.admin_listen);
-            let server = match server {
-                Ok(server) => server,
+            match admin_listener(admin, config.admin_listen, http_grace) {
+                Ok((server, addr)) => {
+                    servers.push(server.handle());
+                    actix_rt::spawn(server);
+                    addr
+                }
                 Err(error) => {
                     for server in &servers {
                         server.stop(false).await;
@@ -117,16 +143,7 @@ impl Host {
                     embedded.stop().await;
                     return Err(listen_error(config.admin_listen, error));
                 }
-            };
-            let addr = server
-                .addrs()
-                .first()
-                .copied()
-                .unwrap_or(config.admin_listen);
-            let server = server.run();
-            servers.push(server.handle());
-            actix_rt::spawn(server);
-            addr
+            }
         };
         Ok(Self {
             embedded,

@@ -6,20 +6,15 @@ use super::context::Ctx;
 use super::extras::{admin_list, rss, takeover, takeover_owner};
 use super::report::{Report, METHOD};
 use super::sql::{TextValue, SETUP_SQL};
+use super::stats::RunResult;
 use backfill::store::{self, StoreError};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use std::path::Path;
 
 /// Run the bench as `args` says; returns the process exit code (0, or 2
 /// when a run failed verification). Must run inside an actix system.
 pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
-    if args.rows == 0 || args.reps == 0 || args.batch.is_empty() || args.batch.contains(&0) {
-        return Err(BenchError::Args(
-            "--rows, --reps and every --batch must be positive".into(),
-        ));
-    }
-    if args.k == Some(0) {
-        return Err(BenchError::Args("--k must be positive".into()));
-    }
+    check(&args)?;
     if let Some(url) = &args.takeover_owner {
         takeover_owner(&args, url).await?;
         return Ok(0);
@@ -50,32 +45,10 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         run_seq: 0,
     };
     ctx.exec(SETUP_SQL).await?;
-    let pg_version = {
-        let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
-        let v: TextValue = diesel::sql_query("SELECT version() AS v")
-            .get_result(&mut conn)
-            .await?;
-        v.v.split(" on ").next().unwrap_or(&v.v).to_string()
-    };
-    // Commit cost depends on these more than on anything the engine does;
-    // the throwaway cluster runs with both off.
-    let durability = {
-        let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
-        let v: TextValue = diesel::sql_query(
-            "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' \
-                 || current_setting('synchronous_commit') AS v",
-        )
-        .get_result(&mut conn)
-        .await?;
-        v.v
-    };
-    let mut only = args.only.clone();
-    only.sort();
-    only.dedup();
     let mut report = Report {
         cores,
-        pg_version,
-        durability,
+        pg_version: pg_version(&ctx).await?,
+        durability: durability(&ctx).await?,
         rows: args.rows,
         reps: args.reps,
         k,
@@ -85,93 +58,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         admin_list: None,
         adaptive: None,
     };
-    let result = async {
-        for &batch in &args.batch {
-            for rep in 1..=args.reps {
-                // Even repetitions run the runners in reverse order, so a
-                // machine that speeds up or slows down over a repetition
-                // does not favour the same runner every time.
-                let order: Vec<Runner> = if rep % 2 == 0 {
-                    only.iter().rev().copied().collect()
-                } else {
-                    only.clone()
-                };
-                for &runner in &order {
-                    let run = match runner {
-                        Runner::Plpgsql => ctx.plpgsql(batch, rep).await?,
-                        Runner::Client => ctx.client(batch, rep).await?,
-                        Runner::Engine => {
-                            let table = ["items".into()];
-                            ctx.engine_run("engine", &table, args.rows, batch, rep, Shape::OneStatement)
-                                .await?
-                        }
-                        Runner::EngineSql => {
-                            let table = ["items".into()];
-                            ctx.engine_run("engine-sql", &table, args.rows, batch, rep, Shape::Sql)
-                                .await?
-                        }
-                        Runner::EngineKeys => {
-                            let table = ["items".into()];
-                            ctx.engine_run("engine-keys", &table, args.rows, batch, rep, Shape::TwoStatement)
-                                .await?
-                        }
-                        Runner::EngineSerial => {
-                            let table = ["items".into()];
-                            ctx.engine_run("engine-serial", &table, args.rows, batch, rep, Shape::Serial)
-                                .await?
-                        }
-                        Runner::EngineHealth => {
-                            let table = ["items".into()];
-                            ctx.engine_run("engine-health", &table, args.rows, batch, rep, Shape::Monitored)
-                                .await?
-                        }
-                        Runner::EngineK => {
-                            let tables = k_tables(k);
-                            let each = (args.rows / k as u64).max(1);
-                            let r = ctx
-                                .engine_run("engine-k", &tables, each, batch, rep, Shape::OneStatement)
-                                .await?;
-                            ctx.drop_tables(&tables).await?;
-                            r
-                        }
-                        Runner::PlpgsqlK => {
-                            let tables = k_tables(k);
-                            let each = (args.rows / k as u64).max(1);
-                            let r = ctx.plpgsql_k(&tables, each, batch, rep).await?;
-                            ctx.drop_tables(&tables).await?;
-                            r
-                        }
-                        Runner::Takeover | Runner::Rss | Runner::AdminList | Runner::Adaptive => {
-                            continue
-                        }
-                    };
-                    if !args.json {
-                        eprintln!(
-                            "{} B={} rep {}: {:.0} rows/s, batch mean {:.3} ms, p99 {:.3} ms, verified {}",
-                            run.runner, run.batch, run.rep, run.rows_per_s(),
-                            run.batch_mean_ms, run.batch_p99_ms, run.verified
-                        );
-                    }
-                    report.runs.push(run);
-                }
-            }
-        }
-        let first = args.batch[0];
-        if only.contains(&Runner::Takeover) {
-            report.takeover = Some(takeover(&mut ctx, first).await?);
-        }
-        if only.contains(&Runner::Rss) {
-            report.rss = Some(rss(&mut ctx, first).await?);
-        }
-        if only.contains(&Runner::AdminList) {
-            report.admin_list = Some(admin_list(&ctx).await?);
-        }
-        if only.contains(&Runner::Adaptive) {
-            report.adaptive = Some(ctx.adaptive().await?);
-        }
-        Ok::<(), BenchError>(())
-    }
-    .await;
+    let result = measure(&mut ctx, &mut report).await;
     let pool = ctx.pool.clone();
     drop(ctx);
     drop(pool);
@@ -187,18 +74,162 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         println!("{}", report.markdown());
     }
     if let Some(path) = &args.markdown {
-        // The invocation as given, so the file says how to regenerate it.
-        let command: Vec<String> = std::env::args().skip(1).collect();
-        let text = format!(
-            "# Throughput benchmark\n\nGenerated by `backfill {}` (release build). \
-             Numbers are noisy on a shared 2-core machine; the ratios are what count.\n\n{METHOD}\n{}",
-            command.join(" "),
-            report.markdown()
-        );
-        std::fs::write(path, text)
-            .map_err(|e| BenchError::Run(format!("cannot write {}: {e}", path.display())))?;
+        write_markdown(path, &report)?;
     }
     Ok(if report.verified() { 0 } else { 2 })
+}
+
+/// Refuse flags no run can use.
+fn check(args: &BenchArgs) -> Result<(), BenchError> {
+    if args.rows == 0 || args.reps == 0 || args.batch.is_empty() || args.batch.contains(&0) {
+        return Err(BenchError::Args(
+            "--rows, --reps and every --batch must be positive".into(),
+        ));
+    }
+    if args.k == Some(0) {
+        return Err(BenchError::Args("--k must be positive".into()));
+    }
+    Ok(())
+}
+
+/// The server's version, without the platform it was built on.
+async fn pg_version(ctx: &Ctx) -> Result<String, BenchError> {
+    let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
+    let v: TextValue = diesel::sql_query("SELECT version() AS v")
+        .get_result(&mut conn)
+        .await?;
+    Ok(v.v.split(" on ").next().unwrap_or(&v.v).to_string())
+}
+
+/// The server's `fsync` and `synchronous_commit`. Commit cost depends on
+/// these more than on anything the engine does; the throwaway cluster
+/// runs with both off.
+async fn durability(ctx: &Ctx) -> Result<String, BenchError> {
+    let mut conn = ctx.pool.get().await.map_err(StoreError::from)?;
+    let v: TextValue = diesel::sql_query(
+        "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' \
+             || current_setting('synchronous_commit') AS v",
+    )
+    .get_result(&mut conn)
+    .await?;
+    Ok(v.v)
+}
+
+/// Every run the flags ask for, each batch size and repetition in turn,
+/// then the extras at the first batch size; into `report`.
+async fn measure(ctx: &mut Ctx, report: &mut Report) -> Result<(), BenchError> {
+    let mut only = ctx.args.only.clone();
+    only.sort();
+    only.dedup();
+    for batch in ctx.args.batch.clone() {
+        for rep in 1..=ctx.args.reps {
+            // Even repetitions run the runners in reverse order, so a
+            // machine that speeds up or slows down over a repetition
+            // does not favour the same runner every time.
+            let order: Vec<Runner> = if rep % 2 == 0 {
+                only.iter().rev().copied().collect()
+            } else {
+                only.clone()
+            };
+            for &runner in &order {
+                let Some(run) = run_one(ctx, runner, batch, rep, report.k).await? else {
+                    continue;
+                };
+                if !ctx.args.json {
+                    eprintln!(
+                        "{} B={} rep {}: {:.0} rows/s, batch mean {:.3} ms, p99 {:.3} ms, verified {}",
+                        run.runner, run.batch, run.rep, run.rows_per_s(),
+                        run.batch_mean_ms, run.batch_p99_ms, run.verified
+                    );
+                }
+                report.runs.push(run);
+            }
+        }
+    }
+    let first = ctx.args.batch[0];
+    if only.contains(&Runner::Takeover) {
+        report.takeover = Some(takeover(ctx, first).await?);
+    }
+    if only.contains(&Runner::Rss) {
+        report.rss = Some(rss(ctx, first).await?);
+    }
+    if only.contains(&Runner::AdminList) {
+        report.admin_list = Some(admin_list(ctx).await?);
+    }
+    if only.contains(&Runner::Adaptive) {
+        report.adaptive = Some(ctx.adaptive().await?);
+    }
+    Ok(())
+}
+
+/// One throughput run of `runner`; `None` for the extras, which
+/// [`measure`] runs once after all of them.
+async fn run_one(
+    ctx: &mut Ctx,
+    runner: Runner,
+    batch: u32,
+    rep: u32,
+    k: usize,
+) -> Result<Option<RunResult>, BenchError> {
+    let rows = ctx.args.rows;
+    let items = ["items".to_string()];
+    let run = match runner {
+        Runner::Plpgsql => ctx.plpgsql(batch, rep).await?,
+        Runner::Client => ctx.client(batch, rep).await?,
+        Runner::Engine => {
+            ctx.engine_run("engine", &items, rows, batch, rep, Shape::OneStatement)
+                .await?
+        }
+        Runner::EngineSql => {
+            ctx.engine_run("engine-sql", &items, rows, batch, rep, Shape::Sql)
+                .await?
+        }
+        Runner::EngineKeys => {
+            ctx.engine_run("engine-keys", &items, rows, batch, rep, Shape::TwoStatement)
+                .await?
+        }
+        Runner::EngineSerial => {
+            ctx.engine_run("engine-serial", &items, rows, batch, rep, Shape::Serial)
+                .await?
+        }
+        Runner::EngineHealth => {
+            ctx.engine_run("engine-health", &items, rows, batch, rep, Shape::Monitored)
+                .await?
+        }
+        Runner::EngineK => {
+            let tables = k_tables(k);
+            let each = (rows / k as u64).max(1);
+            let r = ctx
+                .engine_run("engine-k", &tables, each, batch, rep, Shape::OneStatement)
+                .await?;
+            ctx.drop_tables(&tables).await?;
+            r
+        }
+        Runner::PlpgsqlK => {
+            let tables = k_tables(k);
+            let each = (rows / k as u64).max(1);
+            let r = ctx.plpgsql_k(&tables, each, batch, rep).await?;
+            ctx.drop_tables(&tables).await?;
+            r
+        }
+        Runner::Takeover | Runner::Rss | Runner::AdminList | Runner::Adaptive => return Ok(None),
+    };
+    Ok(Some(run))
+}
+
+/// The report as the Markdown file `path` (benches/README.md), headed by
+/// the invocation that made it and how to read it.
+fn write_markdown(path: &Path, report: &Report) -> Result<(), BenchError> {
+    // The invocation as given, so the file says how to regenerate it.
+    let command: Vec<String> = std::env::args().skip(1).collect();
+    let text = format!(
+        "# Throughput benchmark\n\nGenerated by `backfill {}` (release build). \
+         Numbers are noisy on a shared 2-core machine; the ratios are what count.\n\n{METHOD}\n{}",
+        command.join(" "),
+        report.markdown()
+    );
+    std::fs::write(path, text)
+        .map_err(|e| BenchError::Run(format!("cannot write {}: {e}", path.display())))
 }
 
 /// The K tables of `engine-k` and `plpgsql-k`.

@@ -178,6 +178,20 @@ impl Report {
             "Machine: {} cores; {} ({}).\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k and plpgsql-k (N split over K tables).\n\n",
             self.cores, self.pg_version, self.durability, self.rows, self.reps, self.k
         ));
+        s.push_str(&self.runs_table());
+        s.push_str(&self.ratios_table());
+        s.push_str(&self.extras());
+        s.push_str(&format!(
+            "\nVerification (email_norm = lower(email) and touched = 1 on every row after every run): {}.\n",
+            if self.verified() { "passed" } else { "FAILED (invalid runs)" }
+        ));
+        s
+    }
+
+    /// The Markdown table of the runs: a row per batch size and runner
+    /// with the medians of its repetitions.
+    fn runs_table(&self) -> String {
+        let mut s = String::new();
         if !self.runs.is_empty() {
             s.push_str(
                 "| B | runner | rows/s | batch mean ms | batch p99 ms | vs plpgsql | vs client | rows/s in batches | CPU busy |\n",
@@ -219,6 +233,13 @@ impl Report {
                 ));
             }
         }
+        s
+    }
+
+    /// The Markdown table of the ratios per batch size, each with its
+    /// range within one repetition when there are several.
+    fn ratios_table(&self) -> String {
+        let mut s = String::new();
         let bs = self.batches();
         if !bs.is_empty() {
             s.push_str("\nRatios of the medians; in parentheses, the lowest and highest of the same ratio within one repetition (runs of a repetition are back to back).\n\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches | engine-sql / engine |\n|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -247,6 +268,13 @@ impl Report {
                 ));
             }
         }
+        s
+    }
+
+    /// A paragraph per extra measurement that ran: the health monitor's
+    /// cost, takeover, RSS, admin list latency, the adaptive trace.
+    fn extras(&self) -> String {
+        let mut s = String::new();
         for b in self.batches() {
             if let (Some(x), range) = self.health_cost(b) {
                 let range = range
@@ -287,10 +315,6 @@ impl Report {
             s.push('\n');
             s.push_str(&super::adaptive::markdown(a));
         }
-        s.push_str(&format!(
-            "\nVerification (email_norm = lower(email) and touched = 1 on every row after every run): {}.\n",
-            if self.verified() { "passed" } else { "FAILED (invalid runs)" }
-        ));
         s
     }
 }

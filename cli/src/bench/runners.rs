@@ -167,19 +167,15 @@ impl Ctx {
         ))
     }
 
-    /// Run `tables.len()` backfills (one per table, `rows_each` rows each)
-    /// through one engine and one runtime until all are `completed`.
-    pub(super) async fn engine_run(
-        &mut self,
-        runner: &'static str,
+    /// One repair per table in `shape`, under IDs made for this run
+    /// (EMB-2), and those IDs.
+    fn registry_for(
+        &self,
         tables: &[String],
-        rows_each: u64,
         batch: u32,
         rep: u32,
         shape: Shape,
-    ) -> Result<RunResult, BenchError> {
-        self.reset_settled(tables, rows_each).await?;
-        self.run_seq += 1;
+    ) -> Result<(Registry, Vec<String>), BenchError> {
         let mut registry = Registry::new();
         let mut ids = Vec::new();
         for table in tables {
@@ -198,6 +194,23 @@ impl Ctx {
             }
             .map_err(|e| BenchError::Run(e.to_string()))?;
         }
+        Ok((registry, ids))
+    }
+
+    /// Run `tables.len()` backfills (one per table, `rows_each` rows each)
+    /// through one engine and one runtime until all are `completed`.
+    pub(super) async fn engine_run(
+        &mut self,
+        runner: &'static str,
+        tables: &[String],
+        rows_each: u64,
+        batch: u32,
+        rep: u32,
+        shape: Shape,
+    ) -> Result<RunResult, BenchError> {
+        self.reset_settled(tables, rows_each).await?;
+        self.run_seq += 1;
+        let (registry, ids) = self.registry_for(tables, batch, rep, shape)?;
         // Two connections per runner (the repair overlaps commits, see
         // `Repair::overlap_commits`) plus renewer, validator and the bench.
         let pool = store::build_pool(&self.url, 2 * tables.len() as u32 + 3).await?;

@@ -15,7 +15,7 @@ use diesel::sql_types::{BigInt, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::QueryableByName;
 use diesel_async::RunQueryDsl;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 
 /// Default page size of `GET /events`.
@@ -125,6 +125,9 @@ fn unavailable() -> HttpResponse {
     }))
 }
 
+/// Why a body was refused: the field and what is wrong with it.
+type Invalid = (&'static str, String);
+
 impl NewEvent {
     /// Validate a JSON body. The error is `(field, message)`.
     pub fn parse(body: &[u8]) -> Result<Self, (&'static str, String)> {
@@ -133,81 +136,91 @@ impl NewEvent {
         let Value::Object(map) = value else {
             return Err(("body", "the body must be a JSON object".into()));
         };
-
-        let author = match map.get("author") {
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err(("author", "must be a string".into())),
-            None => return Err(("author", "is required".into())),
-        };
-        if author.trim().is_empty() {
-            return Err(("author", "must not be blank".into()));
-        }
-        if author.chars().count() > MAX_AUTHOR_CHARS {
-            return Err((
-                "author",
-                format!("must be at most {MAX_AUTHOR_CHARS} characters"),
-            ));
-        }
-
-        let kind = match map.get("kind") {
-            Some(Value::Number(n)) => n
-                .as_i64()
-                .and_then(|k| i32::try_from(k).ok())
-                .filter(|k| *k >= 0)
-                .ok_or(("kind", "must be a non-negative 32-bit integer".to_string()))?,
-            Some(_) => return Err(("kind", "must be an integer".into())),
-            None => return Err(("kind", "is required".into())),
-        };
-
-        let content = match map.get("content") {
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err(("content", "must be a string".into())),
-            None => return Err(("content", "is required".into())),
-        };
-        if content.chars().count() > MAX_CONTENT_CHARS {
-            return Err((
-                "content",
-                format!("must be at most {MAX_CONTENT_CHARS} characters"),
-            ));
-        }
-
-        // Tags are optional (default: none), but when present they must be
-        // an array of short strings: new rows never get the non-array tags
-        // that block the tag-count repair.
-        let tags = match map.get("tags") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => {
-                if items.len() > MAX_TAGS {
-                    return Err(("tags", format!("must have at most {MAX_TAGS} tags")));
-                }
-                let mut tags = Vec::with_capacity(items.len());
-                for item in items {
-                    match item {
-                        Value::String(t) if !t.is_empty() && t.chars().count() <= MAX_TAG_CHARS => {
-                            tags.push(t.clone())
-                        }
-                        _ => {
-                            return Err((
-                                "tags",
-                                format!(
-                                    "every tag must be a string of 1-{MAX_TAG_CHARS} characters"
-                                ),
-                            ))
-                        }
-                    }
-                }
-                tags
-            }
-            Some(_) => return Err(("tags", "must be an array of strings".into())),
-        };
-
+        // Field by field in this order, so the first invalid one is named.
         Ok(NewEvent {
-            author,
-            kind,
-            content,
-            tags,
+            author: author(&map)?,
+            kind: kind(&map)?,
+            content: content(&map)?,
+            tags: tags(&map)?,
         })
     }
+}
+
+/// The required `author`: a string, not blank, of bounded length.
+fn author(map: &Map<String, Value>) -> Result<String, Invalid> {
+    let author = match map.get("author") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(("author", "must be a string".into())),
+        None => return Err(("author", "is required".into())),
+    };
+    if author.trim().is_empty() {
+        return Err(("author", "must not be blank".into()));
+    }
+    if author.chars().count() > MAX_AUTHOR_CHARS {
+        return Err((
+            "author",
+            format!("must be at most {MAX_AUTHOR_CHARS} characters"),
+        ));
+    }
+    Ok(author)
+}
+
+/// The required `kind`: a non-negative 32-bit integer.
+fn kind(map: &Map<String, Value>) -> Result<i32, Invalid> {
+    match map.get("kind") {
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .and_then(|k| i32::try_from(k).ok())
+            .filter(|k| *k >= 0)
+            .ok_or(("kind", "must be a non-negative 32-bit integer".to_string())),
+        Some(_) => Err(("kind", "must be an integer".into())),
+        None => Err(("kind", "is required".into())),
+    }
+}
+
+/// The required `content`: a string of bounded length.
+fn content(map: &Map<String, Value>) -> Result<String, Invalid> {
+    let content = match map.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(("content", "must be a string".into())),
+        None => return Err(("content", "is required".into())),
+    };
+    if content.chars().count() > MAX_CONTENT_CHARS {
+        return Err((
+            "content",
+            format!("must be at most {MAX_CONTENT_CHARS} characters"),
+        ));
+    }
+    Ok(content)
+}
+
+/// The optional `tags` (default: none). When present they must be an
+/// array of short strings: new rows never get the non-array tags that
+/// block the tag-count repair.
+fn tags(map: &Map<String, Value>) -> Result<Vec<String>, Invalid> {
+    let items = match map.get("tags") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(("tags", "must be an array of strings".into())),
+    };
+    if items.len() > MAX_TAGS {
+        return Err(("tags", format!("must have at most {MAX_TAGS} tags")));
+    }
+    let mut tags = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Value::String(t) if !t.is_empty() && t.chars().count() <= MAX_TAG_CHARS => {
+                tags.push(t.clone())
+            }
+            _ => {
+                return Err((
+                    "tags",
+                    format!("every tag must be a string of 1-{MAX_TAG_CHARS} characters"),
+                ))
+            }
+        }
+    }
+    Ok(tags)
 }
 
 /// `GET /events?limit=N`: the newest events first (by `(created_at, id)`),

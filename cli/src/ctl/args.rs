@@ -1,0 +1,155 @@
+//! The command line of `backfill ctl`: its global flags, its subcommands
+//! and the settings change `set` asks for, checked before anything is
+//! sent.
+
+use super::error::{one_line, CtlError};
+use backfill::settings::Field;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+/// Arguments of `backfill ctl`.
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// Base URL of the admin API.
+    #[arg(long, env = "BACKFILL_URL", default_value = "http://127.0.0.1:8081")]
+    pub url: String,
+    /// Bearer token.
+    #[arg(long, env = "BACKFILL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the API's JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+/// `backfill ctl` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// List backfills.
+    List,
+    /// Show one backfill in detail.
+    Show { id: String },
+    /// Start a pending backfill (captures its bound).
+    Start { id: String },
+    /// Pause a running or validating backfill.
+    Pause { id: String },
+    /// Resume a paused backfill.
+    Resume { id: String },
+    /// Retry a blocked or failed backfill at its bound and checkpoint.
+    Retry { id: String },
+    /// Run explicit validation (read-only).
+    Validate { id: String },
+    /// Change live settings while the backfill runs (each process applies
+    /// them at its next batch); prints the resulting settings.
+    Set(SetArgs),
+    /// Show the audit log of one backfill.
+    Audit {
+        id: String,
+        /// Number of records.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// Live table with progress bars, rows/s and ETA.
+    Watch {
+        /// Only this backfill.
+        id: Option<String>,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 2.0)]
+        interval: f64,
+        /// Stop after this many refreshes (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+/// Arguments of `backfill ctl set`: each flag sets one setting (the server
+/// checks its range), `--clear` removes one so its default applies again.
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    pub id: String,
+    /// A fixed batch size (excludes --target-batch-ms).
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<u64>,
+    /// A target batch duration in ms: the size adapts toward it.
+    #[arg(long, value_name = "N")]
+    pub target_batch_ms: Option<u64>,
+    /// The smallest size the adaptive sizing may choose.
+    #[arg(long, value_name = "N")]
+    pub min_batch_size: Option<u64>,
+    /// The largest size the adaptive sizing may choose.
+    #[arg(long, value_name = "N")]
+    pub max_batch_size: Option<u64>,
+    /// Pause between batches, in ms.
+    #[arg(long, value_name = "N")]
+    pub pause_ms: Option<u64>,
+    /// Replication lag limit of every standby, in bytes.
+    #[arg(long, value_name = "N")]
+    pub max_lag_bytes: Option<u64>,
+    /// Replication lag limit of every standby, in ms.
+    #[arg(long, value_name = "N")]
+    pub max_lag_ms: Option<u64>,
+    /// WAL generated per second, server-wide.
+    #[arg(long, value_name = "N")]
+    pub max_wal_bytes_per_s: Option<u64>,
+    /// Sessions waiting for a lock on the repair's tables.
+    #[arg(long, value_name = "N")]
+    pub max_lock_waiters: Option<u64>,
+    /// Age of the oldest open transaction of another session, in ms.
+    #[arg(long, value_name = "N")]
+    pub max_xact_age_ms: Option<u64>,
+    /// Clear a setting (e.g. `pause-ms`); repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub clear: Vec<String>,
+}
+
+impl SetArgs {
+    /// The change as the API takes it: a JSON merge patch.
+    pub(super) fn change(&self) -> Result<serde_json::Map<String, Value>, CtlError> {
+        let given = [
+            (Field::BatchSize, self.batch_size),
+            (Field::TargetBatchMs, self.target_batch_ms),
+            (Field::MinBatchSize, self.min_batch_size),
+            (Field::MaxBatchSize, self.max_batch_size),
+            (Field::PauseMs, self.pause_ms),
+            (Field::MaxLagBytes, self.max_lag_bytes),
+            (Field::MaxLagMs, self.max_lag_ms),
+            (Field::MaxWalBytesPerS, self.max_wal_bytes_per_s),
+            (Field::MaxLockWaiters, self.max_lock_waiters),
+            (Field::MaxXactAgeMs, self.max_xact_age_ms),
+        ];
+        let mut change: serde_json::Map<String, Value> = given
+            .into_iter()
+            .filter_map(|(field, value)| Some((field.name().to_string(), Value::from(value?))))
+            .collect();
+        for name in &self.clear {
+            // The flag's spelling (`pause-ms`) or the API's (`pause_ms`).
+            let field = Field::parse(&name.replace('-', "_")).ok_or_else(|| {
+                let known: Vec<String> = Field::ALL.iter().map(|f| flag(*f)).collect();
+                CtlError::Usage(format!(
+                    "--clear {:?}: not a setting; one of {}",
+                    one_line(name),
+                    known.join(", ")
+                ))
+            })?;
+            if change.insert(field.name().into(), Value::Null).is_some() {
+                return Err(CtlError::Usage(format!(
+                    "--{} is both set and cleared",
+                    flag(field)
+                )));
+            }
+        }
+        if change.is_empty() {
+            return Err(CtlError::Usage(
+                "set changes nothing: give a setting (e.g. --batch-size 500) or --clear NAME"
+                    .into(),
+            ));
+        }
+        Ok(change)
+    }
+}
+
+/// A setting as its flag names it.
+fn flag(field: Field) -> String {
+    field.name().replace('_', "-")
+}

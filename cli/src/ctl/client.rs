@@ -1,0 +1,182 @@
+//! The HTTP side of `backfill ctl`: requests to the admin API, its
+//! statuses mapped to `CtlError`, actions re-sent with one idempotency key
+//! on network and server errors, and the list read page by page.
+
+use super::error::{one_line, CtlError};
+use backfill::admin::{ConflictBody, ErrorBody};
+use serde_json::Value;
+use std::time::Duration;
+
+/// The admin API at one base URL, with the operator's token.
+pub(super) struct Client {
+    base: String,
+    token: Option<String>,
+    http: awc::Client,
+}
+
+/// One response: status and body.
+struct Response {
+    status: u16,
+    body: Value,
+}
+
+impl Client {
+    /// A client of the API at `base` that sends `token` as its bearer
+    /// token, each request bounded to 30 s.
+    pub(super) fn new(base: String, token: Option<String>) -> Self {
+        Client {
+            base,
+            token,
+            http: awc::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .finish(),
+        }
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<Response, CtlError> {
+        let url = format!("{}{}", self.base.trim_end_matches('/'), path);
+        let mut req = match method {
+            "POST" => self.http.post(url),
+            "PATCH" => self.http.patch(url),
+            _ => self.http.get(url),
+        };
+        if let Some(token) = &self.token {
+            req = req.insert_header(("Authorization", format!("Bearer {token}")));
+        }
+        if let Some(key) = key {
+            req = req.insert_header(("Idempotency-Key", key));
+        }
+        let sent = match body {
+            Some(body) => {
+                req.insert_header(("Content-Type", "application/merge-patch+json"))
+                    .send_body(body.to_string())
+                    .await
+            }
+            None => req.send().await,
+        };
+        // Network errors carry no secrets but can be long; keep one line.
+        let mut res = sent
+            .map_err(|e| CtlError::Server(one_line(&format!("cannot reach {}: {e}", self.base))))?;
+        let bytes = res
+            .body()
+            .limit(8 << 20)
+            .await
+            .map_err(|e| CtlError::Server(one_line(&format!("incomplete response: {e}"))))?;
+        let status = res.status().as_u16();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(Response { status, body })
+    }
+
+    /// Map non-2xx statuses (other than a 409 conflict body the caller
+    /// renders) to errors.
+    fn check(response: Response) -> Result<Response, CtlError> {
+        let message = || {
+            serde_json::from_value::<ErrorBody>(response.body.clone())
+                .map(|e| format!("{}: {}", e.error, e.message))
+                .unwrap_or_else(|_| format!("HTTP {}", response.status))
+        };
+        match response.status {
+            200..=299 => Ok(response),
+            401 | 403 => Err(CtlError::Unauthorized(message())),
+            409 => Err(CtlError::Conflict(conflict_line(&response.body))),
+            400..=499 => Err(CtlError::Usage(message())),
+            _ => Err(CtlError::Server(message())),
+        }
+    }
+
+    pub(super) async fn get(&self, path: &str) -> Result<Value, CtlError> {
+        Ok(Self::check(self.send("GET", path, None, None).await?)?.body)
+    }
+
+    /// POST an action with one idempotency key (see [`Client::idempotent`]).
+    pub(super) async fn act(&self, path: &str) -> Result<Value, CtlError> {
+        self.idempotent("POST", path, None).await
+    }
+
+    /// Send a request with one idempotency key, re-sending it on network
+    /// and server errors: the server replays the first committed response,
+    /// so a retry never duplicates the transition or the change (ADM-4).
+    pub(super) async fn idempotent(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, CtlError> {
+        let key = uuid::Uuid::new_v4().to_string();
+        let mut delay = Duration::from_millis(200);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = match self.send(method, path, Some(&key), body).await {
+                Ok(r) => Self::check(r),
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(e) if e.retryable() && attempt < 5 => {
+                    actix_rt::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                other => return other.map(|r| r.body),
+            }
+        }
+    }
+}
+
+fn conflict_line(body: &Value) -> String {
+    match serde_json::from_value::<ConflictBody>(body.clone()) {
+        Ok(c) => format!(
+            "conflict: {} (current state {}, generation {})",
+            c.message, c.current.state, c.current.generation
+        ),
+        Err(_) => "conflict".into(),
+    }
+}
+
+/// Every backfill, following `next_after` page by page, so that a long
+/// list is never cut at one page (ADM-2). Items stay as the server sent
+/// them, for `--json`.
+pub(super) async fn list_all(client: &Client) -> Result<Vec<Value>, CtlError> {
+    #[derive(serde::Deserialize)]
+    struct Page {
+        items: Vec<Value>,
+        next_after: Option<String>,
+    }
+    let mut items = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let path = match &after {
+            None => "/admin/backfills?limit=500".to_string(),
+            Some(after) => format!("/admin/backfills?limit=500&after={after}"),
+        };
+        let page: Page = decode(client.get(&path).await?)?;
+        items.extend(page.items);
+        match page.next_after {
+            // IDs are URL-safe; a cursor that is not an ID would inject,
+            // one that repeats would loop. (Whether it moves forward is the
+            // server's collation's to say, not byte order's.)
+            Some(next)
+                if backfill::repair::validate_id(&next).is_ok()
+                    && after.as_deref() != Some(next.as_str()) =>
+            {
+                after = Some(next)
+            }
+            Some(_) => {
+                return Err(CtlError::Server(
+                    "the server's next_after does not continue the list".into(),
+                ))
+            }
+            None => return Ok(items),
+        }
+    }
+}
+
+pub(super) fn decode<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, CtlError> {
+    serde_json::from_value(value)
+        .map_err(|_| CtlError::Server("the server's response has an unexpected shape".into()))
+}

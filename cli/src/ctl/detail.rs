@@ -1,0 +1,178 @@
+//! One backfill in detail for `show`: every field of the view on a line
+//! of its own, and the settings in the one-line form `set` also prints.
+
+use crate::screen;
+use backfill::admin::BackfillView;
+use backfill::settings::Field;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+/// The backfill as `name value` lines, the names in one column.
+pub(super) fn detail(b: &BackfillView) -> String {
+    let mut lines = vec![
+        ("id", b.id.clone()),
+        (
+            "description",
+            b.description.clone().unwrap_or_else(|| "-".into()),
+        ),
+        ("state", b.state.to_string()),
+        ("key type", b.key_type.clone().unwrap_or_else(|| "-".into())),
+        ("bound", or_none(&b.bound)),
+        ("checkpoint", or_none(&b.checkpoint)),
+        ("progress", bar(b.progress.fraction)),
+        (
+            "rows",
+            format!(
+                "{} of {}",
+                b.progress.rows_done,
+                b.progress
+                    .total_rows
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "unknown".into())
+            ),
+        ),
+        ("owner", owner_line(b)),
+        ("settings", settings_line(&b.settings)),
+        (
+            "batch size",
+            b.batch_size
+                .map_or_else(|| "unknown".to_string(), |n| n.to_string()),
+        ),
+        ("generation", b.generation.to_string()),
+        ("attempts", b.attempts.to_string()),
+        ("next attempt", time(&b.next_attempt_at)),
+        (
+            "readiness",
+            format!(
+                "required={} gating={}",
+                b.readiness.required, b.readiness.gating
+            ),
+        ),
+        ("registered", b.registered_at.to_rfc3339()),
+        ("started", time(&b.started_at)),
+        ("completed", time(&b.completed_at)),
+        ("updated", b.updated_at.to_rfc3339()),
+    ];
+    lines.extend(conditions(b));
+    lines.push(("validation", validation_line(b)));
+    lines
+        .into_iter()
+        .map(|(k, v)| format!("{k:<13} {v}\n"))
+        .collect()
+}
+
+/// A key as JSON, or `none`.
+fn or_none(v: &Option<Value>) -> String {
+    v.as_ref()
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "none".into())
+}
+
+/// A time in RFC 3339, or `-`.
+fn time(t: &Option<DateTime<Utc>>) -> String {
+    t.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into())
+}
+
+/// Who holds the claim and until when, or `none`.
+fn owner_line(b: &BackfillView) -> String {
+    match b.owner.disposition.as_str() {
+        "none" => "none".to_string(),
+        d => format!(
+            "{d}: {} until {}",
+            b.owner.worker.as_deref().unwrap_or("?"),
+            time(&b.owner.until)
+        ),
+    }
+}
+
+/// The lines only some backfills have: the runner's throttle condition
+/// and the last recorded error.
+fn conditions(b: &BackfillView) -> Vec<(&'static str, String)> {
+    let mut lines = Vec::new();
+    if let Some(t) = &b.throttle {
+        lines.push((
+            "throttled",
+            format!("{} (since {})", screen::one_line(&t.text), time(&t.since)),
+        ));
+    }
+    if let Some(e) = &b.last_error {
+        lines.push((
+            "last error",
+            format!(
+                "{} {} ({})",
+                e.kind.as_deref().unwrap_or("-"),
+                e.message,
+                time(&e.at)
+            ),
+        ));
+    }
+    lines
+}
+
+/// The last validation's outcome, detail and time, or `none yet`.
+fn validation_line(b: &BackfillView) -> String {
+    match &b.validation {
+        Some(v) => format!(
+            "{}{} at {}",
+            v.outcome,
+            v.detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default(),
+            time(&v.at)
+        ),
+        None => "none yet".into(),
+    }
+}
+
+/// The progress bar with its percentage, or a bar that says unknown
+/// (ADM-3).
+fn bar(fraction: Option<f64>) -> String {
+    match fraction {
+        Some(f) => {
+            let f = f.clamp(0.0, 1.0);
+            let filled = (f * 20.0).round() as usize;
+            format!(
+                "[{}{}] {:>5.1}%",
+                "#".repeat(filled),
+                "-".repeat(20 - filled),
+                f * 100.0
+            )
+        }
+        None => format!("[{:^20}] {:>6}", "unknown", "?"),
+    }
+}
+
+/// The settings of a view in one line: `batch_size=500 pause_ms=250`, in
+/// the order the settings are listed, or `none` when none is set.
+pub(super) fn settings_line(settings: &Value) -> String {
+    let Some(set) = settings.as_object().filter(|s| !s.is_empty()) else {
+        return "none (defaults apply)".into();
+    };
+    let mut names: Vec<&String> = set.keys().collect();
+    // Known fields in their order, any other (a newer server's) after them.
+    names.sort_by_key(|n| Field::parse(n).map_or(usize::MAX, |f| f as usize));
+    names
+        .into_iter()
+        .map(|n| format!("{n}={}", set[n]))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sample::throttled;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn thr4_settings_line_lists_fields_in_order() {
+        assert_eq!(
+            settings_line(&json!({"pause_ms": 250, "batch_size": 500, "later": 1})),
+            "batch_size=500 pause_ms=250 later=1"
+        );
+        assert_eq!(settings_line(&json!({})), "none (defaults apply)");
+        let b = throttled();
+        assert!(detail(&b).contains("throttled     replication lag 47.7 MiB > 15.3 MiB (since"));
+    }
+}

@@ -1,0 +1,201 @@
+//! Each `backfill ctl` command: what it sends to the admin API and how it
+//! prints the answer, as tables or as the API's own JSON (`--json`).
+
+use super::args::{CtlArgs, CtlCommand, SetArgs};
+use super::client::{decode, list_all, Client};
+use super::detail::{detail, settings_line};
+use super::error::{one_line, CtlError};
+use super::table::table;
+use super::watch::watch;
+use crate::screen;
+use backfill::admin::{ActionResponse, AuditPage, BackfillView, ValidationResponse};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+
+/// Run one command against the API at `args.url`.
+pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
+    if !(args.url.starts_with("http://") || args.url.starts_with("https://")) {
+        return Err(CtlError::Usage(
+            "--url must start with http:// or https://".into(),
+        ));
+    }
+    let client = Client::new(args.url.clone(), args.token.clone());
+    let json = args.json;
+    match &args.command {
+        CtlCommand::List => list(&client, json).await,
+        CtlCommand::Show { id } => show(&client, id, json).await,
+        CtlCommand::Start { id } => act(&client, "start", id, json).await,
+        CtlCommand::Pause { id } => act(&client, "pause", id, json).await,
+        CtlCommand::Resume { id } => act(&client, "resume", id, json).await,
+        CtlCommand::Retry { id } => act(&client, "retry", id, json).await,
+        CtlCommand::Validate { id } => validate(&client, id, json).await,
+        CtlCommand::Set(set) => set_settings(&client, set, json).await,
+        CtlCommand::Audit { id, limit } => audit(&client, id, *limit, json).await,
+        CtlCommand::Watch {
+            id,
+            interval,
+            count,
+        } => {
+            let interval = checked_interval(*interval)?;
+            let id = id.as_deref().map(checked_id).transpose()?;
+            watch(&client, id, interval, *count, json).await
+        }
+    }
+}
+
+/// The ID as it goes into a path. Stable IDs are URL-safe by
+/// construction; anything else is a typo.
+fn checked_id(id: &str) -> Result<String, CtlError> {
+    backfill::repair::validate_id(id)
+        .map(|()| id.to_string())
+        .map_err(|_| CtlError::Usage(format!("{:?} is not a stable backfill ID", one_line(id))))
+}
+
+/// The seconds between `watch` refreshes, if they make sense.
+fn checked_interval(interval: f64) -> Result<f64, CtlError> {
+    // A day at most: `Duration` cannot hold every float, and an operator
+    // watching wants refreshes, not a sleep of years.
+    if !(interval.is_finite() && interval > 0.0 && interval <= 86_400.0) {
+        return Err(CtlError::Usage(
+            "--interval must be a number of seconds above 0 and at most 86400".into(),
+        ));
+    }
+    Ok(interval)
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+/// `list`: every backfill, page after page.
+async fn list(client: &Client, json: bool) -> Result<(), CtlError> {
+    let items = list_all(client).await?;
+    if json {
+        print_json(&serde_json::json!({ "items": items, "next_after": null }));
+    } else {
+        let items: Vec<BackfillView> = decode(Value::Array(items))?;
+        // On a terminal the table fits its width; a pipe gets every
+        // column.
+        let max = std::io::stdout()
+            .is_terminal()
+            .then(|| screen::usable(screen::size().cols));
+        for line in table(&items, &BTreeMap::new(), None, max) {
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
+/// `show`: one backfill in detail.
+async fn show(client: &Client, id: &str, json: bool) -> Result<(), CtlError> {
+    let body = client
+        .get(&format!("/admin/backfills/{}", checked_id(id)?))
+        .await?;
+    if json {
+        print_json(&body);
+    } else {
+        print!("{}", detail(&decode(body)?));
+    }
+    Ok(())
+}
+
+/// `start`, `pause`, `resume`, `retry`: one operator action.
+async fn act(client: &Client, action: &str, id: &str, json: bool) -> Result<(), CtlError> {
+    let body = client
+        .act(&format!("/admin/backfills/{}/{action}", checked_id(id)?))
+        .await?;
+    if json {
+        print_json(&body);
+    } else {
+        let r: ActionResponse = decode(body)?;
+        println!(
+            "{action} {}: {} ({} -> {}), generation {}",
+            r.backfill.id, r.outcome, r.prior_state, r.backfill.state, r.backfill.generation
+        );
+    }
+    Ok(())
+}
+
+/// `validate`: an explicit validation and its outcome.
+async fn validate(client: &Client, id: &str, json: bool) -> Result<(), CtlError> {
+    let body = client
+        .act(&format!("/admin/backfills/{}/validate", checked_id(id)?))
+        .await?;
+    if json {
+        print_json(&body);
+    } else {
+        let r: ValidationResponse = decode(body)?;
+        let tail = r
+            .detail
+            .or(r.reason)
+            .map(|d| format!(": {d}"))
+            .unwrap_or_default();
+        println!(
+            "validate {}: {} (state {}){tail}",
+            r.backfill_id, r.outcome, r.state
+        );
+    }
+    Ok(())
+}
+
+/// `set`: a settings change, and the settings that result.
+async fn set_settings(client: &Client, set: &SetArgs, json: bool) -> Result<(), CtlError> {
+    let change = Value::Object(set.change()?);
+    let body = client
+        .idempotent(
+            "PATCH",
+            &format!("/admin/backfills/{}/settings", checked_id(&set.id)?),
+            Some(&change),
+        )
+        .await?;
+    if json {
+        print_json(&body);
+    } else {
+        let b: BackfillView = decode(body)?;
+        println!("settings {}: {}", b.id, settings_line(&b.settings));
+    }
+    Ok(())
+}
+
+/// `audit`: the last `limit` audit records of one backfill.
+async fn audit(client: &Client, id: &str, limit: i64, json: bool) -> Result<(), CtlError> {
+    let body = client
+        .get(&format!(
+            "/admin/audit?backfill={}&limit={limit}",
+            checked_id(id)?
+        ))
+        .await?;
+    if json {
+        print_json(&body);
+        return Ok(());
+    }
+    let page: AuditPage = decode(body)?;
+    println!(
+        "{:<6} {:<20} {:<9} {:<12} {:<24} {:<23} {:>4} CORRELATION",
+        "SEQ", "AT", "ACTION", "ACTOR", "OUTCOME", "TRANSITION", "GEN"
+    );
+    for e in page.items {
+        let transition = match (&e.prior_state, &e.resulting_state) {
+            (Some(p), Some(r)) => format!("{p} -> {r}"),
+            _ => "-".into(),
+        };
+        println!(
+            "{:<6} {:<20} {:<9} {:<12} {:<24} {:<23} {:>4} {}",
+            e.seq,
+            e.at.format("%Y-%m-%d %H:%M:%S"),
+            e.action,
+            e.actor.unwrap_or_else(|| format!("({})", e.authority)),
+            e.outcome,
+            transition,
+            e.generation
+                .map(|g| g.to_string())
+                .unwrap_or_else(|| "-".into()),
+            e.correlation.unwrap_or_default()
+        );
+    }
+    Ok(())
+}

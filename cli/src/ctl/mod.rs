@@ -1,0 +1,34 @@
+//! `backfill ctl`: the operator CLI over the admin HTTP API (ADM-1).
+//!
+//! It only projects what the API returns and sends the actions of CONTRACT
+//! section 3; it keeps no lifecycle of its own and never synthesises an
+//! outcome. Unknown stays unknown and a failed refresh is shown as stale,
+//! never as zero (ADM-3).
+//!
+//! Exit codes: 0 ok, 2 usage (also 400/404/422), 3 conflict (409),
+//! 4 unauthorized (401/403), 5 server or network error.
+
+mod args;
+mod client;
+mod detail;
+mod dispatch;
+mod error;
+#[cfg(test)]
+mod sample;
+mod table;
+mod watch;
+
+pub use args::{CtlArgs, CtlCommand, SetArgs};
+pub use error::{CtlError, EXIT_CONFLICT, EXIT_OK, EXIT_SERVER, EXIT_UNAUTHORIZED, EXIT_USAGE};
+
+/// Run `backfill ctl`; returns the process exit code.
+pub fn run(args: CtlArgs) -> i32 {
+    let system = actix_rt::System::new();
+    match system.block_on(dispatch::dispatch(args)) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("backfill ctl: {e}");
+            e.code()
+        }
+    }
+}
