@@ -52,6 +52,8 @@ pub enum ExitReason {
 #[rtype(result = "()")]
 pub struct RunnerExited {
     pub id: String,
+    /// The partition the runner advanced, if any (PAR-2).
+    pub partition: Option<u32>,
     pub generation: i64,
     pub reason: ExitReason,
     pub batches: u64,
@@ -67,6 +69,7 @@ struct NextBatch;
 pub struct Runner<B: Backend> {
     backend: Arc<B>,
     id: String,
+    partition: Option<u32>,
     generation: i64,
     /// `None` while a batch owns the claim.
     claim: Option<B::Claim>,
@@ -99,6 +102,7 @@ impl<B: Backend> Runner<B> {
         Self {
             backend,
             id: claim.id().to_string(),
+            partition: claim.partition(),
             generation: claim.generation(),
             claim: Some(claim),
             trusted_until: timing.trusted_until(sent),
@@ -142,6 +146,7 @@ impl<B: Backend> Runner<B> {
         self.unthrottle();
         self.supervisor.do_send(RunnerExited {
             id: self.id.clone(),
+            partition: self.partition,
             generation: self.generation,
             reason,
             batches: self.batches,
