@@ -534,8 +534,9 @@ async fn claim_all(engine: &Engine, n: usize) -> Vec<Claim> {
 /// Resume continues each partition from its own checkpoint (the counter's
 /// validation sees every row at exactly 1). Guard: `partitions_fence` in
 /// the pause's transaction (the partition fence also checks the backfill
-/// is `running`, which backs it up for batches that start later; the
-/// in-flight batch read that state before the pause committed).
+/// is `running`, which backs it up for batches that start later);
+/// checked by hand: without it the partitions keep their claims and this
+/// test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn par3_pause_stops_every_partition_and_resume_continues_each() {
     let (db, engine, hooks) = started(400, 10, 4).await;
@@ -572,6 +573,35 @@ async fn par3_pause_stops_every_partition_and_resume_continues_each() {
         ActionOutcome::Applied { .. }
     ));
     assert_eq!(checkpoints(&db).await, after_pause);
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 400);
+}
+
+/// PAR-3: a pause and a resume both commit while a partition's batch
+/// sits between its mutation and its commit; the backfill is `running`
+/// again when the batch commits, so only the partition generations the
+/// two actions advanced tell it is stale (the ABA of pause and resume).
+/// Guard: `partitions_fence` in the actions' transactions; checked by
+/// hand: without it the stale batch commits and this test fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn par3_pause_and_resume_under_a_batch_in_flight_reject_it() {
+    let (db, engine, hooks) = started(400, 10, 4).await;
+    let mut claims = claim_all(&engine, 4).await;
+    let before = checkpoints(&db).await;
+    let mut gate = hooks.gate_after_mutate();
+    let in_flight = spawn_batch(&engine, claims.remove(1));
+    gate.reached().await;
+    engine.pause(ID).await.unwrap();
+    engine.resume(ID).await.unwrap();
+    assert_eq!(state(&engine).await, State::Running);
+    gate.release();
+    let (outcome, _) = in_flight.await.unwrap();
+    assert_eq!(outcome.unwrap(), BatchOutcome::Stale);
+    hooks.clear_gates();
+    assert_eq!(checkpoints(&db).await, before);
+    assert_eq!(count_n(&db, 1).await, 40);
+    drop(claims);
     drive(&engine, "w").await;
     assert_eq!(state(&engine).await, State::Completed);
     assert_eq!(count_n(&db, 1).await, 400);
