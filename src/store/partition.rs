@@ -260,7 +260,10 @@ pub struct RenewedPartition {
 /// Renew every listed partition claim of this worker in one statement.
 /// Fence: owner, the partition's generation, a lease not yet expired by
 /// PostgreSQL's clock; a claim missing from the result is lost (CLM-3).
-/// Locks the partition rows only.
+/// A claim is also refused when the concurrency setting (THR-4) was
+/// lowered below it: when as many live claims of lower partitions exist,
+/// so a lowered setting takes effect within one renewal. Locks the
+/// partition rows only.
 pub async fn partition_renew(
     conn: &mut AsyncPgConnection,
     worker: &str,
@@ -277,9 +280,14 @@ pub async fn partition_renew(
         diesel::sql_query(
             "UPDATE backfill_partition p SET \
                  lease_expires_at = clock_timestamp() + $5 * interval '1 millisecond' \
-             FROM unnest($2::text[], $3::integer[], $4::bigint[]) AS h(id, part, generation) \
+             FROM unnest($2::text[], $3::integer[], $4::bigint[]) AS h(id, part, generation), \
+                 backfill b \
              WHERE p.backfill_id = h.id AND p.part = h.part AND p.generation = h.generation \
-               AND p.owner = $1 AND p.lease_expires_at > clock_timestamp() \
+               AND p.owner = $1 AND p.lease_expires_at > clock_timestamp() AND b.id = h.id \
+               AND (SELECT count(*) FROM backfill_partition q \
+                    WHERE q.backfill_id = p.backfill_id AND q.part < p.part \
+                      AND q.owner IS NOT NULL AND q.lease_expires_at > clock_timestamp()) \
+                   < coalesce((b.settings->>'concurrency')::integer, 64) \
              RETURNING p.backfill_id AS id, p.part, p.generation",
         )
         .bind::<Text, _>(worker)

@@ -58,6 +58,7 @@ const SETTINGS = [
   { name: "max_wal_bytes_per_s", label: "max WAL rate (bytes/s)", min: 0, max: 2 ** 50, group: "health" },
   { name: "max_lock_waiters", label: "max lock waiters", min: 0, max: 100000, group: "health" },
   { name: "max_xact_age_ms", label: "max transaction age (ms)", min: 1000, max: 86400000, group: "health" },
+  { name: "concurrency", label: "partitions at once", min: 1, max: 64, group: "batch" },
 ];
 
 // The states whose settings the server still changes: every state but
