@@ -335,3 +335,31 @@ async fn par4_validation_failure_leaves_every_partition_ended_and_not_completed(
         4
     );
 }
+
+/// PAR-1/PAR-2 for the declarative repair: `SqlRepair::partitions` splits
+/// `[min(key), bound]` evenly at `start`, and the partitions run to
+/// `completed` with every row repaired once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn par2_sql_repair_runs_in_partitions() {
+    let db = test_db().await;
+    db.exec(&items_sql(100)).await;
+    let repair = backfill::repair::SqlRepair::new(ID, "items")
+        .key("id")
+        .set("n = n + 1")
+        .validate_where("n <> 1")
+        .batch_size(7)
+        .partitions(4)
+        .build()
+        .unwrap();
+    let pool = backfill::store::build_pool(&db.url, 10).await.unwrap();
+    let engine = Engine::new(pool, Registry::new().with(repair).unwrap(), engine_config()).unwrap();
+    engine.register().await.unwrap();
+    engine.start(ID).await.unwrap();
+    let uppers = db
+        .text("SELECT string_agg(upper_json::text, ',' ORDER BY part) AS v FROM backfill_partition")
+        .await;
+    assert_eq!(uppers.as_deref(), Some("25,50,75,100"));
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 100);
+}
