@@ -927,10 +927,11 @@ fn detail(b: &BackfillView) -> String {
             None => "none yet".into(),
         },
     ));
-    lines
+    let own: String = lines
         .into_iter()
         .map(|(k, v)| format!("{k:<13} {v}\n"))
-        .collect()
+        .collect();
+    own + &crate::partitions::partition_lines(b)
 }
 
 #[cfg(test)]

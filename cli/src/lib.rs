@@ -7,4 +7,5 @@ pub mod ctl;
 pub mod demo;
 pub mod example;
 pub mod logging;
+pub mod partitions;
 pub mod screen;

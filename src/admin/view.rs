@@ -158,6 +158,8 @@ pub struct BackfillView {
     pub throttle: Option<Throttle>,
     /// Each partition of a partitioned backfill, by part (PAR-5); empty
     /// for a backfill without partitions. `progress` then aggregates them.
+    /// Read as empty when absent, from a server without partitions.
+    #[serde(default)]
     pub partitions: Vec<PartitionView>,
 }
 
