@@ -454,3 +454,35 @@ pub async fn partition_record_failure(
     partitions_fence(conn, f.id, false).await?;
     Ok(Some(state))
 }
+
+/// Partitions per status, over every backfill, for `/metrics` (PAR-5):
+/// `ended` (checkpoint at its upper end), `claimed` (a lease unexpired by
+/// PostgreSQL's clock) and `waiting` (neither). No lock.
+pub async fn partition_count_by_status(
+    conn: &mut AsyncPgConnection,
+) -> Result<[(&'static str, i64); 3], StoreError> {
+    #[derive(QueryableByName)]
+    struct ByStatus {
+        #[diesel(sql_type = BigInt)]
+        ended: i64,
+        #[diesel(sql_type = BigInt)]
+        claimed: i64,
+        #[diesel(sql_type = BigInt)]
+        waiting: i64,
+    }
+    let row: ByStatus = super::cached(diesel::sql_query(
+        "SELECT count(*) FILTER (WHERE checkpoint = upper) AS ended, \
+             count(*) FILTER (WHERE checkpoint IS DISTINCT FROM upper \
+                 AND owner IS NOT NULL AND lease_expires_at > clock_timestamp()) AS claimed, \
+             count(*) FILTER (WHERE checkpoint IS DISTINCT FROM upper \
+                 AND (owner IS NULL OR lease_expires_at <= clock_timestamp())) AS waiting \
+         FROM backfill_partition",
+    ))
+    .get_result(conn)
+    .await?;
+    Ok([
+        ("ended", row.ended),
+        ("claimed", row.claimed),
+        ("waiting", row.waiting),
+    ])
+}

@@ -88,6 +88,13 @@ async fn par5_admin_view_aggregates_and_shows_each_partition() {
     let page = admin.list(&meta, None, None).await.unwrap();
     assert_eq!(page.items[0].progress.rows_done, 60);
     assert_eq!(page.items[0].partitions.len(), 4);
+    // What /metrics exports: partitions by status.
+    let mut conn = engine.pool().get().await.unwrap();
+    let by_status = backfill::store::partition_count_by_status(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(by_status, [("ended", 0), ("claimed", 4), ("waiting", 0)]);
+    drop(conn);
 
     let unknown = test_db().await;
     unknown.exec(&items_sql(400)).await;
