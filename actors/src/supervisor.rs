@@ -301,17 +301,15 @@ impl<B: Backend> Handler<Wake> for Supervisor<B> {
 impl<B: Backend> Handler<RunnerExited> for Supervisor<B> {
     type Result = ();
     fn handle(&mut self, msg: RunnerExited, ctx: &mut Self::Context) {
-        tracing::info!(event = "runner_exited", backfill = %msg.id, generation = msg.generation, reason = ?msg.reason, batches = msg.batches, keys = msg.keys);
+        let key = ClaimKey {
+            id: msg.id,
+            partition: msg.partition,
+        };
+        tracing::info!(event = "runner_exited", backfill = %key, generation = msg.generation, reason = ?msg.reason, batches = msg.batches, keys = msg.keys);
         if msg.reason == ExitReason::FailClosed {
-            self.excluded.push(msg.id.clone());
+            self.excluded.push(key.id.clone());
         }
-        self.forget(
-            ClaimKey {
-                id: msg.id,
-                partition: msg.partition,
-            },
-            msg.generation,
-        );
+        self.forget(key, msg.generation);
         // Reaching the bound makes the row claimable for validation now.
         if msg.reason == ExitReason::ReachedBound {
             self.tick(ctx);
