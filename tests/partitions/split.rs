@@ -203,3 +203,44 @@ async fn par1_start_writes_the_partitions_and_one_partition_writes_none() {
     assert_eq!(state(&one).await, State::Completed);
     assert_eq!(count_n(&single, 1).await, 100);
 }
+
+/// PAR-1: a partition whose range holds no rows (one below every key, one
+/// whose rows are gone) ends at its first batch, which commits no key, and
+/// the backfill completes. Guard: the move to the partition's upper end
+/// when nothing is left (`next_checkpoint`) under the partition fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn par1_a_partition_without_rows_ends_at_once() {
+    let db = test_db().await;
+    db.exec(&items_sql(100)).await;
+    db.exec("DELETE FROM items WHERE id > 20 AND id <= 40")
+        .await;
+    let points = Points::Fixed(vec![-5, 20, 40]);
+    let engine = engine_for(&db, parted(10, Hooks::new(), 4, points)).await;
+    engine.register().await.unwrap();
+    engine.start(ID).await.unwrap();
+    assert_eq!(partition_count(&db).await, 4);
+    for expected in [Some(0), Some(1), Some(2)] {
+        let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+        assert_eq!(claim.partition, expected);
+        if expected != Some(1) {
+            let outcome = engine.run_batch(&mut claim).await.unwrap();
+            assert_eq!(
+                outcome,
+                BatchOutcome::Committed {
+                    keys: 0,
+                    reached_bound: true
+                }
+            );
+        } else {
+            run_to_end(&engine, &mut claim).await;
+        }
+    }
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_partition WHERE checkpoint = upper")
+            .await,
+        3
+    );
+    drive(&engine, "w").await;
+    assert_eq!(state(&engine).await, State::Completed);
+    assert_eq!(count_n(&db, 1).await, 80);
+}
