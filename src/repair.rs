@@ -14,11 +14,13 @@ use diesel_async::AsyncPgConnection;
 
 mod check;
 mod erased;
+mod partition;
 mod registry;
 mod sql;
 
 pub use check::SelectionError;
 pub(crate) use erased::{BodyError, DynRepair, EncodedSource, SelectedBatch};
+pub use partition::{even_splits, plan_partitions, SplitError, MAX_PARTITIONS};
 pub use registry::Registry;
 pub use sql::{SqlRepair, SqlRepairBuilder};
 
@@ -324,6 +326,32 @@ pub trait Repair: Send + Sync + 'static {
         false
     }
 
+    /// How many partitions this backfill may run in (PAR-1): 1 to
+    /// [`MAX_PARTITIONS`], checked at registration. Default 1: the
+    /// backfill runs on its own row, exactly as the original contract
+    /// describes, and [`Repair::split_points`] is never asked.
+    fn partitions(&self) -> u32 {
+        1
+    }
+
+    /// The split points dividing the range up to `bound` into at most
+    /// `partitions` contiguous partitions (PAR-1), asked once, at `start`,
+    /// inside the transaction that captured the bound. At most
+    /// `partitions - 1` keys, strictly increasing and strictly below
+    /// `bound`; the engine checks them and refuses the start otherwise
+    /// (nothing is written). For a `bigint` key, [`even_splits`] over the
+    /// key's `min` and `max`; for any key, a sample (percentiles over
+    /// `TABLESAMPLE`, the planner's histogram). No points (the default)
+    /// or one range: the backfill runs without partitions.
+    async fn split_points(
+        &self,
+        _conn: &mut AsyncPgConnection,
+        _bound: &Self::Key,
+        _partitions: u32,
+    ) -> Result<Vec<Self::Key>, RepairError> {
+        Ok(Vec::new())
+    }
+
     /// Capture the finite source set once, at `start` (EX-1). Runs inside
     /// the transaction that moves the row to `running`.
     async fn capture_bound(
@@ -458,6 +486,9 @@ pub enum DefinitionError {
     /// starts at 0 (THR-3).
     #[error("repair {0:?} declares a batch target with an empty size range or no duration")]
     InvalidBatchTarget(String),
+    /// A number of partitions of 0 or above [`MAX_PARTITIONS`] (PAR-1).
+    #[error("repair {id:?} allows {partitions} partitions: use 1 to {MAX_PARTITIONS}")]
+    InvalidPartitions { id: String, partitions: u32 },
     /// A batch limit of zero cannot make progress.
     #[error("repair {0:?} declares a batch limit of 0")]
     ZeroBatchLimit(String),

@@ -10,8 +10,8 @@ use crate::lifecycle::State;
 use crate::repair::RepairError;
 
 pub use backfill_actors::{
-    Backend, BackendError, ClaimInfo, Disposition, ErrorKind, Gate, RuntimeConfig, RuntimeHandle,
-    RuntimeMetrics, StepOutcome, ValidationOutcome,
+    Backend, BackendError, ClaimInfo, ClaimKey, Disposition, ErrorKind, Gate, RuntimeConfig,
+    RuntimeHandle, RuntimeMetrics, StepOutcome, ValidationOutcome,
 };
 
 impl ClaimInfo for Claim {
@@ -20,6 +20,9 @@ impl ClaimInfo for Claim {
     }
     fn generation(&self) -> i64 {
         self.generation
+    }
+    fn partition(&self) -> Option<u32> {
+        self.partition
     }
     fn is_validation(&self) -> bool {
         self.phase == Phase::Validate
@@ -132,9 +135,18 @@ impl Backend for Engine {
     async fn claim_next(
         &self,
         worker: &str,
-        exclude: &[String],
+        exclude: &[ClaimKey],
     ) -> Result<Result<Option<Claim>, String>, BackendError> {
-        match Engine::claim_next(self, worker, exclude).await {
+        let whole: Vec<String> = exclude
+            .iter()
+            .filter(|k| k.partition.is_none())
+            .map(|k| k.id.clone())
+            .collect();
+        let parts: Vec<(String, u32)> = exclude
+            .iter()
+            .filter_map(|k| Some((k.id.clone(), k.partition?)))
+            .collect();
+        match Engine::claim_next_excluding(self, worker, &whole, &parts).await {
             Ok(Some(claim)) => {
                 self.events().publish(|| Event::Claimed {
                     id: claim.id.clone(),
@@ -181,7 +193,9 @@ impl Backend for Engine {
                         took,
                     }
                 });
-                if reached_bound {
+                // A partition's end is not the backfill's: the fence
+                // moves the backfill on only with its last partition.
+                if reached_bound && claim.partition.is_none() {
                     self.events().publish(|| Event::State {
                         id: claim.id.clone(),
                         state: State::Validating,
@@ -249,11 +263,36 @@ impl Backend for Engine {
     async fn renew(
         &self,
         worker: &str,
-        claims: &[(String, i64)],
-    ) -> Result<Vec<(String, i64)>, BackendError> {
-        Engine::renew(self, worker, claims)
+        claims: &[(ClaimKey, i64)],
+    ) -> Result<Vec<(ClaimKey, i64)>, BackendError> {
+        let whole: Vec<(String, i64)> = claims
+            .iter()
+            .filter(|(k, _)| k.partition.is_none())
+            .map(|(k, g)| (k.id.clone(), *g))
+            .collect();
+        let parts: Vec<(String, u32, i64)> = claims
+            .iter()
+            .filter_map(|(k, g)| Some((k.id.clone(), k.partition?, *g)))
+            .collect();
+        let mut renewed: Vec<(ClaimKey, i64)> = Engine::renew(self, worker, &whole)
             .await
-            .map_err(backend_error)
+            .map_err(backend_error)?
+            .into_iter()
+            .map(|(id, g)| (ClaimKey::whole(id), g))
+            .collect();
+        let parts = Engine::renew_partitions(self, worker, &parts)
+            .await
+            .map_err(backend_error)?;
+        renewed.extend(parts.into_iter().map(|(id, part, g)| {
+            (
+                ClaimKey {
+                    id,
+                    partition: Some(part),
+                },
+                g,
+            )
+        }));
+        Ok(renewed)
     }
 
     async fn release(&self, claim: &Claim) -> Result<bool, BackendError> {

@@ -41,6 +41,13 @@ pub enum Field {
     MaxLockWaiters,
     /// Age of the oldest open transaction of another session.
     MaxXactAgeMs,
+    /// How many partitions of a partitioned backfill run at once,
+    /// fleet-wide (PAR-2, THR-4): a claim is granted only while fewer
+    /// partitions hold live claims. Lowering it stops no batch in flight:
+    /// the live claims beyond it (the highest partitions) are refused
+    /// their next renewal, so their runners stop after their batch. No
+    /// effect without partitions.
+    Concurrency,
 }
 
 /// The largest batch an operator may set: a batch is one transaction, and
@@ -49,7 +56,7 @@ pub const MAX_BATCH_SIZE: u64 = 100_000;
 
 impl Field {
     /// Every field, in the order they are listed and audited.
-    pub const ALL: [Field; 10] = [
+    pub const ALL: [Field; 11] = [
         Field::BatchSize,
         Field::TargetBatchMs,
         Field::MinBatchSize,
@@ -60,6 +67,7 @@ impl Field {
         Field::MaxWalBytesPerS,
         Field::MaxLockWaiters,
         Field::MaxXactAgeMs,
+        Field::Concurrency,
     ];
 
     /// The field's name in JSON, the CLI (with dashes) and the audit log.
@@ -75,6 +83,7 @@ impl Field {
             Field::MaxWalBytesPerS => "max_wal_bytes_per_s",
             Field::MaxLockWaiters => "max_lock_waiters",
             Field::MaxXactAgeMs => "max_xact_age_ms",
+            Field::Concurrency => "concurrency",
         }
     }
 
@@ -96,6 +105,9 @@ impl Field {
             Field::MaxLockWaiters => (0, 100_000),
             // The batches' own transactions are short but not instant.
             Field::MaxXactAgeMs => (1_000, 86_400_000),
+            // At least one, or a partitioned backfill could never run;
+            // at most the partitions a definition may allow.
+            Field::Concurrency => (1, crate::repair::MAX_PARTITIONS as u64),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! the lease can have expired in PostgreSQL.
 
 use crate::metrics::{inc, RuntimeMetrics};
-use crate::{Backend, Timing};
+use crate::{Backend, ClaimKey, Timing};
 use actix::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use std::time::Instant;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Track {
-    pub id: String,
+    pub key: ClaimKey,
     pub generation: i64,
     pub holder: Recipient<LeaseStatus>,
 }
@@ -28,7 +28,7 @@ pub struct Track {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Untrack {
-    pub id: String,
+    pub key: ClaimKey,
     pub generation: i64,
 }
 
@@ -57,7 +57,7 @@ pub struct LeaseRenewer<B: Backend> {
     backend: Arc<B>,
     worker_id: String,
     timing: Timing,
-    claims: HashMap<String, (i64, Recipient<LeaseStatus>)>,
+    claims: HashMap<ClaimKey, (i64, Recipient<LeaseStatus>)>,
     in_flight: bool,
     metrics: Arc<RuntimeMetrics>,
 }
@@ -86,7 +86,7 @@ impl<B: Backend> LeaseRenewer<B> {
             return;
         }
         self.in_flight = true;
-        let pairs: Vec<(String, i64)> = self
+        let pairs: Vec<(ClaimKey, i64)> = self
             .claims
             .iter()
             .map(|(id, (generation, _))| (id.clone(), *generation))
@@ -145,15 +145,15 @@ impl<B: Backend> Actor for LeaseRenewer<B> {
 impl<B: Backend> Handler<Track> for LeaseRenewer<B> {
     type Result = ();
     fn handle(&mut self, msg: Track, _ctx: &mut Self::Context) {
-        self.claims.insert(msg.id, (msg.generation, msg.holder));
+        self.claims.insert(msg.key, (msg.generation, msg.holder));
     }
 }
 
 impl<B: Backend> Handler<Untrack> for LeaseRenewer<B> {
     type Result = ();
     fn handle(&mut self, msg: Untrack, _ctx: &mut Self::Context) {
-        if matches!(self.claims.get(&msg.id), Some((g, _)) if *g == msg.generation) {
-            self.claims.remove(&msg.id);
+        if matches!(self.claims.get(&msg.key), Some((g, _)) if *g == msg.generation) {
+            self.claims.remove(&msg.key);
         }
     }
 }

@@ -20,6 +20,39 @@ pub mod validator;
 use async_trait::async_trait;
 use std::time::{Duration, Instant};
 
+/// What identifies a claim in the runtime: the stable ID and, for a
+/// partition claim, the partition (PAR-2). Claims of one process are held,
+/// renewed and excluded by this key, so two partitions of one backfill are
+/// two claims.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimKey {
+    pub id: String,
+    /// `None`: the backfill's own row (a backfill without partitions, or
+    /// any backfill's validation).
+    pub partition: Option<u32>,
+}
+
+impl ClaimKey {
+    /// The key of a claim on a backfill's own row.
+    pub fn whole(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            partition: None,
+        }
+    }
+}
+
+impl std::fmt::Display for ClaimKey {
+    /// The stable ID, with the partition when there is one (`id[3]`), as
+    /// logs name the claim.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.partition {
+            Some(part) => write!(f, "{}[{part}]", self.id),
+            None => f.write_str(&self.id),
+        }
+    }
+}
+
 /// What the runtime needs to know about a claim. The claim itself is an
 /// opaque fencing token owned by the backend. It is deliberately not
 /// `Clone`: it may carry a resource (the engine's open batch connection)
@@ -28,8 +61,21 @@ use std::time::{Duration, Instant};
 pub trait ClaimInfo: Send + Sync + Unpin + 'static {
     /// The stable ID.
     fn id(&self) -> &str;
-    /// The fencing generation of this claim.
+    /// The fencing generation of this claim (the partition's, for a
+    /// partition claim).
     fn generation(&self) -> i64;
+    /// The partition this claim advances, if it is a partition claim
+    /// (PAR-2). Default: none.
+    fn partition(&self) -> Option<u32> {
+        None
+    }
+    /// The claim's key in the runtime.
+    fn key(&self) -> ClaimKey {
+        ClaimKey {
+            id: self.id().to_string(),
+            partition: self.partition(),
+        }
+    }
     /// Whether the claim is for lifecycle validation (`validating`) rather
     /// than batch execution (`running`).
     fn is_validation(&self) -> bool;
@@ -172,13 +218,15 @@ pub trait Backend: Send + Sync + 'static {
     /// first claim (REG-4).
     async fn register(&self) -> Result<(), BackendError>;
 
-    /// Claim the next eligible backfill this process has a definition for,
-    /// skipping `exclude`. `Ok(Err(id))`: the row `id` cannot be
-    /// interpreted by this process; nothing changed (REG-4).
+    /// Claim the next eligible backfill (or partition of one) this process
+    /// has a definition for, skipping `exclude`: a key without a partition
+    /// excludes the whole ID, one with a partition that partition.
+    /// `Ok(Err(id))`: the row `id` cannot be interpreted by this process;
+    /// nothing changed (REG-4).
     async fn claim_next(
         &self,
         worker: &str,
-        exclude: &[String],
+        exclude: &[ClaimKey],
     ) -> Result<Result<Option<Self::Claim>, String>, BackendError>;
 
     /// Whether the next batch of `claim` may start now (THR-1). The
@@ -195,13 +243,13 @@ pub trait Backend: Send + Sync + 'static {
     /// error durably before returning.
     async fn validate(&self, claim: &Self::Claim) -> Result<ValidationOutcome, BackendError>;
 
-    /// Renew the listed `(id, generation)` claims of `worker`; returns the
+    /// Renew the listed `(key, generation)` claims of `worker`; returns the
     /// ones renewed. Missing ones are lost.
     async fn renew(
         &self,
         worker: &str,
-        claims: &[(String, i64)],
-    ) -> Result<Vec<(String, i64)>, BackendError>;
+        claims: &[(ClaimKey, i64)],
+    ) -> Result<Vec<(ClaimKey, i64)>, BackendError>;
 
     /// Give a claim back (graceful shutdown).
     async fn release(&self, claim: &Self::Claim) -> Result<bool, BackendError>;

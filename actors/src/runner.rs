@@ -52,6 +52,8 @@ pub enum ExitReason {
 #[rtype(result = "()")]
 pub struct RunnerExited {
     pub id: String,
+    /// The partition the runner advanced, if any (PAR-2).
+    pub partition: Option<u32>,
     pub generation: i64,
     pub reason: ExitReason,
     pub batches: u64,
@@ -67,6 +69,9 @@ struct NextBatch;
 pub struct Runner<B: Backend> {
     backend: Arc<B>,
     id: String,
+    partition: Option<u32>,
+    /// How logs name the claim: the ID, with the partition (`id[3]`).
+    name: String,
     generation: i64,
     /// `None` while a batch owns the claim.
     claim: Option<B::Claim>,
@@ -99,6 +104,8 @@ impl<B: Backend> Runner<B> {
         Self {
             backend,
             id: claim.id().to_string(),
+            partition: claim.partition(),
+            name: claim.key().to_string(),
             generation: claim.generation(),
             claim: Some(claim),
             trusted_until: timing.trusted_until(sent),
@@ -127,7 +134,7 @@ impl<B: Backend> Runner<B> {
         let batch_size = self.claim.as_ref().and_then(ClaimInfo::batch_size);
         tracing::info!(
             event = "progress",
-            backfill = %self.id,
+            backfill = %self.name,
             generation = self.generation,
             batches = self.batches,
             keys = self.keys,
@@ -142,6 +149,7 @@ impl<B: Backend> Runner<B> {
         self.unthrottle();
         self.supervisor.do_send(RunnerExited {
             id: self.id.clone(),
+            partition: self.partition,
             generation: self.generation,
             reason,
             batches: self.batches,
@@ -167,7 +175,7 @@ impl<B: Backend> Runner<B> {
                     if released {
                         inc(&act.metrics.claims_released);
                     }
-                    tracing::info!(event = "claim_released", backfill = %act.id, generation = act.generation, released);
+                    tracing::info!(event = "claim_released", backfill = %act.name, generation = act.generation, released);
                     act.exit(ctx, ExitReason::Stopped);
                 }),
         );
@@ -184,7 +192,7 @@ impl<B: Backend> Runner<B> {
             return self.exit(ctx, ExitReason::LeaseLost);
         }
         if Instant::now() >= self.trusted_until {
-            tracing::warn!(event = "claim_untrusted", backfill = %self.id, generation = self.generation, "trust window ended without a renewal; stopping before the lease can expire");
+            tracing::warn!(event = "claim_untrusted", backfill = %self.name, generation = self.generation, "trust window ended without a renewal; stopping before the lease can expire");
             return self.exit(ctx, ExitReason::LeaseLost);
         }
         let Some(mut claim) = self.claim.take() else {
@@ -236,7 +244,7 @@ impl<B: Backend> Runner<B> {
                 if self.throttled.is_none() {
                     inc(&self.metrics.runners_throttled);
                     inc(&self.metrics.throttle_events);
-                    tracing::warn!(event = "throttled", backfill = %self.id, generation = self.generation, signal, condition = %text, "a health signal is past its threshold; no batch starts until it recovers");
+                    tracing::warn!(event = "throttled", backfill = %self.name, generation = self.generation, signal, condition = %text, "a health signal is past its threshold; no batch starts until it recovers");
                     self.throttled = Some((signal, Instant::now()));
                 }
                 recheck
@@ -250,7 +258,7 @@ impl<B: Backend> Runner<B> {
         if let Some((signal, since)) = self.throttled.take() {
             dec(&self.metrics.runners_throttled);
             let throttled_ms = since.elapsed().as_millis() as u64;
-            tracing::info!(event = "unthrottled", backfill = %self.id, generation = self.generation, signal, throttled_ms);
+            tracing::info!(event = "unthrottled", backfill = %self.name, generation = self.generation, signal, throttled_ms);
         }
     }
 
@@ -271,10 +279,10 @@ impl<B: Backend> Runner<B> {
                 self.keys += keys as u64;
                 inc(&self.metrics.batches_committed);
                 add(&self.metrics.keys_committed, keys as u64);
-                tracing::debug!(event = "batch_committed", backfill = %self.id, generation = self.generation, keys, duration_ms);
+                tracing::debug!(event = "batch_committed", backfill = %self.name, generation = self.generation, keys, duration_ms);
                 self.log_progress();
                 if reached_bound {
-                    tracing::info!(event = "validating", backfill = %self.id, batches = self.batches, keys = self.keys);
+                    tracing::info!(event = "validating", backfill = %self.name, batches = self.batches, keys = self.keys);
                     self.exit(ctx, ExitReason::ReachedBound);
                 } else {
                     ctx.notify(NextBatch);
@@ -282,7 +290,7 @@ impl<B: Backend> Runner<B> {
             }
             Ok(StepOutcome::Stale) => {
                 inc(&self.metrics.stale_rejections);
-                tracing::warn!(event = "stale_owner_rejected", backfill = %self.id, generation = self.generation, duration_ms, "the fence rejected this batch; it rolled back");
+                tracing::warn!(event = "stale_owner_rejected", backfill = %self.name, generation = self.generation, duration_ms, "the fence rejected this batch; it rolled back");
                 self.exit(ctx, ExitReason::Stale);
             }
             Ok(StepOutcome::Recorded {
@@ -293,11 +301,11 @@ impl<B: Backend> Runner<B> {
             }) => self.recorded(ctx, disposition, kind, &message, attempts),
             Ok(StepOutcome::FailClosed { message }) => {
                 inc(&self.metrics.fail_closed);
-                tracing::error!(event = "fail_closed", backfill = %self.id, diagnostic = %message);
+                tracing::error!(event = "fail_closed", backfill = %self.name, diagnostic = %message);
                 self.exit(ctx, ExitReason::FailClosed);
             }
             Err(error) => {
-                tracing::error!(event = "backend_error", backfill = %self.id, error = %error.0);
+                tracing::error!(event = "backend_error", backfill = %self.name, error = %error.0);
                 self.exit(ctx, ExitReason::BackendError);
             }
         }
@@ -319,13 +327,13 @@ impl<B: Backend> Runner<B> {
         });
         match disposition {
             Disposition::Blocked => {
-                tracing::warn!(event = "blocked", backfill = %self.id, generation = self.generation, kind = %kind, diagnostic = %message)
+                tracing::warn!(event = "blocked", backfill = %self.name, generation = self.generation, kind = %kind, diagnostic = %message)
             }
             Disposition::Failed => {
-                tracing::error!(event = "failed", backfill = %self.id, generation = self.generation, kind = %kind, attempts, diagnostic = %message)
+                tracing::error!(event = "failed", backfill = %self.name, generation = self.generation, kind = %kind, attempts, diagnostic = %message)
             }
             Disposition::Retrying => {
-                tracing::warn!(event = "backoff_scheduled", backfill = %self.id, generation = self.generation, kind = %kind, attempts, diagnostic = %message)
+                tracing::warn!(event = "backoff_scheduled", backfill = %self.name, generation = self.generation, kind = %kind, attempts, diagnostic = %message)
             }
         }
         self.exit(ctx, ExitReason::Recorded { disposition });

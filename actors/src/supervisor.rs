@@ -16,7 +16,7 @@ use crate::lease_renewer::{LeaseRenewer, StopRenewing, Track, Untrack};
 use crate::metrics::{inc, RuntimeMetrics};
 use crate::runner::{ExitReason, Runner, RunnerExited, Stop};
 use crate::validator::{Validate, ValidationFinished, Validator};
-use crate::{Backend, ClaimInfo, ConfigError, RuntimeConfig, Timing};
+use crate::{Backend, ClaimInfo, ClaimKey, ConfigError, RuntimeConfig, Timing};
 use actix::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,7 +46,8 @@ pub struct Status;
 pub struct SupervisorStatus {
     pub registered: bool,
     pub draining: bool,
-    /// `(id, generation, is_validation)` of every held claim.
+    /// `(id, generation, is_validation)` of every held claim (a
+    /// partitioned backfill's ID once per partition held).
     pub held: Vec<(String, i64, bool)>,
     /// IDs this process refuses to claim (REG-4 fail closed).
     pub excluded: Vec<String>,
@@ -69,7 +70,7 @@ pub struct Supervisor<B: Backend> {
     timing: Timing,
     renewer: Option<Addr<LeaseRenewer<B>>>,
     validator: Option<Addr<Validator<B>>>,
-    held: HashMap<String, Held<B>>,
+    held: HashMap<ClaimKey, Held<B>>,
     excluded: Vec<String>,
     registered: bool,
     registering: bool,
@@ -143,7 +144,7 @@ impl<B: Backend> Supervisor<B> {
         self.claiming = true;
         let backend = self.backend.clone();
         let worker = self.config.worker_id.clone();
-        let mut exclude = self.excluded.clone();
+        let mut exclude: Vec<ClaimKey> = self.excluded.iter().map(ClaimKey::whole).collect();
         exclude.extend(self.held.keys().cloned());
         let fut = async move {
             let mut claims = Vec::new();
@@ -153,12 +154,12 @@ impl<B: Backend> Supervisor<B> {
                 let sent = Instant::now();
                 match backend.claim_next(&worker, &exclude).await {
                     Ok(Ok(Some(claim))) => {
-                        exclude.push(claim.id().to_string());
+                        exclude.push(claim.key());
                         claims.push((claim, sent));
                     }
                     Ok(Ok(None)) => break,
                     Ok(Err(id)) => {
-                        exclude.push(id.clone());
+                        exclude.push(ClaimKey::whole(id.clone()));
                         refused.push(id);
                     }
                     Err(e) => {
@@ -189,7 +190,8 @@ impl<B: Backend> Supervisor<B> {
 
     /// Hand a fresh claim to its holder and start renewing it.
     fn adopt(&mut self, ctx: &mut Context<Self>, claim: B::Claim, sent: Instant) {
-        let id = claim.id().to_string();
+        let key = claim.key();
+        let id = key.to_string();
         let generation = claim.generation();
         inc(if claim.takeover_from().is_some() {
             &self.metrics.claims_taken_over
@@ -221,7 +223,7 @@ impl<B: Backend> Supervisor<B> {
         };
         let holder = if claim.is_validation() {
             renewer.do_send(Track {
-                id: id.clone(),
+                key: key.clone(),
                 generation,
                 holder: validator.clone().recipient(),
             });
@@ -239,24 +241,21 @@ impl<B: Backend> Supervisor<B> {
             )
             .start();
             renewer.do_send(Track {
-                id: id.clone(),
+                key: key.clone(),
                 generation,
                 holder: runner.clone().recipient(),
             });
             Holder::Runner(runner)
         };
-        self.held.insert(id, Held { generation, holder });
+        self.held.insert(key, Held { generation, holder });
     }
 
-    fn forget(&mut self, id: &str, generation: i64) {
-        if matches!(self.held.get(id), Some(h) if h.generation == generation) {
-            self.held.remove(id);
+    fn forget(&mut self, key: ClaimKey, generation: i64) {
+        if matches!(self.held.get(&key), Some(h) if h.generation == generation) {
+            self.held.remove(&key);
         }
         if let Some(renewer) = &self.renewer {
-            renewer.do_send(Untrack {
-                id: id.to_string(),
-                generation,
-            });
+            renewer.do_send(Untrack { key, generation });
         }
         if self.draining && self.held.is_empty() {
             for waiter in self.drain_waiters.drain(..) {
@@ -302,11 +301,15 @@ impl<B: Backend> Handler<Wake> for Supervisor<B> {
 impl<B: Backend> Handler<RunnerExited> for Supervisor<B> {
     type Result = ();
     fn handle(&mut self, msg: RunnerExited, ctx: &mut Self::Context) {
-        tracing::info!(event = "runner_exited", backfill = %msg.id, generation = msg.generation, reason = ?msg.reason, batches = msg.batches, keys = msg.keys);
+        let key = ClaimKey {
+            id: msg.id,
+            partition: msg.partition,
+        };
+        tracing::info!(event = "runner_exited", backfill = %key, generation = msg.generation, reason = ?msg.reason, batches = msg.batches, keys = msg.keys);
         if msg.reason == ExitReason::FailClosed {
-            self.excluded.push(msg.id.clone());
+            self.excluded.push(key.id.clone());
         }
-        self.forget(&msg.id, msg.generation);
+        self.forget(key, msg.generation);
         // Reaching the bound makes the row claimable for validation now.
         if msg.reason == ExitReason::ReachedBound {
             self.tick(ctx);
@@ -320,7 +323,7 @@ impl<B: Backend> Handler<ValidationFinished> for Supervisor<B> {
         if matches!(msg.outcome, Ok(crate::ValidationOutcome::FailClosed { .. })) {
             self.excluded.push(msg.id.clone());
         }
-        self.forget(&msg.id, msg.generation);
+        self.forget(ClaimKey::whole(msg.id), msg.generation);
         // An explicit validation holds this ID's validation lock (VAL-6)
         // and the claim was given back. Claiming again at once would find
         // the same row and the same lock, over and over (a new generation
@@ -379,9 +382,9 @@ impl<B: Backend> Handler<Status> for Supervisor<B> {
         let mut held: Vec<(String, i64, bool)> = self
             .held
             .iter()
-            .map(|(id, h)| {
+            .map(|(key, h)| {
                 (
-                    id.clone(),
+                    key.id.clone(),
                     h.generation,
                     matches!(h.holder, Holder::Validation),
                 )

@@ -8,7 +8,8 @@
 use async_trait::async_trait;
 use backfill_actors::supervisor::Status;
 use backfill_actors::{
-    Backend, BackendError, ClaimInfo, RuntimeConfig, RuntimeHandle, StepOutcome, ValidationOutcome,
+    Backend, BackendError, ClaimInfo, ClaimKey, RuntimeConfig, RuntimeHandle, StepOutcome,
+    ValidationOutcome,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -59,10 +60,12 @@ impl Backend for Fake {
     async fn claim_next(
         &self,
         _worker: &str,
-        exclude: &[String],
+        exclude: &[ClaimKey],
     ) -> Result<Result<Option<FakeClaim>, String>, BackendError> {
         let mut ids = self.ids.lock();
-        let pos = ids.iter().position(|id| !exclude.contains(id));
+        let pos = ids
+            .iter()
+            .position(|id| !exclude.iter().any(|k| k.id == *id));
         Ok(Ok(pos.map(|p| FakeClaim {
             id: ids.remove(p),
             generation: 1,
@@ -82,8 +85,8 @@ impl Backend for Fake {
     async fn renew(
         &self,
         _worker: &str,
-        claims: &[(String, i64)],
-    ) -> Result<Vec<(String, i64)>, BackendError> {
+        claims: &[(ClaimKey, i64)],
+    ) -> Result<Vec<(ClaimKey, i64)>, BackendError> {
         self.renewals.fetch_add(1, Ordering::SeqCst);
         if self.renew_ok.load(Ordering::SeqCst) {
             Ok(claims.to_vec())

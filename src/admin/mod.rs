@@ -299,12 +299,23 @@ impl Admin {
         &self.engine
     }
 
-    fn view(&self, row: &BackfillRow) -> BackfillView {
+    fn view(&self, row: &BackfillRow, parts: &[store::PartitionRow]) -> BackfillView {
         BackfillView::from_row(
             row,
             self.config.required.contains(&row.id),
             self.config.auto_backfills,
         )
+        .with_partitions(row, parts)
+    }
+
+    /// [`Admin::view`] with the row's partitions read on `conn` (PAR-5).
+    async fn view_on(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        row: &BackfillRow,
+    ) -> Result<BackfillView, StoreError> {
+        let parts = store::partition_list(conn, std::slice::from_ref(&row.id)).await?;
+        Ok(self.view(row, &parts))
     }
 
     async fn conn(&self) -> Result<store::PooledConn<'_>, AdminError> {
@@ -406,15 +417,18 @@ impl Admin {
         // The connection goes back to the pool before the page is built:
         // concurrent readers wait for connections, not for each other's
         // rendering.
-        let rows = {
+        let (rows, parts) = {
             let mut conn = self.conn().await?;
-            store::backfill_list(&mut conn, after, limit + 1).await?
+            let rows = store::backfill_list(&mut conn, after, limit + 1).await?;
+            let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+            let parts = store::partition_list(&mut conn, &ids).await?;
+            (rows, parts)
         };
         let more = rows.len() as i64 > limit;
         let items: Vec<BackfillView> = rows
             .iter()
             .take(limit as usize)
-            .map(|r| self.view(r))
+            .map(|r| self.view(r, &parts))
             .collect();
         let next_after = more.then(|| items.last().map(|v| v.id.clone())).flatten();
         Ok(BackfillPage { items, next_after })
@@ -428,12 +442,11 @@ impl Admin {
     ) -> Result<BackfillView, AdminError> {
         self.authorize(meta, id, "show", Capability::Read).await?;
         requested_id("the path's ID", id)?;
-        let row = {
-            let mut conn = self.conn().await?;
-            store::backfill_get(&mut conn, id).await?
-        }
-        .ok_or(AdminError::NotFound)?;
-        Ok(self.view(&row))
+        let mut conn = self.conn().await?;
+        let row = store::backfill_get(&mut conn, id)
+            .await?
+            .ok_or(AdminError::NotFound)?;
+        Ok(self.view_on(&mut conn, &row).await?)
     }
 
     /// GET /admin/audit: newest first, optionally for one backfill.
@@ -564,7 +577,7 @@ impl Admin {
                     ActionOutcome::Conflict(row) => (row.state, "conflict", 409),
                 };
                 let row = outcome.row();
-                let view = self.view(row);
+                let view = self.view_on(conn, row).await?;
                 let body = if status == 409 {
                     to_json(&ConflictBody {
                         error: "conflict".into(),

@@ -150,7 +150,7 @@ impl Admin {
                 let (status, row, outcome, detail, body) =
                     match self.engine.update_settings_in(conn, id, &change).await {
                         Ok(change) => {
-                            let body = to_json(&self.view(&change.row))?;
+                            let body = to_json(&self.view_on(conn, &change.row).await?)?;
                             let detail = bounded(change.prior.diff(&change.next));
                             (200, change.row, "applied", detail, body)
                         }
@@ -160,7 +160,7 @@ impl Admin {
                             let body = to_json(&ConflictBody {
                                 error: "conflict".into(),
                                 message: message.clone(),
-                                current: self.view(&row),
+                                current: self.view_on(conn, &row).await?,
                             })?;
                             (409, *row, "conflict", message, body)
                         }

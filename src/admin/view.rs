@@ -5,7 +5,7 @@ use crate::failure::cut;
 use crate::lifecycle::State;
 use crate::repair::bounded;
 use crate::settings::Settings;
-use crate::store::{AuditRow, BackfillRow};
+use crate::store::{AuditRow, BackfillRow, PartitionRow};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -156,6 +156,81 @@ pub struct BackfillView {
     /// Why the runner holding the claim starts no batch (THR-1, THR-2);
     /// `null` when it is not throttled or nothing holds the claim.
     pub throttle: Option<Throttle>,
+    /// Each partition of a partitioned backfill, by part (PAR-5); empty
+    /// for a backfill without partitions. `progress` then aggregates them.
+    /// Read as empty when absent, from a server without partitions.
+    #[serde(default)]
+    pub partitions: Vec<PartitionView>,
+}
+
+/// One partition as the admin API shows it (PAR-5): its range
+/// `(lower, upper]`, checkpoint, claim and progress.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+pub struct PartitionView {
+    /// The partition's number, from 0 in key order.
+    pub part: i32,
+    /// Exclusive lower end; `null` = before every key.
+    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
+    pub lower: Option<Value>,
+    /// Inclusive upper end.
+    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
+    pub upper: Option<Value>,
+    /// Greatest committed key of the partition; `null` = before every key.
+    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
+    pub checkpoint: Option<Value>,
+    /// The checkpoint reached the upper end.
+    pub ended: bool,
+    pub owner: Ownership,
+    /// Keys whose mutation committed in this partition.
+    pub rows_done: i64,
+    /// Committed batches of this partition.
+    pub batches_done: i64,
+    /// Consecutive retryable failures of this partition (RT-2).
+    pub attempts: i32,
+    /// Earliest time it may be claimed again after a retryable error.
+    #[serde(serialize_with = "timestamp::serialize_opt")]
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Its last execution diagnostic, bounded.
+    pub last_error: Option<String>,
+    /// The batch size in force at its last batch; `null` before one.
+    pub batch_size: Option<i32>,
+}
+
+/// `none`, `held` or `expired`, judged by PostgreSQL's clock `now`.
+fn disposition(
+    owner: Option<&String>,
+    until: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> &'static str {
+    match (owner, until) {
+        (Some(_), Some(until)) if until > now => "held",
+        (Some(_), _) => "expired",
+        _ => "none",
+    }
+}
+
+impl PartitionView {
+    fn from_row(row: &PartitionRow, now: DateTime<Utc>) -> Self {
+        Self {
+            part: row.part,
+            lower: row.lower_json.clone(),
+            upper: Some(row.upper_json.clone()),
+            checkpoint: row.checkpoint_json.clone(),
+            ended: row.ended(),
+            owner: Ownership {
+                disposition: disposition(row.owner.as_ref(), row.lease_expires_at, now).into(),
+                worker: row.owner.clone(),
+                until: row.lease_expires_at,
+            },
+            rows_done: row.rows_done,
+            batches_done: row.batches_done,
+            attempts: row.attempts,
+            next_attempt_at: row.next_attempt_at,
+            last_error: row.last_error.as_deref().map(bounded),
+            batch_size: row.batch_size,
+        }
+    }
 }
 
 /// A runner's throttle condition (THR-2): a runtime condition, never a
@@ -249,20 +324,7 @@ pub(crate) fn settings_object(nullable: bool) -> utoipa::openapi::schema::Object
 impl BackfillView {
     /// Project a row. `required`/`auto` come from the deployment config.
     pub fn from_row(row: &BackfillRow, required: bool, auto: bool) -> Self {
-        let fraction = match row.state {
-            State::Validating | State::Completed => Some(1.0),
-            _ if row.empty_source => Some(1.0),
-            State::Pending => None,
-            _ => match row.source_rows {
-                Some(total) if total > 0 => Some((row.rows_done as f64 / total as f64).min(1.0)),
-                _ => None,
-            },
-        };
-        let disposition = match (&row.owner, row.lease_expires_at) {
-            (Some(_), Some(until)) if until > row.db_now => "held",
-            (Some(_), _) => "expired",
-            _ => "none",
-        };
+        let disposition = disposition(row.owner.as_ref(), row.lease_expires_at, row.db_now);
         Self {
             id: row.id.clone(),
             description: row.description.as_deref().map(bounded),
@@ -274,7 +336,7 @@ impl BackfillView {
             progress: Progress {
                 rows_done: row.rows_done,
                 total_rows: row.source_rows,
-                fraction,
+                fraction: fraction(row, row.rows_done),
                 batches_done: row.batches_done,
             },
             owner: Ownership {
@@ -310,7 +372,41 @@ impl BackfillView {
             settings: Settings::from_stored(&row.settings).to_json(),
             batch_size: row.batch_size,
             throttle: Throttle::from_row(row),
+            partitions: Vec::new(),
         }
+    }
+
+    /// The view of a partitioned backfill: `parts` are its partitions
+    /// (those of other IDs are ignored), shown each, and `progress`
+    /// aggregates them (PAR-5). An unknown total stays unknown (ADM-3).
+    pub fn with_partitions(mut self, row: &BackfillRow, parts: &[PartitionRow]) -> Self {
+        let parts: Vec<&PartitionRow> = parts.iter().filter(|p| p.backfill_id == row.id).collect();
+        if parts.is_empty() {
+            return self;
+        }
+        let rows_done = parts.iter().map(|p| p.rows_done).sum();
+        self.progress.rows_done = rows_done;
+        self.progress.batches_done = parts.iter().map(|p| p.batches_done).sum();
+        self.progress.fraction = fraction(row, rows_done);
+        self.partitions = parts
+            .into_iter()
+            .map(|p| PartitionView::from_row(p, row.db_now))
+            .collect();
+        self
+    }
+}
+
+/// Progress as a fraction of the captured total: `null` when the total is
+/// unknown (ADM-3), 1 once the checkpoint reached the bound.
+fn fraction(row: &BackfillRow, rows_done: i64) -> Option<f64> {
+    match row.state {
+        State::Validating | State::Completed => Some(1.0),
+        _ if row.empty_source => Some(1.0),
+        State::Pending => None,
+        _ => match row.source_rows {
+            Some(total) if total > 0 => Some((rows_done as f64 / total as f64).min(1.0)),
+            _ => None,
+        },
     }
 }
 

@@ -95,6 +95,12 @@ impl Engine {
             }
             Action::Validate => None,
         };
+        // Every partition's in-flight batch is fenced by the transaction
+        // that changes the backfill's state (PAR-3); a backfill without
+        // partitions has no rows to fence.
+        if after.is_some() && matches!(action, Action::Pause | Action::Resume | Action::Retry) {
+            store::partitions_fence(conn, id, action == Action::Retry).await?;
+        }
         // Wake every supervisor when work became claimable (a hint,
         // delivered only on commit).
         if matches!(action, Action::Start | Action::Resume | Action::Retry) && after.is_some() {
@@ -227,6 +233,10 @@ impl Engine {
                 source_rows: *rows,
             },
         };
-        Ok(store::backfill_start(conn, id, values).await?)
+        let started = store::backfill_start(conn, id, values).await?;
+        if let (Some(_), EncodedSource::Bounded { upper, .. }) = (&started, &source) {
+            super::partition::split_in(conn, &**def, id, upper).await?;
+        }
+        Ok(started)
     }
 }

@@ -190,6 +190,7 @@ impl Engine {
         let (checkpoint, checkpoint_json) = next_checkpoint(claim, selected, seam.bound)?;
         let advance = store::Advance {
             id: &claim.id,
+            part: claim.partition,
             worker: &claim.worker,
             generation: claim.generation,
             expected,

@@ -3,7 +3,7 @@
 
 use crate::key::render_json;
 use crate::pace::{Policy, Sizing};
-use crate::repair::{BodyError, DynRepair, SelectedBatch};
+use crate::repair::{BodyError, DynRepair, RepairError, SelectedBatch};
 use crate::settings::Settings;
 use crate::store::{self, PooledConn};
 use std::time::{Duration, Instant};
@@ -26,6 +26,11 @@ pub struct Claim {
     pub worker: String,
     pub generation: i64,
     pub phase: Phase,
+    /// The partition this claim advances (PAR-2); `None` for a claim of
+    /// the backfill's own row (a backfill without partitions, or any
+    /// backfill's validation). A partition claim's `bound` is the
+    /// partition's upper end and its checkpoint the partition's.
+    pub partition: Option<u32>,
     /// The previous owner whose expired claim this one took over (CLM-4).
     pub takeover_from: Option<String>,
     pub(crate) bound: Option<Vec<u8>>,
@@ -156,6 +161,15 @@ impl Claim {
     /// The size and duration of the last batch this claim committed.
     pub fn last_batch(&self) -> (u32, std::time::Duration) {
         self.pacing.last
+    }
+
+    /// The size a failure leaves in force: a statement timeout halves it
+    /// before the retry (THR-3); any other failure leaves it.
+    pub(super) fn size_after(&self, error: &RepairError) -> Option<i32> {
+        match error {
+            RepairError::Retryable(m) if m == "statement timeout" => self.pacing.after_timeout(),
+            _ => None,
+        }
     }
 
     /// The committed checkpoint as JSON, as far as this claim knows.

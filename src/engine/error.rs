@@ -2,7 +2,7 @@
 //! the error type inside an engine transaction.
 
 use crate::key::KeyError;
-use crate::repair::{BodyError, DefinitionError, RepairError, SelectionError};
+use crate::repair::{BodyError, DefinitionError, RepairError, SelectionError, SplitError};
 use crate::settings::SettingsError;
 use crate::store::{self, BackfillRow, StoreError};
 
@@ -34,6 +34,10 @@ pub enum EngineError {
     /// ran).
     #[error("backfill {id:?}: {error}")]
     Selection { id: String, error: SelectionError },
+    /// The repair's split points were refused at `start` (PAR-1); the
+    /// start rolled back and nothing was written.
+    #[error("backfill {id:?}: {error}")]
+    Split { id: String, error: SplitError },
     /// The repair returned an error; the transaction was rolled back.
     #[error("backfill {id:?}: {error}")]
     Repair { id: String, error: RepairError },
@@ -73,6 +77,7 @@ impl EngineError {
             | EngineError::UnknownBackfill(_)
             | EngineError::UnknownState(_)
             | EngineError::Definition(_)
+            | EngineError::Split { .. }
             | EngineError::Config(_)
             | EngineError::InvalidSettings(_)
             | EngineError::Completed(_) => None,

@@ -6,6 +6,7 @@ use super::claim::{rollback_to_pool, Claim, Open, OpenBatch, Phase};
 use super::config::millis;
 use super::error::EngineError;
 use super::outcome::FailureOutcome;
+use super::partition::claim_partition_in;
 use super::Engine;
 use crate::lifecycle::State;
 use crate::repair::RepairError;
@@ -23,6 +24,20 @@ impl Engine {
         worker: &str,
         exclude: &[String],
     ) -> Result<Option<Claim>, EngineError> {
+        self.claim_next_excluding(worker, exclude, &[]).await
+    }
+
+    /// [`Engine::claim_next`], also skipping the partitions in
+    /// `exclude_parts` (those this process already holds). A backfill
+    /// without partitions, or one in `validating`, is claimed on its own
+    /// row first; otherwise a partition of a `running` partitioned
+    /// backfill (PAR-2).
+    pub async fn claim_next_excluding(
+        &self,
+        worker: &str,
+        exclude: &[String],
+        exclude_parts: &[(String, u32)],
+    ) -> Result<Option<Claim>, EngineError> {
         let ids = self.registry.ids();
         if ids.is_empty() {
             return Ok(None);
@@ -33,7 +48,13 @@ impl Engine {
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
         conn.transaction::<_, EngineError, _>(async |conn| {
             let Some(row) = store::backfill_claim(conn, &worker, &ids, exclude, ttl).await? else {
-                return Ok(None);
+                let ids: Vec<String> = ids
+                    .iter()
+                    .filter(|id| !exclude.contains(id))
+                    .cloned()
+                    .collect();
+                return claim_partition_in(conn, &registry, &worker, &ids, exclude_parts, ttl)
+                    .await;
             };
             let def = registry
                 .get(&row.id)
@@ -58,6 +79,7 @@ impl Engine {
                 worker: worker.clone(),
                 generation: row.generation,
                 phase,
+                partition: None,
                 takeover_from: row.prior_owner,
                 bound: row.bound,
                 checkpoint: row.checkpoint,
@@ -113,7 +135,21 @@ impl Engine {
             Some(conn) => conn,
             None => self.pool.get_owned().await.map_err(StoreError::from)?,
         };
-        Ok(store::lease_release(&mut conn, &claim.id, &claim.worker, claim.generation).await?)
+        Ok(match claim.partition {
+            Some(part) => {
+                store::partition_release(
+                    &mut conn,
+                    &claim.id,
+                    part,
+                    &claim.worker,
+                    claim.generation,
+                )
+                .await?
+            }
+            None => {
+                store::lease_release(&mut conn, &claim.id, &claim.worker, claim.generation).await?
+            }
+        })
     }
 
     /// Durably record a classified execution error and drop the claim
@@ -123,6 +159,9 @@ impl Engine {
         claim: &Claim,
         error: &RepairError,
     ) -> Result<FailureOutcome, EngineError> {
+        if let Some(part) = claim.partition {
+            return self.record_partition_failure(claim, part, error).await;
+        }
         let retry = &self.config.retry;
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
         let row = store::backfill_record_failure(
@@ -135,14 +174,7 @@ impl Engine {
             retry.max_attempts,
             millis(retry.backoff_base),
             millis(retry.backoff_max),
-            // A statement timeout halves the size before the retry
-            // (THR-3).
-            match error {
-                RepairError::Retryable(m) if m == "statement timeout" => {
-                    claim.pacing.after_timeout()
-                }
-                _ => None,
-            },
+            claim.size_after(error),
         )
         .await?;
         Ok(match row {

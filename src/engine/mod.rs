@@ -33,6 +33,7 @@ mod error;
 mod lease;
 mod outcome;
 mod pacing;
+mod partition;
 mod settings;
 mod validate;
 

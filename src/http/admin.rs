@@ -8,8 +8,8 @@
 
 use crate::admin::{
     ActionResponse, Admin, AdminError, AuditEntry, AuditPage, BackfillPage, BackfillView,
-    ConflictBody, Diagnostic, ErrorBody, Ownership, Progress, Readiness, Reply, RequestBody,
-    RequestMeta, Throttle, ValidationResponse, ValidationSummary, MAX_BODY_BYTES,
+    ConflictBody, Diagnostic, ErrorBody, Ownership, PartitionView, Progress, Readiness, Reply,
+    RequestBody, RequestMeta, Throttle, ValidationResponse, ValidationSummary, MAX_BODY_BYTES,
 };
 use crate::lifecycle::Action;
 use actix_web::http::{header, StatusCode};
@@ -29,7 +29,7 @@ use utoipa::{IntoParams, Modify, OpenApi};
     components(schemas(
         BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
         Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
-        AuditEntry, Throttle, SettingsPatch
+        AuditEntry, Throttle, PartitionView, SettingsPatch
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))

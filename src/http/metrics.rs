@@ -47,6 +47,8 @@ pub struct MetricsSource {
 struct Scrape {
     /// Backfills per state; `None` when PostgreSQL could not be read.
     counts: Option<Vec<(State, i64)>>,
+    /// Partitions per status; `None` when PostgreSQL could not be read.
+    partitions: Option<[(&'static str, i64); 3]>,
     gate: GateReport,
     serial_fallbacks: u64,
     /// Refused admin requests per reason; `None` without an admin boundary.
@@ -60,13 +62,17 @@ async fn metrics(
     source: web::Data<MetricsSource>,
     admin: Option<web::Data<Admin>>,
 ) -> HttpResponse {
-    let counts = match source.pool.get().await {
-        Ok(mut conn) => store::backfill_count_by_state(&mut conn).await.ok(),
-        Err(_) => None,
+    let (counts, partitions) = match source.pool.get().await {
+        Ok(mut conn) => (
+            store::backfill_count_by_state(&mut conn).await.ok(),
+            store::partition_count_by_status(&mut conn).await.ok(),
+        ),
+        Err(_) => (None, None),
     };
     let report = source.readiness.evaluate().await;
     let scrape = Scrape {
         counts,
+        partitions,
         gate: report.backfill_gate,
         serial_fallbacks: source.engine.serial_fallbacks(),
         rejected: admin.map(|admin| {
@@ -135,6 +141,22 @@ fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>
             backfills.with_label_values(&[state.as_str()]).set(n);
         }
         out.push(Box::new(backfills));
+    }
+
+    // PAR-5: partitions of every partitioned backfill by status (bounded
+    // labels, OBS-2); absent when they could not be read.
+    if let Some(partitions) = scrape.partitions {
+        let family = IntGaugeVec::new(
+            Opts::new(
+                "backfill_partitions",
+                "Partitions of partitioned backfills by status: ended, claimed, waiting.",
+            ),
+            &["status"],
+        )?;
+        for (status, n) in partitions {
+            family.with_label_values(&[status]).set(n);
+        }
+        out.push(Box::new(family));
     }
 
     // Unknown is not zero (OBS-2): when the gate could not be read, neither

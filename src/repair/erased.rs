@@ -53,6 +53,15 @@ pub(crate) trait DynRepair: Send + Sync {
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
     fn check_key(&self, bytes: &[u8]) -> Result<(), KeyError>;
     async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError>;
+    /// How many partitions the definition allows (PAR-1).
+    fn partitions(&self) -> u32;
+    /// The definition's split points for `bound`, encoded.
+    async fn split_points(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: &[u8],
+        partitions: u32,
+    ) -> Result<Vec<Vec<u8>>, BodyError>;
     /// One batch's body in the repair's form: its one statement and the
     /// engine's check of the summary, or its selection, the engine's check
     /// and its mutation.
@@ -125,6 +134,21 @@ impl<R: Repair> DynRepair for Erased<R> {
                 rows,
             },
         })
+    }
+
+    fn partitions(&self) -> u32 {
+        self.repair.partitions()
+    }
+
+    async fn split_points(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: &[u8],
+        partitions: u32,
+    ) -> Result<Vec<Vec<u8>>, BodyError> {
+        let bound = R::Key::from_bytes(bound)?;
+        let points = self.repair.split_points(conn, &bound, partitions).await?;
+        Ok(points.iter().map(Key::to_bytes).collect())
     }
 
     async fn batch(

@@ -40,6 +40,10 @@ impl Registry {
                 return Err(DefinitionError::InvalidBatchTarget(id));
             }
         }
+        let partitions = repair.partitions();
+        if partitions == 0 || partitions > super::MAX_PARTITIONS {
+            return Err(DefinitionError::InvalidPartitions { id, partitions });
+        }
         if self.repairs.contains_key(&id) {
             return Err(DefinitionError::DuplicateId(id));
         }

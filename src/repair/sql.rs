@@ -24,8 +24,8 @@
 //! need a hand-written [`Repair`].
 
 use super::{
-    validate_id, Batches, BigIntSummary, DefinitionError, Mutated, Repair, RepairError,
-    SelectAndMutate, SourceSet, Validation,
+    even_splits, validate_id, Batches, BigIntSummary, DefinitionError, Mutated, Repair,
+    RepairError, SelectAndMutate, SourceSet, Validation,
 };
 use crate::pace::BatchTarget;
 use crate::store::cached;
@@ -91,6 +91,11 @@ pub struct SqlRepair {
     validate_sql: String,
     table: String,
     target: Option<BatchTarget>,
+    /// What [`Repair::partitions`] answers.
+    partitions: u32,
+    /// `SELECT min(key) AS max FROM .. [WHERE filter]`: the lower end
+    /// [`even_splits`] divides from, named `max` to read as a [`Bound`].
+    min_sql: String,
 }
 
 /// The builder of a [`SqlRepair`], from [`SqlRepair::new`].
@@ -108,6 +113,7 @@ pub struct SqlRepairBuilder {
     overlap: bool,
     count_rows: bool,
     target: Option<BatchTarget>,
+    partitions: u32,
 }
 
 impl SqlRepair {
@@ -130,6 +136,7 @@ impl SqlRepair {
             overlap: false,
             count_rows: false,
             target: None,
+            partitions: 1,
         }
     }
 
@@ -202,6 +209,15 @@ impl SqlRepairBuilder {
     /// inside the start transaction, bounded by the validation timeout.
     pub fn count_rows(mut self, count: bool) -> Self {
         self.count_rows = count;
+        self
+    }
+
+    /// Run in up to `partitions` contiguous key ranges at once (PAR-1,
+    /// default 1): `start` divides `[min(key), bound]` into ranges of equal
+    /// width ([`even_splits`]). Registration refuses 0 or more than
+    /// [`super::MAX_PARTITIONS`].
+    pub fn partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions;
         self
     }
 
@@ -280,6 +296,8 @@ impl SqlRepairBuilder {
             ),
             table: table.clone(),
             target: self.target,
+            partitions: self.partitions,
+            min_sql: format!("SELECT min({key})::bigint AS max FROM {table}{where_filter}"),
             id: self.id,
         })
     }
@@ -356,6 +374,22 @@ impl Repair for SqlRepair {
 
     fn tables(&self) -> Vec<String> {
         vec![self.table.clone()]
+    }
+
+    fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    async fn split_points(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: &i64,
+        partitions: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        let row: Bound = cached(diesel::sql_query(self.min_sql.as_str()))
+            .get_result(conn)
+            .await?;
+        Ok(even_splits(row.max.unwrap_or(*bound), *bound, partitions))
     }
 
     async fn capture_bound(

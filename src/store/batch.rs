@@ -176,6 +176,9 @@ pub async fn checkpoint_advance_commit_reopen(
 #[derive(Debug, Clone, Copy)]
 pub struct Advance<'a> {
     pub id: &'a str,
+    /// The partition the batch advances (PAR-2); `None` for a backfill
+    /// without partitions, whose own row is fenced and advanced.
+    pub part: Option<u32>,
     pub worker: &'a str,
     pub generation: i64,
     /// The checkpoint the batch started from (`None`: before every key).
@@ -192,8 +195,34 @@ impl Advance<'_> {
     /// `SELECT backfill_checkpoint_advance(..); COMMIT` with every value
     /// hex-encoded ([`hex_literal`]).
     fn fence_commit_sql(&self) -> String {
+        if let Some(part) = self.part {
+            return self.partition_fence_commit_sql(part);
+        }
         format!(
             "SELECT backfill_checkpoint_advance({}, {}, {}, {}, {}, ({})::jsonb, {}, {}); COMMIT",
+            text_literal(self.id),
+            text_literal(self.worker),
+            self.generation,
+            self.expected
+                .map(hex_literal)
+                .unwrap_or_else(|| "NULL".into()),
+            hex_literal(self.checkpoint),
+            text_literal(&self.checkpoint_json.to_string()),
+            self.rows,
+            self.batch_size,
+        )
+    }
+}
+
+impl Advance<'_> {
+    /// `SELECT backfill_partition_advance(..); COMMIT` (migration
+    /// `..._partitions`): the partition's fence, joined with the
+    /// backfill's `running` state, and at the last partition's end the
+    /// move of the backfill to `validating` (PAR-2, PAR-4). Same
+    /// encoding and the same raise on a stale claim as the backfill's own.
+    fn partition_fence_commit_sql(&self, part: u32) -> String {
+        format!(
+            "SELECT backfill_partition_advance({}, {part}, {}, {}, {}, {}, ({})::jsonb, {}, {}); COMMIT",
             text_literal(self.id),
             text_literal(self.worker),
             self.generation,

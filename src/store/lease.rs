@@ -61,7 +61,9 @@ pub struct StateRow {
 /// concurrent claimers never wait on or double-claim a row (CLM-1). Advances
 /// the generation, which fences out any previous owner (CLM-4). The
 /// candidate is chosen in a CTE with `LIMIT 1` (never `IN (subquery)`,
-/// which can re-run the subquery and claim every row).
+/// which can re-run the subquery and claim every row). A `running`
+/// backfill with partitions is not claimed here: its partitions are
+/// ([`super::partition_claim`], PAR-2); its validation is.
 pub async fn backfill_claim(
     conn: &mut AsyncPgConnection,
     worker: &str,
@@ -77,6 +79,8 @@ pub async fn backfill_claim(
                AND state IN ('running', 'validating') \
                AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp()) \
                AND (owner IS NULL OR lease_expires_at <= clock_timestamp()) \
+               AND (state = 'validating' OR NOT EXISTS ( \
+                   SELECT 1 FROM backfill_partition p WHERE p.backfill_id = backfill.id)) \
              ORDER BY next_attempt_at NULLS FIRST, updated_at, id \
              LIMIT 1 \
              FOR UPDATE SKIP LOCKED) \

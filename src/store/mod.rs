@@ -15,6 +15,7 @@ mod health;
 mod lease;
 mod lifecycle;
 mod pacing;
+mod partition;
 mod pool;
 mod prepared;
 mod wake;
@@ -27,6 +28,7 @@ pub use health::*;
 pub use lease::*;
 pub use lifecycle::*;
 pub use pacing::*;
+pub use partition::*;
 pub use pool::{
     build_pool, connect_dedicated, database_recreate, run_embedded, run_migrations,
     url_with_database, Pool, PooledConn, MIGRATIONS,

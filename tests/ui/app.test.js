@@ -264,6 +264,7 @@ test("thr4 the form offers every setting the server takes, where the state still
   assert.deepStrictEqual(app.SETTINGS.map((f) => f.name), [
     "batch_size", "target_batch_ms", "min_batch_size", "max_batch_size", "pause_ms",
     "max_lag_bytes", "max_lag_ms", "max_wal_bytes_per_s", "max_lock_waiters", "max_xact_age_ms",
+    "concurrency",
   ]);
   for (const s of ["pending", "running", "validating", "paused", "blocked", "failed"]) assert.ok(app.settingsOffered(s), s);
   for (const s of ["completed", "bogus", undefined]) assert.ok(!app.settingsOffered(s), `no form for ${s}`);
@@ -343,4 +344,29 @@ test("thr4 the server's answer to a change in words, with the setting a 422 name
   assert.match(lost.text, /no answer \(network error\); the outcome is unknown.*same key/);
   assert.strictEqual(app.describeSettingsResult(503, { error: "unavailable", message: "down" }, {}).outcome, "unknown");
   assert.strictEqual(app.describeSettingsResult(200, null, {}).outcome, "unknown", "a 200 without a view is not an invented success");
+});
+
+test("par5 each partition shows its range, checkpoint, owner and progress; unknown stays unknown", () => {
+  const v = {
+    observed_at: T0,
+    partitions: [
+      { part: 0, lower: null, upper: 100, checkpoint: 30, ended: false, rows_done: 30, batches_done: 3,
+        owner: { disposition: "held", worker: "w1", until: at(20) }, last_error: null },
+      { part: 1, lower: 100, upper: 200, checkpoint: 200, ended: true, rows_done: 100, batches_done: 10,
+        owner: { disposition: "none", worker: null, until: null }, last_error: null },
+      { part: 2, lower: 200, upper: 300, checkpoint: 200, ended: false, owner: {}, last_error: "timeout" },
+    ],
+  };
+  const rows = app.partitionRows(v, 0);
+  assert.deepStrictEqual(rows.map((r) => [r.part, r.range, r.checkpoint, r.rows, r.batches]), [
+    ["0", "(start, 100]", "30", "30", "3"],
+    ["1", "(100, 200]", "ended", "100", "10"],
+    ["2", "(200, 300]", "200", "unknown", "unknown"],
+  ]);
+  assert.match(rows[0].owner, /^held by w1/);
+  assert.strictEqual(rows[1].owner, "unclaimed");
+  assert.strictEqual(rows[2].owner, "unknown");
+  assert.strictEqual(rows[2].diagnostic, "timeout");
+  assert.deepStrictEqual(app.partitionRows({ partitions: [] }, 0), []);
+  assert.deepStrictEqual(app.partitionRows({}, 0), []);
 });

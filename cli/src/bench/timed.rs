@@ -2,7 +2,9 @@
 
 use async_trait::async_trait;
 use backfill::engine::Engine;
-use backfill::runtime::{Backend, BackendError, Disposition, Gate, StepOutcome, ValidationOutcome};
+use backfill::runtime::{
+    Backend, BackendError, ClaimKey, Disposition, Gate, StepOutcome, ValidationOutcome,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -40,7 +42,7 @@ impl Backend for Timed {
     async fn claim_next(
         &self,
         worker: &str,
-        exclude: &[String],
+        exclude: &[ClaimKey],
     ) -> Result<Result<Option<Self::Claim>, String>, BackendError> {
         Backend::claim_next(&self.engine, worker, exclude).await
     }
@@ -94,8 +96,8 @@ impl Backend for Timed {
     async fn renew(
         &self,
         worker: &str,
-        claims: &[(String, i64)],
-    ) -> Result<Vec<(String, i64)>, BackendError> {
+        claims: &[(ClaimKey, i64)],
+    ) -> Result<Vec<(ClaimKey, i64)>, BackendError> {
         Backend::renew(&self.engine, worker, claims).await
     }
 

@@ -98,6 +98,9 @@ pub struct SetArgs {
     /// Age of the oldest open transaction of another session, in ms.
     #[arg(long, value_name = "N")]
     pub max_xact_age_ms: Option<u64>,
+    /// Partitions of a partitioned backfill running at once, fleet-wide.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<u64>,
     /// Clear a setting (e.g. `pause-ms`); repeatable.
     #[arg(long, value_name = "NAME")]
     pub clear: Vec<String>,
@@ -117,6 +120,7 @@ impl SetArgs {
             (Field::MaxWalBytesPerS, self.max_wal_bytes_per_s),
             (Field::MaxLockWaiters, self.max_lock_waiters),
             (Field::MaxXactAgeMs, self.max_xact_age_ms),
+            (Field::Concurrency, self.concurrency),
         ];
         let mut change: serde_json::Map<String, Value> = given
             .into_iter()

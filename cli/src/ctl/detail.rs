@@ -55,10 +55,11 @@ pub(super) fn detail(b: &BackfillView) -> String {
     ];
     lines.extend(conditions(b));
     lines.push(("validation", validation_line(b)));
-    lines
+    let own: String = lines
         .into_iter()
         .map(|(k, v)| format!("{k:<13} {v}\n"))
-        .collect()
+        .collect();
+    own + &super::partitions::partition_lines(b)
 }
 
 /// A key as JSON, or `none`.

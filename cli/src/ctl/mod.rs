@@ -13,6 +13,7 @@ mod client;
 mod detail;
 mod dispatch;
 mod error;
+mod partitions;
 #[cfg(test)]
 mod sample;
 mod table;

@@ -58,6 +58,7 @@ const SETTINGS = [
   { name: "max_wal_bytes_per_s", label: "max WAL rate (bytes/s)", min: 0, max: 2 ** 50, group: "health" },
   { name: "max_lock_waiters", label: "max lock waiters", min: 0, max: 100000, group: "health" },
   { name: "max_xact_age_ms", label: "max transaction age (ms)", min: 1000, max: 86400000, group: "health" },
+  { name: "concurrency", label: "partitions at once", min: 1, max: 64, group: "batch" },
 ];
 
 // The states whose settings the server still changes: every state but
@@ -628,6 +629,23 @@ function keyText(value, absent) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
+// The partitions of a partitioned backfill (PAR-5), one row each, as the
+// server reports them: range `(lower, upper]`, checkpoint, owner and
+// progress. Empty for a backfill without partitions; a value the server
+// did not send shows as unknown, never as zero.
+function partitionRows(view, elapsedMs) {
+  const parts = view && Array.isArray(view.partitions) ? view.partitions : [];
+  return parts.map((p) => ({
+    part: isNum(p.part) ? String(p.part) : "unknown",
+    range: `(${keyText(p.lower, "start")}, ${keyText(p.upper, "unknown")}]`,
+    checkpoint: p.ended ? "ended" : keyText(p.checkpoint, "none: at its start"),
+    owner: ownerText(p.owner, view.observed_at, elapsedMs),
+    rows: fmtCount(p.rows_done),
+    batches: fmtCount(p.batches_done),
+    diagnostic: p.last_error || "",
+  }));
+}
+
 // The route from `location.hash`: the list (optionally filtered by state)
 // or one backfill's detail page.
 function parseRoute(hash) {
@@ -670,7 +688,7 @@ if (typeof module !== "undefined") {
     retryText, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCell, validationCell, readinessCell, row,
     stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome,
-    auditCells, validationHistory, keyText, parseRoute, fetchAll,
+    auditCells, validationHistory, keyText, partitionRows, parseRoute, fetchAll,
   };
 }
 
@@ -923,6 +941,14 @@ if (typeof document !== "undefined") {
         ["since", escapeHtml(t.since || "unknown")],
         ...(t.condition ? [["condition", escapeHtml(t.condition)]] : []),
       ])]);
+    }
+    const parts = partitionRows(v, ms);
+    if (parts.length) {
+      cards.push([`Partitions (${parts.length})`, `<table class="mini partitions"><caption class="sr-only">Partitions, by part</caption><thead><tr>` +
+        `<th scope="col">part</th><th scope="col">range</th><th scope="col">checkpoint</th><th scope="col">owner</th><th scope="col">rows</th><th scope="col">batches</th><th scope="col">diagnostic</th></tr></thead><tbody>` +
+        parts.map((p) => `<tr><td class="num">${escapeHtml(p.part)}</td><td class="mono">${escapeHtml(p.range)}</td><td class="mono">${escapeHtml(p.checkpoint)}</td>` +
+          `<td>${escapeHtml(p.owner)}</td><td class="num">${escapeHtml(p.rows)}</td><td class="num">${escapeHtml(p.batches)}</td><td>${escapeHtml(p.diagnostic)}</td></tr>`).join("") +
+        "</tbody></table>"]);
     }
     const settings = settingsRows(v);
     if (settings.length) cards.push(["Live settings", dl(settings.map(([k, val]) => [k, escapeHtml(val)]))]);
