@@ -6,14 +6,15 @@
 //! Index (each test names the guard whose removal it shows to matter):
 //! - PAR-2..4 with every guard in place every property holds and every
 //!   reachability property is reached: `par2_model_all_properties_hold_*`
-//! - PAR-2 with the generation and range checks in place, the fence's
-//!   owner, lease, state and expected-checkpoint checks are redundant here:
-//!   `par2_model_generation_alone_*`
+//! - PAR-2 with the generation and partition-end checks in place, the
+//!   fence's owner, lease, state, expected-checkpoint and forward checks
+//!   are redundant here: `par2_model_generation_alone_*`
 //! - PAR-2 (CLM-1) no two owners commit under one generation; breaks when a
 //!   claim does not advance the generation: `par2_model_no_two_owners_*`
 //! - PAR-2 (EX-3) a checkpoint never decreases and never passes its
-//!   partition's end; breaks when the fence checks the backfill's bound
-//!   instead: `par2_model_checkpoint_*`
+//!   partition's end; passes it when the fence checks the backfill's bound
+//!   instead, decreases when the fence checks neither the claim nor that
+//!   the checkpoint moves forward: `par2_model_checkpoint_*`
 //! - PAR-3 (CT-5) no batch from before a pause commits after it; breaks
 //!   when the fence ignores the generation, and when the pause neither
 //!   advances the partitions' generations nor drops their leases:
@@ -83,13 +84,14 @@
 //! # Guards and what their removal breaks
 //!
 //! Each [`Guards`] flag is one check or effect of the design. Each row's
-//! test removes that guard (both, in the pause's row) and asserts that the
-//! checker finds a counterexample to the property:
+//! test removes the guards it names and asserts that the checker finds a
+//! counterexample to the property:
 //!
 //! | Guard removed | Property broken |
 //! |---|---|
 //! | `claim_advances_generation` | no two owners commit in one partition under one generation |
-//! | `fence_checks_partition_range` | a partition's checkpoint never decreases and never passes its end |
+//! | `fence_checks_partition_end` | a partition's checkpoint never decreases and never passes its end (it passes its end) |
+//! | `fence_checks_forward`, with owner, generation, lease and expected checkpoint | a partition's checkpoint never decreases and never passes its end (it decreases) |
 //! | `fence_checks_generation` | after a pause commits, no batch from before it commits |
 //! | `pause_advances_generations` and `pause_drops_leases` | after a pause commits, no batch from before it commits |
 //! | `completion_fenced` | completed only after every partition ended and validation succeeded |
@@ -100,11 +102,12 @@
 //! holds by itself, since that move is one update from `running`; what the
 //! serialization adds is that some commit makes it at all.
 //!
-//! `fence_checks_owner`, `fence_checks_lease`, `fence_checks_state` and
-//! `fence_checks_expected_checkpoint` can all be removed at once and every
-//! property still holds (the checker even reaches as many states): in this
-//! model, a generation names exactly one claim, and every transition out
-//! of `running` also advances every partition's generation. Likewise the
+//! `fence_checks_owner`, `fence_checks_lease`, `fence_checks_state`,
+//! `fence_checks_expected_checkpoint` and `fence_checks_forward` can all be
+//! removed at once and every property still holds: in this model, a
+//! generation names exactly one claim, every transition out of `running`
+//! also advances every partition's generation, and a batch begun on the
+//! current generation starts from the current checkpoint. Likewise the
 //! pause's two halves back each other. They remain defence in depth for
 //! what the model leaves out (below), as CLM-2 requires: a lease that
 //! expires with no takeover, effects outside the transaction, and a change
@@ -134,15 +137,15 @@
 //! With 2 workers, 2 partitions of 2 keys, batches of 1 or 2 keys, 2
 //! expiries, 1 pause and 1 failure, a full check reaches 584,499 states
 //! (3,213,833 visited, depth 22), in about 10 s of a debug build on one
-//! core. The binary runs two full checks and six that stop at their
-//! counterexample: about 20 s on one core, 20 to 35 s of wall time on a
-//! shared two-core machine. The ignored test adds two full checks (822,707
-//! and 292,473 states), about 15 s more. Every counterexample is found
-//! within 10 steps; run with `--nocapture` to see each one's actions. From
-//! the workspace root: `cargo test -p backfill --test model` (the default
-//! member is the CLI package).
+//! core. The binary runs two full checks and seven that stop at their
+//! counterexample: about 12 s of CPU, 7 to 35 s of wall time on a shared
+//! two-core machine, depending on its load. The ignored test adds two full
+//! checks (822,707 and 292,473 states), about 15 s more. Every
+//! counterexample is found within 10 steps; run with `--nocapture` to see
+//! each one's actions. From the workspace root: `cargo test -p backfill
+//! --test model` (the default member is the CLI package).
 
-use stateright::{Checker, HasDiscoveries, Model, Property};
+use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 use std::collections::BTreeSet;
 
 /// Workers (runners) in the model.
@@ -181,9 +184,12 @@ struct Guards {
     /// The batch fence requires the checkpoint the batch started from.
     fence_checks_expected_checkpoint: bool,
     /// The batch fence requires the new checkpoint to be beyond the current
-    /// one and at most the partition's own end; without it the fence checks
-    /// the backfill's bound, as a single-range fence would.
-    fence_checks_partition_range: bool,
+    /// one.
+    fence_checks_forward: bool,
+    /// The batch fence requires the new checkpoint to be at most the
+    /// partition's own end; without it the fence checks the backfill's
+    /// bound, as a single-range fence would.
+    fence_checks_partition_end: bool,
     /// Pause and a partition's failure advance every partition's generation
     /// in their own transaction.
     pause_advances_generations: bool,
@@ -207,7 +213,8 @@ impl Guards {
         fence_checks_lease: true,
         fence_checks_state: true,
         fence_checks_expected_checkpoint: true,
-        fence_checks_partition_range: true,
+        fence_checks_forward: true,
+        fence_checks_partition_end: true,
         pause_advances_generations: true,
         pause_drops_leases: true,
         last_ending_serialized: true,
@@ -417,11 +424,12 @@ impl Protocol {
         let g = &self.guards;
         let p = b.partition as usize;
         let current = s.parts[p].checkpoint;
-        let in_range = if g.fence_checks_partition_range {
-            b.proposed > current && b.proposed <= UPPER[p]
+        let end = if g.fence_checks_partition_end {
+            UPPER[p]
         } else {
-            b.proposed <= BOUND
+            BOUND
         };
+        let in_range = (!g.fence_checks_forward || b.proposed > current) && b.proposed <= end;
         self.claim_fence(s, w, p, b.fresh)
             && (!g.fence_checks_expected_checkpoint || current == b.expected)
             && in_range
@@ -706,9 +714,9 @@ fn assert_holds(guards: Guards) {
 }
 
 /// Checks until `property` has a discovery, or the state space is done,
-/// and asserts that it has one: the counterexample, as the actions that
-/// lead to it, shows with `--nocapture`.
-fn assert_counterexample(guards: Guards, property: &'static str) {
+/// and asserts that it has one, which it returns: the counterexample, as
+/// the actions that lead to it, shows with `--nocapture`.
+fn assert_counterexample(guards: Guards, property: &'static str) -> Path<State, Action> {
     let checker = Protocol { guards }
         .checker()
         .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
@@ -716,9 +724,9 @@ fn assert_counterexample(guards: Guards, property: &'static str) {
         .join();
     let found = checker.discovery(property);
     assert!(found.is_some(), "no counterexample for {property:?}");
-    if let Some(path) = found {
-        println!("{property}:\n{:?}", path.into_actions());
-    }
+    let path = found.unwrap();
+    println!("{property}:\n{:?}", path.clone().into_actions());
+    path
 }
 
 /// With every guard in place, no `always` property has a counterexample
@@ -729,10 +737,11 @@ fn par2_model_all_properties_hold_with_all_guards() {
     assert_holds(Guards::ALL);
 }
 
-/// The owner, lease, state and expected-checkpoint checks of the batch
-/// fence can all go and every property still holds: the generation a batch
-/// presents names exactly one claim, and every transition out of `running`
-/// advances every partition's generation.
+/// The owner, lease, state, expected-checkpoint and forward checks of the
+/// batch fence can all go and every property still holds: the generation a
+/// batch presents names exactly one claim, every transition out of
+/// `running` advances every partition's generation, and a batch that
+/// begins on the current generation starts from the current checkpoint.
 #[test]
 fn par2_model_generation_alone_fences_batches_here() {
     assert_holds(Guards {
@@ -740,6 +749,7 @@ fn par2_model_generation_alone_fences_batches_here() {
         fence_checks_lease: false,
         fence_checks_state: false,
         fence_checks_expected_checkpoint: false,
+        fence_checks_forward: false,
         ..Guards::ALL
     });
 }
@@ -760,12 +770,32 @@ fn par2_model_no_two_owners_commit_under_one_generation() {
 /// end. Against the backfill's bound only, a batch of the first partition
 /// runs into the keys of the second.
 #[test]
-fn par2_model_checkpoint_never_decreases_or_passes_its_end() {
+fn par2_model_checkpoint_never_passes_its_end() {
     let guards = Guards {
-        fence_checks_partition_range: false,
+        fence_checks_partition_end: false,
         ..Guards::ALL
     };
-    assert_counterexample(guards, CHECKPOINT_IN_RANGE);
+    let path = assert_counterexample(guards, CHECKPOINT_IN_RANGE);
+    assert!(!path.last_state().regressed);
+}
+
+/// Guard: the fence checks that the new checkpoint is beyond the current
+/// one. That check is backed by the claim checks (see
+/// `par2_model_generation_alone_*`); without all of them, after a
+/// takeover both the previous owner's batch and the new owner's commit, and
+/// the later one moves the checkpoint back.
+#[test]
+fn par2_model_checkpoint_never_decreases() {
+    let guards = Guards {
+        fence_checks_forward: false,
+        fence_checks_owner: false,
+        fence_checks_generation: false,
+        fence_checks_lease: false,
+        fence_checks_expected_checkpoint: false,
+        ..Guards::ALL
+    };
+    let path = assert_counterexample(guards, CHECKPOINT_IN_RANGE);
+    assert!(path.last_state().regressed);
 }
 
 /// Guard: the fence checks the generation. Without it, a worker that began
