@@ -6,7 +6,7 @@
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - PAR-1 split validation, exact cover, partitions written at `start`:
-//!   `par1_*`
+//!   `par1_*` (also a refused split through the admin API: a 422)
 //! - PAR-2 partitions claimed by two engines on separate pools, a stale
 //!   partition owner rejected at commit, a runtime completing a
 //!   partitioned backfill: `par2_*`

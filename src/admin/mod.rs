@@ -81,6 +81,11 @@ pub enum AdminError {
     PayloadTooLarge,
     #[error("this server has no definition for the backfill")]
     NoDefinition,
+    /// The definition's split points were refused at `start` (PAR-1): a
+    /// defect of the deployed repair, not of the request. The start
+    /// rolled back; nothing was written.
+    #[error("{0}")]
+    InvalidSplit(String),
     /// API-3: too many rejected requests from this source; retry after
     /// this many seconds.
     #[error("too many rejected requests from this source; retry later")]
@@ -104,6 +109,7 @@ impl AdminError {
             AdminError::UnsupportedMediaType => 415,
             AdminError::PayloadTooLarge => 413,
             AdminError::NoDefinition => 409,
+            AdminError::InvalidSplit(_) => 422,
             AdminError::TooManyRequests(_) => 429,
             AdminError::Unavailable(_) => 503,
             AdminError::Internal(_) => 500,
@@ -122,6 +128,7 @@ impl AdminError {
             AdminError::UnsupportedMediaType => "unsupported_media_type",
             AdminError::PayloadTooLarge => "payload_too_large",
             AdminError::NoDefinition => "no_definition",
+            AdminError::InvalidSplit(_) => "invalid_split",
             AdminError::TooManyRequests(_) => "too_many_requests",
             AdminError::Unavailable(_) => "unavailable",
             AdminError::Internal(_) => "internal",
@@ -158,6 +165,7 @@ impl From<EngineError> for AdminError {
             EngineError::UnknownBackfill(_) => AdminError::NotFound,
             EngineError::NoDefinition(_) => AdminError::NoDefinition,
             EngineError::InvalidSettings(e) => AdminError::InvalidSettings(e),
+            e @ EngineError::Split { .. } => AdminError::InvalidSplit(bounded(e.to_string())),
             EngineError::Store(e) => e.into(),
             // Repair diagnostics are bounded and redacted by contract.
             other => AdminError::Internal(bounded(other.to_string())),

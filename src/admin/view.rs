@@ -450,8 +450,8 @@ pub struct ConflictBody {
 pub struct ErrorBody {
     /// Stable code: `unauthorized`, `forbidden`, `bad_request`,
     /// `not_found`, `method_not_allowed`, `idempotency_key_reused`,
-    /// `invalid_settings`, `unsupported_media_type`, `payload_too_large`,
-    /// `no_definition`, `too_many_requests`,
+    /// `invalid_settings`, `invalid_split`, `unsupported_media_type`,
+    /// `payload_too_large`, `no_definition`, `too_many_requests`,
     /// `unavailable`, `internal`.
     pub error: String,
     pub message: String,

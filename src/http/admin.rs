@@ -316,7 +316,7 @@ async fn act(
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "Not allowed from the current state (ADM-5), or no local definition", body = ConflictBody),
-        (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the key answered another action or backfill; or `invalid_split`: the definition's split points were refused (PAR-1), nothing written", body = ErrorBody),
         (status = 500, description = "Server error; nothing committed", body = ErrorBody),
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )

@@ -244,3 +244,43 @@ async fn par1_a_partition_without_rows_ends_at_once() {
     assert_eq!(state(&engine).await, State::Completed);
     assert_eq!(count_n(&db, 1).await, 80);
 }
+
+/// PAR-1 through the admin API: a start whose split points are refused
+/// answers 422 `invalid_split` naming the problem, writes nothing (the
+/// row stays `pending`, no partition rows) and is audited as a rejection
+/// (AUD-1). Guard: `AdminError::InvalidSplit` for `EngineError::Split`
+/// (without it the answer is a 500 `internal`).
+#[actix_rt::test]
+async fn par1_refused_split_is_a_422_through_the_admin_api() {
+    use support::admin::{admin, call, serve, OPERATOR};
+    let db = test_db().await;
+    db.exec(&items_sql(100)).await;
+    let engine = engine_for(
+        &db,
+        parted(10, Hooks::new(), 4, Points::Fixed(vec![50, 25])),
+    )
+    .await;
+    engine.register().await.unwrap();
+    let server = serve(admin(engine.clone()));
+    let path = format!("/admin/backfills/{ID}/start");
+    let resp = call(&server.url, "POST", &path, Some(OPERATOR), Some("split-1")).await;
+    assert_eq!(resp.status, 422, "{}", resp.text);
+    assert_eq!(resp.body["error"], "invalid_split", "{}", resp.text);
+    let message = resp.body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("split point 1 is not strictly greater"),
+        "{message}"
+    );
+    let row = engine.get(ID).await.unwrap();
+    assert_eq!(row.state, State::Pending);
+    assert!(row.bound.is_none());
+    assert_eq!(partition_count(&db).await, 0);
+    let audited = db
+        .scalar(
+            "SELECT count(*) AS v FROM backfill_audit \
+             WHERE action = 'start' AND outcome = 'invalid_split'",
+        )
+        .await;
+    assert_eq!(audited, 1);
+    server.stop().await;
+}
