@@ -30,6 +30,9 @@ CREATE TABLE backfill_partition (
     rows_done        bigint NOT NULL DEFAULT 0,
     batches_done     bigint NOT NULL DEFAULT 0,
     batch_size       backfill_batch_size,
+    -- The throttle condition this partition's runner last reported, as
+    -- `backfill.throttle` is for a backfill without partitions (THR-2).
+    throttle         backfill_throttle,
     updated_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (backfill_id, part),
     CONSTRAINT backfill_partition_claim_shape

@@ -195,6 +195,9 @@ pub struct PartitionView {
     pub last_error: Option<String>,
     /// The batch size in force at its last batch; `null` before one.
     pub batch_size: Option<i32>,
+    /// Its runner's throttle condition (THR-2), while a current claim
+    /// holds the partition; `null` otherwise.
+    pub throttle: Option<Throttle>,
 }
 
 /// `none`, `held` or `expired`, judged by PostgreSQL's clock `now`.
@@ -229,6 +232,7 @@ impl PartitionView {
             next_attempt_at: row.next_attempt_at,
             last_error: row.last_error.as_deref().map(bounded),
             batch_size: row.batch_size,
+            throttle: Throttle::from_partition(row),
         }
     }
 }
@@ -259,10 +263,18 @@ impl Throttle {
     /// an unexpected shape are shown as unknown, never dropped with the
     /// condition (ADM-3).
     pub fn from_row(row: &BackfillRow) -> Option<Throttle> {
-        let stored = row.throttle.as_ref()?.as_object()?;
-        if row.owner.is_none()
-            || stored.get("generation").and_then(Value::as_i64) != Some(row.generation)
-        {
+        Self::current(row.throttle.as_ref(), row.owner.is_some(), row.generation)
+    }
+
+    /// The same for a partition's runner (PAR-5): current only while the
+    /// partition is claimed under the generation that reported it.
+    pub fn from_partition(row: &PartitionRow) -> Option<Throttle> {
+        Self::current(row.throttle.as_ref(), row.owner.is_some(), row.generation)
+    }
+
+    fn current(stored: Option<&Value>, claimed: bool, generation: i64) -> Option<Throttle> {
+        let stored = stored?.as_object()?;
+        if !claimed || stored.get("generation").and_then(Value::as_i64) != Some(generation) {
             return None;
         }
         let text = |name: &str| stored.get(name).and_then(Value::as_str);
@@ -392,6 +404,16 @@ impl BackfillView {
             .into_iter()
             .map(|p| PartitionView::from_row(p, row.db_now))
             .collect();
+        // The backfill is throttled while any of its runners is: the
+        // first throttled partition, named, stands for the backfill.
+        if self.throttle.is_none() {
+            self.throttle = self.partitions.iter().find_map(|p| {
+                p.throttle.clone().map(|t| Throttle {
+                    text: bounded(format!("partition {}: {}", p.part, t.text)),
+                    ..t
+                })
+            });
+        }
         self
     }
 }

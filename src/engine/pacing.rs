@@ -141,23 +141,39 @@ impl Engine {
         }
     }
 
-    /// Record (or clear) the throttle condition on the row, fenced by the
-    /// claim. A claim that no longer matches finds out at its next batch's
-    /// fence, so a miss here is not an error.
+    /// Record (or clear) the throttle condition on the claim's row (the
+    /// partition's, for a partition claim), fenced by the claim. A claim
+    /// that no longer matches finds out at its next batch's fence, so a
+    /// miss here is not an error.
     async fn set_throttle(
         &self,
         claim: &Claim,
         throttle: Option<&serde_json::Value>,
     ) -> Result<(), EngineError> {
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        store::backfill_throttle_set(
-            &mut conn,
-            &claim.id,
-            &claim.worker,
-            claim.generation,
-            throttle,
-        )
-        .await?;
+        match claim.partition {
+            Some(part) => {
+                store::partition_throttle_set(
+                    &mut conn,
+                    &claim.id,
+                    part,
+                    &claim.worker,
+                    claim.generation,
+                    throttle,
+                )
+                .await?
+            }
+            None => {
+                store::backfill_throttle_set(
+                    &mut conn,
+                    &claim.id,
+                    &claim.worker,
+                    claim.generation,
+                    throttle,
+                )
+                .await?
+            }
+        };
         Ok(())
     }
 }

@@ -66,6 +66,10 @@ pub struct PartitionRow {
     pub batches_done: i64,
     #[diesel(sql_type = Nullable<Integer>)]
     pub batch_size: Option<i32>,
+    /// The runner's throttle condition as `partition_throttle_set` wrote
+    /// it (with `since` and `generation`), or `NULL`.
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub throttle: Option<Value>,
     #[diesel(sql_type = Timestamptz)]
     pub updated_at: DateTime<Utc>,
 }
@@ -79,7 +83,7 @@ impl PartitionRow {
 
 const PARTITION_COLUMNS: &str = "backfill_id, part, lower, lower_json, upper, upper_json, \
      checkpoint, checkpoint_json, generation, owner, lease_expires_at, attempts, \
-     next_attempt_at, last_error, rows_done, batches_done, batch_size, updated_at";
+     next_attempt_at, last_error, rows_done, batches_done, batch_size, throttle, updated_at";
 
 /// Write the partitions of `id` in the `start` transaction that captured
 /// the bound (PAR-1), numbered from 0 in key order, each starting with its
@@ -319,6 +323,38 @@ pub async fn partition_release(
         .bind::<Integer, _>(i32::try_from(part).unwrap_or(i32::MAX))
         .bind::<Text, _>(worker)
         .bind::<BigInt, _>(generation),
+    )
+    .execute(conn)
+    .await?;
+    Ok(n == 1)
+}
+
+/// Record (or clear, `None`) the throttle condition of a partition's
+/// runner (THR-2), as `backfill_throttle_set` does for a backfill's own
+/// claim: stamped with `since` (PostgreSQL's clock) and the partition's
+/// generation, and fenced by owner and generation, so a runner that lost
+/// the partition cannot label the next owner's run; `false` means it did
+/// not match. Takes the partition's row lock for the statement only;
+/// written when the condition changes, never per batch.
+pub async fn partition_throttle_set(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    part: u32,
+    worker: &str,
+    generation: i64,
+    throttle: Option<&Value>,
+) -> Result<bool, StoreError> {
+    let n = super::cached(
+        diesel::sql_query(
+            "UPDATE backfill_partition SET throttle = CASE WHEN $5::jsonb IS NULL THEN NULL \
+                 ELSE $5::jsonb || jsonb_build_object('since', now(), 'generation', generation) END \
+             WHERE backfill_id = $1 AND part = $2 AND owner = $3 AND generation = $4",
+        )
+        .bind::<Text, _>(id)
+        .bind::<Integer, _>(i32::try_from(part).unwrap_or(i32::MAX))
+        .bind::<Text, _>(worker)
+        .bind::<BigInt, _>(generation)
+        .bind::<Nullable<Jsonb>, _>(throttle),
     )
     .execute(conn)
     .await?;

@@ -175,3 +175,70 @@ async fn thr4_concurrency_setting_caps_partitions_at_once() {
     assert!(b.renew_partitions("b", &held_b).await.unwrap().is_empty());
     assert!(b.claim_next("b", &[]).await.unwrap().is_none());
 }
+
+/// An application check that answers "unhealthy" while `down` is set.
+struct Switch {
+    down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[backfill::async_trait]
+impl backfill::health::HealthCheck for Switch {
+    async fn check(&self) -> Result<(), String> {
+        if std::sync::atomic::AtomicBool::load(&self.down, std::sync::atomic::Ordering::SeqCst) {
+            Err("maintenance window".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// PAR-5, THR-2: a throttled partition's runner is visible: the partition
+/// shows its condition, and the backfill shows it too, naming the
+/// partition; once the signal recovers, both are gone. Guard: the
+/// partition claim's condition written to its own row
+/// (`store::partition_throttle_set`); the backfill row has no owner
+/// while partitions run, so a write fenced by it shows nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn par5_a_throttled_partition_shows_its_condition_until_it_recovers() {
+    use backfill::engine::Gate;
+    use backfill::health::{HealthConfig, Monitor};
+    use support::admin::{admin, OPERATOR};
+    let (db, engine, _hooks) = started(400, 10, 4).await;
+    let mut claims = claim_all(&engine, 4).await;
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let monitor = Arc::new(Monitor::new(
+        db.pool.clone(),
+        HealthConfig::default(),
+        vec!["items".into()],
+        Some(Arc::new(Switch { down: down.clone() })),
+    ));
+    monitor.run_once().await;
+    assert!(engine.attach_health(monitor.clone()));
+    let gate = engine.gate(&mut claims[1]).await.unwrap();
+    assert!(matches!(gate, Gate::Throttled { .. }), "{gate:?}");
+    let admin = admin(engine.clone());
+    let meta = backfill::admin::RequestMeta {
+        bearer: Some(OPERATOR),
+        ..Default::default()
+    };
+    let view = admin.detail(&meta, ID).await.unwrap();
+    let throttled: Vec<i32> = view
+        .partitions
+        .iter()
+        .filter(|p| p.throttle.is_some())
+        .map(|p| p.part)
+        .collect();
+    assert_eq!(throttled, vec![1]);
+    let own = view.partitions[1].throttle.as_ref().unwrap();
+    assert_eq!(own.signal, "application");
+    assert!(own.text.contains("maintenance window"), "{}", own.text);
+    let whole = view.throttle.as_ref().expect("the backfill is throttled");
+    assert!(whole.text.starts_with("partition 1: "), "{}", whole.text);
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    monitor.run_once().await;
+    let gate = engine.gate(&mut claims[1]).await.unwrap();
+    assert_eq!(gate, Gate::Go);
+    let view = admin.detail(&meta, ID).await.unwrap();
+    assert!(view.throttle.is_none(), "{:?}", view.throttle);
+    assert!(view.partitions.iter().all(|p| p.throttle.is_none()));
+}
