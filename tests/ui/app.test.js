@@ -370,3 +370,25 @@ test("par5 each partition shows its range, checkpoint, owner and progress; unkno
   assert.deepStrictEqual(app.partitionRows({ partitions: [] }, 0), []);
   assert.deepStrictEqual(app.partitionRows({}, 0), []);
 });
+
+test("par5 each running partition has its own rate; an ended one or a stopped backfill has none", () => {
+  const view = (secs, done0, done1, state = "running") => ({
+    id: "b", state, observed_at: at(secs),
+    partitions: [
+      { part: 0, lower: null, upper: 100, checkpoint: done0, ended: false, rows_done: done0, batches_done: 1, owner: {} },
+      { part: 1, lower: 100, upper: 200, checkpoint: 200, ended: true, rows_done: done1, batches_done: 1, owner: {} },
+    ],
+  });
+  const rates = app.createRates(60000);
+  for (const p of app.partitionSamples(view(0, 10, 100))) rates.observe(p);
+  let rows = app.partitionRows(view(0, 10, 100), 0, rates, false);
+  assert.deepStrictEqual(rows.map((r) => r.rate), ["measuring…", "—"]);
+  for (const p of app.partitionSamples(view(2, 50, 100))) rates.observe(p);
+  rows = app.partitionRows(view(2, 50, 100), 0, rates, false);
+  assert.deepStrictEqual(rows.map((r) => r.rate), ["20.0 rows/s", "—"]);
+  assert.deepStrictEqual(app.partitionRows(view(2, 50, 100), 0, rates, true).map((r) => r.rate), ["stale", "—"]);
+  assert.deepStrictEqual(app.partitionRows(view(2, 50, 100, "paused"), 0, rates, false).map((r) => r.rate), ["—", "—"]);
+  const throttled = view(2, 50, 100);
+  throttled.partitions[0].throttle = { signal: "lock_waiters", text: "lock waiters 3 > 0" };
+  assert.strictEqual(app.partitionRows(throttled, 0, rates, false)[0].throttle, "lock waiters 3 > 0");
+});

@@ -30,9 +30,14 @@ fn partition_line(p: &PartitionView) -> String {
         .as_deref()
         .map(|e| format!(", last error: {}", crate::screen::one_line(e)))
         .unwrap_or_default();
+    let throttle = p
+        .throttle
+        .as_ref()
+        .map(|t| format!(", throttled: {}", crate::screen::one_line(&t.text)))
+        .unwrap_or_default();
     let label = format!("partition {}", p.part);
     format!(
-        "{label:<13} ({}, {}] {at}, {} rows in {} batches, {owner}{error}\n",
+        "{label:<13} ({}, {}] {at}, {} rows in {} batches, {owner}{throttle}{error}\n",
         key(&p.lower, "start"),
         key(&p.upper, "?"),
         p.rows_done,
@@ -63,6 +68,7 @@ mod tests {
             next_attempt_at: None,
             last_error: None,
             batch_size: None,
+            throttle: None,
         }
     }
 
@@ -80,6 +86,19 @@ mod tests {
         assert_eq!(
             partition_line(&part(2, Some(200), None, false)),
             "partition 2   (200, 300] at its start, 30 rows in 3 batches, held by w1\n"
+        );
+        let mut throttled = part(3, Some(300), Some(310), false);
+        throttled.throttle = Some(backfill::admin::Throttle {
+            signal: "lock_waiters".into(),
+            value: Some(3.0),
+            threshold: Some(0.0),
+            text: "lock waiters 3 > 0".into(),
+            since: None,
+        });
+        assert_eq!(
+            partition_line(&throttled),
+            "partition 3   (300, 400] at 310, 30 rows in 3 batches, held by w1, \
+             throttled: lock waiters 3 > 0\n"
         );
     }
 }

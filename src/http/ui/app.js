@@ -236,12 +236,12 @@ function rateEta(view, rate, stale) {
   if (!view || view.state !== "running") return { rate: "—", eta: "—", applicable: false };
   if (stale) return { rate: "stale", eta: "stale", applicable: true };
   if (!isNum(rate)) return { rate: "measuring…", eta: "measuring…", applicable: true };
-  const rateText = `${rate >= 100 ? fmtCount(rate) : rate.toFixed(1)} rows/s`;
+  const text = rateText(rate);
   const info = progressInfo(view.progress);
-  if (info.total === null) return { rate: rateText, eta: "unknown (total unknown)", applicable: true };
-  if (rate <= 0) return { rate: rateText, eta: "unknown (no progress)", applicable: true };
+  if (info.total === null) return { rate: text, eta: "unknown (total unknown)", applicable: true };
+  if (rate <= 0) return { rate: text, eta: "unknown (no progress)", applicable: true };
   const left = Math.max(0, info.total - (info.done || 0));
-  return { rate: rateText, eta: fmtDuration((left / rate) * 1000), applicable: true };
+  return { rate: text, eta: fmtDuration((left / rate) * 1000), applicable: true };
 }
 
 // The lease in words, judged by the server's clock: "lease expires in
@@ -633,17 +633,49 @@ function keyText(value, absent) {
 // server reports them: range `(lower, upper]`, checkpoint, owner and
 // progress. Empty for a backfill without partitions; a value the server
 // did not send shows as unknown, never as zero.
-function partitionRows(view, elapsedMs) {
+function partitionRows(view, elapsedMs, rates, stale) {
+  const parts = view && Array.isArray(view.partitions) ? view.partitions : [];
+  return parts.map((p) => {
+    // A partition moves only while its backfill runs and it has not ended;
+    // otherwise its rate is not applicable (neither zero nor unknown).
+    const moving = view.state === "running" && !p.ended;
+    const rate = !moving ? "—" : stale ? "stale" : rateText(rates ? rates.rate(partitionKey(view.id, p.part)) : null);
+    return {
+      part: isNum(p.part) ? String(p.part) : "unknown",
+      range: `(${keyText(p.lower, "start")}, ${keyText(p.upper, "unknown")}]`,
+      checkpoint: p.ended ? "ended" : keyText(p.checkpoint, "none: at its start"),
+      owner: ownerText(p.owner, view.observed_at, elapsedMs),
+      rows: fmtCount(p.rows_done),
+      batches: fmtCount(p.batches_done),
+      rate,
+      throttle: p.throttle && p.throttle.text ? p.throttle.text : "",
+      diagnostic: p.last_error || "",
+    };
+  });
+}
+
+// The key a partition's rate samples are kept under.
+function partitionKey(id, part) {
+  return `${id}#${part}`;
+}
+
+// Each partition of `view` as a view of its own for `rates.observe`:
+// rows done per partition, running while the backfill runs and the
+// partition has not ended (PAR-5).
+function partitionSamples(view) {
   const parts = view && Array.isArray(view.partitions) ? view.partitions : [];
   return parts.map((p) => ({
-    part: isNum(p.part) ? String(p.part) : "unknown",
-    range: `(${keyText(p.lower, "start")}, ${keyText(p.upper, "unknown")}]`,
-    checkpoint: p.ended ? "ended" : keyText(p.checkpoint, "none: at its start"),
-    owner: ownerText(p.owner, view.observed_at, elapsedMs),
-    rows: fmtCount(p.rows_done),
-    batches: fmtCount(p.batches_done),
-    diagnostic: p.last_error || "",
+    id: partitionKey(view.id, p.part),
+    state: view.state === "running" && !p.ended ? "running" : "ended",
+    progress: { rows_done: p.rows_done },
+    observed_at: view.observed_at,
   }));
+}
+
+// "1,234 rows/s", or "measuring…" until two reads apart give a rate.
+function rateText(rate) {
+  if (!isNum(rate)) return "measuring…";
+  return `${rate >= 100 ? fmtCount(rate) : rate.toFixed(1)} rows/s`;
 }
 
 // The route from `location.hash`: the list (optionally filtered by state)
@@ -688,7 +720,7 @@ if (typeof module !== "undefined") {
     retryText, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCell, validationCell, readinessCell, row,
     stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome,
-    auditCells, validationHistory, keyText, partitionRows, parseRoute, fetchAll,
+    auditCells, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
   };
 }
 
@@ -942,12 +974,13 @@ if (typeof document !== "undefined") {
         ...(t.condition ? [["condition", escapeHtml(t.condition)]] : []),
       ])]);
     }
-    const parts = partitionRows(v, ms);
+    const parts = partitionRows(v, ms, rates, stale());
     if (parts.length) {
       cards.push([`Partitions (${parts.length})`, `<table class="mini partitions"><caption class="sr-only">Partitions, by part</caption><thead><tr>` +
-        `<th scope="col">part</th><th scope="col">range</th><th scope="col">checkpoint</th><th scope="col">owner</th><th scope="col">rows</th><th scope="col">batches</th><th scope="col">diagnostic</th></tr></thead><tbody>` +
+        `<th scope="col">part</th><th scope="col">range</th><th scope="col">checkpoint</th><th scope="col">owner</th><th scope="col">rows</th><th scope="col">batches</th><th scope="col">rows/s</th><th scope="col">diagnostic</th></tr></thead><tbody>` +
         parts.map((p) => `<tr><td class="num">${escapeHtml(p.part)}</td><td class="mono">${escapeHtml(p.range)}</td><td class="mono">${escapeHtml(p.checkpoint)}</td>` +
-          `<td>${escapeHtml(p.owner)}</td><td class="num">${escapeHtml(p.rows)}</td><td class="num">${escapeHtml(p.batches)}</td><td>${escapeHtml(p.diagnostic)}</td></tr>`).join("") +
+          `<td>${escapeHtml(p.owner)}</td><td class="num">${escapeHtml(p.rows)}</td><td class="num">${escapeHtml(p.batches)}</td><td class="num">${escapeHtml(p.rate)}</td>` +
+          `<td>${escapeHtml([p.throttle && `throttled: ${p.throttle}`, p.diagnostic].filter(Boolean).join("; "))}</td></tr>`).join("") +
         "</tbody></table>"]);
     }
     const settings = settingsRows(v);
@@ -1065,6 +1098,7 @@ if (typeof document !== "undefined") {
         ui.detailAt = ui.lastOkAt;
         ui.audit = got.audit;
         rates.observe(got.detail);
+        for (const p of partitionSamples(got.detail)) rates.observe(p);
       } else {
         ui.views = got.items;
         ui.viewsAt = ui.lastOkAt;
