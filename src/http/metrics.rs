@@ -116,86 +116,30 @@ fn exposition(
 
 /// The families read at scrape time, with their values set.
 fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>> {
-    let mut out: Vec<Box<dyn Collector>> = Vec::new();
-
-    let known = IntGauge::new(
-        "backfill_state_known",
-        "Whether lifecycle counts could be read from PostgreSQL.",
-    )?;
-    known.set(i64::from(scrape.counts.is_some()));
-    out.push(Box::new(known));
-
-    if let Some(counts) = scrape.counts {
-        let backfills = IntGaugeVec::new(
-            Opts::new("backfill_backfills", "Backfills per lifecycle state."),
-            &["state"],
-        )?;
-        // Every state, zero included: an absent series would read as
-        // unknown rather than as none.
-        for state in State::ALL {
-            let n = counts
-                .iter()
-                .find(|(s, _)| *s == state)
-                .map(|(_, n)| *n)
-                .unwrap_or(0);
-            backfills.with_label_values(&[state.as_str()]).set(n);
-        }
-        out.push(Box::new(backfills));
-    }
-
+    let mut out = lifecycle_families(scrape.counts.as_deref())?;
     // PAR-5: partitions of every partitioned backfill by status (bounded
     // labels, OBS-2); absent when they could not be read.
     if let Some(partitions) = scrape.partitions {
-        let family = IntGaugeVec::new(
-            Opts::new(
-                "backfill_partitions",
-                "Partitions of partitioned backfills by status: ended, claimed, waiting.",
-            ),
-            &["status"],
-        )?;
-        for (status, n) in partitions {
-            family.with_label_values(&[status]).set(n);
-        }
-        out.push(Box::new(family));
+        out.push(labelled_gauges(
+            "backfill_partitions",
+            "Partitions of partitioned backfills by status: ended, claimed, waiting.",
+            "status",
+            &partitions,
+        )?);
     }
-
-    // Unknown is not zero (OBS-2): when the gate could not be read, neither
-    // its state nor a count of what keeps it closed is exported (a
-    // `backfill_gate_gating 0` would read as "nothing keeps it closed").
-    if let Some(open) = scrape.gate.open {
-        let gate_open = IntGaugeVec::new(
-            Opts::new(
-                "backfill_gate_open",
-                "Readiness gate of required backfills (1 open, 0 closed; absent when unknown).",
-            ),
-            &["mode"],
-        )?;
-        gate_open
-            .with_label_values(&[scrape.gate.mode])
-            .set(i64::from(open));
-        out.push(Box::new(gate_open));
-        let gating = IntGauge::new(
-            "backfill_gate_gating",
-            "Required backfills keeping the gate closed (absent when unknown).",
-        )?;
-        gating.set(i64::try_from(scrape.gate.gating.len()).unwrap_or(i64::MAX));
-        out.push(Box::new(gating));
-    }
-
+    out.extend(gate_families(&scrape.gate)?);
     let serial = IntCounter::new(
         "backfill_overlap_serial_batches_total",
         "Batches of repairs that overlap commits which ran serially because the pool could not spare a second connection.",
     )?;
     serial.inc_by(scrape.serial_fallbacks);
     out.push(Box::new(serial));
-
-    // API-3: admin requests refused for lack of credentials, by reason
-    // (`unauthorized` answered 401, `throttled` answered 429); the audit
-    // holds the same counts per source and window.
     if let Some(snapshot) = &scrape.health {
         out.extend(health_families(snapshot)?);
     }
-
+    // API-3: admin requests refused for lack of credentials, by reason
+    // (`unauthorized` answered 401, `throttled` answered 429); the audit
+    // holds the same counts per source and window.
     if let Some(rejected) = scrape.rejected {
         let family = IntCounterVec::new(
             Opts::new(
@@ -210,6 +154,79 @@ fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>
         out.push(Box::new(family));
     }
     Ok(out)
+}
+
+/// Whether lifecycle counts could be read and, when they could, the
+/// backfills per state: every state, zero included, since an absent
+/// series would read as unknown rather than as none.
+fn lifecycle_families(
+    counts: Option<&[(State, i64)]>,
+) -> prometheus::Result<Vec<Box<dyn Collector>>> {
+    let known = IntGauge::new(
+        "backfill_state_known",
+        "Whether lifecycle counts could be read from PostgreSQL.",
+    )?;
+    known.set(i64::from(counts.is_some()));
+    let mut out: Vec<Box<dyn Collector>> = vec![Box::new(known)];
+    if let Some(counts) = counts {
+        let per_state: Vec<(&str, i64)> = State::ALL
+            .iter()
+            .map(|state| {
+                let n = counts
+                    .iter()
+                    .find(|(s, _)| s == state)
+                    .map_or(0, |(_, n)| *n);
+                (state.as_str(), n)
+            })
+            .collect();
+        out.push(labelled_gauges(
+            "backfill_backfills",
+            "Backfills per lifecycle state.",
+            "state",
+            &per_state,
+        )?);
+    }
+    Ok(out)
+}
+
+/// One gauge family with one bounded label and a value per label value.
+fn labelled_gauges(
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[(&str, i64)],
+) -> prometheus::Result<Box<dyn Collector>> {
+    let family = IntGaugeVec::new(Opts::new(name, help), &[label])?;
+    for (value, n) in values {
+        family.with_label_values(&[value]).set(*n);
+    }
+    Ok(Box::new(family))
+}
+
+/// The readiness gate's state and how many required backfills keep it
+/// closed. Unknown is not zero (OBS-2): when the gate could not be read,
+/// neither is exported (a `backfill_gate_gating 0` would read as "nothing
+/// keeps it closed").
+fn gate_families(gate: &GateReport) -> prometheus::Result<Vec<Box<dyn Collector>>> {
+    let Some(open) = gate.open else {
+        return Ok(Vec::new());
+    };
+    let gate_open = IntGaugeVec::new(
+        Opts::new(
+            "backfill_gate_open",
+            "Readiness gate of required backfills (1 open, 0 closed; absent when unknown).",
+        ),
+        &["mode"],
+    )?;
+    gate_open
+        .with_label_values(&[gate.mode])
+        .set(i64::from(open));
+    let gating = IntGauge::new(
+        "backfill_gate_gating",
+        "Required backfills keeping the gate closed (absent when unknown).",
+    )?;
+    gating.set(i64::try_from(gate.gating.len()).unwrap_or(i64::MAX));
+    Ok(vec![Box::new(gate_open), Box::new(gating)])
 }
 
 /// The health signals throttling reads (THR-2), one gauge per signal in
