@@ -193,36 +193,19 @@ pub struct Advance<'a> {
 
 impl Advance<'_> {
     /// `SELECT backfill_checkpoint_advance(..); COMMIT` with every value
-    /// hex-encoded ([`hex_literal`]).
+    /// hex-encoded ([`hex_literal`]). A partition claim's fence is
+    /// `backfill_partition_advance` (migration `..._partitions`), which
+    /// takes the partition's number after the ID: the partition's fence
+    /// joined with the backfill's `running` state, and at the last
+    /// partition's end the move of the backfill to `validating` (PAR-2,
+    /// PAR-4), with the same raise on a stale claim.
     fn fence_commit_sql(&self) -> String {
-        if let Some(part) = self.part {
-            return self.partition_fence_commit_sql(part);
-        }
+        let (function, part) = match self.part {
+            Some(part) => ("backfill_partition_advance", format!("{part}, ")),
+            None => ("backfill_checkpoint_advance", String::new()),
+        };
         format!(
-            "SELECT backfill_checkpoint_advance({}, {}, {}, {}, {}, ({})::jsonb, {}, {}); COMMIT",
-            text_literal(self.id),
-            text_literal(self.worker),
-            self.generation,
-            self.expected
-                .map(hex_literal)
-                .unwrap_or_else(|| "NULL".into()),
-            hex_literal(self.checkpoint),
-            text_literal(&self.checkpoint_json.to_string()),
-            self.rows,
-            self.batch_size,
-        )
-    }
-}
-
-impl Advance<'_> {
-    /// `SELECT backfill_partition_advance(..); COMMIT` (migration
-    /// `..._partitions`): the partition's fence, joined with the
-    /// backfill's `running` state, and at the last partition's end the
-    /// move of the backfill to `validating` (PAR-2, PAR-4). Same
-    /// encoding and the same raise on a stale claim as the backfill's own.
-    fn partition_fence_commit_sql(&self, part: u32) -> String {
-        format!(
-            "SELECT backfill_partition_advance({}, {part}, {}, {}, {}, {}, ({})::jsonb, {}, {}); COMMIT",
+            "SELECT {function}({}, {part}{}, {}, {}, {}, ({})::jsonb, {}, {}); COMMIT",
             text_literal(self.id),
             text_literal(self.worker),
             self.generation,
