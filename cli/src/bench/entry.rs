@@ -215,8 +215,14 @@ async fn run_one(
                 .await?
         }
         Runner::EngineP => {
+            // Alternating like the runners (see [`measure`]), so drift
+            // does not favour the same P every repetition.
+            let mut ps = report.partitions.clone();
+            if rep % 2 == 0 {
+                ps.reverse();
+            }
             let mut runs = Vec::new();
-            for &p in &report.partitions {
+            for p in ps {
                 let name = format!("engine-p{p}");
                 let shape = Shape::Partitioned(p);
                 runs.push(
