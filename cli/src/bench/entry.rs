@@ -214,24 +214,7 @@ async fn run_one(
             ctx.engine_run("engine-health", &items, rows, batch, rep, Shape::Monitored)
                 .await?
         }
-        Runner::EngineP => {
-            // Alternating like the runners (see [`measure`]), so drift
-            // does not favour the same P every repetition.
-            let mut ps = report.partitions.clone();
-            if rep % 2 == 0 {
-                ps.reverse();
-            }
-            let mut runs = Vec::new();
-            for p in ps {
-                let name = format!("engine-p{p}");
-                let shape = Shape::Partitioned(p);
-                runs.push(
-                    ctx.engine_run(&name, &items, rows, batch, rep, shape)
-                        .await?,
-                );
-            }
-            return Ok(runs);
-        }
+        Runner::EngineP => return engine_p(ctx, batch, rep, &report.partitions).await,
         Runner::EnginePProcs => {
             let p = (2 * report.cores as u32).min(MAX_PARTITIONS);
             ctx.engine_p_procs(batch, rep, p).await?
@@ -257,6 +240,33 @@ async fn run_one(
         }
     };
     Ok(vec![run])
+}
+
+/// The `engine-p` runs, one per P of `partitions` (`engine-p<P>`).
+async fn engine_p(
+    ctx: &mut Ctx,
+    batch: u32,
+    rep: u32,
+    partitions: &[u32],
+) -> Result<Vec<RunResult>, BenchError> {
+    // Alternating like the runners (see [`measure`]), so drift does not
+    // favour the same P every repetition.
+    let mut ps = partitions.to_vec();
+    if rep % 2 == 0 {
+        ps.reverse();
+    }
+    let items = ["items".to_string()];
+    let rows = ctx.args.rows;
+    let mut runs = Vec::new();
+    for p in ps {
+        let name = format!("engine-p{p}");
+        let shape = Shape::Partitioned(p);
+        runs.push(
+            ctx.engine_run(&name, &items, rows, batch, rep, shape)
+                .await?,
+        );
+    }
+    Ok(runs)
 }
 
 /// The partitions of the `engine-p` runs: `--partitions`, or the cores,

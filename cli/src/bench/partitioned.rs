@@ -29,7 +29,8 @@ const READY: &str = "ready";
 
 impl Ctx {
     /// One backfill of `--rows` rows in `partitions` partitions, half of
-    /// them run here, the rest in a child process, until `completed`.
+    /// them run here, the rest in a child process, until `completed`. The
+    /// batch latencies are this process's; the child's stay there.
     pub(super) async fn engine_p_procs(
         &mut self,
         batch: u32,

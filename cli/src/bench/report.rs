@@ -398,7 +398,8 @@ the key range at `start`), P runners in one process claiming, fencing and \
 running a partition each, one-statement form; `engine-p1` is `engine`'s \
 unpartitioned path. `engine-p-procs`: the same backfill in 2 x cores \
 partitions worked by two processes (this one and a child), each with its \
-own pool and runtime running half of them, until `completed`.\n\
+own pool and runtime running half of them, until `completed` (its batch \
+latencies are this process's half).\n\
 - `engine-k`: K backfills over K disjoint tables of N/K rows at once, one \
 process, one-statement form.\n\
 - `plpgsql-k`: K `plpgsql` loops over the same K tables at once, one \
