@@ -1,5 +1,6 @@
 //! Smoke test of `backfill bench`: at a tiny N it runs every runner (the
-//! engine with both forms of the repair), prints one JSON object of the
+//! engine with both forms of the repair, partitioned in one process and
+//! in two), prints one JSON object of the
 //! documented shape, and every run passed the verification (every row
 //! repaired exactly once). Timings are not
 //! asserted: a benchmark prints numbers.
@@ -48,6 +49,8 @@ fn bench_json_shape_and_verification() {
         "plpgsql_k_vs_k_plpgsql",
         "engine_sql_vs_engine",
         "engine_health_vs_engine",
+        "engine_p_vs_plpgsql",
+        "engine_k_vs_plpgsql_k",
     ] {
         let v = &report["ratios"][key]["100"];
         assert!(v.as_f64().is_some_and(|r| r > 0.0), "{key}: {v}");
@@ -56,6 +59,9 @@ fn bench_json_shape_and_verification() {
         assert!(range[0].as_f64().is_some_and(|r| r > 0.0), "{key}: {range}");
         assert_eq!(range[0], range[1], "{key}: {range}");
     }
+    // `engine-p` runs at P = cores by default.
+    let cores = report["cores"].as_u64().unwrap();
+    assert_eq!(report["partitions"], serde_json::json!([cores]), "{report}");
     let runs = report["runs"].as_array().unwrap();
     let mut runners: Vec<&str> = runs.iter().map(|r| r["runner"].as_str().unwrap()).collect();
     runners.sort();
@@ -67,6 +73,8 @@ fn bench_json_shape_and_verification() {
             "engine-health",
             "engine-k",
             "engine-keys",
+            "engine-p-procs",
+            format!("engine-p{cores}").as_str(),
             "engine-serial",
             "engine-sql",
             "plpgsql",
@@ -129,6 +137,48 @@ fn bench_adaptive_traces_every_batch_from_its_start_size() {
     assert!(sizes.windows(2).all(|w| w[1] * 2 <= w[0] * 3), "{sizes:?}");
     assert!(sizes.len() < 300, "{sizes:?}");
     assert_eq!(report["verified"], true, "{report}");
+}
+
+/// `--partitions` runs `engine-p` once per P, each run named by its P and
+/// verified; `engine-p1` is the unpartitioned path.
+#[test]
+fn bench_engine_p_runs_at_each_partition_count() {
+    let server = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args([
+            "bench",
+            "--only",
+            "engine-p",
+            "--partitions",
+            "3,1",
+            "--rows",
+            "2000",
+            "--batch",
+            "100",
+            "--reps",
+            "1",
+            "--json",
+            "--database",
+            "bft_bench_partitions",
+            "--database-url",
+            &server,
+        ])
+        .output()
+        .expect("run the bench binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert_eq!(report["verified"], true, "{report}");
+    assert_eq!(report["partitions"], serde_json::json!([1, 3]), "{report}");
+    let runners: Vec<&str> = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runner"].as_str().unwrap())
+        .collect();
+    assert_eq!(runners, ["engine-p1", "engine-p3"]);
 }
 
 #[test]

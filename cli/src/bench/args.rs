@@ -29,6 +29,13 @@ pub enum Runner {
     /// every signal at its default interval and limits while the batches
     /// ask it (THR-1): what throttling costs when nothing throttles.
     EngineHealth,
+    /// One backfill in P partitions in this process (PAR-1), one run per
+    /// `--partitions` value (P = cores by default), named `engine-p<P>`.
+    EngineP,
+    /// One backfill in 2 x cores partitions worked by two processes of
+    /// this binary at once (this one and a child), each with its own pool
+    /// and runtime running half the partitions.
+    EnginePProcs,
     /// K backfills over K disjoint tables at once (K = cores by default).
     EngineK,
     /// K `plpgsql` loops over the same K tables at once: how far the
@@ -60,6 +67,8 @@ pub(super) enum Shape {
     Sql,
     /// One-statement form with a health monitor attached (`engine-health`).
     Monitored,
+    /// One-statement form in this many partitions (`engine-p`).
+    Partitioned(u32),
 }
 
 /// Flags of `backfill bench`.
@@ -86,13 +95,17 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "plpgsql,client,engine,engine-sql,engine-keys,engine-serial,engine-health,engine-k,plpgsql-k"
+        default_value = "plpgsql,client,engine,engine-sql,engine-keys,engine-serial,engine-health,engine-p,engine-p-procs,engine-k,plpgsql-k"
     )]
     pub only: Vec<Runner>,
     /// Backfills of `engine-k` and loops of `plpgsql-k` (default: the
     /// number of cores). The N rows are split evenly over K tables.
     #[arg(long)]
     pub k: Option<usize>,
+    /// Partitions of the `engine-p` runs, comma-separated: one run of
+    /// each per repetition (default: the number of cores).
+    #[arg(long, value_delimiter = ',')]
+    pub partitions: Vec<u32>,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -121,6 +134,10 @@ pub struct BenchArgs {
     /// this database URL until killed.
     #[arg(long, hide = true)]
     pub takeover_owner: Option<String>,
+    /// Internal: run as the second process of `engine-p-procs` on this
+    /// database URL until its backfill is `completed`.
+    #[arg(long, hide = true)]
+    pub partition_worker: Option<String>,
 }
 
 /// Errors of the bench.

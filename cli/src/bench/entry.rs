@@ -4,9 +4,11 @@
 use super::args::{BenchArgs, BenchError, Runner, Shape};
 use super::context::Ctx;
 use super::extras::{admin_list, rss, takeover, takeover_owner};
+use super::partitioned::partition_worker;
 use super::report::{Report, METHOD};
 use super::sql::{TextValue, SETUP_SQL};
 use super::stats::RunResult;
+use backfill::repair::MAX_PARTITIONS;
 use backfill::store::{self, StoreError};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use std::path::Path;
@@ -17,6 +19,10 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
     check(&args)?;
     if let Some(url) = &args.takeover_owner {
         takeover_owner(&args, url).await?;
+        return Ok(0);
+    }
+    if let Some(url) = &args.partition_worker {
+        partition_worker(&args, url).await?;
         return Ok(0);
     }
     // A throwaway cluster when no server was given; stopped on drop.
@@ -52,6 +58,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         rows: args.rows,
         reps: args.reps,
         k,
+        partitions: partition_list(&args, cores),
         runs: Vec::new(),
         takeover: None,
         rss: None,
@@ -88,6 +95,15 @@ fn check(args: &BenchArgs) -> Result<(), BenchError> {
     }
     if args.k == Some(0) {
         return Err(BenchError::Args("--k must be positive".into()));
+    }
+    if args
+        .partitions
+        .iter()
+        .any(|&p| p == 0 || p > MAX_PARTITIONS)
+    {
+        return Err(BenchError::Args(format!(
+            "every --partitions must be 1 to {MAX_PARTITIONS}"
+        )));
     }
     Ok(())
 }
@@ -132,17 +148,17 @@ async fn measure(ctx: &mut Ctx, report: &mut Report) -> Result<(), BenchError> {
                 only.clone()
             };
             for &runner in &order {
-                let Some(run) = run_one(ctx, runner, batch, rep, report.k).await? else {
-                    continue;
-                };
-                if !ctx.args.json {
-                    eprintln!(
-                        "{} B={} rep {}: {:.0} rows/s, batch mean {:.3} ms, p99 {:.3} ms, verified {}",
-                        run.runner, run.batch, run.rep, run.rows_per_s(),
-                        run.batch_mean_ms, run.batch_p99_ms, run.verified
-                    );
+                let runs = run_one(ctx, runner, batch, rep, report).await?;
+                for run in runs {
+                    if !ctx.args.json {
+                        eprintln!(
+                            "{} B={} rep {}: {:.0} rows/s, batch mean {:.3} ms, p99 {:.3} ms, verified {}",
+                            run.runner, run.batch, run.rep, run.rows_per_s(),
+                            run.batch_mean_ms, run.batch_p99_ms, run.verified
+                        );
+                    }
+                    report.runs.push(run);
                 }
-                report.runs.push(run);
             }
         }
     }
@@ -162,16 +178,18 @@ async fn measure(ctx: &mut Ctx, report: &mut Report) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// One throughput run of `runner`; `None` for the extras, which
-/// [`measure`] runs once after all of them.
+/// The throughput runs of `runner` (one, or one per `--partitions` value
+/// for `engine-p`); none for the extras, which [`measure`] runs once
+/// after all of them.
 async fn run_one(
     ctx: &mut Ctx,
     runner: Runner,
     batch: u32,
     rep: u32,
-    k: usize,
-) -> Result<Option<RunResult>, BenchError> {
+    report: &Report,
+) -> Result<Vec<RunResult>, BenchError> {
     let rows = ctx.args.rows;
+    let k = report.k;
     let items = ["items".to_string()];
     let run = match runner {
         Runner::Plpgsql => ctx.plpgsql(batch, rep).await?,
@@ -196,6 +214,11 @@ async fn run_one(
             ctx.engine_run("engine-health", &items, rows, batch, rep, Shape::Monitored)
                 .await?
         }
+        Runner::EngineP => return engine_p(ctx, batch, rep, &report.partitions).await,
+        Runner::EnginePProcs => {
+            let p = (2 * report.cores as u32).min(MAX_PARTITIONS);
+            ctx.engine_p_procs(batch, rep, p).await?
+        }
         Runner::EngineK => {
             let tables = k_tables(k);
             let each = (rows / k as u64).max(1);
@@ -212,9 +235,50 @@ async fn run_one(
             ctx.drop_tables(&tables).await?;
             r
         }
-        Runner::Takeover | Runner::Rss | Runner::AdminList | Runner::Adaptive => return Ok(None),
+        Runner::Takeover | Runner::Rss | Runner::AdminList | Runner::Adaptive => {
+            return Ok(Vec::new())
+        }
     };
-    Ok(Some(run))
+    Ok(vec![run])
+}
+
+/// The `engine-p` runs, one per P of `partitions` (`engine-p<P>`).
+async fn engine_p(
+    ctx: &mut Ctx,
+    batch: u32,
+    rep: u32,
+    partitions: &[u32],
+) -> Result<Vec<RunResult>, BenchError> {
+    // Alternating like the runners (see [`measure`]), so drift does not
+    // favour the same P every repetition.
+    let mut ps = partitions.to_vec();
+    if rep % 2 == 0 {
+        ps.reverse();
+    }
+    let items = ["items".to_string()];
+    let rows = ctx.args.rows;
+    let mut runs = Vec::new();
+    for p in ps {
+        let name = format!("engine-p{p}");
+        let shape = Shape::Partitioned(p);
+        runs.push(
+            ctx.engine_run(&name, &items, rows, batch, rep, shape)
+                .await?,
+        );
+    }
+    Ok(runs)
+}
+
+/// The partitions of the `engine-p` runs: `--partitions`, or the cores,
+/// at most [`MAX_PARTITIONS`].
+fn partition_list(args: &BenchArgs, cores: usize) -> Vec<u32> {
+    if args.partitions.is_empty() {
+        return vec![(cores as u32).clamp(1, MAX_PARTITIONS)];
+    }
+    let mut ps = args.partitions.clone();
+    ps.sort_unstable();
+    ps.dedup();
+    ps
 }
 
 /// The report as the Markdown file `path` (benches/README.md), headed by

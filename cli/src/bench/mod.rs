@@ -29,7 +29,13 @@
 //!    machine's own scaling limit that `engine-k` is read against;
 //! 9. `engine-health`: the same as `engine` with the health monitor reading
 //!    every signal at its defaults while each batch asks it (THR-1): the
-//!    cost of throttling when nothing throttles, read against `engine`.
+//!    cost of throttling when nothing throttles, read against `engine`;
+//! 10. `engine-p`: one backfill in P partitions (PAR-1) run by P runners of
+//!     one process, once per `--partitions` value (`engine-p<P>`, P = cores
+//!     by default; `engine-p1` is the unpartitioned path), read against
+//!     `plpgsql`;
+//! 11. `engine-p-procs`: one backfill in 2 x cores partitions worked by two
+//!     processes of the binary at once, each with its own pool and runtime.
 //!
 //! After every run every row must have `email_norm = lower(email)` and
 //! `touched = 1` (a 2 is a batch applied twice): otherwise the run is
@@ -48,6 +54,7 @@ mod args;
 mod context;
 mod entry;
 mod extras;
+mod partitioned;
 mod repair;
 mod report;
 mod runners;

@@ -1,12 +1,12 @@
 //! The bench's repair ([`ItemsRepair`]) in each of its shapes.
 
 use super::args::BenchError;
-use super::sql::{Count, Id, MaxId};
+use super::sql::{Count, Id, MaxId, MinMax};
 use async_trait::async_trait;
 use backfill::pace::BatchTarget;
 use backfill::repair::{
-    Batches, BigIntSummary, Mutated, Repair, RepairError, SelectAndMutate, SelectThenMutate,
-    SourceSet, SqlRepair, Validation,
+    even_splits, Batches, BigIntSummary, Mutated, Repair, RepairError, SelectAndMutate,
+    SelectThenMutate, SourceSet, SqlRepair, Validation,
 };
 use backfill::store::cached;
 use diesel::sql_types::{Array, BigInt};
@@ -48,6 +48,10 @@ pub struct ItemsRepair {
     /// What [`Repair::batch_target`] answers: `None` runs every batch at
     /// `batch`.
     target: Option<BatchTarget>,
+    /// What [`Repair::partitions`] answers.
+    partitions: u32,
+    /// The key range [`Repair::split_points`] divides evenly.
+    range: String,
 }
 
 impl ItemsRepair {
@@ -73,6 +77,8 @@ impl ItemsRepair {
             throttle: Duration::ZERO,
             overlap: true,
             target: None,
+            partitions: 1,
+            range: format!("SELECT min(id) AS min, max(id) AS max FROM {table} WHERE id <= $1"),
         }
     }
 
@@ -155,6 +161,13 @@ impl ItemsRepair {
         self
     }
 
+    /// The same repair in up to `partitions` partitions of (nearly) equal
+    /// key width (PAR-1); 1 is the unpartitioned path unchanged.
+    pub fn partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions;
+        self
+    }
+
     /// The same update declared as a [`SqlRepair`], which writes its own
     /// statements (the one-statement form, as `fused_sql`).
     pub fn declared(self) -> Result<SqlRepair, BenchError> {
@@ -189,6 +202,27 @@ impl Repair for ItemsRepair {
     /// an earlier one wrote (`serial` says otherwise, for comparison).
     fn overlap_commits(&self) -> bool {
         self.overlap
+    }
+
+    fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    /// The bench's ids are dense (`generate_series`), so an even split of
+    /// `[min, max]` gives partitions of equal rows.
+    async fn split_points(
+        &self,
+        conn: &mut AsyncPgConnection,
+        bound: &i64,
+        partitions: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        let row: MinMax = cached(diesel::sql_query(&self.range).bind::<BigInt, _>(*bound))
+            .get_result(conn)
+            .await?;
+        Ok(match (row.min, row.max) {
+            (Some(min), Some(max)) => even_splits(min, max, partitions),
+            _ => Vec::new(),
+        })
     }
 
     async fn capture_bound(

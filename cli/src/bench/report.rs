@@ -12,6 +12,8 @@ pub(super) struct Report {
     pub(super) rows: u64,
     pub(super) reps: u32,
     pub(super) k: usize,
+    /// The partitions of the `engine-p` runs (`engine-p<P>`), ascending.
+    pub(super) partitions: Vec<u32>,
     pub(super) runs: Vec<RunResult>,
     pub(super) takeover: Option<Value>,
     pub(super) rss: Option<Value>,
@@ -59,18 +61,35 @@ impl Report {
         }
     }
 
+    /// The `engine-p` run the `engine_p_vs_plpgsql` ratio reads: P = the
+    /// cores when it ran, else the largest P.
+    fn engine_p(&self) -> Option<String> {
+        let p = self
+            .partitions
+            .iter()
+            .find(|&&p| p as usize == self.cores)
+            .or(self.partitions.last())?;
+        Some(format!("engine-p{p}"))
+    }
+
     /// `(engine/plpgsql, engine/client, engine-k/(k*engine),
-    /// plpgsql-k/(k*plpgsql), engine-sql/engine)` for `batch`.
-    fn ratios(&self, batch: u32) -> [Option<f64>; 5] {
+    /// plpgsql-k/(k*plpgsql), engine-sql/engine, engine-p/plpgsql,
+    /// engine-k/plpgsql-k)` for `batch`.
+    fn ratios(&self, batch: u32) -> [Option<f64>; 7] {
         let e = self.median_rps("engine", batch);
         let p = self.median_rps("plpgsql", batch);
         let k = self.k as f64;
+        let ek = self.median_rps("engine-k", batch);
+        let pk = self.median_rps("plpgsql-k", batch);
+        let ep = self.engine_p().and_then(|r| self.median_rps(&r, batch));
         [
             self.ratio(e, p),
             self.ratio(e, self.median_rps("client", batch)),
-            self.ratio(self.median_rps("engine-k", batch), e.map(|e| e * k)),
-            self.ratio(self.median_rps("plpgsql-k", batch), p.map(|p| p * k)),
+            self.ratio(ek, e.map(|e| e * k)),
+            self.ratio(pk, p.map(|p| p * k)),
             self.ratio(self.median_rps("engine-sql", batch), e),
+            self.ratio(ep, p),
+            self.ratio(ek, pk),
         ]
     }
 
@@ -98,14 +117,17 @@ impl Report {
     }
 
     /// [`Report::ratios`]' per-repetition ranges, in the same order.
-    fn ranges(&self, batch: u32) -> [Option<(f64, f64)>; 5] {
+    fn ranges(&self, batch: u32) -> [Option<(f64, f64)>; 7] {
         let k = self.k as f64;
+        let ep = self.engine_p().unwrap_or_default();
         [
             self.rep_range("engine", "plpgsql", 1.0, batch),
             self.rep_range("engine", "client", 1.0, batch),
             self.rep_range("engine-k", "engine", k, batch),
             self.rep_range("plpgsql-k", "plpgsql", k, batch),
             self.rep_range("engine-sql", "engine", 1.0, batch),
+            self.rep_range(&ep, "plpgsql", 1.0, batch),
+            self.rep_range("engine-k", "plpgsql-k", 1.0, batch),
         ]
     }
 
@@ -131,18 +153,20 @@ impl Report {
     }
 
     pub(super) fn json(&self) -> Value {
-        let mut ratios = json!({
-            "engine_vs_plpgsql": {}, "engine_vs_client": {}, "engine_k_vs_k_engine": {},
-            "plpgsql_k_vs_k_plpgsql": {}, "engine_sql_vs_engine": {},
-        });
-        let mut ranges = ratios.clone();
         let keys = [
             "engine_vs_plpgsql",
             "engine_vs_client",
             "engine_k_vs_k_engine",
             "plpgsql_k_vs_k_plpgsql",
             "engine_sql_vs_engine",
+            "engine_p_vs_plpgsql",
+            "engine_k_vs_plpgsql_k",
         ];
+        let mut ratios = json!({});
+        for key in keys {
+            ratios[key] = json!({});
+        }
+        let mut ranges = ratios.clone();
         for b in self.batches() {
             for ((key, v), range) in keys.iter().zip(self.ratios(b)).zip(self.ranges(b)) {
                 ratios[key][b.to_string()] = json!(v);
@@ -160,6 +184,8 @@ impl Report {
             "rows": self.rows,
             "reps": self.reps,
             "k": self.k,
+            "partitions": self.partitions,
+            "engine_p_vs_plpgsql_runner": self.engine_p(),
             "verified": self.verified(),
             "ratios": ratios,
             "ratio_ranges_within_reps": ranges,
@@ -175,8 +201,8 @@ impl Report {
     pub(super) fn markdown(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
-            "Machine: {} cores; {} ({}).\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k and plpgsql-k (N split over K tables).\n\n",
-            self.cores, self.pg_version, self.durability, self.rows, self.reps, self.k
+            "Machine: {} cores; {} ({}).\n\nN = {} rows, {} repetitions (medians), K = {} for engine-k and plpgsql-k (N split over K tables), P = {:?} for engine-p.\n\n",
+            self.cores, self.pg_version, self.durability, self.rows, self.reps, self.k, self.partitions
         ));
         s.push_str(&self.runs_table());
         s.push_str(&self.ratios_table());
@@ -186,6 +212,23 @@ impl Report {
             if self.verified() { "passed" } else { "FAILED (invalid runs)" }
         ));
         s
+    }
+
+    /// The throughput runners in the order the tables show them.
+    fn runner_order(&self) -> Vec<String> {
+        let fixed = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let mut order = fixed(&[
+            "plpgsql",
+            "client",
+            "engine",
+            "engine-sql",
+            "engine-keys",
+            "engine-serial",
+            "engine-health",
+        ]);
+        order.extend(self.partitions.iter().map(|p| format!("engine-p{p}")));
+        order.extend(fixed(&["engine-p-procs", "engine-k", "plpgsql-k"]));
+        order
     }
 
     /// The Markdown table of the runs: a row per batch size and runner
@@ -201,17 +244,8 @@ impl Report {
         for b in self.batches() {
             let p = self.median_rps("plpgsql", b);
             let c = self.median_rps("client", b);
-            for runner in [
-                "plpgsql",
-                "client",
-                "engine",
-                "engine-sql",
-                "engine-keys",
-                "engine-serial",
-                "engine-health",
-                "engine-k",
-                "plpgsql-k",
-            ] {
+            for runner in &self.runner_order() {
+                let runner = runner.as_str();
                 let Some(rps) = self.median_rps(runner, b) else {
                     continue;
                 };
@@ -242,7 +276,9 @@ impl Report {
         let mut s = String::new();
         let bs = self.batches();
         if !bs.is_empty() {
-            s.push_str("\nRatios of the medians; in parentheses, the lowest and highest of the same ratio within one repetition (runs of a repetition are back to back).\n\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches | engine-sql / engine |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+            s.push_str(&format!("\nRatios of the medians; in parentheses, the lowest and highest of the same ratio within one repetition (runs of a repetition are back to back).\n\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches | engine-sql / engine | {} / plpgsql | engine xK / plpgsql xK |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+                self.engine_p().unwrap_or_else(|| "engine-p".into())
+            ));
             for b in bs {
                 let f = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
                 let with_range = |x: Option<f64>, r: Option<(f64, f64)>| match (x, r) {
@@ -251,20 +287,22 @@ impl Report {
                     }
                     _ => f(x),
                 };
-                let [a, c, k, pk, sql] = self.ratios(b);
-                let [ra, rc, rk, rpk, rsql] = self.ranges(b);
+                let [a, c, k, pk, sql, ep, kk] = self.ratios(b);
+                let [ra, rc, rk, rpk, rsql, rep, rkk] = self.ranges(b);
                 let phase = self.ratio(
                     self.median_phase_rps("engine", b),
                     self.median_phase_rps("plpgsql", b),
                 );
                 s.push_str(&format!(
-                    "| {b} | {} | {} | {} | {} | {} | {} |\n",
+                    "| {b} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                     with_range(a, ra),
                     with_range(c, rc),
                     with_range(k, rk),
                     with_range(pk, rpk),
                     f(phase),
-                    with_range(sql, rsql)
+                    with_range(sql, rsql),
+                    with_range(ep, rep),
+                    with_range(kk, rkk)
                 ));
             }
         }
@@ -355,6 +393,13 @@ its defaults (every signal read once a second on a task of its own; the \
 replication byte-lag limit on) and every batch asking the gate first, as \
 `engine` does too: `engine-health / engine` is what throttling costs when \
 nothing throttles.\n\
+- `engine-p<P>`: one backfill of N rows in P partitions (split evenly over \
+the key range at `start`), P runners in one process claiming, fencing and \
+running a partition each, one-statement form; `engine-p1` is `engine`'s \
+unpartitioned path. `engine-p-procs`: the same backfill in 2 x cores \
+partitions worked by two processes (this one and a child), each with its \
+own pool and runtime running half of them, until `completed` (its batch \
+latencies are this process's half).\n\
 - `engine-k`: K backfills over K disjoint tables of N/K rows at once, one \
 process, one-statement form.\n\
 - `plpgsql-k`: K `plpgsql` loops over the same K tables at once, one \
@@ -396,6 +441,7 @@ mod tests {
             rows: 1000,
             reps: 2,
             k: 2,
+            partitions: vec![2],
             runs: vec![
                 run("engine", 1, 10.0),
                 run("plpgsql", 1, 5.0),

@@ -17,6 +17,7 @@ use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 impl Ctx {
     pub(super) async fn plpgsql(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
@@ -191,6 +192,7 @@ impl Ctx {
                 Shape::TwoStatement => registry.register(repair.two_statement()),
                 Shape::Serial => registry.register(repair.serial()),
                 Shape::Sql => registry.register(repair.declared()?),
+                Shape::Partitioned(p) => registry.register(repair.partitions(p)),
             }
             .map_err(|e| BenchError::Run(e.to_string()))?;
         }
@@ -201,7 +203,7 @@ impl Ctx {
     /// through one engine and one runtime until all are `completed`.
     pub(super) async fn engine_run(
         &mut self,
-        runner: &'static str,
+        runner: &str,
         tables: &[String],
         rows_each: u64,
         batch: u32,
@@ -211,33 +213,29 @@ impl Ctx {
         self.reset_settled(tables, rows_each).await?;
         self.run_seq += 1;
         let (registry, ids) = self.registry_for(tables, batch, rep, shape)?;
+        // A runner per backfill, or per partition: every claim runs at once.
+        let runners = match shape {
+            Shape::Partitioned(p) => tables.len() * p as usize,
+            _ => tables.len(),
+        };
         // Two connections per runner (the repair overlaps commits, see
         // `Repair::overlap_commits`) plus renewer, validator and the bench.
-        let pool = store::build_pool(&self.url, 2 * tables.len() as u32 + 3).await?;
+        let pool = store::build_pool(&self.url, 2 * runners as u32 + 3).await?;
         let engine = Engine::new(pool.clone(), registry, self.engine_config())?;
         engine.register().await?;
         let monitor = match shape {
             Shape::Monitored => Some(monitored(&engine, pool).await),
             _ => None,
         };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let total_rows = rows_each * tables.len() as u64;
-        let backend = Arc::new(Timed {
-            engine: engine.clone(),
-            latencies: parking_lot::Mutex::new(Vec::with_capacity(
-                (total_rows / u64::from(batch)) as usize + 16 * tables.len(),
-            )),
-            done: tx,
-            failures: AtomicU64::new(0),
-            trace: None,
-        });
+        let (backend, mut rx) = timed(&engine, total_rows, batch, runners);
         let clock = RunClock::start();
         for id in &ids {
             engine.start(id).await?;
         }
         let runtime = RuntimeHandle::start(
             backend.clone(),
-            self.runtime_config(&format!("bench-{}", std::process::id()), tables.len()),
+            self.runtime_config(&format!("bench-{}", std::process::id()), runners),
         )
         .map_err(|e| BenchError::Run(e.to_string()))?;
         let mut completed = 0;
@@ -269,6 +267,28 @@ impl Ctx {
             runner, batch, total_rows, rep, timing, &mut lat, verified,
         ))
     }
+}
+
+/// `engine` as a timed backend for a run of `total_rows` rows in batches
+/// of `batch` over `claims` claims at once, and the receiver of its
+/// terminal outcomes.
+pub(super) fn timed(
+    engine: &Engine,
+    total_rows: u64,
+    batch: u32,
+    claims: usize,
+) -> (Arc<Timed>, UnboundedReceiver<Result<String, String>>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let backend = Arc::new(Timed {
+        engine: engine.clone(),
+        latencies: parking_lot::Mutex::new(Vec::with_capacity(
+            (total_rows / u64::from(batch)) as usize + 16 * claims,
+        )),
+        done: tx,
+        failures: AtomicU64::new(0),
+        trace: None,
+    });
+    (backend, rx)
 }
 
 /// Attach a health monitor at the default configuration to `engine`, as

@@ -86,6 +86,14 @@ pub(super) struct MaxId {
 }
 
 #[derive(QueryableByName)]
+pub(super) struct MinMax {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(super) min: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(super) max: Option<i64>,
+}
+
+#[derive(QueryableByName)]
 pub(super) struct Count {
     #[diesel(sql_type = BigInt)]
     pub(super) n: i64,

@@ -7,7 +7,7 @@ use std::time::Instant;
 /// One measured run.
 #[derive(Debug, Clone)]
 pub struct RunResult {
-    pub runner: &'static str,
+    pub runner: String,
     pub batch: u32,
     pub rows: u64,
     pub rep: u32,
@@ -27,7 +27,7 @@ impl RunResult {
     /// microseconds (sorted in place for the percentile).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
-        runner: &'static str,
+        runner: &str,
         batch: u32,
         rows: u64,
         rep: u32,
@@ -37,7 +37,7 @@ impl RunResult {
     ) -> Self {
         let (batch_mean_ms, batch_p99_ms) = latency_stats(latencies);
         Self {
-            runner,
+            runner: runner.to_string(),
             batch,
             rows,
             rep,
@@ -59,7 +59,10 @@ impl RunResult {
     /// batches. Meaningless for the K runners, whose batches overlap.
     pub(super) fn batch_phase_rows_per_s(&self) -> Option<f64> {
         let seconds = self.batch_mean_ms * self.batches as f64 / 1000.0;
-        let overlapping = matches!(self.runner, "engine-k" | "plpgsql-k");
+        // The partitioned runners' batches overlap too (`engine-p<P>`,
+        // `engine-p-procs`).
+        let overlapping = matches!(self.runner.as_str(), "engine-k" | "plpgsql-k")
+            || self.runner.starts_with("engine-p");
         (!overlapping && seconds > 0.0).then(|| self.rows as f64 / seconds)
     }
 
