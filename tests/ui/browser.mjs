@@ -265,7 +265,7 @@ const scenarios = {
     check((await page.evaluate(() => document.activeElement.id)) === "confirm-cancel", "focus starts on Cancel");
     await page.keyboard.press("Escape");
     await until("the dialog to close", () => dialog.isVisible(), (v) => !v);
-    check((await page.evaluate(() => document.activeElement.dataset.key)) === `act:pause:${RUNNING}`, "focus returns to the button");
+    await until("focus back on the button", () => page.evaluate(() => document.activeElement.dataset.key), (k) => k === `act:pause:${RUNNING}`);
     await step("cancelled");
 
     // The first pause reaches the server and commits; its response is lost.
@@ -380,7 +380,9 @@ const scenarios = {
     await shot("settings-confirm");
     await page.keyboard.press("Escape");
     await until("the dialog to close", () => page.locator("#confirm").isVisible(), (v) => !v);
-    check((await page.evaluate(() => document.activeElement.id)) === "settings-submit", "focus returns to the form's button");
+    // The dialog's close event, which hands focus back, is dispatched
+    // after the dialog is hidden: wait for it rather than race it.
+    await until("focus back on the form's button", () => page.evaluate(() => document.activeElement.id), (id) => id === "settings-submit");
     check(keys.length === 0, "a cancelled change sends nothing");
 
     // The first request commits; its answer is lost.
