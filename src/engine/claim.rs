@@ -1,9 +1,10 @@
 //! The claim a worker holds, and what it carries from one batch to the
 //! next: the open batch transaction and the state of its pacing.
 
+use super::error::EngineError;
 use crate::key::render_json;
 use crate::pace::{Policy, Sizing};
-use crate::repair::{BodyError, DynRepair, RepairError, SelectedBatch};
+use crate::repair::{BodyError, DynRepair, Registry, RepairError, SelectedBatch};
 use crate::settings::Settings;
 use crate::store::{self, PooledConn};
 use std::time::{Duration, Instant};
@@ -183,4 +184,28 @@ impl Claim {
 /// pool discards it.
 pub(super) async fn rollback_to_pool(mut conn: PooledConn<'static>) {
     let _ = store::batch_rollback(&mut conn).await;
+}
+
+/// Check a claimed row (a backfill's or a partition's) against this
+/// process's definition of `id` before anything runs (REG-4: fail
+/// closed): a definition must exist, and every stored key (`keys`: its
+/// bound or upper end, its checkpoint) must be of the definition's key
+/// type. Either miss is a typed error and the caller's claim transaction
+/// rolls back.
+pub(super) fn check_claimed(
+    registry: &Registry,
+    id: &str,
+    keys: [Option<&[u8]>; 2],
+) -> Result<(), EngineError> {
+    let def = registry
+        .get(id)
+        .ok_or_else(|| EngineError::NoDefinition(id.to_string()))?;
+    for stored in keys.into_iter().flatten() {
+        def.check_key(stored)
+            .map_err(|error| EngineError::KeyMismatch {
+                id: id.to_string(),
+                error,
+            })?;
+    }
+    Ok(())
 }

@@ -2,7 +2,7 @@
 //! renewing its lease, giving it back, and ending it with a recorded
 //! failure.
 
-use super::claim::{rollback_to_pool, Claim, Open, OpenBatch, Phase};
+use super::claim::{check_claimed, rollback_to_pool, Claim, Open, OpenBatch, Phase};
 use super::config::millis;
 use super::error::EngineError;
 use super::outcome::FailureOutcome;
@@ -56,19 +56,11 @@ impl Engine {
                 return claim_partition_in(conn, &registry, &worker, &ids, exclude_parts, ttl)
                     .await;
             };
-            let def = registry
-                .get(&row.id)
-                .ok_or_else(|| EngineError::NoDefinition(row.id.clone()))?;
-            for stored in [row.bound.as_deref(), row.checkpoint.as_deref()]
-                .into_iter()
-                .flatten()
-            {
-                def.check_key(stored)
-                    .map_err(|error| EngineError::KeyMismatch {
-                        id: row.id.clone(),
-                        error,
-                    })?;
-            }
+            check_claimed(
+                &registry,
+                &row.id,
+                [row.bound.as_deref(), row.checkpoint.as_deref()],
+            )?;
             let phase = match row.state {
                 State::Running => Phase::Execute,
                 State::Validating => Phase::Validate,

@@ -5,7 +5,7 @@
 //! the batch seam runs it unchanged; only its fence
 //! (`store::Advance::part`) differs.
 
-use super::claim::{Claim, OpenBatch, Phase};
+use super::claim::{check_claimed, Claim, OpenBatch, Phase};
 use super::config::millis;
 use super::error::{body_error, EngineError};
 use super::outcome::FailureOutcome;
@@ -28,19 +28,11 @@ pub(super) async fn claim_partition_in(
     let Some(row) = store::partition_claim(conn, worker, ids, exclude, ttl_ms).await? else {
         return Ok(None);
     };
-    let def = registry
-        .get(&row.id)
-        .ok_or_else(|| EngineError::NoDefinition(row.id.clone()))?;
-    for stored in [Some(row.upper.as_slice()), row.checkpoint.as_deref()]
-        .into_iter()
-        .flatten()
-    {
-        def.check_key(stored)
-            .map_err(|error| EngineError::KeyMismatch {
-                id: row.id.clone(),
-                error,
-            })?;
-    }
+    check_claimed(
+        registry,
+        &row.id,
+        [Some(row.upper.as_slice()), row.checkpoint.as_deref()],
+    )?;
     let part = u32::try_from(row.part).map_err(|_| EngineError::UnknownState(row.id.clone()))?;
     Ok(Some(Claim {
         id: row.id,

@@ -76,6 +76,31 @@ impl Ctx {
         Ok(())
     }
 
+    /// This binary as a second bench process in the role `flag` names
+    /// (`--takeover-owner`, `--partition-worker`) on this run's database,
+    /// with the run's lease TTL, poll interval and `batch`; killed when
+    /// its handle is dropped. The caller adds the role's own flags.
+    pub(super) fn child_command(
+        &self,
+        flag: &str,
+        batch: u32,
+    ) -> Result<tokio::process::Command, BenchError> {
+        let exe = std::env::current_exe().map_err(|e| BenchError::Run(e.to_string()))?;
+        let mut command = tokio::process::Command::new(exe);
+        command
+            .arg("bench")
+            .arg(flag)
+            .arg(&self.url)
+            .arg("--lease-ttl-ms")
+            .arg(self.args.lease_ttl_ms.to_string())
+            .arg("--poll-interval-ms")
+            .arg(self.args.poll_interval_ms.to_string())
+            .arg("--batch")
+            .arg(batch.to_string())
+            .kill_on_drop(true);
+        Ok(command)
+    }
+
     /// Flush dirty pages so a checkpoint does not land inside a run.
     pub(super) async fn settle(&self) {
         let _ = self.exec("CHECKPOINT").await;

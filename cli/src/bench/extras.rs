@@ -100,20 +100,9 @@ async fn takeover_once(ctx: &mut Ctx, batch: u32, rep: u32) -> Result<(f64, bool
 /// Start this binary as the owner process of backfill `id`
 /// ([`takeover_owner`]); it is killed when the handle is dropped.
 fn spawn_owner(ctx: &Ctx, id: &str, batch: u32) -> Result<tokio::process::Child, BenchError> {
-    let exe = std::env::current_exe().map_err(|e| BenchError::Run(e.to_string()))?;
-    tokio::process::Command::new(exe)
-        .arg("bench")
-        .arg("--takeover-owner")
-        .arg(&ctx.url)
-        .arg("--lease-ttl-ms")
-        .arg(ctx.args.lease_ttl_ms.to_string())
-        .arg("--poll-interval-ms")
-        .arg(ctx.args.poll_interval_ms.to_string())
-        .arg("--batch")
-        .arg(batch.min(100).to_string())
+    ctx.child_command("--takeover-owner", batch.min(100))?
         .env("BENCH_TAKEOVER_ID", id)
         .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .map_err(|e| BenchError::Run(format!("cannot start the owner process: {e}")))
 }

@@ -93,17 +93,7 @@ fn spawn_worker(
     partitions: u32,
     runners: usize,
 ) -> Result<Child, BenchError> {
-    let exe = std::env::current_exe().map_err(|e| BenchError::Run(e.to_string()))?;
-    tokio::process::Command::new(exe)
-        .arg("bench")
-        .arg("--partition-worker")
-        .arg(&ctx.url)
-        .arg("--lease-ttl-ms")
-        .arg(ctx.args.lease_ttl_ms.to_string())
-        .arg("--poll-interval-ms")
-        .arg(ctx.args.poll_interval_ms.to_string())
-        .arg("--batch")
-        .arg(batch.to_string())
+    ctx.child_command("--partition-worker", batch)?
         .arg("--partitions")
         .arg(partitions.to_string())
         .arg("--k")
@@ -112,7 +102,6 @@ fn spawn_worker(
         .arg(ctx.args.rows.to_string())
         .env("BENCH_PARTITION_ID", id)
         .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .map_err(|e| BenchError::Run(format!("cannot start the partition worker: {e}")))
 }
