@@ -6,9 +6,12 @@
 //!   `lc01_*_names_*`
 //! - LC-1 the transition table in Rust is the one the `backfill_guard`
 //!   trigger enforces, pair by pair: `lc01_transition_table_*`
+//! - LC-3, ADM-5 every action from every state applies, converges or
+//!   conflicts as the table says: `lc03_every_action_*`
 
 mod support;
 
+use backfill::engine::ActionOutcome;
 use backfill::{Action, State};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
@@ -196,4 +199,72 @@ async fn lc01_transition_table_matches_the_database() {
     let listed: usize = State::ALL.iter().map(|s| s.next_states().len()).sum();
     assert_eq!(listed, 15, "the contract's table has 15 transitions");
     assert_eq!(accepted, 2 * listed + 1);
+}
+
+/// LC-3, ADM-5: every action from every state, through the engine's own
+/// `act` on a stored row, answers what the lifecycle says: a transition
+/// from the action's sources, the current row where a repeat has already
+/// converged (a second `pause` of a paused backfill), and a conflict
+/// otherwise, with nothing changed in either of the last two. `start` is
+/// left out of the applied case: it needs a definition to capture a
+/// bound, which the conformance suite drives. Guards:
+/// `Action::sources`, `Action::converged` and their use in `act_in`.
+#[tokio::test]
+async fn lc03_every_action_from_every_state_applies_converges_or_conflicts() {
+    let (db, engine, _hooks) = support::admin::setup(0).await;
+    let mut conn = db.connect().await;
+    let mut seen = [0usize; 3];
+    for (action, _) in ACTIONS {
+        for from in State::ALL {
+            if action == Action::Start && from == State::Pending {
+                continue;
+            }
+            let id = format!("lc3.{}.{}", action.as_str(), from.as_str());
+            diesel::sql_query(insert_sql(&id, from, Source::Bounded))
+                .execute(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("a {from} row: {e}"));
+            let outcome = engine
+                .act(&id, action)
+                .await
+                .unwrap_or_else(|e| panic!("{action:?} from {from}: {e}"));
+            let after = db
+                .text(&format!(
+                    "SELECT state::text AS v FROM backfill WHERE id = '{id}'"
+                ))
+                .await;
+            match outcome {
+                ActionOutcome::Applied { prior, row } => {
+                    assert!(
+                        action.sources().contains(&from),
+                        "{action:?} applied from {from}"
+                    );
+                    assert_eq!(prior, from);
+                    assert_ne!(row.state, from, "{action:?} from {from} changed nothing");
+                    assert_eq!(after.as_deref(), Some(row.state.as_str()));
+                    seen[0] += 1;
+                }
+                ActionOutcome::Converged(row) => {
+                    assert!(
+                        !action.sources().contains(&from) && action.converged().contains(&from),
+                        "{action:?} from {from} answered converged"
+                    );
+                    assert_eq!((row.state, after.as_deref()), (from, Some(from.as_str())));
+                    seen[1] += 1;
+                }
+                ActionOutcome::Conflict(row) => {
+                    assert!(
+                        !action.sources().contains(&from) && !action.converged().contains(&from),
+                        "{action:?} from {from} answered conflict"
+                    );
+                    assert_eq!((row.state, after.as_deref()), (from, Some(from.as_str())));
+                    seen[2] += 1;
+                }
+            }
+        }
+    }
+    // The contract's table, counted: pause from running and validating,
+    // resume from paused, retry from blocked and failed; start, resume
+    // and retry have converged in running and validating, pause in paused.
+    assert_eq!(seen, [5, 7, 22], "applied, converged, conflict");
 }
