@@ -7,6 +7,8 @@
 //!   this application, and its listeners on one address or on an address
 //!   in use: `emb1_*`; the admin boundary and readiness mounted
 //!   into an `App` the test builds itself: `emb1_admin_routes_mount_*`
+//! - EMB-1, PAR-2, PAR-4 a partitioned repair of the application run by
+//!   the host to `completed`: `emb1_partitioned_*`
 //! - EMB-3 awaiting and events: `emb3_*`
 //! - EMB-6 settings checked before anything reaches PostgreSQL: `emb6_*`
 //! - EMB-7 the runtime from a plain tokio context: `emb7_*`
@@ -36,6 +38,9 @@ const TOKEN: &str = "embed-operator-token-0123456789";
 struct Shop {
     hooks: Arc<Hooks>,
     rows: i64,
+    /// Above 1: the repair is the declarative one, split into this many
+    /// partitions at `start`.
+    partitions: u32,
 }
 
 #[derive(diesel::QueryableByName)]
@@ -47,6 +52,16 @@ struct Present {
 #[backfill::async_trait]
 impl Application for Shop {
     fn registry(&self) -> Result<Registry, DefinitionError> {
+        if self.partitions > 1 {
+            let repair = backfill::repair::SqlRepair::new(ID, "items")
+                .key("id")
+                .set("n = n + 1")
+                .validate_where("n <> 1")
+                .batch_size(7)
+                .partitions(self.partitions)
+                .build()?;
+            return Registry::new().with(repair);
+        }
         Registry::new().with(Counter::new(ID, 10, self.hooks.clone()).one_statement())
     }
 
@@ -81,6 +96,7 @@ fn shop(hooks: &Arc<Hooks>) -> Shop {
     Shop {
         hooks: hooks.clone(),
         rows: 200,
+        partitions: 1,
     }
 }
 
@@ -452,6 +468,51 @@ async fn emb6_bad_configuration_fails_before_postgresql_is_touched() {
         0,
         "nothing may be written before the configuration is known valid"
     );
+}
+
+/// EMB-1, PAR-2, PAR-4: the host's own supervisor claims the partitions
+/// of the application's repair (four, split at `start`), works each to
+/// its end, validates once over the whole bound and opens `/readyz`;
+/// every row is repaired exactly once and each partition's checkpoint is
+/// its upper end. Guards: the supervisor's partition claims (without
+/// them nothing moves and the wait times out) and the completion at the
+/// last partition's end.
+#[actix_rt::test]
+async fn emb1_partitioned_repair_runs_to_completed_in_the_host() {
+    let db = test_db().await;
+    let hooks = Hooks::new();
+    let app = Shop {
+        partitions: 4,
+        ..shop(&hooks)
+    };
+    let host = Host::start(config(&db, true, true), app).await.unwrap();
+    let row = host
+        .engine()
+        .wait_for(ID, &[State::Completed], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(row.state, State::Completed);
+    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        200
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) AS v FROM backfill_partition \
+             WHERE checkpoint = upper AND owner IS NULL"
+        )
+        .await,
+        4,
+        "every partition ended and released"
+    );
+    assert_eq!(
+        db.scalar("SELECT sum(rows_done)::bigint AS v FROM backfill_partition")
+            .await,
+        200
+    );
+    host.stop().await;
 }
 
 /// EMB-7: a plain tokio service (no actix system of its own) starts the
