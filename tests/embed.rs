@@ -117,6 +117,23 @@ async fn state(engine: &Engine) -> State {
     engine.get(ID).await.unwrap().state
 }
 
+/// The host's backfill reaches `completed`, `/readyz` opens, and every one
+/// of the application's 200 rows was repaired exactly once.
+async fn completed_and_ready(host: &Host, db: &TestDb) {
+    let row = host
+        .engine()
+        .wait_for(ID, &[State::Completed], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(row.state, State::Completed);
+    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        200
+    );
+}
+
 /// Automatic mode: `/readyz` is 503 until the required backfill is
 /// `completed`, and only validation completes it; the application's route
 /// and the admin listener serve meanwhile (CFG-1, CFG-3).
@@ -143,18 +160,7 @@ async fn gates_until_validated(db: &TestDb, migrate: bool) {
     .await;
     assert_eq!(list.status, 200, "{}", list.text);
     validation.release();
-    let row = host
-        .engine()
-        .wait_for(ID, &[State::Completed], Duration::from_secs(60))
-        .await
-        .unwrap();
-    assert_eq!(row.state, State::Completed);
-    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
-    assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
-            .await,
-        200
-    );
+    completed_and_ready(&host, db).await;
     host.stop().await;
 }
 
@@ -486,18 +492,7 @@ async fn emb1_partitioned_repair_runs_to_completed_in_the_host() {
         ..shop(&hooks)
     };
     let host = Host::start(config(&db, true, true), app).await.unwrap();
-    let row = host
-        .engine()
-        .wait_for(ID, &[State::Completed], Duration::from_secs(60))
-        .await
-        .unwrap();
-    assert_eq!(row.state, State::Completed);
-    assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
-    assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
-            .await,
-        200
-    );
+    completed_and_ready(&host, &db).await;
     assert_eq!(
         db.scalar(
             "SELECT count(*) AS v FROM backfill_partition \
