@@ -143,4 +143,65 @@ mod tests {
         };
         assert!(edge.validate().is_ok());
     }
+
+    /// Every limit of `validate` at its edge: the last accepted value and
+    /// the first refused one, each alone on an otherwise valid config, so
+    /// each comparison is pinned to its operator.
+    #[test]
+    fn config_limits_hold_exactly_at_their_edges() {
+        let ms = Duration::from_millis;
+        let max = ms(i32::MAX as u64);
+        let over = max + ms(1);
+        type Edit = fn(&mut EngineConfig, Duration);
+        let lease: Edit = |c, d| c.lease_ttl = d;
+        let statement: Edit = |c, d| c.statement_timeout = d;
+        let lock: Edit = |c, d| c.lock_timeout = d;
+        let validation: Edit = |c, d| c.validation_timeout = d;
+        let base: Edit = |c, d| c.retry.backoff_base = d;
+        let cases = [
+            ("lease", lease, ms(100), true),
+            ("lease", lease, ms(99), false),
+            ("statement", statement, ms(1), true),
+            ("statement", statement, ms(0), false),
+            ("statement", statement, max, true),
+            ("statement", statement, over, false),
+            ("lock", lock, ms(1), true),
+            ("lock", lock, ms(0), false),
+            ("lock", lock, max, true),
+            ("lock", lock, over, false),
+            ("validation", validation, ms(1), true),
+            ("validation", validation, ms(0), false),
+            ("validation", validation, max, true),
+            ("validation", validation, over, false),
+            // The default cap is 60 s.
+            ("backoff_base", base, Duration::from_secs(60), true),
+            ("backoff_base", base, Duration::from_secs(60) + ms(1), false),
+        ];
+        for (name, edit, value, accepted) in cases {
+            let mut config = EngineConfig::default();
+            edit(&mut config, value);
+            assert_eq!(
+                config.validate().is_ok(),
+                accepted,
+                "{name} = {value:?}: {:?}",
+                config.validate()
+            );
+        }
+        for (attempts, accepted) in [(1, true), (0, false)] {
+            let mut config = EngineConfig::default();
+            config.retry.max_attempts = attempts;
+            assert_eq!(
+                config.validate().is_ok(),
+                accepted,
+                "max_attempts {attempts}"
+            );
+        }
+    }
+
+    #[test]
+    fn millis_is_whole_milliseconds_and_saturates() {
+        assert_eq!(millis(Duration::from_micros(2_999)), 2);
+        assert_eq!(millis(Duration::from_secs(3)), 3_000);
+        assert_eq!(millis(Duration::MAX), i64::MAX);
+    }
 }
