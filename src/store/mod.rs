@@ -91,11 +91,75 @@ mod tests {
     /// Which `lc_messages` values the pool warns about (RT-1).
     #[test]
     fn translated_message_settings_are_told_apart() {
-        for english in ["C", "c", "C.UTF-8", "POSIX", "en_US.UTF-8", "en_GB", ""] {
+        for english in [
+            "C",
+            "c",
+            "C.UTF-8",
+            "POSIX",
+            "posix",
+            "en_US.UTF-8",
+            "en_GB",
+            "en.UTF-8",
+            "en",
+            "EN",
+            "",
+            "  ",
+        ] {
             assert!(pool::messages_untranslated(english), "{english:?}");
         }
-        for translated in ["de_DE.UTF-8", "fr_FR", "ja_JP.eucJP", "es"] {
+        for translated in ["de_DE.UTF-8", "fr_FR", "ja_JP.eucJP", "es", "eng", "Ca"] {
             assert!(!pool::messages_untranslated(translated), "{translated:?}");
+        }
+    }
+
+    /// A database name is checked before any connection is tried: one
+    /// outside `[a-z0-9_]{1,63}` is refused as such, and a plain one gets
+    /// as far as connecting (here to a port nothing listens on).
+    #[tokio::test]
+    async fn database_names_are_checked_before_connecting() {
+        let nowhere = "postgres://postgres@127.0.0.1:1/postgres";
+        for bad in [
+            "",
+            "Upper",
+            "has-dash",
+            "semi;colon",
+            "quote'",
+            "é",
+            &"a".repeat(64),
+        ] {
+            assert!(
+                matches!(
+                    database_recreate(nowhere, bad).await,
+                    Err(StoreError::InvalidDatabaseName)
+                ),
+                "{bad:?}"
+            );
+        }
+        for plain in ["a", "bft_0_9", &"z".repeat(63)] {
+            assert!(
+                matches!(
+                    database_recreate(nowhere, plain).await,
+                    Err(StoreError::Pool(_))
+                ),
+                "{plain:?}"
+            );
+        }
+    }
+
+    /// The database name of a URL is replaced; user, host, port and query
+    /// are kept.
+    #[test]
+    fn url_with_database_keeps_everything_but_the_name() {
+        for (url, expected) in [
+            ("postgres://u@h:5/old", "postgres://u@h:5/new"),
+            (
+                "postgres://u@h:5/old?sslmode=disable",
+                "postgres://u@h:5/new?sslmode=disable",
+            ),
+            ("postgres://u@h:5", "postgres://u@h:5/new"),
+            ("postgres://u@h:5?a=b", "postgres://u@h:5/new?a=b"),
+        ] {
+            assert_eq!(url_with_database(url, "new"), expected, "{url}");
         }
     }
 
