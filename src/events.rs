@@ -23,12 +23,15 @@ pub enum Event {
     },
     /// This process committed a batch of `keys` keys, selected with
     /// `size` as its limit (the size in force, THR-3); `took` is the time
-    /// the engine spent on the batch's step.
+    /// the engine spent on the batch's step, and `at` when this process
+    /// saw the commit (so a subscriber that reads late still knows when
+    /// batches committed, and how far apart).
     Progress {
         id: String,
         keys: usize,
         size: u32,
         took: std::time::Duration,
+        at: std::time::Instant,
     },
     /// It entered `state`, as recorded by this process.
     State { id: String, state: State },

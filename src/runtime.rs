@@ -191,6 +191,7 @@ impl Backend for Engine {
                         keys,
                         size,
                         took,
+                        at: std::time::Instant::now(),
                     }
                 });
                 // A partition's end is not the backfill's: the fence

@@ -87,6 +87,7 @@ async fn run_collecting(spawned: &Spawned, id: &str) -> Vec<Batch> {
                 keys,
                 size,
                 took,
+                ..
             }) if of == id => batches.push(Batch { keys, size, took }),
             Ok(Event::State { id: of, state })
                 if of == id
@@ -641,7 +642,8 @@ impl Application for Slow {
     }
 }
 
-/// Receive `id`'s next committed batch, with when it arrived.
+/// Receive `id`'s next committed batch, with when it committed (not when
+/// it was received: under load this task may read several at once).
 async fn next_batch(
     events: &mut tokio::sync::broadcast::Receiver<Event>,
     id: &str,
@@ -657,8 +659,12 @@ async fn next_batch(
                 keys,
                 size,
                 took,
+                at,
             }) if of == id => {
-                return (Batch { keys, size, took }, tokio::time::Instant::now());
+                return (
+                    Batch { keys, size, took },
+                    tokio::time::Instant::from_std(at),
+                );
             }
             Ok(_) => {}
             Err(error) => panic!("events: {error}"),
@@ -711,11 +717,22 @@ async fn thr4_change_reaches_a_runner_in_another_process_at_its_next_batch() {
         assert!(batch.keys <= 3);
     }
     patch_settings(&operator, "pause", r#"{"pause_ms": 300}"#).await;
-    // Skip the batches that may have started before the change arrived.
-    for _ in 0..2 {
-        next_batch(&mut events, SLOW).await;
-    }
+    let changed = tokio::time::Instant::now();
+    // Batches already started, or started before the NOTIFY arrived, come
+    // unpaused; the first paused gap comes within the refresh bound.
     let (_, mut last) = next_batch(&mut events, SLOW).await;
+    loop {
+        let (_, at) = next_batch(&mut events, SLOW).await;
+        let gap = at - last;
+        last = at;
+        if gap >= Duration::from_millis(280) {
+            break;
+        }
+        assert!(
+            at - changed < backfill::engine::SETTINGS_REFRESH * 3,
+            "the pause took effect at a next batch"
+        );
+    }
     for _ in 0..3 {
         let (_, at) = next_batch(&mut events, SLOW).await;
         assert!(
