@@ -194,6 +194,24 @@ mod tests {
         }
     }
 
+    /// RT-1: a pool that could not hand out a connection is transient
+    /// (the server may be restarting); a bad database name or a failed
+    /// migration is not.
+    #[test]
+    fn pool_errors_are_transient_and_configuration_errors_are_not() {
+        assert!(is_transient(&StoreError::Pool("timed out".into())));
+        assert!(!is_transient(&StoreError::InvalidDatabaseName));
+        assert!(!is_transient(&StoreError::Migration("failed".into())));
+        assert!(is_transient(&StoreError::Database(db_error(
+            DatabaseErrorKind::ClosedConnection,
+            "closed"
+        ))));
+        assert!(!is_transient(&StoreError::Database(db_error(
+            DatabaseErrorKind::Unknown,
+            "division by zero"
+        ))));
+    }
+
     /// The classification's text is the fixed vocabulary, never the
     /// server's message (which can carry row values).
     #[test]

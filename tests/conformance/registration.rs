@@ -25,6 +25,20 @@ async fn reg01_registration_converges_on_one_row() {
     );
 }
 
+/// AUD-2: an engine's `Debug` (what an embedder's logs show of it) names
+/// its definitions and never the database it works on: the pool, whose
+/// URL may carry a password, is left out.
+#[tokio::test]
+async fn aud02_engine_debug_names_its_definitions_never_its_database() {
+    let db = test_db().await;
+    let engine = counter_engine(db.pool.clone(), Counter::new(ID, 10, Hooks::new()));
+    let shown = format!("{engine:?}");
+    assert!(shown.starts_with("Engine"), "{shown}");
+    assert!(shown.contains(ID), "{shown}");
+    assert!(!shown.contains(&db.name), "{shown}");
+    assert!(!shown.contains("postgres://"), "{shown}");
+}
+
 /// Bad input: an invalid stable ID is a typed error before anything reaches
 /// the database.
 #[tokio::test]
