@@ -9,7 +9,8 @@
 //!   into an `App` the test builds itself: `emb1_admin_routes_mount_*`
 //! - EMB-1, PAR-2, PAR-4 a partitioned repair of the application run by
 //!   the host to `completed`: `emb1_partitioned_*`
-//! - EMB-3 awaiting and events: `emb3_*`
+//! - EMB-3 awaiting (re-reading PostgreSQL about once a second) and
+//!   events: `emb3_*`
 //! - EMB-6 settings checked before anything reaches PostgreSQL: `emb6_*`
 //! - EMB-7 the runtime from a plain tokio context: `emb7_*`
 //!
@@ -327,6 +328,39 @@ async fn emb1_address_in_use_fails_the_start_naming_it() {
         );
     }
     drop(taken);
+}
+
+/// EMB-3: a waiter re-reads PostgreSQL about once a second when no event
+/// comes, never in a loop: a 2.5 s wait that nothing ends takes a handful
+/// of reads (the first, one a second and the last), counted as the
+/// connections its pool handed out.
+#[actix_rt::test]
+async fn emb3_wait_for_rereads_about_once_a_second() {
+    let db = test_db().await;
+    let hooks = Hooks::new();
+    let pool = backfill::store::build_pool(&db.url, 2).await.unwrap();
+    let waiter = Engine::new(
+        pool.clone(),
+        shop(&hooks).registry().unwrap(),
+        engine_config(),
+    )
+    .unwrap();
+    waiter.register().await.unwrap();
+    let before = pool.state().statistics.get_started;
+    let waited = waiter
+        .wait_for(ID, &[State::Completed], Duration::from_millis(2500))
+        .await;
+    assert!(
+        matches!(
+            waited,
+            Err(WaitError::Timeout {
+                state: State::Pending
+            })
+        ),
+        "{waited:?}"
+    );
+    let reads = pool.state().statistics.get_started - before;
+    assert!((3..=6).contains(&reads), "{reads} reads in 2.5 s");
 }
 
 /// `wait_for` returns when another process (a runtime on its own pool)
