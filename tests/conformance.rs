@@ -29,6 +29,8 @@
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
 //!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
 //! - RT-1 errors classified whatever the server's language: `rt01_*`
+//! - EMB-4 the store's statements prepared once per connection: `emb04_*`
+//! - AUD-2 an engine's `Debug` leaves the database out: `aud02_*`
 //!
 //! Races are forced with gates (a channel between the repair's mutation and
 //! the batch's commit) and with a second connection holding row locks;

@@ -454,3 +454,24 @@ async fn ct02_lock_timeout_of_a_batch_sent_ahead_rolls_it_back() {
     .await;
     assert_eq!(count_n(&db, 1).await, 30);
 }
+
+/// EMB-4: the store's fixed statements are prepared once per connection
+/// and then only bound and executed (one round trip, the fastest path):
+/// the server lists one prepared statement for two executions of a
+/// cached statement on one connection. Guard: `Cached` vouching that its
+/// text is safe to cache (diesel re-prepares a plain `sql_query` on every
+/// execution, unlisted).
+#[tokio::test]
+async fn emb04_store_statements_are_prepared_once_per_connection() {
+    let db = test_db().await;
+    let mut conn = db.connect().await;
+    for _ in 0..2 {
+        backfill::store::wake_notify(&mut conn, ID).await.unwrap();
+    }
+    let prepared = support::scalar_on(
+        &mut conn,
+        "SELECT count(*) AS v FROM pg_prepared_statements WHERE statement = 'SELECT pg_notify($1, $2)'",
+    )
+    .await;
+    assert_eq!(prepared, 1);
+}
