@@ -261,7 +261,7 @@ impl Engine {
     /// The next batch's body on the pair's other connection, for a repair
     /// that overlaps commits: `spare`, or a connection taken from the pool
     /// and begun (`BEGIN` and the timeouts). `None`: no connection could be
-    /// had within [`Engine::spare_wait`] and nothing ran; the next batch
+    /// had within [`spare_wait`] and nothing ran; the next batch
     /// then runs on the claim's own connection as usual.
     ///
     /// Why the wait is bounded: `pool_can_spare` only looked, so others may
@@ -279,10 +279,13 @@ impl Engine {
         let mut conn = match spare {
             Some(conn) => conn,
             None => {
-                let mut conn = tokio::time::timeout(self.spare_wait(), self.pool.get_owned())
-                    .await
-                    .ok()?
-                    .ok()?;
+                let mut conn = tokio::time::timeout(
+                    spare_wait(self.config.statement_timeout),
+                    self.pool.get_owned(),
+                )
+                .await
+                .ok()?
+                .ok()?;
                 store::batch_begin(&mut conn, seam.stmt_ms, seam.lock_ms)
                     .await
                     .ok()?;
@@ -294,13 +297,6 @@ impl Engine {
             .batch(&mut conn, Some(after), seam.bound, seam.limit)
             .await;
         Some((conn, selected))
-    }
-
-    /// How long [`Engine::body_on_spare`] waits for a pool connection: long
-    /// enough to open one to a distant server, and at most half the idle
-    /// time the server allows the claim's open transaction.
-    fn spare_wait(&self) -> Duration {
-        (self.config.statement_timeout / 2).min(Duration::from_secs(1))
     }
 
     /// Whether a runner may take (`holding` false) or keep (`holding`
@@ -315,6 +311,14 @@ impl Engine {
         let free = self.pool.config().max_size.saturating_sub(busy);
         free >= if holding { 2 } else { 3 }
     }
+}
+
+/// How long [`Engine::body_on_spare`] waits for a pool connection: long
+/// enough to open one to a distant server (up to a second), and at most
+/// half the idle time the server allows the claim's open transaction (its
+/// statement timeout).
+fn spare_wait(statement_timeout: Duration) -> Duration {
+    (statement_timeout / 2).min(Duration::from_secs(1))
 }
 
 /// The checkpoint this batch commits, as bytes and JSON: its last key, or
@@ -423,5 +427,22 @@ fn settle(
         }
         Err(TxError::Stale | TxError::Busy) => Ok(BatchOutcome::Stale),
         Err(TxError::Engine(e)) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spare_wait;
+    use std::time::Duration;
+
+    /// The wait for a spare connection is half the open transaction's idle
+    /// allowance, capped at a second.
+    #[test]
+    fn spare_wait_is_half_the_statement_timeout_up_to_a_second() {
+        let ms = Duration::from_millis;
+        assert_eq!(spare_wait(ms(601)), ms(300) + Duration::from_micros(500));
+        assert_eq!(spare_wait(ms(1_999)), ms(999) + Duration::from_micros(500));
+        assert_eq!(spare_wait(ms(2_000)), ms(1_000));
+        assert_eq!(spare_wait(Duration::from_secs(30)), ms(1_000));
     }
 }
