@@ -83,6 +83,18 @@ async fn ex06_batch_sent_behind_a_failed_commit_does_not_commit() {
 #[tokio::test]
 async fn ex06_overlapped_batch_runs_while_the_previous_one_commits() {
     let (db, engine, hooks) = started_counter(30, 10, None, Counter::overlapping).await;
+    // Batch 1's fence waits on the holder's row lock for as long as the
+    // test takes between the gates, however loaded the machine: a lock
+    // timeout far beyond that (the shared config's 300 ms is not).
+    let engine = Engine::new(
+        db.pool.clone(),
+        engine.registry().clone(),
+        EngineConfig {
+            lock_timeout: Duration::from_secs(30),
+            ..config()
+        },
+    )
+    .unwrap();
     let mut gate = hooks.gate_after_mutate();
     let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
     let mut holder = lock_holder(
