@@ -118,8 +118,9 @@ async fn state(engine: &Engine) -> State {
     engine.get(ID).await.unwrap().state
 }
 
-/// The host's backfill reaches `completed`, `/readyz` opens, and every one
-/// of the application's 200 rows was repaired exactly once.
+/// The host's backfill reaches `completed`, `/readyz` opens, `/metrics`
+/// counts it among the completed (OBS-1), and every one of the
+/// application's 200 rows was repaired exactly once.
 async fn completed_and_ready(host: &Host, db: &TestDb) {
     let row = host
         .engine()
@@ -128,6 +129,12 @@ async fn completed_and_ready(host: &Host, db: &TestDb) {
         .unwrap();
     assert_eq!(row.state, State::Completed);
     assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    let metrics = get(host.admin_addr, "/metrics").await.text;
+    assert!(
+        metrics.contains("backfill_backfills{state=\"completed\"} 1\n")
+            && metrics.contains("backfill_backfills{state=\"running\"} 0\n"),
+        "{metrics}"
+    );
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
             .await,
