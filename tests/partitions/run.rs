@@ -238,6 +238,61 @@ async fn par3_blocked_partition_blocks_the_backfill_and_names_itself() {
     assert_eq!(count_n(&db, 1).await, 400);
 }
 
+/// PAR-3, LC-3: an action that changes nothing fences no partition, and
+/// only `retry` resets the partitions' retry accounting: a resume of the
+/// running backfill converges and leaves every partition's claim valid
+/// (its next batch commits); a partition's retryable failure stays
+/// counted across pause and resume, and is cleared by the retry that
+/// follows a block. Guard: the retry flag of the partitions fence in
+/// `Engine::act_in` (checked by hand: set on every action, the pause
+/// clears the count and this test fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn par3_converged_action_fences_nothing_and_only_retry_resets_attempts() {
+    let (db, engine, hooks) = started(400, 10, 4).await;
+    let mut claims = claim_all(&engine, 4).await;
+    assert!(matches!(
+        engine.resume(ID).await.unwrap(),
+        ActionOutcome::Converged(_)
+    ));
+    for claim in claims.iter_mut() {
+        assert!(matches!(
+            engine.run_batch(claim).await.unwrap(),
+            BatchOutcome::Committed { .. }
+        ));
+    }
+
+    *hooks.fail_after_mutate.lock() = Some(RepairError::Retryable("deadlock".into()));
+    let error = engine.run_batch(&mut claims[1]).await.unwrap_err();
+    let class = error.classification().unwrap();
+    engine.record_failure(&claims[1], &class).await.unwrap();
+    assert_eq!(attempts(&db).await, "0,1,0,0");
+    engine.pause(ID).await.unwrap();
+    engine.resume(ID).await.unwrap();
+    assert_eq!(attempts(&db).await, "0,1,0,0", "pause and resume keep it");
+
+    *hooks.fail_after_mutate.lock() = Some(RepairError::Blocked("lookup table missing".into()));
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let error = engine.run_batch(&mut claim).await.unwrap_err();
+    let class = error.classification().unwrap();
+    engine.record_failure(&claim, &class).await.unwrap();
+    *hooks.fail_after_mutate.lock() = None;
+    assert_eq!(state(&engine).await, State::Blocked);
+    assert!(matches!(
+        engine.retry(ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    assert_eq!(attempts(&db).await, "0,0,0,0", "retry clears it");
+    drive(&engine, "w").await;
+    assert_eq!(count_n(&db, 1).await, 400);
+}
+
+/// The partitions' retry counts, by part.
+async fn attempts(db: &TestDb) -> String {
+    db.text("SELECT string_agg(attempts::text, ',' ORDER BY part) AS v FROM backfill_partition")
+        .await
+        .unwrap_or_default()
+}
+
 // ---------------------------------------------------------------- PAR-4
 
 /// PAR-4: partitions ending one by one leave the backfill `running` until
