@@ -21,6 +21,7 @@
 
 mod support;
 
+use backfill::BatchOutcome;
 use diesel_async::SimpleAsyncConnection;
 use futures_util::future::join_all;
 use serde_json::Value;
@@ -975,6 +976,82 @@ async fn ct11_validation_that_cannot_run_reports_current_state() {
     assert_eq!(r.body["outcome"], "success", "{}", r.text);
     server.stop().await;
     assert_audit_complete(&db).await;
+}
+
+/// VAL-4, VAL-5: explicit validation of a paused row runs only once its
+/// checkpoint reached the bound (or its source set was empty): paused
+/// mid-run it answers `current-state` and runs nothing; paused at the
+/// bound, or with an empty source set, the definition runs and succeeds.
+/// Guard: the reached-bound condition of `Engine::validate_in`.
+#[actix_rt::test]
+async fn val04_paused_row_is_validated_only_at_its_bound() {
+    let pause_and_validate = |url: String, key: &'static str| async move {
+        let pause = call(
+            &url,
+            "POST",
+            &format!("/admin/backfills/{ID}/pause"),
+            Some(OPERATOR),
+            Some(key),
+        )
+        .await;
+        assert_eq!(pause.body["backfill"]["state"], "paused", "{}", pause.text);
+        let key = format!("{key}-validate");
+        call(
+            &url,
+            "POST",
+            &format!("/admin/backfills/{ID}/validate"),
+            Some(OPERATOR),
+            Some(&key),
+        )
+        .await
+    };
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    let start = format!("/admin/backfills/{ID}/start");
+    call(&server.url, "POST", &start, Some(OPERATOR), Some("s")).await;
+    let mut claim = engine.claim_next("w1", &[]).await.unwrap().unwrap();
+    assert!(matches!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            reached_bound: false,
+            ..
+        }
+    ));
+    let mid = pause_and_validate(server.url.clone(), "p1").await;
+    assert_eq!(mid.body["outcome"], "current-state", "{}", mid.text);
+    assert!(
+        mid.body["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("has not reached the bound"),
+        "{}",
+        mid.text
+    );
+
+    let resume = format!("/admin/backfills/{ID}/resume");
+    call(&server.url, "POST", &resume, Some(OPERATOR), Some("r1")).await;
+    let mut claim = engine.claim_next("w1", &[]).await.unwrap().unwrap();
+    while let BatchOutcome::Committed {
+        reached_bound: false,
+        ..
+    } = engine.run_batch(&mut claim).await.unwrap()
+    {}
+    let at_bound = pause_and_validate(server.url.clone(), "p2").await;
+    assert_eq!(at_bound.body["outcome"], "success", "{}", at_bound.text);
+    server.stop().await;
+
+    let (_empty_db, engine, _hooks) = setup(0).await;
+    let server = serve(admin(engine.clone()));
+    let started = call(&server.url, "POST", &start, Some(OPERATOR), Some("s")).await;
+    assert_eq!(
+        started.body["backfill"]["state"], "validating",
+        "{}",
+        started.text
+    );
+    let empty = pause_and_validate(server.url.clone(), "p3").await;
+    assert_eq!(empty.body["outcome"], "success", "{}", empty.text);
+    server.stop().await;
+    drop(db);
 }
 
 /// VAL-4, VAL-5: explicit validation is read-only even when a definition
