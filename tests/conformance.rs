@@ -15,8 +15,8 @@
 //! - CT-7  validation gates completion: `ct07_*`
 //! - CT-8  bounded failure and operator retry: `ct08_*`
 //! - VAL-6 lifecycle validation waits for an explicit one: `val06_*`
-//! - EX-5/CLM-1 the open batch a claim carries between batches: `ex05_*`,
-//!   `clm01_*`
+//! - EX-5/CLM-1 the open batch a claim carries between batches, and the
+//!   timeouts that bound validation: `ex05_*`, `clm01_*`
 //! - EX-6 one-statement batches pipelined behind the previous commit:
 //!   `ex06_*`, `ct05_pause_rejects_the_batch_sent_ahead`,
 //!   `ct02_one_statement_*`, `ct02_lock_timeout_of_a_batch_sent_ahead_*`,

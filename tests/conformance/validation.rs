@@ -100,3 +100,37 @@ async fn val06_lifecycle_validation_waits_for_a_running_explicit_validation() {
     drive(&engine, "v").await;
     assert_eq!(state(&engine).await, State::Completed);
 }
+
+/// EX-5, VAL-2: validation is bounded like a batch: a validation whose
+/// read waits on a lock another session holds ends at the engine's lock
+/// timeout, classified retryable, instead of waiting for the holder, and
+/// the row stays `validating`. Guard: the timeouts `validate_claimed`
+/// sets on its transaction (`batch_set_timeouts`).
+#[tokio::test]
+async fn ex05_validation_waiting_on_a_lock_ends_at_the_lock_timeout() {
+    let (db, engine, _hooks) = started(4, 10).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert!(matches!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            reached_bound: true,
+            ..
+        }
+    ));
+    let mut holder = lock_holder(&db, "LOCK TABLE items IN ACCESS EXCLUSIVE MODE").await;
+    let claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!(claim.phase, Phase::Validate);
+    let run = tokio::time::timeout(Duration::from_secs(30), engine.validate_claimed(&claim))
+        .await
+        .expect("validation bounded by the lock timeout");
+    let error = run.unwrap_err();
+    assert!(
+        matches!(error.classification(), Some(RepairError::Retryable(_))),
+        "{error:?}"
+    );
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(engine.get(ID).await.unwrap().state, State::Validating);
+}
