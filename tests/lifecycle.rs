@@ -7,7 +7,8 @@
 //! - LC-1 the transition table in Rust is the one the `backfill_guard`
 //!   trigger enforces, pair by pair: `lc01_transition_table_*`
 //! - LC-3, ADM-5 every action from every state applies, converges or
-//!   conflicts as the table says: `lc03_every_action_*`
+//!   conflicts as the table says, and only an applied resume or retry
+//!   wakes supervisors: `lc03_every_action_*`
 
 mod support;
 
@@ -207,12 +208,17 @@ async fn lc01_transition_table_matches_the_database() {
 /// converged (a second `pause` of a paused backfill), and a conflict
 /// otherwise, with nothing changed in either of the last two. `start` is
 /// left out of the applied case: it needs a definition to capture a
-/// bound, which the conformance suite drives. Guards:
-/// `Action::sources`, `Action::converged` and their use in `act_in`.
+/// bound, which the conformance suite drives. Supervisors are woken
+/// (NOTIFY) exactly when work became claimable: by an applied `resume` or
+/// `retry`, never by a pause, a repeat or a conflict. Guards:
+/// `Action::sources`, `Action::converged`, their use in `act_in`, and its
+/// wake-up condition.
 #[tokio::test]
 async fn lc03_every_action_from_every_state_applies_converges_or_conflicts() {
     let (db, engine, _hooks) = support::admin::setup(0).await;
     let mut conn = db.connect().await;
+    let mut listener = db.connect().await;
+    backfill::store::wake_listen(&mut listener).await.unwrap();
     let mut seen = [0usize; 3];
     for (action, _) in ACTIONS {
         for from in State::ALL {
@@ -233,6 +239,13 @@ async fn lc03_every_action_from_every_state_applies_converges_or_conflicts() {
                     "SELECT state::text AS v FROM backfill WHERE id = '{id}'"
                 ))
                 .await;
+            let activated = matches!(outcome, ActionOutcome::Applied { .. })
+                && matches!(action, Action::Resume | Action::Retry);
+            assert_eq!(
+                wakes(&mut listener).await,
+                if activated { vec![id.clone()] } else { vec![] },
+                "wake-ups of {action:?} from {from}"
+            );
             match outcome {
                 ActionOutcome::Applied { prior, row } => {
                     assert!(
@@ -267,4 +280,32 @@ async fn lc03_every_action_from_every_state_applies_converges_or_conflicts() {
     // resume from paused, retry from blocked and failed; start, resume
     // and retry have converged in running and validating, pause in paused.
     assert_eq!(seen, [5, 7, 22], "applied, converged, conflict");
+}
+
+/// The wake-ups `listener` received since the last call: it notifies a
+/// marker to itself and reads up to it (notifications arrive in commit
+/// order), so nothing is waited for that may not come.
+async fn wakes(listener: &mut AsyncPgConnection) -> Vec<String> {
+    use futures_util::StreamExt;
+    const MARKER: &str = "-marker-";
+    diesel::sql_query(format!(
+        "SELECT pg_notify('{}', '{MARKER}')",
+        backfill::store::WAKE_CHANNEL
+    ))
+    .execute(listener)
+    .await
+    .unwrap();
+    let mut stream = std::pin::pin!(listener.notifications_stream());
+    let mut woken = vec![];
+    loop {
+        let notification = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+            .await
+            .expect("the marker arrives")
+            .expect("the connection is open")
+            .expect("a notification");
+        if notification.payload == MARKER {
+            return woken;
+        }
+        woken.push(notification.payload);
+    }
 }
