@@ -475,3 +475,18 @@ async fn emb04_store_statements_are_prepared_once_per_connection() {
     .await;
     assert_eq!(prepared, 1);
 }
+
+/// EX-6: a batch's COMMIT travels inside the fence's message, and the
+/// connection's transaction manager is told the transaction ended: a
+/// backfill run to completion hands every connection back to its pool
+/// clean (none closed as left in a transaction), so the pool does not
+/// reconnect batch after batch. Guard: the depth decrease after a
+/// committed fence in `checkpoint_advance_commit`.
+#[tokio::test]
+async fn ex06_committed_batches_leave_their_connections_clean() {
+    let (_db, engine, _hooks) = started_counter(25, 10, Some(4), |c| c).await;
+    drive(&engine, "w").await;
+    assert_eq!(engine.get(ID).await.unwrap().state, State::Completed);
+    let stats = engine.pool().state().statistics;
+    assert_eq!(stats.connections_closed_broken, 0, "{stats:?}");
+}
