@@ -227,3 +227,59 @@ pub async fn connect_dedicated(url: &str) -> Result<AsyncPgConnection, StoreErro
         .map_err(|_| StoreError::Pool("connection task ended".into()))?
         .map_err(|_| StoreError::Pool("could not connect to the database server".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database name is checked before any connection is tried: one
+    /// outside `[a-z0-9_]{1,63}` is refused as such, and a plain one gets
+    /// as far as connecting (here to a port nothing listens on).
+    #[tokio::test]
+    async fn database_names_are_checked_before_connecting() {
+        let nowhere = "postgres://postgres@127.0.0.1:1/postgres";
+        for bad in [
+            "",
+            "Upper",
+            "has-dash",
+            "semi;colon",
+            "quote'",
+            "é",
+            &"a".repeat(64),
+        ] {
+            assert!(
+                matches!(
+                    database_recreate(nowhere, bad).await,
+                    Err(StoreError::InvalidDatabaseName)
+                ),
+                "{bad:?}"
+            );
+        }
+        for plain in ["a", "bft_0_9", &"z".repeat(63)] {
+            assert!(
+                matches!(
+                    database_recreate(nowhere, plain).await,
+                    Err(StoreError::Pool(_))
+                ),
+                "{plain:?}"
+            );
+        }
+    }
+
+    /// The database name of a URL is replaced; user, host, port and query
+    /// are kept.
+    #[test]
+    fn url_with_database_keeps_everything_but_the_name() {
+        for (url, expected) in [
+            ("postgres://u@h:5/old", "postgres://u@h:5/new"),
+            (
+                "postgres://u@h:5/old?sslmode=disable",
+                "postgres://u@h:5/new?sslmode=disable",
+            ),
+            ("postgres://u@h:5", "postgres://u@h:5/new"),
+            ("postgres://u@h:5?a=b", "postgres://u@h:5/new?a=b"),
+        ] {
+            assert_eq!(url_with_database(url, "new"), expected, "{url}");
+        }
+    }
+}
