@@ -337,26 +337,18 @@ async fn emb1_address_in_use_fails_the_start_naming_it() {
     drop(taken);
 }
 
-/// EMB-3: a waiter re-reads PostgreSQL about once a second when no event
-/// comes, never in a loop: a 2.5 s wait that nothing ends takes a handful
-/// of reads (the first, one a second and the last), counted as the
-/// connections its pool handed out.
-#[actix_rt::test]
-async fn emb3_wait_for_rereads_about_once_a_second() {
-    let db = test_db().await;
-    let hooks = Hooks::new();
+/// An engine on a pool of its own with the application's repair
+/// registered, running no runtime: only re-reading PostgreSQL tells it
+/// what another process did.
+async fn waiter(db: &TestDb, hooks: &Arc<Hooks>) -> Engine {
     let pool = backfill::store::build_pool(&db.url, 2).await.unwrap();
-    let waiter = Engine::new(
-        pool.clone(),
-        shop(&hooks).registry().unwrap(),
-        engine_config(),
-    )
-    .unwrap();
+    let waiter = Engine::new(pool, shop(hooks).registry().unwrap(), engine_config()).unwrap();
     waiter.register().await.unwrap();
-    let before = pool.state().statistics.get_started;
-    let waited = waiter
-        .wait_for(ID, &[State::Completed], Duration::from_millis(2500))
-        .await;
+    waiter
+}
+
+/// The wait ended at its timeout with the backfill still `pending`.
+fn assert_timed_out_pending<T: std::fmt::Debug>(waited: &Result<T, WaitError>) {
     assert!(
         matches!(
             waited,
@@ -366,7 +358,22 @@ async fn emb3_wait_for_rereads_about_once_a_second() {
         ),
         "{waited:?}"
     );
-    let reads = pool.state().statistics.get_started - before;
+}
+
+/// EMB-3: a waiter re-reads PostgreSQL about once a second when no event
+/// comes, never in a loop: a 2.5 s wait that nothing ends takes a handful
+/// of reads (the first, one a second and the last), counted as the
+/// connections its pool handed out.
+#[actix_rt::test]
+async fn emb3_wait_for_rereads_about_once_a_second() {
+    let db = test_db().await;
+    let waiter = waiter(&db, &Hooks::new()).await;
+    let before = waiter.pool().state().statistics.get_started;
+    let waited = waiter
+        .wait_for(ID, &[State::Completed], Duration::from_millis(2500))
+        .await;
+    assert_timed_out_pending(&waited);
+    let reads = waiter.pool().state().statistics.get_started - before;
     assert!((3..=6).contains(&reads), "{reads} reads in 2.5 s");
 }
 
@@ -381,26 +388,11 @@ async fn emb3_wait_for_and_events_follow_another_process() {
     // 1,200 batches: more events than a subscriber may lag behind by.
     db.exec(&items_sql(12_000)).await;
     let hooks = Hooks::new();
-    let registry = shop(&hooks).registry().unwrap();
-    let waiter = Engine::new(
-        backfill::store::build_pool(&db.url, 2).await.unwrap(),
-        registry,
-        engine_config(),
-    )
-    .unwrap();
-    waiter.register().await.unwrap();
+    let waiter = waiter(&db, &hooks).await;
     let early = waiter
         .wait_for(ID, &[State::Completed], Duration::from_millis(50))
         .await;
-    assert!(
-        matches!(
-            early,
-            Err(WaitError::Timeout {
-                state: State::Pending
-            })
-        ),
-        "{early:?}"
-    );
+    assert_timed_out_pending(&early);
 
     let app = shop(&hooks);
     let worker = Embedded::start(config(&db, false, false), &app)
