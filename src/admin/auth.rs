@@ -271,4 +271,129 @@ mod tests {
             .expect_err("bad digest");
         assert!(!err.to_string().contains("secretish"));
     }
+
+    /// AUTH-1: a principal's name, recorded in audit, is 1 to 128 bytes.
+    #[test]
+    fn auth1_principal_names_are_one_to_128_bytes() {
+        let caps = ["backfill:read"];
+        assert!(Principal::from_token("", "token", &caps).is_err());
+        assert!(Principal::from_token("a", "token", &caps).is_ok());
+        assert!(Principal::from_token(&"n".repeat(128), "token", &caps).is_ok());
+        let err = Principal::from_token(&"n".repeat(129), "token", &caps).expect_err("129 bytes");
+        assert!(err.to_string().contains("1..=128 bytes"), "{err}");
+    }
+
+    /// AUTH-1: `--operator-token` needs at least 16 characters and grants
+    /// both capabilities to the principal `operator`.
+    #[test]
+    fn auth1_operator_token_has_sixteen_characters_and_both_capabilities() {
+        let err = AuthConfig::from_sources(Some(&"t".repeat(15)), None, false)
+            .expect_err("15 characters");
+        assert!(err.to_string().contains("at least 16"), "{err}");
+        let token = "t".repeat(16);
+        let config = AuthConfig::from_sources(Some(&token), None, false).expect("16 characters");
+        let authority = config.authenticate(Some(&token)).expect("known token");
+        assert_eq!(authority.actor.as_deref(), Some("operator"));
+        assert_eq!(authority.source, "token");
+        assert!(authority.can(Capability::Read) && authority.can(Capability::Operate));
+        let AuthConfig::Tokens(principals) =
+            AuthConfig::from_sources(None, None, false).expect("no sources")
+        else {
+            panic!("tokens mode without tokens");
+        };
+        assert!(principals.is_empty(), "nobody is authorized by default");
+    }
+
+    /// AUTH-2: trusted-network mode takes no tokens; every request holds
+    /// both capabilities and is recorded with no individual actor.
+    #[test]
+    fn auth2_trusted_network_takes_no_tokens_and_grants_both_capabilities() {
+        let token = "t".repeat(16);
+        assert!(AuthConfig::from_sources(Some(&token), None, true).is_err());
+        let path = Path::new("/nonexistent/tokens.json");
+        let err = AuthConfig::from_sources(None, Some(path), true).expect_err("file and trust");
+        assert!(err.to_string().contains("takes no tokens"), "{err}");
+        let config = AuthConfig::from_sources(None, None, true).expect("trusted");
+        assert!(matches!(config, AuthConfig::TrustedNetwork));
+        let authority = config.authenticate(None).expect("trusted");
+        assert_eq!(authority.actor, None);
+        assert_eq!(authority.source, "trusted-network");
+        assert!(authority.can(Capability::Read) && authority.can(Capability::Operate));
+    }
+
+    /// AUTH-1: a tokens file is read from its path; one that cannot be read
+    /// is a configuration error that names the kind of failure only.
+    #[test]
+    fn auth1_tokens_file_is_read_and_an_unreadable_one_is_refused() {
+        let dir = std::env::temp_dir().join(format!("backfill-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("tokens.json");
+        let file = format!(
+            r#"[{{"name":"ro","sha256":" {} ","capabilities":["backfill:read"]}}]"#,
+            hex::encode(sha256("ro-token"))
+        );
+        std::fs::write(&path, file).expect("write tokens file");
+        let token = "t".repeat(16);
+        let config = AuthConfig::from_sources(Some(&token), Some(&path), false).expect("both");
+        let ro = config
+            .authenticate(Some("ro-token"))
+            .expect("from the file");
+        assert_eq!(ro.actor.as_deref(), Some("ro"));
+        assert!(ro.can(Capability::Read) && !ro.can(Capability::Operate));
+        assert!(
+            config.authenticate(Some(&token)).is_some(),
+            "and the flag's"
+        );
+        std::fs::remove_dir_all(&dir).expect("remove temp dir");
+        let err = AuthConfig::from_sources(None, Some(&path), false).expect_err("gone");
+        assert!(
+            err.to_string().contains("cannot read the tokens file"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("backfill-auth"), "no path: {err}");
+    }
+
+    /// AUTH-1: when two principals share a token the first listed is the
+    /// one recorded, whichever order the comparison loop finishes in.
+    #[test]
+    fn auth1_first_principal_with_a_token_is_the_one_recorded() {
+        let caps = ["backfill:read"];
+        let config = AuthConfig::Tokens(vec![
+            Principal::from_token("first", "shared-token", &caps).expect("first"),
+            Principal::from_token("second", "shared-token", &["backfill:operate"]).expect("second"),
+        ]);
+        let authority = config.authenticate(Some("shared-token")).expect("known");
+        assert_eq!(authority.actor.as_deref(), Some("first"));
+        assert!(authority.can(Capability::Read) && !authority.can(Capability::Operate));
+    }
+
+    /// AUTH-1: capability names are exactly those of the tokens file; a
+    /// principal's debug output names it and its capabilities, never its
+    /// digest; an anonymous caller holds nothing.
+    #[test]
+    fn auth1_capability_names_debug_output_and_anonymous_callers() {
+        for capability in [Capability::Read, Capability::Operate] {
+            assert_eq!(Capability::parse(capability.as_str()), Some(capability));
+        }
+        assert_eq!(Capability::Read.as_str(), "backfill:read");
+        assert_eq!(Capability::Operate.as_str(), "backfill:operate");
+        let principal = Principal::from_token("alice", "alice-token", &["backfill:operate"])
+            .expect("principal");
+        let debug = format!("{principal:?}");
+        assert!(
+            debug.contains("alice") && debug.contains("Operate"),
+            "{debug}"
+        );
+        assert!(
+            !debug.contains(&hex::encode(sha256("alice-token"))),
+            "{debug}"
+        );
+        assert!(!debug.contains("digest"), "{debug}");
+        let anonymous = Authority::anonymous();
+        assert_eq!(
+            (anonymous.actor.as_deref(), anonymous.source),
+            (None, "none")
+        );
+        assert!(!anonymous.can(Capability::Read) && !anonymous.can(Capability::Operate));
+    }
 }

@@ -245,4 +245,33 @@ mod tests {
             Err(AdminError::PayloadTooLarge)
         ));
     }
+
+    /// THR-4: the canonical form that the request digest is taken of is
+    /// exactly JSON with sorted keys and no spaces, at every depth, so two
+    /// different changes never share a digest (`[1,2]` is not `[12]`).
+    #[test]
+    fn thr4_canonical_form_is_sorted_compact_json() {
+        let mut text = String::new();
+        canonical(
+            &json!({"b": [1, 2, {"z": true, "y": "s"}], "a": {"d": null, "c": "x"}}),
+            &mut text,
+        );
+        assert_eq!(
+            text,
+            r#"{"a":{"c":"x","d":null},"b":[1,2,{"y":"s","z":true}]}"#
+        );
+        assert_ne!(
+            request_name(&json!({"x": [1, 2]})),
+            request_name(&json!({"x": [12]}))
+        );
+    }
+
+    /// THR-4: a body that could not be read is a bad request.
+    #[test]
+    fn thr4_unreadable_body_is_a_bad_request() {
+        assert!(matches!(
+            RequestBody::Unreadable.change(),
+            Err(AdminError::BadRequest(message)) if message.contains("could not be read")
+        ));
+    }
 }
