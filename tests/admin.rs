@@ -273,6 +273,18 @@ async fn ct10_same_key_replays_one_transition_across_duplicates_concurrency_and_
         (after_restart.status, &after_restart.body),
         (200, &responses[0].body)
     );
+    // AUD-1: each replay (seven queued duplicates, the sequential one and
+    // the one after the restart) is audited as the request it answered:
+    // its action, principal, authority and key.
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{ID}' \
+             AND outcome = 'replayed' AND action = 'start' AND actor = 'ops' \
+             AND authority = 'token' AND correlation = 'key-1'"
+        ))
+        .await,
+        9
+    );
 
     // Different keys for the same start, concurrently: they converge.
     let tasks: Vec<_> = (0..8)
