@@ -304,10 +304,42 @@ async fn obs01_progress_is_logged_per_interval_not_per_batch() {
         "capture works"
     );
 
-    // An interval shorter than a batch: a `progress` event per batch.
+    // An interval shorter than a batch: a `progress` event per batch,
+    // each with the totals so far (one key per batch here) and the one
+    // batch since the last event.
     run_steps("obs.busy", Duration::from_nanos(1), 50).await;
     assert!(count_events("obs.busy", "progress") >= 25);
     assert_eq!(count_events("obs.busy", "batch_committed"), 0);
+    let progress = progress_fields("obs.busy");
+    for (i, fields) in progress.iter().enumerate() {
+        let n = i as u64 + 1;
+        assert_eq!(fields, &[n, n, 1], "batches, keys, batches_since");
+    }
+}
+
+/// The `batches`, `keys` and `batches_since` fields of each `progress`
+/// event about backfill `id`, in order.
+fn progress_fields(id: &str) -> Vec<[u64; 3]> {
+    let field = |line: &str, name: &str| -> u64 {
+        let start = line.find(&format!(" {name}=")).expect(name) + name.len() + 2;
+        let digits: String = line[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().expect(name)
+    };
+    let id = format!("backfill={id} ");
+    String::from_utf8_lossy(&info_logs().lock())
+        .lines()
+        .filter(|line| line.contains("event=\"progress\"") && line.contains(&id))
+        .map(|line| {
+            [
+                field(line, "batches"),
+                field(line, "keys"),
+                field(line, "batches_since"),
+            ]
+        })
+        .collect()
 }
 
 #[test]
