@@ -627,3 +627,457 @@ mod timestamp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeDelta;
+    use serde_json::json;
+
+    /// A fixed instant moved by `secs` seconds; the rows read the database
+    /// clock (`db_now`) as `at(0)`.
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + secs, 0).expect("time")
+    }
+
+    /// A stored throttle condition as a runner of `generation` reports it.
+    fn reported(generation: i64, text: &str) -> Value {
+        json!({
+            "generation": generation,
+            "signal": "replication_lag_bytes",
+            "value": 2048.0,
+            "threshold": 1024.0,
+            "text": text,
+            "since": "2027-01-15T08:00:00Z",
+        })
+    }
+
+    /// The condition `reported(_, text)` is shown as.
+    fn shown(text: &str) -> Throttle {
+        Throttle {
+            signal: "replication_lag_bytes".into(),
+            value: Some(2048.0),
+            threshold: Some(1024.0),
+            text: text.into(),
+            since: Some(
+                DateTime::parse_from_rfc3339("2027-01-15T08:00:00Z")
+                    .expect("since")
+                    .into(),
+            ),
+        }
+    }
+
+    /// An unclaimed, unthrottled backfill in `state` with nothing counted.
+    fn backfill(id: &str, state: State) -> BackfillRow {
+        BackfillRow {
+            id: id.into(),
+            state,
+            bound: None,
+            bound_json: None,
+            empty_source: false,
+            checkpoint: None,
+            checkpoint_json: None,
+            key_type: Some("i64".into()),
+            source_rows: None,
+            generation: 3,
+            owner: None,
+            lease_expires_at: None,
+            attempts: 0,
+            next_attempt_at: None,
+            last_error_kind: None,
+            last_error: None,
+            last_error_at: None,
+            rows_done: 0,
+            batches_done: 0,
+            validation_outcome: None,
+            validation_detail: None,
+            validated_at: None,
+            description: None,
+            build_info: None,
+            registered_at: at(-100),
+            updated_at: at(-10),
+            started_at: None,
+            completed_at: None,
+            settings: json!({}),
+            batch_size: None,
+            throttle: None,
+            db_now: at(0),
+        }
+    }
+
+    /// An unclaimed, unthrottled partition `(0, 100]` of `backfill_id`
+    /// with its checkpoint at 50.
+    fn partition(backfill_id: &str, part: i32) -> PartitionRow {
+        PartitionRow {
+            backfill_id: backfill_id.into(),
+            part,
+            lower: Some(vec![0]),
+            lower_json: Some(json!(0)),
+            upper: vec![100],
+            upper_json: json!(100),
+            checkpoint: Some(vec![50]),
+            checkpoint_json: Some(json!(50)),
+            generation: 3,
+            owner: None,
+            lease_expires_at: None,
+            attempts: 0,
+            next_attempt_at: None,
+            last_error: None,
+            rows_done: 0,
+            batches_done: 0,
+            batch_size: None,
+            throttle: None,
+            updated_at: at(-10),
+        }
+    }
+
+    /// The partition claimed under its generation and throttled with `text`.
+    fn throttled(mut p: PartitionRow, text: &str) -> PartitionRow {
+        p.owner = Some("worker-p".into());
+        p.lease_expires_at = Some(at(30));
+        p.throttle = Some(reported(p.generation, text));
+        p
+    }
+
+    #[test]
+    fn adm2_a_claim_is_held_only_before_its_lease_expiry_by_the_database_clock() {
+        let now = at(0);
+        let worker = "worker-1".to_string();
+        let owner = Some(&worker);
+        assert_eq!(
+            disposition(owner, Some(now + TimeDelta::seconds(1)), now),
+            "held"
+        );
+        // At the expiry instant the lease no longer holds.
+        assert_eq!(disposition(owner, Some(now), now), "expired");
+        assert_eq!(
+            disposition(owner, Some(now - TimeDelta::seconds(1)), now),
+            "expired"
+        );
+        // An owner without a lease expiry holds nothing, yet the claim is
+        // still shown as someone's rather than as no claim at all.
+        assert_eq!(disposition(owner, None, now), "expired");
+        assert_eq!(
+            disposition(None, Some(now + TimeDelta::seconds(1)), now),
+            "none"
+        );
+        assert_eq!(disposition(None, None, now), "none");
+    }
+
+    #[test]
+    fn thr2_a_throttle_is_current_only_under_a_claim_of_its_generation() {
+        let stored = reported(3, "lag 2048 > 1024");
+        assert_eq!(
+            Throttle::current(Some(&stored), true, 3),
+            Some(shown("lag 2048 > 1024"))
+        );
+        assert_eq!(
+            Throttle::current(Some(&stored), false, 3),
+            None,
+            "unclaimed"
+        );
+        assert_eq!(
+            Throttle::current(Some(&stored), true, 4),
+            None,
+            "later claim"
+        );
+        assert_eq!(Throttle::current(Some(&stored), false, 4), None);
+        assert_eq!(Throttle::current(None, true, 3), None);
+        // A generation of the wrong type cannot be matched to the claim.
+        let text_generation = json!({"generation": "3", "signal": "s"});
+        assert_eq!(Throttle::current(Some(&text_generation), true, 3), None);
+        for not_object in [json!(null), json!("throttled"), json!([3]), json!(3)] {
+            assert_eq!(Throttle::current(Some(&not_object), true, 3), None);
+        }
+    }
+
+    #[test]
+    fn thr2_a_current_throttle_with_missing_fields_shows_them_as_unknown() {
+        let bare = json!({"generation": 3, "value": "high", "since": "yesterday"});
+        assert_eq!(
+            Throttle::current(Some(&bare), true, 3),
+            Some(Throttle {
+                signal: "unknown".into(),
+                value: None,
+                threshold: None,
+                text: "unknown".into(),
+                since: None,
+            })
+        );
+        // Without a text of its own the condition is described by its signal.
+        let untexted = json!({"generation": 3, "signal": "replication_lag_bytes"});
+        let shown = Throttle::current(Some(&untexted), true, 3).expect("current");
+        assert_eq!(shown.text, "replication_lag_bytes");
+    }
+
+    #[test]
+    fn thr2_rows_and_partitions_report_their_own_current_throttle() {
+        let mut row = backfill("b", State::Running);
+        row.throttle = Some(reported(3, "row"));
+        assert_eq!(Throttle::from_row(&row), None, "an unclaimed row");
+        row.owner = Some("worker-1".into());
+        assert_eq!(Throttle::from_row(&row), Some(shown("row")));
+        row.generation = 4;
+        assert_eq!(Throttle::from_row(&row), None, "a later claim");
+
+        let mut part = partition("b", 0);
+        part.throttle = Some(reported(3, "part"));
+        assert_eq!(
+            Throttle::from_partition(&part),
+            None,
+            "an unclaimed partition"
+        );
+        part.owner = Some("worker-p".into());
+        assert_eq!(Throttle::from_partition(&part), Some(shown("part")));
+        part.generation = 4;
+        assert_eq!(Throttle::from_partition(&part), None, "a later claim");
+    }
+
+    #[test]
+    fn cfg1_only_a_required_automatic_backfill_gates_readiness_until_it_completes() {
+        let cases = [
+            (false, false, State::Running, false),
+            (false, false, State::Completed, false),
+            (false, true, State::Running, false),
+            (false, true, State::Completed, false),
+            (true, false, State::Running, false),
+            (true, false, State::Completed, false),
+            (true, true, State::Running, true),
+            (true, true, State::Completed, false),
+        ];
+        for (required, auto, state, gating) in cases {
+            let view = BackfillView::from_row(&backfill("b", state), required, auto);
+            assert_eq!(
+                view.readiness,
+                Readiness { required, gating },
+                "required {required}, auto {auto}, {state:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn adm3_fraction_is_unknown_without_a_positive_total_and_capped_at_one() {
+        let of = |state: State, total: Option<i64>, rows_done: i64| {
+            let mut row = backfill("b", state);
+            row.source_rows = total;
+            fraction(&row, rows_done)
+        };
+        // Past the bound the backfill is done whatever was counted.
+        assert_eq!(of(State::Validating, None, 0), Some(1.0));
+        assert_eq!(of(State::Completed, None, 0), Some(1.0));
+        // Before start nothing was captured, so a total is not trusted.
+        assert_eq!(of(State::Pending, Some(10), 5), None);
+        assert_eq!(of(State::Running, None, 5), None);
+        assert_eq!(of(State::Running, Some(0), 0), None);
+        assert_eq!(of(State::Running, Some(-1), 0), None);
+        assert_eq!(of(State::Running, Some(10), 0), Some(0.0));
+        assert_eq!(of(State::Running, Some(10), 5), Some(0.5));
+        assert_eq!(of(State::Paused, Some(4), 1), Some(0.25));
+        // Rows may be counted past the captured total (keys inserted
+        // after start); the fraction still never exceeds one.
+        assert_eq!(of(State::Running, Some(10), 15), Some(1.0));
+
+        let mut empty = backfill("b", State::Running);
+        empty.empty_source = true;
+        assert_eq!(fraction(&empty, 0), Some(1.0));
+    }
+
+    #[test]
+    fn adm2_a_backfill_view_projects_its_row() {
+        let mut row = backfill("b", State::Running);
+        row.source_rows = Some(20);
+        row.rows_done = 5;
+        row.batches_done = 2;
+        row.owner = Some("worker-1".into());
+        row.lease_expires_at = Some(at(30));
+        row.throttle = Some(reported(3, "row"));
+        let view = BackfillView::from_row(&row, false, true);
+        assert_eq!(
+            view.progress,
+            Progress {
+                rows_done: 5,
+                total_rows: Some(20),
+                fraction: Some(0.25),
+                batches_done: 2,
+            }
+        );
+        assert_eq!(
+            view.owner,
+            Ownership {
+                disposition: "held".into(),
+                worker: Some("worker-1".into()),
+                until: Some(at(30)),
+            }
+        );
+        assert_eq!(view.throttle, Some(shown("row")));
+        assert_eq!(view.observed_at, at(0));
+        assert!(view.partitions.is_empty());
+    }
+
+    #[test]
+    fn par5_progress_aggregates_the_backfills_own_partitions() {
+        let mut row = backfill("b", State::Running);
+        row.source_rows = Some(100);
+        row.rows_done = 7;
+        row.batches_done = 1;
+        let mut first = partition("b", 0);
+        first.rows_done = 10;
+        first.batches_done = 2;
+        let mut second = partition("b", 1);
+        second.rows_done = 30;
+        second.batches_done = 3;
+        let mut foreign = throttled(partition("other", 5), "foreign");
+        foreign.rows_done = 1000;
+        foreign.batches_done = 100;
+
+        let view = BackfillView::from_row(&row, false, false)
+            .with_partitions(&row, &[first, foreign, second]);
+        let parts: Vec<i32> = view.partitions.iter().map(|p| p.part).collect();
+        assert_eq!(parts, [0, 1]);
+        assert_eq!(
+            view.progress,
+            Progress {
+                rows_done: 40,
+                total_rows: Some(100),
+                fraction: Some(0.4),
+                batches_done: 5,
+            }
+        );
+        assert_eq!(view.throttle, None);
+    }
+
+    #[test]
+    fn par5_without_partitions_of_its_own_the_view_is_the_rows() {
+        let mut row = backfill("b", State::Running);
+        row.source_rows = Some(100);
+        row.rows_done = 7;
+        let alone = BackfillView::from_row(&row, false, false);
+        let foreign = throttled(partition("other", 0), "foreign");
+        let view = alone.clone().with_partitions(&row, &[foreign]);
+        assert_eq!(view, alone);
+    }
+
+    #[test]
+    fn par5_thr2_the_first_throttled_partition_stands_for_an_unthrottled_backfill() {
+        let mut row = backfill("b", State::Running);
+        row.owner = Some("worker-1".into());
+        let parts = [
+            partition("b", 0),
+            throttled(partition("b", 1), "lag high"),
+            throttled(partition("b", 2), "lag higher"),
+        ];
+        let view = BackfillView::from_row(&row, false, false).with_partitions(&row, &parts);
+        assert_eq!(view.throttle, Some(shown("partition 1: lag high")));
+        // Each partition still shows its own condition, unprefixed.
+        assert_eq!(view.partitions[1].throttle, Some(shown("lag high")));
+
+        // The backfill's own current condition is kept over its partitions'.
+        row.throttle = Some(reported(3, "row"));
+        let view = BackfillView::from_row(&row, false, false).with_partitions(&row, &parts);
+        assert_eq!(view.throttle, Some(shown("row")));
+    }
+
+    #[test]
+    fn par5_a_partition_view_projects_its_row() {
+        let mut ended = partition("b", 2);
+        ended.checkpoint = Some(vec![100]);
+        ended.checkpoint_json = Some(json!(100));
+        ended.owner = Some("worker-p".into());
+        ended.lease_expires_at = Some(at(30));
+        ended.attempts = 2;
+        ended.next_attempt_at = Some(at(60));
+        ended.last_error = Some("x".repeat(600));
+        ended.rows_done = 12;
+        ended.batches_done = 4;
+        ended.batch_size = Some(250);
+        ended.throttle = Some(reported(3, "part"));
+        assert_eq!(
+            PartitionView::from_row(&ended, at(0)),
+            PartitionView {
+                part: 2,
+                lower: Some(json!(0)),
+                upper: Some(json!(100)),
+                checkpoint: Some(json!(100)),
+                ended: true,
+                owner: Ownership {
+                    disposition: "held".into(),
+                    worker: Some("worker-p".into()),
+                    until: Some(at(30)),
+                },
+                rows_done: 12,
+                batches_done: 4,
+                attempts: 2,
+                next_attempt_at: Some(at(60)),
+                last_error: Some(format!("{}...", "x".repeat(509))),
+                batch_size: Some(250),
+                throttle: Some(shown("part")),
+            }
+        );
+
+        // Judged by the clock passed in: the same lease is over later on.
+        let later = PartitionView::from_row(&ended, at(30));
+        assert_eq!(later.owner.disposition, "expired");
+
+        let mut open = partition("b", 0);
+        open.lower = None;
+        open.lower_json = None;
+        let view = PartitionView::from_row(&open, at(0));
+        assert!(!view.ended);
+        assert_eq!(view.lower, None);
+        assert_eq!(view.owner.disposition, "none");
+        assert_eq!(view.last_error, None);
+    }
+
+    #[test]
+    fn aud1_an_audit_entry_copies_every_field_of_its_row() {
+        let entry = AuditEntry::from(AuditRow {
+            seq: 41,
+            at: at(-5),
+            backfill_id: "b".into(),
+            action: "pause".into(),
+            actor: Some("alice".into()),
+            authority: "token".into(),
+            correlation: Some("idem-1".into()),
+            prior_state: Some(State::Running),
+            resulting_state: Some(State::Paused),
+            generation: Some(3),
+            outcome: "applied".into(),
+            detail: Some("by hand".into()),
+            request_count: 6,
+            source: Some("10.0.0.9".into()),
+            last_at: Some(at(-1)),
+        });
+        assert_eq!(
+            serde_json::to_value(&entry).expect("serialize"),
+            json!({
+                "seq": 41,
+                "at": "2027-01-15T07:59:55Z",
+                "backfill_id": "b",
+                "action": "pause",
+                "actor": "alice",
+                "authority": "token",
+                "correlation": "idem-1",
+                "prior_state": "running",
+                "resulting_state": "paused",
+                "generation": 3,
+                "outcome": "applied",
+                "detail": "by hand",
+                "request_count": 6,
+                "source": "10.0.0.9",
+                "last_at": "2027-01-15T07:59:59Z",
+            })
+        );
+    }
+
+    #[test]
+    fn adm3_an_unknown_time_serializes_as_null() {
+        #[derive(Serialize)]
+        struct Opt(#[serde(serialize_with = "timestamp::serialize_opt")] Option<DateTime<Utc>>);
+
+        assert_eq!(serde_json::to_string(&Opt(None)).expect("none"), "null");
+        assert_eq!(
+            serde_json::to_string(&Opt(Some(at(0)))).expect("some"),
+            "\"2027-01-15T08:00:00Z\""
+        );
+    }
+}
