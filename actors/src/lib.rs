@@ -367,3 +367,76 @@ impl Timing {
 
 pub use metrics::RuntimeMetrics;
 pub use supervisor::{RuntimeHandle, Supervisor};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> RuntimeConfig {
+        RuntimeConfig {
+            worker_id: "w".into(),
+            ..RuntimeConfig::default()
+        }
+    }
+
+    /// CLM-3: every limit of the runtime configuration holds exactly at
+    /// its edge: a 1- and 128-byte worker ID, a 100 ms lease, a renewal
+    /// at exactly half the lease; one step past each is refused.
+    #[test]
+    fn clm3_runtime_config_limits_hold_exactly_at_their_edges() {
+        let ttl = Duration::from_secs(3);
+        let with = |f: &dyn Fn(&mut RuntimeConfig)| {
+            let mut c = config();
+            f(&mut c);
+            c
+        };
+        assert!(config().validate(ttl).is_ok());
+        assert!(with(&|c| c.worker_id = String::new())
+            .validate(ttl)
+            .is_err());
+        assert!(with(&|c| c.worker_id = "w".repeat(128))
+            .validate(ttl)
+            .is_ok());
+        assert!(with(&|c| c.worker_id = "w".repeat(129))
+            .validate(ttl)
+            .is_err());
+        assert!(config().validate(Duration::from_millis(100)).is_ok());
+        assert!(config().validate(Duration::from_millis(99)).is_err());
+        let half = |c: &mut RuntimeConfig| c.renew_interval = Some(Duration::from_millis(1500));
+        assert!(with(&half).validate(ttl).is_ok());
+        let past_half =
+            |c: &mut RuntimeConfig| c.renew_interval = Some(Duration::from_micros(1_500_001));
+        assert!(with(&past_half).validate(ttl).is_err());
+        assert!(with(&|c| c.renew_interval = Some(Duration::ZERO))
+            .validate(ttl)
+            .is_err());
+        assert!(with(&|c| c.poll_interval = Duration::ZERO)
+            .validate(ttl)
+            .is_err());
+        assert!(with(&|c| c.max_concurrent_runners = 0)
+            .validate(ttl)
+            .is_err());
+        assert!(with(&|c| c.max_concurrent_runners = 1)
+            .validate(ttl)
+            .is_ok());
+        assert!(with(&|c| c.progress_log_interval = Duration::ZERO)
+            .validate(ttl)
+            .is_err());
+        let timing = config().timing(ttl).expect("timing");
+        assert_eq!(timing.lease_ttl, ttl);
+        assert_eq!(timing.renew_interval, Duration::from_secs(1), "a third");
+    }
+
+    /// CLM-3: a claim is trusted for three quarters of its lease from the
+    /// moment its request was sent.
+    #[test]
+    fn clm3_trust_window_is_three_quarters_of_the_lease() {
+        let timing = Timing {
+            lease_ttl: Duration::from_secs(4),
+            renew_interval: Duration::from_secs(1),
+        };
+        assert_eq!(timing.trust_window(), Duration::from_secs(3));
+        let sent = Instant::now();
+        assert_eq!(timing.trusted_until(sent), sent + Duration::from_secs(3));
+    }
+}
