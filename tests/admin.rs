@@ -14,7 +14,8 @@
 //!   types: `api1_*` (live responses: `.ci/api-check`)
 //! - API-2 405 with `Allow` on a known path: `api2_*`
 //! - API-3 flood of rejected requests: `api3_*`
-//! - Bad input: IDs no backfill can have: `adm_invalid_ids_*`
+//! - Bad input: IDs no backfill can have: `adm_invalid_ids_*`; malformed
+//!   Idempotency-Keys: `adm4_*`
 //!
 //! Races use PostgreSQL's own lock queue (a test session holds the row lock
 //! and the test waits until every request is queued) or repair gates.
@@ -1442,6 +1443,78 @@ async fn api3_flood_of_rejected_requests_is_coalesced_and_authorized_requests_su
     );
     assert_eq!(gate.flood().counted(Reason::Throttled), throttled as u64);
     assert_eq!(gate.flood().tracked_sources(), 1);
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// ADM-4: an Idempotency-Key is 1 to 200 printable ASCII bytes without
+/// spaces. A missing, empty, 201-byte or spaced key is a 400 naming the
+/// header that changes nothing; a key of exactly 200 bytes is accepted.
+/// Guard: `Admin::require_key`.
+#[actix_rt::test]
+async fn adm4_idempotency_key_is_one_to_200_printable_bytes() {
+    let (db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine));
+    let start = format!("/admin/backfills/{ID}/start");
+    let before = snapshot(&db, ID).await;
+    let long = "k".repeat(201);
+    for key in [None, Some(""), Some(long.as_str()), Some("two words")] {
+        let r = call(&server.url, "POST", &start, Some(OPERATOR), key).await;
+        assert_eq!(r.status, 400, "{key:?}: {}", r.text);
+        assert_eq!(r.body["error"], "bad_request");
+        let message = r.body["message"].as_str().unwrap_or_default();
+        assert!(message.contains("Idempotency-Key"), "{message}");
+    }
+    assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
+    let key = "k".repeat(200);
+    let r = call(&server.url, "POST", &start, Some(OPERATOR), Some(&key)).await;
+    assert_eq!(
+        (r.status, &r.body["outcome"]),
+        (200, &Value::from("applied"))
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// ADM-2, AUD-1: a page holding exactly `limit` items is the last one:
+/// no `next_after` or `next_before` points past the end. Guard: the
+/// `limit + 1` look-ahead in `Admin::list` and `Admin::audit`.
+#[actix_rt::test]
+async fn adm2_a_page_of_exactly_limit_items_is_the_last() {
+    let (db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine));
+    let page = |path: String| {
+        let url = server.url.clone();
+        async move { call(&url, "GET", &path, Some(READER), None).await.body }
+    };
+    let all = page("/admin/backfills?limit=2".into()).await;
+    assert_eq!(all["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(all["next_after"], Value::Null, "two backfills, limit 2");
+    let first = page("/admin/backfills?limit=1".into()).await;
+    assert_eq!(first["next_after"], ID);
+    for action in ["start", "pause", "resume"] {
+        let path = format!("/admin/backfills/{ID}/{action}");
+        let r = call(&server.url, "POST", &path, Some(OPERATOR), Some(action)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    let audited = db
+        .scalar(&format!(
+            "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{ID}'"
+        ))
+        .await;
+    assert!(audited >= 3);
+    let exact = page(format!("/admin/audit?backfill={ID}&limit={audited}")).await;
+    assert_eq!(
+        exact["items"].as_array().map(Vec::len),
+        Some(audited as usize)
+    );
+    assert_eq!(
+        exact["next_before"],
+        Value::Null,
+        "{audited} records, limit {audited}"
+    );
+    let short = page(format!("/admin/audit?backfill={ID}&limit={}", audited - 1)).await;
+    assert!(short["next_before"].is_i64(), "one record left: {short}");
     server.stop().await;
     assert_audit_complete(&db).await;
 }
