@@ -569,6 +569,11 @@ async fn ct11_explicit_validation_on_completed_row_is_read_only_and_idempotent()
     assert_eq!(ok.body["outcome"], "success");
     assert_eq!(ok.body["state"], "completed");
     assert!(ok.body["validated_at"].is_string());
+    // A verdict carries no reason; only `current-state` answers do.
+    assert_eq!(
+        (&ok.body["reason"], &ok.body["detail"]),
+        (&Value::Null, &Value::Null)
+    );
     assert_eq!(snapshot(&db, ID).await, before);
     let detail = call(
         &server.url,
@@ -666,6 +671,11 @@ async fn ct11_explicit_validation_on_completed_row_is_read_only_and_idempotent()
     .await;
     assert_eq!(pending.body["outcome"], "current-state");
     assert_eq!(pending.body["state"], "pending");
+    assert_eq!(
+        pending.body["reason"],
+        "not started: there is nothing to validate yet"
+    );
+    assert_eq!(pending.body["validated_at"], Value::Null);
     assert_eq!(
         db.text(&format!(
             "SELECT validation_outcome AS v FROM backfill WHERE id = '{OTHER}'"
