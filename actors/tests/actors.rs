@@ -276,12 +276,20 @@ async fn run_steps(id: &str, progress_log_interval: Duration, steps: usize) {
         ..config()
     };
     let rt = start(&fake, 10_000, config);
+    let metrics = rt.metrics().clone();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while fake.steps.load(Ordering::SeqCst) < steps {
         assert!(std::time::Instant::now() < deadline, "runner stalled");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     rt.shutdown().await;
+    // Every step committed one key: the counters agree with each other.
+    let (batches, keys) = (
+        metrics.batches_committed.get(),
+        metrics.keys_committed.get(),
+    );
+    assert!(batches >= steps as u64, "{batches} batches");
+    assert_eq!(keys, batches, "one key per committed batch");
 }
 
 /// OBS-1 without flooding the operator's log: committed batches show up at
@@ -315,6 +323,9 @@ async fn obs01_progress_is_logged_per_interval_not_per_batch() {
         let n = i as u64 + 1;
         assert_eq!(fields, &[n, n, 1], "batches, keys, batches_since");
     }
+    // The fake does not size batches, so no batch size is reported.
+    let logs = String::from_utf8_lossy(&info_logs().lock()).into_owned();
+    assert!(!logs.contains("batch_size="), "no size: {logs}");
 }
 
 /// The `batches`, `keys` and `batches_since` fields of each `progress`
