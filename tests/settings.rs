@@ -7,7 +7,8 @@
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - an accepted change, visible at once, audited, announced; clearing:
 //!   `thr4_change_*`
-//! - refused changes: `thr4_invalid_*`, `thr4_malformed_*`
+//! - refused changes: `thr4_invalid_*`, `thr4_malformed_*`; the body limit:
+//!   `thr4_a_change_of_exactly_16_kib_*`
 //! - authorization: `thr4_unauthorized_*`
 //! - idempotency: `thr4_same_key_*`
 //! - a completed backfill: `thr4_completed_*`
@@ -686,4 +687,29 @@ async fn thr4_openapi_declares_the_change_ranges_and_statuses() {
         assert!(throttle[name].is_object(), "Throttle.{name}");
     }
     server.stop().await;
+}
+
+/// THR-4: a change is read up to 16 KiB: a valid change padded with JSON
+/// whitespace to exactly 16,384 bytes is applied, one byte more is a 413
+/// that changes nothing. The size is written out here, not taken from
+/// the crate, so a changed limit fails. Guard: `MAX_BODY_BYTES` and the
+/// body reader of the HTTP layer.
+#[actix_rt::test]
+async fn thr4_a_change_of_exactly_16_kib_is_read_and_one_byte_more_is_413() {
+    const LIMIT: usize = 16 * 1024;
+    let (db, engine, _hooks) = setup(5).await;
+    let server = serve(admin(engine));
+    let padded = |len: usize| {
+        let change = r#"{"pause_ms": 7}"#;
+        format!("{change}{}", " ".repeat(len - change.len()))
+    };
+    let over = patch(&server, Some(OPERATOR), "s1", &padded(LIMIT + 1)).await;
+    assert_eq!(over.status, 413, "{}", over.text);
+    assert_eq!(over.body["error"], "payload_too_large");
+    assert_eq!(stored(&db).await, json!({}));
+    let exact = patch(&server, Some(OPERATOR), "s2", &padded(LIMIT)).await;
+    assert_eq!(exact.status, 200, "{}", exact.text);
+    assert_eq!(stored(&db).await, json!({"pause_ms": 7}));
+    server.stop().await;
+    assert_audit_complete(&db).await;
 }
