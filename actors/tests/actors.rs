@@ -44,6 +44,8 @@ struct Fake {
     ids: Mutex<Vec<String>>,
     steps: AtomicUsize,
     renew_ok: AtomicBool,
+    /// Renewals succeed but renew nothing: every claim is lost.
+    renew_lost: AtomicBool,
     renewals: AtomicUsize,
     releases: AtomicUsize,
     step_delay: Duration,
@@ -88,7 +90,9 @@ impl Backend for Fake {
         claims: &[(ClaimKey, i64)],
     ) -> Result<Vec<(ClaimKey, i64)>, BackendError> {
         self.renewals.fetch_add(1, Ordering::SeqCst);
-        if self.renew_ok.load(Ordering::SeqCst) {
+        if self.renew_lost.load(Ordering::SeqCst) {
+            Ok(Vec::new())
+        } else if self.renew_ok.load(Ordering::SeqCst) {
             Ok(claims.to_vec())
         } else {
             Err(BackendError("database unreachable".into()))
@@ -162,6 +166,37 @@ async fn runner_stops_when_renewals_fail_before_the_lease_can_expire() {
         "stopped after {stopped_after:?}, beyond the 1s lease"
     );
     assert!(fake.renewals.load(Ordering::SeqCst) >= 1);
+}
+
+/// CLM-3: a renewal PostgreSQL refuses (the claim was taken over, or
+/// paused) stops the runner at once: no batch starts after the `Lost`
+/// status, though its trust window (45 s of a minute's lease) would
+/// allow them for the rest of the test.
+#[actix_rt::test]
+async fn clm3_runner_stops_at_once_when_its_claim_is_lost() {
+    let fake = Arc::new(Fake {
+        ids: Mutex::new(vec!["lost".into()]),
+        step_delay: Duration::from_millis(5),
+        renew_lost: AtomicBool::new(true),
+        ..Fake::default()
+    });
+    let config = RuntimeConfig {
+        renew_interval: Some(Duration::from_millis(50)),
+        ..config()
+    };
+    let rt = start(&fake, 60_000, config);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fake.renewals.load(Ordering::SeqCst) == 0 || held(&rt).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runner still holds a lost claim"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let steps = fake.steps.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(fake.steps.load(Ordering::SeqCst), steps, "no batch after");
+    rt.shutdown().await;
 }
 
 /// With renewals succeeding, the runner keeps going past the lease TTL.
