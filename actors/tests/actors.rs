@@ -8,8 +8,8 @@
 use async_trait::async_trait;
 use backfill_actors::supervisor::Status;
 use backfill_actors::{
-    Backend, BackendError, ClaimInfo, ClaimKey, RuntimeConfig, RuntimeHandle, StepOutcome,
-    ValidationOutcome,
+    Backend, BackendError, ClaimInfo, ClaimKey, Disposition, ErrorKind, RuntimeConfig,
+    RuntimeHandle, StepOutcome, ValidationOutcome,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -46,6 +46,8 @@ struct Fake {
     renew_ok: AtomicBool,
     /// Renewals succeed but renew nothing: every claim is lost.
     renew_lost: AtomicBool,
+    /// Every step fails, recorded with this disposition.
+    recorded: Option<Disposition>,
     renewals: AtomicUsize,
     releases: AtomicUsize,
     step_delay: Duration,
@@ -76,6 +78,14 @@ impl Backend for Fake {
     async fn step(&self, _claim: &mut FakeClaim) -> Result<StepOutcome, BackendError> {
         tokio::time::sleep(self.step_delay).await;
         self.steps.fetch_add(1, Ordering::SeqCst);
+        if let Some(disposition) = self.recorded {
+            return Ok(StepOutcome::Recorded {
+                disposition,
+                kind: ErrorKind::Retryable,
+                message: "scripted failure".into(),
+                attempts: 1,
+            });
+        }
         Ok(StepOutcome::Committed {
             keys: 1,
             reached_bound: false,
@@ -197,6 +207,68 @@ async fn clm3_runner_stops_at_once_when_its_claim_is_lost() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(fake.steps.load(Ordering::SeqCst), steps, "no batch after");
     rt.shutdown().await;
+}
+
+/// RT-1: a batch failure the backend recorded ends the runner (the
+/// backend released the claim with the record), counted once under its
+/// disposition, though the claim would still renew.
+#[actix_rt::test]
+async fn rt01_recorded_failure_ends_the_runner_and_is_counted_by_disposition() {
+    for disposition in [
+        Disposition::Retrying,
+        Disposition::Blocked,
+        Disposition::Failed,
+    ] {
+        let fake = Arc::new(Fake {
+            ids: Mutex::new(vec!["fails".into()]),
+            renew_ok: AtomicBool::new(true),
+            recorded: Some(disposition),
+            ..Fake::default()
+        });
+        let rt = start(&fake, 300, config());
+        let metrics = rt.metrics().clone();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while fake.steps.load(Ordering::SeqCst) == 0 || held(&rt).await > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{disposition:?}: the runner did not end"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        rt.shutdown().await;
+        assert_eq!(fake.steps.load(Ordering::SeqCst), 1, "{disposition:?}");
+        let counted = [
+            metrics.errors_retryable.get(),
+            metrics.errors_blocked.get(),
+            metrics.errors_failed.get(),
+        ];
+        let expected = match disposition {
+            Disposition::Retrying => [1, 0, 0],
+            Disposition::Blocked => [0, 1, 0],
+            Disposition::Failed => [0, 0, 1],
+        };
+        assert_eq!(counted, expected, "{disposition:?}");
+    }
+}
+
+/// CLM-3: a renewer with no claims makes no backend calls: an idle
+/// process costs PostgreSQL nothing between claim polls.
+#[actix_rt::test]
+async fn clm3_an_idle_renewer_makes_no_backend_calls() {
+    let fake = Arc::new(Fake::default());
+    let config = RuntimeConfig {
+        renew_interval: Some(Duration::from_millis(20)),
+        ..config()
+    };
+    let rt = start(&fake, 300, config);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(held(&rt).await, 0);
+    rt.shutdown().await;
+    assert_eq!(
+        fake.renewals.load(Ordering::SeqCst),
+        0,
+        "ten idle intervals"
+    );
 }
 
 /// With renewals succeeding, the runner keeps going past the lease TTL.
