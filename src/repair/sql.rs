@@ -556,4 +556,45 @@ mod tests {
             "validation predicate"
         );
     }
+
+    /// EMB-4: what the built repair answers through the `Repair` trait is
+    /// what its builder was told, and the defaults are the documented ones:
+    /// the engine reads the batch size, target, overlap, tables and
+    /// partitions from these answers only, so a setter whose value never
+    /// reaches them would change nothing the engine does.
+    #[test]
+    fn emb4_built_repair_answers_with_its_builder_settings() {
+        let plain = items().build().expect("valid");
+        assert_eq!(plain.id(), "items.email-norm.v1");
+        assert_eq!(plain.description(), "items: SET email_norm = lower(email)");
+        assert_eq!(plain.batch_limit(), 1000);
+        assert!(!plain.overlap_commits());
+        assert_eq!(plain.batch_target(), None);
+        assert_eq!(plain.tables(), vec!["items".to_string()]);
+        assert_eq!(plain.partitions(), 1);
+
+        let target = BatchTarget {
+            duration: std::time::Duration::from_millis(80),
+            min: 5,
+            max: 500,
+        };
+        let tuned = SqlRepair::new("events.fix.v1", "app.events")
+            .key("id")
+            .set("n = 0")
+            .validate_where("n <> 0")
+            .description("reset n on every event")
+            .batch_size(250)
+            .target_batch(target.duration, target.min, target.max)
+            .overlap_commits(true)
+            .partitions(4)
+            .build()
+            .expect("valid");
+        assert_eq!(tuned.id(), "events.fix.v1");
+        assert_eq!(tuned.description(), "reset n on every event");
+        assert_eq!(tuned.batch_limit(), 250);
+        assert!(tuned.overlap_commits());
+        assert_eq!(tuned.batch_target(), Some(target));
+        assert_eq!(tuned.tables(), vec!["app.events".to_string()]);
+        assert_eq!(tuned.partitions(), 4);
+    }
 }
