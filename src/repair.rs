@@ -543,4 +543,105 @@ mod tests {
         assert!(b.len() <= MAX_DIAGNOSTIC_BYTES);
         assert!(b.ends_with("..."));
     }
+
+    /// A repair that declares only what the trait requires, so every other
+    /// answer is the trait's default. Nothing here ever runs a statement.
+    struct Minimal;
+
+    #[async_trait]
+    impl Repair for Minimal {
+        type Key = i64;
+
+        fn id(&self) -> &str {
+            "minimal.v1"
+        }
+
+        fn batch_limit(&self) -> u32 {
+            10
+        }
+
+        async fn capture_bound(
+            &self,
+            _conn: &mut AsyncPgConnection,
+        ) -> Result<SourceSet<i64>, RepairError> {
+            Ok(SourceSet::Empty)
+        }
+
+        fn batches(&self) -> Batches<'_, i64> {
+            Batches::TwoStatements(self)
+        }
+
+        async fn validate(
+            &self,
+            _conn: &mut AsyncPgConnection,
+            _bound: Option<&i64>,
+        ) -> Result<Validation, RepairError> {
+            Ok(Validation::Success)
+        }
+    }
+
+    #[async_trait]
+    impl SelectThenMutate<i64> for Minimal {
+        async fn select_keys(
+            &self,
+            _conn: &mut AsyncPgConnection,
+            _after: Option<&i64>,
+            _bound: &i64,
+            _limit: u32,
+        ) -> Result<Vec<i64>, RepairError> {
+            Ok(Vec::new())
+        }
+
+        async fn mutate(
+            &self,
+            _conn: &mut AsyncPgConnection,
+            _keys: &[i64],
+        ) -> Result<(), RepairError> {
+            Ok(())
+        }
+    }
+
+    /// THR-1: a repair that names no tables has none for the health monitor
+    /// to watch, and the registry's list stays empty: a default naming a
+    /// table would count lock waiters on a relation the repair never
+    /// writes.
+    #[test]
+    fn thr1_a_repair_names_no_tables_by_default() {
+        assert!(Minimal.tables().is_empty());
+        let registry = Registry::new().with(Minimal).expect("valid");
+        assert!(registry.tables().is_empty(), "{:?}", registry.tables());
+    }
+
+    /// EX-6: a repair that does not ask for overlapped commits runs its
+    /// batches one after the other, and the registry holds no second
+    /// connection per claim for it.
+    #[test]
+    fn ex6_batches_do_not_overlap_commits_by_default() {
+        assert!(!Minimal.overlap_commits());
+        let registry = Registry::new().with(Minimal).expect("valid");
+        assert!(!registry.any_overlaps());
+    }
+
+    /// REG-2, PAR-1, THR-3: without a declaration a repair has an empty
+    /// description, runs in one partition and keeps its fixed batch size.
+    #[test]
+    fn reg2_other_trait_defaults_are_the_documented_ones() {
+        assert_eq!(Minimal.description(), "");
+        assert_eq!(Minimal.partitions(), 1);
+        assert_eq!(Minimal.batch_target(), None);
+    }
+
+    /// EMB-4: a batch form reads as its name in logs and assertions, for
+    /// both forms.
+    #[test]
+    fn emb4_batch_forms_debug_as_their_names() {
+        assert_eq!(format!("{:?}", Minimal.batches()), "Batches::TwoStatements");
+        let sql = SqlRepair::new("t.v1", "t")
+            .key("id")
+            .set("a = 1")
+            .validate_where("a <> 1")
+            .build()
+            .expect("valid");
+        assert_eq!(format!("{:?}", sql.batches()), "Batches::OneStatement");
+    }
 }
