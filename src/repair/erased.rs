@@ -254,3 +254,85 @@ impl<R: Repair> Erased<R> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pace::BatchTarget;
+    use crate::repair::{SqlRepair, SqlRepairBuilder};
+    use std::time::Duration;
+
+    fn events() -> SqlRepairBuilder {
+        SqlRepair::new("events.fix.v1", "events")
+            .key("id")
+            .set("n = 0")
+            .validate_where("n <> 0")
+    }
+
+    /// The repair behind the engine's face, registered under an ID other
+    /// than the one the repair answers, so the two cannot be confused.
+    fn erased(repair: SqlRepair) -> Erased<SqlRepair> {
+        Erased {
+            id: "registered.v1".into(),
+            repair,
+        }
+    }
+
+    /// REG-3: the engine's face of a repair answers with the ID checked at
+    /// registration, and passes every other answer through from the repair
+    /// unchanged: the engine reads the batch size, target, overlap, tables
+    /// and partitions only through it.
+    #[test]
+    fn reg3_erased_repair_forwards_the_repairs_answers() {
+        let plain = erased(events().build().expect("valid"));
+        assert_eq!(plain.id(), "registered.v1");
+        assert_eq!(plain.description(), "events: SET n = 0");
+        assert!(!plain.overlap_commits());
+        assert_eq!(plain.batch_limit(), 1000);
+        assert_eq!(plain.batch_target(), None);
+        assert_eq!(plain.tables(), vec!["events".to_string()]);
+        assert_eq!(plain.partitions(), 1);
+
+        let target = BatchTarget {
+            duration: Duration::from_millis(80),
+            min: 5,
+            max: 500,
+        };
+        let tuned = erased(
+            events()
+                .description("reset n")
+                .batch_size(250)
+                .target_batch(target.duration, target.min, target.max)
+                .overlap_commits(true)
+                .partitions(4)
+                .build()
+                .expect("valid"),
+        );
+        assert_eq!(tuned.description(), "reset n");
+        assert!(tuned.overlap_commits());
+        assert_eq!(tuned.batch_limit(), 250);
+        assert_eq!(tuned.batch_target(), Some(target));
+        assert_eq!(tuned.partitions(), 4);
+    }
+
+    /// REG-4: the face names the repair's key type and refuses a stored key
+    /// of another type or a malformed one, and takes one of its own.
+    #[test]
+    fn reg4_erased_repair_checks_stored_keys_against_its_key_type() {
+        let plain = erased(events().build().expect("valid"));
+        assert_eq!(plain.key_type(), i64::type_name());
+        assert!(plain.check_key(&7i64.to_bytes()).is_ok());
+        assert!(plain.check_key(&"7".to_string().to_bytes()).is_err());
+        assert!(plain.check_key(&[]).is_err());
+    }
+
+    /// EX-4: a batch limit of 0 cannot make progress and is refused before
+    /// any statement runs; any other limit passes through unchanged.
+    #[test]
+    fn ex4_a_zero_batch_limit_is_refused() {
+        assert_eq!(nonzero(0), Err(SelectionError::ZeroLimit));
+        assert_eq!(nonzero(1), Ok(1));
+        assert_eq!(nonzero(7), Ok(7));
+        assert_eq!(nonzero(u32::MAX), Ok(u32::MAX));
+    }
+}
