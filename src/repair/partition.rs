@@ -114,4 +114,204 @@ mod tests {
         assert_eq!(wide.len(), 63);
         assert!(wide.windows(2).all(|w| w[0] < w[1]));
     }
+
+    use crate::key::Key;
+    use serde_json::Value;
+
+    /// A point or bound as a `bigint` key is stored.
+    fn k(value: i64) -> Vec<u8> {
+        value.to_bytes()
+    }
+
+    /// The key check of a definition whose key type is `bigint`.
+    fn bigint(bytes: &[u8]) -> Result<(), KeyError> {
+        i64::from_bytes(bytes).map(|_| ())
+    }
+
+    /// Plan the `bigint` points against a `bigint` bound.
+    fn plan(
+        points: &[i64],
+        bound: i64,
+        partitions: u32,
+    ) -> Result<Vec<PartitionRange>, SplitError> {
+        let points: Vec<Vec<u8>> = points.iter().copied().map(k).collect();
+        plan_partitions(&points, &k(bound), partitions, &bigint)
+    }
+
+    /// PAR-1: a definition allowing P partitions may propose P - 1 points
+    /// and no more. The cap is exact on both sides, and a count far above
+    /// it is refused too, not only the one just past it.
+    #[test]
+    fn par1_split_points_are_capped_at_one_less_than_the_partitions() {
+        assert_eq!(
+            plan(&[10, 20], 100, 3)
+                .expect("two points, three parts")
+                .len(),
+            3
+        );
+        assert_eq!(
+            plan(&[10, 20, 30], 100, 3),
+            Err(SplitError::TooMany {
+                points: 3,
+                partitions: 3
+            })
+        );
+        assert_eq!(
+            plan(&[10, 20, 30, 40, 50], 100, 3),
+            Err(SplitError::TooMany {
+                points: 5,
+                partitions: 3
+            })
+        );
+        assert_eq!(plan(&[], 100, 1).expect("no points, one part").len(), 1);
+        assert_eq!(
+            plan(&[10], 100, 1),
+            Err(SplitError::TooMany {
+                points: 1,
+                partitions: 1
+            })
+        );
+        // Registration refuses 0 partitions; here even the whole range as
+        // one part exceeds it.
+        assert_eq!(
+            plan(&[], 100, 0),
+            Err(SplitError::TooMany {
+                points: 0,
+                partitions: 0
+            })
+        );
+    }
+
+    /// PAR-1: each point must be strictly greater than the one before it,
+    /// so a repeated point is refused like one out of order, at the index
+    /// of the later point. The first point has nothing before it and is
+    /// accepted whatever its value.
+    #[test]
+    fn par1_split_points_must_strictly_increase() {
+        assert_eq!(
+            plan(&[5, 5], 100, 4),
+            Err(SplitError::NotIncreasing { index: 1 })
+        );
+        assert_eq!(
+            plan(&[7, 5], 100, 4),
+            Err(SplitError::NotIncreasing { index: 1 })
+        );
+        assert_eq!(
+            plan(&[1, 3, 3], 100, 4),
+            Err(SplitError::NotIncreasing { index: 2 })
+        );
+        assert_eq!(
+            plan(&[1, 3, 2], 100, 4),
+            Err(SplitError::NotIncreasing { index: 2 })
+        );
+        assert!(plan(&[i64::MIN], 100, 4).is_ok());
+        assert!(plan(&[4, 5, 6], 100, 4).is_ok());
+    }
+
+    /// PAR-1: a point equal to the bound would make an empty last range,
+    /// so every point must be strictly below it; one just below is fine.
+    #[test]
+    fn par1_split_points_must_lie_strictly_below_the_bound() {
+        assert_eq!(
+            plan(&[100], 100, 4),
+            Err(SplitError::OutsideBound { index: 0 })
+        );
+        assert_eq!(
+            plan(&[3, 101], 100, 4),
+            Err(SplitError::OutsideBound { index: 1 })
+        );
+        assert_eq!(plan(&[99], 100, 4).expect("just below").len(), 2);
+    }
+
+    /// PAR-1, REG-4: a bound of another key type is refused under the
+    /// index one past the last point, so it cannot be mistaken for a
+    /// point; a point of another type is refused under its own index.
+    #[test]
+    fn par1_key_type_of_the_bound_and_of_each_point_is_checked() {
+        let foreign_bound = 100i32.to_bytes();
+        let mismatch = bigint(&foreign_bound).expect_err("an integer is not a bigint");
+        assert_eq!(
+            plan_partitions(&[k(1), k(2)], &foreign_bound, 4, &bigint),
+            Err(SplitError::KeyType {
+                index: 2,
+                error: mismatch.clone()
+            })
+        );
+        assert_eq!(
+            plan_partitions(&[], &foreign_bound, 4, &bigint),
+            Err(SplitError::KeyType {
+                index: 0,
+                error: mismatch.clone()
+            })
+        );
+        assert_eq!(
+            plan_partitions(&[k(1), 2i32.to_bytes()], &k(100), 4, &bigint),
+            Err(SplitError::KeyType {
+                index: 1,
+                error: mismatch
+            })
+        );
+    }
+
+    /// PAR-1: the ranges run from nothing to the first point, from each
+    /// point to the next, and from the last point to the bound, with each
+    /// end also rendered as JSON for the admin view.
+    #[test]
+    fn par1_ranges_run_from_nothing_through_each_point_to_the_bound() {
+        assert_eq!(
+            plan(&[-5, 20], 100, 3),
+            Ok(vec![
+                PartitionRange {
+                    lower: None,
+                    lower_json: None,
+                    upper: k(-5),
+                    upper_json: Value::from(-5),
+                },
+                PartitionRange {
+                    lower: Some(k(-5)),
+                    lower_json: Some(Value::from(-5)),
+                    upper: k(20),
+                    upper_json: Value::from(20),
+                },
+                PartitionRange {
+                    lower: Some(k(20)),
+                    lower_json: Some(Value::from(20)),
+                    upper: k(100),
+                    upper_json: Value::from(100),
+                },
+            ])
+        );
+        assert_eq!(
+            plan(&[], 7, 1),
+            Ok(vec![PartitionRange {
+                lower: None,
+                lower_json: None,
+                upper: k(7),
+                upper_json: Value::from(7),
+            }])
+        );
+    }
+
+    /// PAR-1: the arithmetic split pinned to exact points, so that every
+    /// operator in it matters: a zero minimum, a width that does not
+    /// divide evenly, a range across zero, one at the top of `i64`, the
+    /// narrowest ranges, and the partition counts that make no points.
+    #[test]
+    fn par1_even_splits_are_exact_for_small_and_edge_ranges() {
+        assert_eq!(even_splits(0, 9, 2), vec![4]);
+        assert_eq!(even_splits(1, 100, 3), vec![33, 66]);
+        assert_eq!(even_splits(1, 100, 2), vec![50]);
+        assert_eq!(even_splits(-10, 10, 4), vec![-6, -1, 4]);
+        assert_eq!(even_splits(i64::MAX - 3, i64::MAX, 2), vec![i64::MAX - 2]);
+        assert_eq!(even_splits(i64::MIN, i64::MIN + 3, 2), vec![i64::MIN + 1]);
+        // Too narrow for the partitions: points below the minimum are
+        // dropped and the repeats collapse, leaving the one point there is.
+        assert_eq!(even_splits(7, 8, 4), vec![7]);
+        assert_eq!(even_splits(7, 8, 2), vec![7]);
+        assert_eq!(even_splits(0, 3, 8), vec![0, 1, 2]);
+        assert!(even_splits(7, 7, 4).is_empty());
+        assert!(even_splits(10, 0, 4).is_empty());
+        assert!(even_splits(1, 100, 0).is_empty());
+        assert!(even_splits(1, 100, 1).is_empty());
+    }
 }
