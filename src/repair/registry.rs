@@ -108,3 +108,177 @@ impl Registry {
         self.repairs.values()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pace::BatchTarget;
+    use crate::repair::{SqlRepair, SqlRepairBuilder, MAX_PARTITIONS};
+    use std::time::Duration;
+
+    /// A complete SQL definition with the builder's defaults, for a test
+    /// to change the one answer it is about.
+    fn sql(id: &str, table: &str) -> SqlRepairBuilder {
+        SqlRepair::new(id, table)
+            .key("id")
+            .set("n = 0")
+            .validate_where("n <> 0")
+    }
+
+    /// Register `repair` in a fresh registry, keeping only the outcome.
+    fn register_one(repair: SqlRepairBuilder) -> Result<(), DefinitionError> {
+        let repair = repair.build().expect("the builder accepts it");
+        Registry::new().register(repair).map(|_| ())
+    }
+
+    /// EX-4: a batch limit of 0 could never make progress and is refused
+    /// at registration; a limit of 1 is the smallest that is accepted.
+    #[test]
+    fn ex4_a_zero_batch_limit_is_refused_at_registration() {
+        assert_eq!(
+            register_one(sql("t.v1", "t").batch_size(0)),
+            Err(DefinitionError::ZeroBatchLimit("t.v1".into()))
+        );
+        assert_eq!(register_one(sql("t.v1", "t").batch_size(1)), Ok(()));
+    }
+
+    /// THR-3: a batch target needs a size range starting at 1 or more
+    /// that is not empty, and a duration above zero. Each condition is
+    /// refused on its own while the others hold, and a range of one size
+    /// (min equal to max) is accepted.
+    #[test]
+    fn thr3_batch_targets_are_checked_at_registration() {
+        let target = |millis, min, max| {
+            register_one(sql("t.v1", "t").target_batch(Duration::from_millis(millis), min, max))
+        };
+        let invalid = Err(DefinitionError::InvalidBatchTarget("t.v1".into()));
+        assert_eq!(target(50, 1, 10), Ok(()));
+        assert_eq!(target(50, 10, 10), Ok(()));
+        assert_eq!(target(50, 0, 10), invalid);
+        assert_eq!(target(50, 11, 10), invalid);
+        assert_eq!(target(0, 1, 10), invalid);
+        assert_eq!(target(0, 10, 10), invalid);
+        let declared = BatchTarget {
+            duration: Duration::from_millis(50),
+            min: 10,
+            max: 10,
+        };
+        let registry = Registry::new()
+            .with(
+                sql("t.v1", "t")
+                    .target_batch(declared.duration, declared.min, declared.max)
+                    .build()
+                    .expect("valid"),
+            )
+            .expect("registers");
+        let registered = registry.get("t.v1").expect("registered");
+        assert_eq!(registered.batch_target(), Some(declared));
+    }
+
+    /// PAR-1: a definition allows 1 to `MAX_PARTITIONS` partitions, both
+    /// ends included; 0 and one more than the maximum are refused.
+    #[test]
+    fn par1_partitions_are_checked_at_registration() {
+        let parts = |partitions| register_one(sql("t.v1", "t").partitions(partitions));
+        let invalid = |partitions| {
+            Err(DefinitionError::InvalidPartitions {
+                id: "t.v1".into(),
+                partitions,
+            })
+        };
+        assert_eq!(parts(0), invalid(0));
+        assert_eq!(parts(1), Ok(()));
+        assert_eq!(parts(2), Ok(()));
+        assert_eq!(parts(MAX_PARTITIONS), Ok(()));
+        assert_eq!(parts(MAX_PARTITIONS + 1), invalid(MAX_PARTITIONS + 1));
+    }
+
+    /// REG-3: one process holds one definition per stable ID; a second
+    /// one under the same ID is refused and the first stays registered.
+    #[test]
+    fn reg3_a_duplicate_stable_id_is_refused() {
+        let mut registry = Registry::new();
+        registry
+            .register(sql("t.v1", "t").build().expect("valid"))
+            .expect("first registers");
+        let second = sql("t.v1", "other").build().expect("valid");
+        assert_eq!(
+            registry.register(second).map(|_| ()),
+            Err(DefinitionError::DuplicateId("t.v1".into()))
+        );
+        assert_eq!(registry.len(), 1);
+        assert_eq!(registry.tables(), vec!["t".to_string()]);
+    }
+
+    /// REG-4: the registry answers for exactly the definitions registered
+    /// in it, by ID, so a process never claims an ID it holds no
+    /// definition for; the empty registry answers for none.
+    #[test]
+    fn reg4_registry_answers_for_exactly_its_definitions() {
+        let empty = Registry::new();
+        assert!(empty.is_empty());
+        assert_eq!(empty.len(), 0);
+        assert!(empty.ids().is_empty());
+        assert!(!empty.contains("b.v1"));
+        assert_eq!(empty.key_type("b.v1"), None);
+        assert!(empty.get("b.v1").is_none());
+        assert_eq!(empty.iter().count(), 0);
+        assert_eq!(format!("{empty:?}"), "[]");
+
+        let mut registry = Registry::new();
+        registry
+            .register(sql("b.v1", "items").build().expect("valid"))
+            .expect("registers")
+            .register(sql("a.v1", "app.events").build().expect("valid"))
+            .expect("registers");
+        let registry = registry
+            .with(sql("c.v1", "items").build().expect("valid"))
+            .expect("registers");
+        assert!(!registry.is_empty());
+        assert_eq!(registry.len(), 3);
+        assert_eq!(registry.ids(), vec!["a.v1", "b.v1", "c.v1"]);
+        assert!(registry.contains("b.v1"));
+        assert!(!registry.contains("d.v1"));
+        assert_eq!(registry.key_type("b.v1").as_deref(), Some("bigint"));
+        assert_eq!(registry.key_type("d.v1"), None);
+        assert_eq!(registry.get("c.v1").map(|r| r.id()), Some("c.v1"));
+        assert!(registry.get("d.v1").is_none());
+        let iterated: Vec<&str> = registry.iter().map(|r| r.id()).collect();
+        assert_eq!(iterated, vec!["a.v1", "b.v1", "c.v1"]);
+        assert_eq!(format!("{registry:?}"), r#"["a.v1", "b.v1", "c.v1"]"#);
+    }
+
+    /// THR-1: the tables the health monitor watches are every table a
+    /// definition names, each once and in order, however many definitions
+    /// name it.
+    #[test]
+    fn thr1_registry_tables_are_deduplicated_and_sorted() {
+        let registry = Registry::new()
+            .with(sql("a.v1", "items").build().expect("valid"))
+            .expect("registers")
+            .with(sql("b.v1", "app.events").build().expect("valid"))
+            .expect("registers")
+            .with(sql("c.v1", "items").build().expect("valid"))
+            .expect("registers");
+        assert_eq!(registry.tables(), vec!["app.events", "items"]);
+    }
+
+    /// EX-6: the registry reports overlapped commits as soon as one
+    /// definition asks for them, and not while none does.
+    #[test]
+    fn ex6_any_overlaps_follows_the_definitions() {
+        let plain = Registry::new()
+            .with(sql("a.v1", "t").build().expect("valid"))
+            .expect("registers");
+        assert!(!plain.any_overlaps());
+        let overlapping = plain
+            .with(
+                sql("b.v1", "t")
+                    .overlap_commits(true)
+                    .build()
+                    .expect("valid"),
+            )
+            .expect("registers");
+        assert!(overlapping.any_overlaps());
+    }
+}
