@@ -189,4 +189,104 @@ mod tests {
             })
         );
     }
+
+    /// EX-4: a selection of exactly the limit passes and one key more is
+    /// refused, with the count and the limit reported.
+    #[test]
+    fn ex4_selection_may_reach_the_limit_but_not_pass_it() {
+        assert_eq!(check_selection(&[1i64, 2, 3], None, &9, 3), Ok(()));
+        assert_eq!(
+            check_selection(&[1i64, 2, 3], None, &9, 2),
+            Err(SelectionError::OverLimit { got: 3, limit: 2 })
+        );
+        assert_eq!(check_selection(&[1i64], None, &9, 1), Ok(()));
+        assert_eq!(
+            check_selection(&[1i64, 2], None, &9, 1),
+            Err(SelectionError::OverLimit { got: 2, limit: 1 })
+        );
+    }
+
+    /// EX-3: a repeated key is refused like one out of order, at the
+    /// position of the second of the pair, wherever the pair stands.
+    #[test]
+    fn ex3_selection_refuses_a_repeated_key_at_its_position() {
+        assert_eq!(
+            check_selection(&[2i64, 2], None, &9, 5),
+            Err(SelectionError::NotAscending(1))
+        );
+        assert_eq!(
+            check_selection(&[1i64, 2, 2], None, &9, 5),
+            Err(SelectionError::NotAscending(2))
+        );
+        assert_eq!(
+            check_selection(&[1i64, 2, 3, 1], None, &9, 5),
+            Err(SelectionError::NotAscending(3))
+        );
+    }
+
+    /// EX-3: the selection lies in `(after, bound]`: a first key equal to
+    /// the checkpoint is refused and the one after it passes; a last key
+    /// equal to the bound passes and the one after it is refused; without
+    /// a checkpoint any first key passes, and an empty selection passes.
+    #[test]
+    fn ex3_selection_is_checked_at_both_ends_of_its_range() {
+        assert_eq!(
+            check_selection(&[4i64, 5], Some(&4), &9, 5),
+            Err(SelectionError::NotAfterCheckpoint)
+        );
+        assert_eq!(check_selection(&[5i64, 6], Some(&4), &9, 5), Ok(()));
+        assert_eq!(check_selection(&[i64::MIN, 0], None, &9, 5), Ok(()));
+        assert_eq!(check_selection(&[8i64, 9], Some(&4), &9, 5), Ok(()));
+        assert_eq!(
+            check_selection(&[8i64, 10], Some(&4), &9, 5),
+            Err(SelectionError::AfterBound)
+        );
+        assert_eq!(check_selection(&[9i64], Some(&8), &9, 1), Ok(()));
+        assert_eq!(check_selection::<i64>(&[], Some(&4), &9, 5), Ok(()));
+    }
+
+    /// EX-3, EX-4: a one-statement summary passes the same edges as a
+    /// selection: a count of exactly the limit, a first key just after the
+    /// checkpoint, a last key equal to the bound; and it hands back the
+    /// last key and the count the checkpoint advances by.
+    #[test]
+    fn ex3_one_statement_summary_is_checked_at_every_edge() {
+        let keys = |first, last, count| Mutated::Keys { first, last, count };
+        assert_eq!(
+            check_mutated(&keys(5i64, 9, 3), Some(&4), &9, 3),
+            Ok(Some((&9, 3)))
+        );
+        assert_eq!(
+            check_mutated(&keys(5i64, 9, 4), Some(&4), &9, 3),
+            Err(SelectionError::OverLimit { got: 4, limit: 3 })
+        );
+        assert_eq!(
+            check_mutated(&keys(4i64, 9, 3), Some(&4), &9, 3),
+            Err(SelectionError::NotAfterCheckpoint)
+        );
+        assert_eq!(
+            check_mutated(&keys(5i64, 10, 3), Some(&4), &9, 3),
+            Err(SelectionError::AfterBound)
+        );
+        assert_eq!(
+            check_mutated(&keys(i64::MIN, 0, 2), None, &9, 2),
+            Ok(Some((&0, 2)))
+        );
+        assert_eq!(
+            check_mutated(&keys(7i64, 7, 1), Some(&6), &7, 1),
+            Ok(Some((&7, 1)))
+        );
+        assert_eq!(
+            check_mutated(&keys(7i64, 7, 0), None, &9, 5),
+            Err(SelectionError::Inconsistent)
+        );
+        assert_eq!(
+            check_mutated(&Mutated::<i64>::Inconsistent, None, &9, 5),
+            Err(SelectionError::Inconsistent)
+        );
+        assert_eq!(
+            check_mutated(&Mutated::<i64>::Nothing, None, &9, 5),
+            Ok(None)
+        );
+    }
 }
