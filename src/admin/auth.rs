@@ -396,4 +396,16 @@ mod tests {
         );
         assert!(!anonymous.can(Capability::Read) && !anonymous.can(Capability::Operate));
     }
+
+    /// AUTH-1: a parsed principal holds exactly the capabilities its entry
+    /// names, for an embedder that inspects a tokens file before serving.
+    #[test]
+    fn auth1_a_principal_holds_exactly_its_named_capabilities() {
+        let reader = Principal::from_token("r", "reader-token", &["backfill:read", "member"])
+            .expect("principal");
+        assert!(reader.can(Capability::Read));
+        assert!(!reader.can(Capability::Operate));
+        let none = Principal::from_token("n", "none-token", &[]).expect("principal");
+        assert!(!none.can(Capability::Read) && !none.can(Capability::Operate));
+    }
 }
