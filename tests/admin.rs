@@ -1528,3 +1528,57 @@ async fn adm2_a_page_of_exactly_limit_items_is_the_last() {
     server.stop().await;
     assert_audit_complete(&db).await;
 }
+
+/// API-3, AUD-1: a coalesced window's audit row describes the window's
+/// first request (its backfill, action and Idempotency-Key, the 401's
+/// message, no actor, authority `none`) and counts the others; the
+/// throttled window's row says why. Guard: the `NewAudit` that
+/// `FloodGate::flush` writes.
+#[actix_rt::test]
+async fn api3_a_coalesced_row_describes_the_first_request_of_its_window() {
+    use backfill::admin::FloodLimits;
+    let (db, engine, _hooks) = setup(3).await;
+    let admin = admin(engine).with_flood_limits(FloodLimits {
+        burst: 2,
+        per_second: 1,
+        ..FloodLimits::default()
+    });
+    let server = serve(admin);
+    let pause = format!("/admin/backfills/{ID}/pause");
+    for key in ["first-key", "second-key"] {
+        let r = call(&server.url, "POST", &pause, None, Some(key)).await;
+        assert_eq!(r.status, 401, "{}", r.text);
+    }
+    let r = call(&server.url, "POST", &pause, None, Some("third-key")).await;
+    assert_eq!(r.status, 429, "{}", r.text);
+    let row = |outcome: &'static str| {
+        let db = &db;
+        async move {
+            db.text(&format!(
+                "SELECT (SELECT concat_ws('|', backfill_id, action, coalesce(actor, '-'), \
+                 authority, correlation, detail, request_count, source) \
+                 FROM backfill_audit WHERE outcome = '{outcome}') AS v"
+            ))
+            .await
+        }
+    };
+    assert_eq!(
+        row("unauthorized").await.as_deref(),
+        Some(
+            "items.counter|pause|-|none|first-key|\
+             a bearer token with a backfill capability is required|2|127.0.0.1"
+        )
+    );
+    support::eventually("the throttled window is written", || async {
+        row("throttled").await.is_some()
+    })
+    .await;
+    assert_eq!(
+        row("throttled").await.as_deref(),
+        Some(
+            "items.counter|pause|-|none|third-key|\
+             too many rejected requests from this source|1|127.0.0.1"
+        )
+    );
+    server.stop().await;
+}
