@@ -1582,3 +1582,43 @@ async fn api3_a_coalesced_row_describes_the_first_request_of_its_window() {
     );
     server.stop().await;
 }
+
+/// API-3, AUD-1: a 401 is answered only once its rejection is in the
+/// audit: while a session holds the audit table locked, the writer waits
+/// on the lock and so does the answer; released, the answer arrives with
+/// the row already committed. Guard: `FloodGate::written` (without the
+/// wait, the 401 arrives while its row cannot have been written).
+#[actix_rt::test]
+async fn api3_a_401_answers_only_once_its_rejection_is_audited() {
+    use backfill::admin::FloodLimits;
+    let (db, engine, _hooks) = setup(3).await;
+    let admin = admin(engine).with_flood_limits(FloodLimits {
+        audit_wait: std::time::Duration::from_secs(60),
+        ..FloodLimits::default()
+    });
+    let server = serve(admin);
+    let mut blocker = db.connect().await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE backfill_audit IN SHARE ROW EXCLUSIVE MODE")
+        .await
+        .expect("lock the audit table");
+    let url = server.url.clone();
+    let mut request =
+        actix_rt::spawn(async move { call(&url, "GET", "/admin/backfills", None, None).await });
+    wait_for_lock_waiters(&db, 1).await;
+    let early = actix_rt::time::timeout(std::time::Duration::from_millis(500), &mut request).await;
+    assert!(early.is_err(), "answered before its rejection was written");
+    blocker.batch_execute("COMMIT").await.expect("release");
+    let r = request.await.expect("task");
+    assert_eq!(r.status, 401, "{}", r.text);
+    assert_eq!(
+        db.scalar(
+            "SELECT coalesce(sum(request_count), 0)::bigint AS v FROM backfill_audit \
+             WHERE outcome = 'unauthorized'"
+        )
+        .await,
+        1,
+        "the row is there when the answer is"
+    );
+    server.stop().await;
+}
