@@ -597,4 +597,17 @@ mod tests {
         assert_eq!(tuned.tables(), vec!["app.events".to_string()]);
         assert_eq!(tuned.partitions(), 4);
     }
+
+    /// EMB-4: a SQL definition's batch form reads as its name in logs and
+    /// assertions.
+    #[test]
+    fn emb4_sql_batch_form_debugs_as_its_name() {
+        let sql = SqlRepair::new("t.v1", "t")
+            .key("id")
+            .set("a = 1")
+            .validate_where("a <> 1")
+            .build()
+            .expect("valid");
+        assert_eq!(format!("{:?}", sql.batches()), "Batches::OneStatement");
+    }
 }
