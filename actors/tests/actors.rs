@@ -370,12 +370,16 @@ fn count_events(id: &str, event: &str) -> usize {
         .count()
 }
 
+/// How long each step of `run_steps` takes at least.
+const STEP: Duration = Duration::from_millis(5);
+
 /// Run backfill `id` for `steps` batches with the given progress interval.
 async fn run_steps(id: &str, progress_log_interval: Duration, steps: usize) {
     info_logs();
     let fake = Arc::new(Fake {
         ids: Mutex::new(vec![id.into()]),
         renew_ok: AtomicBool::new(true),
+        step_delay: STEP,
         ..Fake::default()
     });
     let config = RuntimeConfig {
@@ -428,16 +432,20 @@ async fn obs01_progress_is_logged_per_interval_not_per_batch() {
     let progress = progress_fields("obs.busy");
     for (i, fields) in progress.iter().enumerate() {
         let n = i as u64 + 1;
-        assert_eq!(fields, &[n, n, 1], "batches, keys, batches_since");
+        assert_eq!(&fields[..3], &[n, n, 1], "batches, keys, batches_since");
+        // One key since the last event, which is at least a step ago: the
+        // rate is of the keys since then, not of all of them.
+        let most = (1.0 / STEP.as_secs_f64()).round() as u64;
+        assert!(fields[3] <= most, "{} keys/s after batch {n}", fields[3]);
     }
     // The fake does not size batches, so no batch size is reported.
     let logs = String::from_utf8_lossy(&info_logs().lock()).into_owned();
     assert!(!logs.contains("batch_size="), "no size: {logs}");
 }
 
-/// The `batches`, `keys` and `batches_since` fields of each `progress`
-/// event about backfill `id`, in order.
-fn progress_fields(id: &str) -> Vec<[u64; 3]> {
+/// The `batches`, `keys`, `batches_since` and `keys_per_s` fields of each
+/// `progress` event about backfill `id`, in order.
+fn progress_fields(id: &str) -> Vec<[u64; 4]> {
     let field = |line: &str, name: &str| -> u64 {
         let start = line.find(&format!(" {name}=")).expect(name) + name.len() + 2;
         let digits: String = line[start..]
@@ -455,6 +463,7 @@ fn progress_fields(id: &str) -> Vec<[u64; 3]> {
                 field(line, "batches"),
                 field(line, "keys"),
                 field(line, "batches_since"),
+                field(line, "keys_per_s"),
             ]
         })
         .collect()
