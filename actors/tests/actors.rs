@@ -137,6 +137,21 @@ async fn held(rt: &RuntimeHandle<Fake>) -> usize {
     rt.supervisor().send(Status).await.unwrap().held.len()
 }
 
+/// Wait until `ready` holds and no runner holds a claim, failing with
+/// `what` after `bound`.
+async fn until_released(
+    rt: &RuntimeHandle<Fake>,
+    ready: impl Fn() -> bool,
+    bound: Duration,
+    what: &str,
+) {
+    let deadline = std::time::Instant::now() + bound;
+    while !ready() || held(rt).await > 0 {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A backend whose claims of `ids` renew and whose steps take 5 ms.
 fn renewing_fake(ids: Vec<String>) -> Arc<Fake> {
     Arc::new(Fake {
@@ -158,11 +173,8 @@ async fn runner_stops_when_renewals_fail_before_the_lease_can_expire() {
     });
     let started = std::time::Instant::now();
     let rt = start(&fake, 1000, config());
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while fake.steps.load(Ordering::SeqCst) == 0 || held(&rt).await > 0 {
-        assert!(std::time::Instant::now() < deadline, "runner never stopped");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let ran = || fake.steps.load(Ordering::SeqCst) > 0;
+    until_released(&rt, ran, Duration::from_secs(5), "runner never stopped").await;
     let stopped_after = started.elapsed();
     let steps = fake.steps.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -195,14 +207,9 @@ async fn clm3_runner_stops_at_once_when_its_claim_is_lost() {
         ..config()
     };
     let rt = start(&fake, 60_000, config);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while fake.renewals.load(Ordering::SeqCst) == 0 || held(&rt).await > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the runner still holds a lost claim"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let renewed = || fake.renewals.load(Ordering::SeqCst) > 0;
+    let what = "the runner still holds a lost claim";
+    until_released(&rt, renewed, Duration::from_secs(10), what).await;
     let steps = fake.steps.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(fake.steps.load(Ordering::SeqCst), steps, "no batch after");
@@ -227,14 +234,9 @@ async fn rt01_recorded_failure_ends_the_runner_and_is_counted_by_disposition() {
         });
         let rt = start(&fake, 300, config());
         let metrics = rt.metrics().clone();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while fake.steps.load(Ordering::SeqCst) == 0 || held(&rt).await > 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{disposition:?}: the runner did not end"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let ran = || fake.steps.load(Ordering::SeqCst) > 0;
+        let what = format!("{disposition:?}: the runner did not end");
+        until_released(&rt, ran, Duration::from_secs(10), &what).await;
         rt.shutdown().await;
         assert_eq!(fake.steps.load(Ordering::SeqCst), 1, "{disposition:?}");
         let counted = [
