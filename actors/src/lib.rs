@@ -439,4 +439,13 @@ mod tests {
         let sent = Instant::now();
         assert_eq!(timing.trusted_until(sent), sent + Duration::from_secs(3));
     }
+
+    /// RT-1: error kinds read in the operator's log as the contract names
+    /// them.
+    #[test]
+    fn rt01_error_kinds_display_as_their_names() {
+        let names = [ErrorKind::Retryable, ErrorKind::Blocked, ErrorKind::Fatal]
+            .map(|kind| kind.to_string());
+        assert_eq!(names, ["retryable", "blocked", "fatal"]);
+    }
 }
