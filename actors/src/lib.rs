@@ -448,4 +448,17 @@ mod tests {
             .map(|kind| kind.to_string());
         assert_eq!(names, ["retryable", "blocked", "fatal"]);
     }
+
+    /// RT-2: a disposition reads as the lifecycle state it left the
+    /// backfill in (a retry keeps it `running`).
+    #[test]
+    fn rt02_dispositions_display_as_lifecycle_states() {
+        let names = [
+            Disposition::Retrying,
+            Disposition::Blocked,
+            Disposition::Failed,
+        ]
+        .map(|disposition| disposition.to_string());
+        assert_eq!(names, ["running", "blocked", "failed"]);
+    }
 }
