@@ -273,6 +273,36 @@ async fn clm3_an_idle_renewer_makes_no_backend_calls() {
     );
 }
 
+/// A wake-up (a NOTIFY or an admin action, relayed by the host) starts a
+/// claim round at once instead of at the next poll: with an hour between
+/// polls, work that appears after the first round is claimed when woken.
+/// Wake-ups are hints, so the test repeats one until it lands between
+/// rounds.
+#[actix_rt::test]
+async fn wake_starts_a_claim_round_before_the_next_poll() {
+    let fake = renewing_fake(Vec::new());
+    let config = RuntimeConfig {
+        poll_interval: Duration::from_secs(3600),
+        ..config()
+    };
+    let rt = start(&fake, 3000, config);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !rt.status().await.is_some_and(|s| s.registered) {
+        assert!(std::time::Instant::now() < deadline, "never registered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    fake.ids.lock().push("woken".into());
+    while held(&rt).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a wake-up did not start a claim round"
+        );
+        rt.wake();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rt.shutdown().await;
+}
+
 /// With renewals succeeding, the runner keeps going past the lease TTL.
 #[actix_rt::test]
 async fn renewals_extend_the_trust_window() {
