@@ -432,7 +432,12 @@ fn settle(
 
 #[cfg(test)]
 mod tests {
-    use super::spare_wait;
+    use super::{next_checkpoint, spare_wait, Next};
+    use crate::engine::claim::{Claim, OpenBatch, Phase};
+    use crate::engine::error::{EngineError, TxError};
+    use crate::engine::tests::{one_definition, unconnected_engine};
+    use crate::key::Key;
+    use crate::repair::{BodyError, RepairError, SelectedBatch, SelectionError};
     use std::time::Duration;
 
     /// The wait for a spare connection is half the open transaction's idle
@@ -444,5 +449,80 @@ mod tests {
         assert_eq!(spare_wait(ms(1_999)), ms(999) + Duration::from_micros(500));
         assert_eq!(spare_wait(ms(2_000)), ms(1_000));
         assert_eq!(spare_wait(Duration::from_secs(30)), ms(1_000));
+    }
+
+    /// A claim of `t.v1` whose committed checkpoint is `checkpoint`.
+    fn claim_at(checkpoint: Option<i64>) -> Claim {
+        Claim {
+            id: "t.v1".into(),
+            worker: "w".into(),
+            generation: 1,
+            phase: Phase::Execute,
+            partition: None,
+            takeover_from: None,
+            bound: Some(100i64.to_bytes()),
+            checkpoint: checkpoint.map(|c| c.to_bytes()),
+            open: OpenBatch::default(),
+            pacing: Default::default(),
+        }
+    }
+
+    /// A body's result that selected `keys` keys up to `last`.
+    fn selected(keys: usize, last: Option<i64>) -> SelectedBatch {
+        SelectedBatch {
+            keys,
+            last: last.map(|l| (l.to_bytes(), serde_json::json!(l))),
+        }
+    }
+
+    /// THR-3: a step's duration is the cost of the keys its bodies
+    /// changed, so the next batch's body counts only when it ran and
+    /// succeeded.
+    #[test]
+    fn thr3_the_next_batch_counts_the_keys_its_body_changed() {
+        assert_eq!(Next::Same(Some(Ok(selected(7, Some(9))))).keys(), 7);
+        assert_eq!(Next::Same(None).keys(), 0);
+        assert_eq!(Next::Fresh.keys(), 0);
+        let failed = BodyError::Repair(RepairError::Retryable("x".into()));
+        assert_eq!(Next::Same(Some(Err(failed))).keys(), 0);
+    }
+
+    /// EX-3: the checkpoint moves to the batch's last key, or to the bound
+    /// when no key was left, and only strictly forward: a last key at or
+    /// below the committed checkpoint is refused as a selection error.
+    #[test]
+    fn ex3_the_checkpoint_moves_strictly_forward_to_the_last_key_or_the_bound() {
+        let bound = 100i64.to_bytes();
+        let forward = next_checkpoint(&claim_at(Some(5)), selected(2, Some(7)), &bound);
+        assert_eq!(forward.ok(), Some((7i64.to_bytes(), serde_json::json!(7))));
+        let first = next_checkpoint(&claim_at(None), selected(1, Some(1)), &bound);
+        assert_eq!(first.ok(), Some((1i64.to_bytes(), serde_json::json!(1))));
+        let rest = next_checkpoint(&claim_at(Some(5)), selected(0, None), &bound);
+        assert_eq!(rest.ok(), Some((bound.clone(), serde_json::json!(100))));
+        for last in [5, 3] {
+            let refused = next_checkpoint(&claim_at(Some(5)), selected(1, Some(last)), &bound);
+            assert!(
+                matches!(
+                    refused,
+                    Err(TxError::Engine(EngineError::Selection {
+                        error: SelectionError::NotAfterCheckpoint,
+                        ..
+                    }))
+                ),
+                "last key {last}"
+            );
+        }
+    }
+
+    /// EMB-6: a runner takes a second connection only while three stay
+    /// free, and keeps one only while two do, so the pool's reserve for
+    /// claims, renewals, validation and the admin API holds.
+    #[test]
+    fn emb6_a_spare_connection_leaves_the_pools_reserve_free() {
+        for (max_size, take, keep) in [(3, true, true), (2, false, true), (1, false, false)] {
+            let engine = unconnected_engine(one_definition(10), max_size);
+            assert_eq!(engine.pool_can_spare(false), take, "take of {max_size}");
+            assert_eq!(engine.pool_can_spare(true), keep, "keep of {max_size}");
+        }
     }
 }

@@ -204,3 +204,58 @@ impl Engine {
             .ok_or_else(|| EngineError::UnknownBackfill(id.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Engine, EngineConfig};
+    use crate::events::Event;
+    use crate::repair::{Registry, SqlRepair};
+    use crate::store::Pool;
+    use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+    use diesel_async::AsyncPgConnection;
+    use std::time::Duration;
+
+    /// An engine whose pool of `max_size` never connects: nothing listens
+    /// on port 1, and a checkout gives up after a millisecond. It opens no
+    /// connection up front and starts no task, so a plain test can build
+    /// it, and any step that asks the pool for a connection fails with
+    /// `StoreError::Pool` instead of reaching a server.
+    pub(super) fn unconnected_engine(registry: Registry, max_size: u32) -> Engine {
+        let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(
+            "postgres://backfill@127.0.0.1:1/nowhere",
+        );
+        let pool = Pool::builder()
+            .max_size(max_size)
+            .min_idle(None)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connection_timeout(Duration::from_millis(1))
+            .build_unchecked(manager);
+        Engine::new(pool, registry, EngineConfig::default()).expect("the default config is valid")
+    }
+
+    /// A registry of one SQL definition, `t.v1` over `t` (a bigint key),
+    /// with a fixed batch of `batch` keys.
+    pub(super) fn one_definition(batch: u32) -> Registry {
+        let repair = SqlRepair::new("t.v1", "t")
+            .key("id")
+            .set("n = 0")
+            .validate_where("n <> 0")
+            .batch_size(batch)
+            .build()
+            .expect("a complete definition");
+        Registry::new().with(repair).expect("registers")
+    }
+
+    /// EMB-3: every call of `events` hands out the engine's one bus, so a
+    /// subscription taken through one call hears what is published
+    /// through another (and through a clone of the engine).
+    #[test]
+    fn emb3_events_is_the_engines_one_bus() {
+        let engine = unconnected_engine(one_definition(10), 4);
+        let mut events = engine.events().subscribe();
+        let changed = Event::Changed { id: "t.v1".into() };
+        engine.clone().events().publish(|| changed.clone());
+        assert_eq!(events.try_recv().ok(), Some(changed));
+    }
+}
