@@ -209,3 +209,184 @@ pub(super) fn check_claimed(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{check_claimed, Claim, OpenBatch, Pacing, Phase};
+    use crate::engine::error::EngineError;
+    use crate::key::Key;
+    use crate::pace::{BatchTarget, Policy, Sizing};
+    use crate::repair::{Registry, RepairError, SqlRepair, SqlRepairBuilder};
+    use crate::settings::Settings;
+    use std::time::Duration;
+
+    /// A complete SQL definition `t.v1` over `t`, keyed by a bigint.
+    fn sql() -> SqlRepairBuilder {
+        SqlRepair::new("t.v1", "t")
+            .key("id")
+            .set("n = 0")
+            .validate_where("n <> 0")
+    }
+
+    fn registry(repair: SqlRepairBuilder) -> Registry {
+        Registry::new()
+            .with(repair.build().expect("a complete definition"))
+            .expect("registers")
+    }
+
+    /// A claim of `t.v1` with `checkpoint` and `pacing`, holding no open
+    /// batch.
+    fn claim(checkpoint: Option<Vec<u8>>, pacing: Pacing) -> Claim {
+        Claim {
+            id: "t.v1".into(),
+            worker: "w".into(),
+            generation: 1,
+            phase: Phase::Execute,
+            partition: None,
+            takeover_from: None,
+            bound: None,
+            checkpoint,
+            open: OpenBatch::default(),
+            pacing,
+        }
+    }
+
+    /// Pacing that sizes adaptively toward 50 ms within [1, 100], starting
+    /// from `size`.
+    fn adaptive(size: u32) -> Pacing {
+        let target = BatchTarget {
+            duration: Duration::from_millis(50),
+            min: 1,
+            max: 100,
+        };
+        Pacing {
+            sizing: Some(Sizing::new(Policy::Adaptive(target), Some(size))),
+            ..Pacing::default()
+        }
+    }
+
+    /// THR-3: the size in force is the one the definition and the settings
+    /// give: a fixed limit as declared, a target resumed from the size the
+    /// row left in force.
+    #[test]
+    fn thr3_the_size_in_force_follows_the_definition_and_the_stored_size() {
+        let fixed = registry(sql().batch_size(40));
+        let def = fixed.get("t.v1").expect("registered");
+        assert_eq!(Pacing::default().size(&**def), 40);
+        let target = registry(sql().target_batch(Duration::from_millis(50), 1, 100));
+        let def = target.get("t.v1").expect("registered");
+        let mut resumed = Pacing {
+            stored_size: Some(64),
+            ..Pacing::default()
+        };
+        assert_eq!(resumed.size(&**def), 64);
+    }
+
+    /// THR-3: a committed batch is what the next size is learnt from, and
+    /// the claim reports its size and duration: 64 keys in 64 ms cost 1 ms
+    /// each, so a 50 ms target sizes the next batch at 50.
+    #[test]
+    fn thr3_a_committed_batch_is_measured_and_reported() {
+        let target = registry(sql().target_batch(Duration::from_millis(50), 1, 100));
+        let def = target.get("t.v1").expect("registered");
+        let mut claim = claim(
+            None,
+            Pacing {
+                stored_size: Some(64),
+                ..Pacing::default()
+            },
+        );
+        assert_eq!(claim.pacing.size(&**def), 64);
+        assert_eq!(claim.last_batch(), (0, Duration::ZERO));
+        let took = Duration::from_millis(64);
+        claim.pacing.committed(64, 70, 64, took);
+        assert_eq!(claim.last_batch(), (64, took));
+        assert_eq!(claim.pacing.sent_ahead, 70);
+        assert!(claim.pacing.last_commit.is_some());
+        assert_eq!(claim.pacing.size(&**def), 50);
+    }
+
+    /// THR-4: only a pause the operator set keeps the commit from opening
+    /// the next batch's transaction.
+    #[test]
+    fn thr4_a_claim_is_pausing_only_under_a_set_pause() {
+        let paused = Pacing {
+            settings: Settings::from_stored(&serde_json::json!({ "pause_ms": 250 })),
+            ..Pacing::default()
+        };
+        assert!(paused.pausing());
+        assert!(!Pacing::default().pausing());
+    }
+
+    /// THR-3: a statement timeout halves an adaptive size and leaves the
+    /// half in force; a size already at the range's minimum, a fixed
+    /// size and a claim that has not sized a batch yet leave nothing new.
+    #[test]
+    fn thr3_a_statement_timeout_leaves_half_the_adaptive_size() {
+        assert_eq!(adaptive(64).after_timeout(), Some(32));
+        assert_eq!(adaptive(1).after_timeout(), None);
+        let fixed = Pacing {
+            sizing: Some(Sizing::new(Policy::Fixed(40), None)),
+            ..Pacing::default()
+        };
+        assert_eq!(fixed.after_timeout(), None);
+        assert_eq!(Pacing::default().after_timeout(), None);
+    }
+
+    /// THR-3: only a retryable statement timeout changes the size a
+    /// failure leaves in force; any other failure, or a timeout the
+    /// repair judged fatal, leaves it.
+    #[test]
+    fn thr3_only_a_statement_timeout_shrinks_the_size_after_a_failure() {
+        let claim = claim(None, adaptive(64));
+        let timeout = RepairError::Retryable("statement timeout".into());
+        assert_eq!(claim.size_after(&timeout), Some(32));
+        for other in [
+            RepairError::Retryable("connection reset".into()),
+            RepairError::Fatal("statement timeout".into()),
+            RepairError::Blocked("statement timeout".into()),
+        ] {
+            assert_eq!(claim.size_after(&other), None, "{other:?}");
+        }
+    }
+
+    /// ADM-3: the claim's checkpoint renders as its key; bytes that are no
+    /// key encoding render as unknown, never as a value.
+    #[test]
+    fn adm3_a_claims_checkpoint_renders_as_its_key_or_unknown() {
+        let at = claim(Some(42i64.to_bytes()), Pacing::default());
+        assert_eq!(at.checkpoint_json(), Some(serde_json::json!(42)));
+        let garbled = claim(Some(vec![0xff]), Pacing::default());
+        assert_eq!(garbled.checkpoint_json(), None);
+        assert_eq!(claim(None, Pacing::default()).checkpoint_json(), None);
+    }
+
+    /// REG-4: a claimed row runs only under a local definition, and only
+    /// when every stored key it carries is of the definition's key type.
+    #[test]
+    fn reg4_a_claimed_row_needs_a_definition_and_keys_of_its_type() {
+        let registry = registry(sql());
+        let bigint = 7i64.to_bytes();
+        let text = "seven".to_string().to_bytes();
+        assert!(check_claimed(&registry, "t.v1", [Some(&bigint), None]).is_ok());
+        assert!(check_claimed(&registry, "t.v1", [None, None]).is_ok());
+        assert!(matches!(
+            check_claimed(&registry, "other.v1", [None, None]),
+            Err(EngineError::NoDefinition(id)) if id == "other.v1"
+        ));
+        for keys in [[Some(&text), None], [Some(&bigint), Some(&text)]] {
+            let keys = keys.map(|k| k.map(Vec::as_slice));
+            assert!(matches!(
+                check_claimed(&registry, "t.v1", keys),
+                Err(EngineError::KeyMismatch { id, .. }) if id == "t.v1"
+            ));
+        }
+    }
+
+    /// EX-5: a claim's debug output says whether it holds an open batch
+    /// transaction.
+    #[test]
+    fn ex5_a_claim_without_an_open_batch_says_so() {
+        assert_eq!(format!("{:?}", OpenBatch::default()), "OpenBatch(none)");
+    }
+}

@@ -124,3 +124,40 @@ pub(super) fn body_error(id: &str, error: BodyError) -> EngineError {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::EngineError;
+    use crate::key::KeyError;
+    use crate::repair::RepairError;
+    use crate::store::StoreError;
+
+    /// RT-1: a store error is recorded as retryable when it is transient
+    /// (no connection could be had) and as fatal otherwise; a repair's own
+    /// error is recorded as it was classified; this process's problems
+    /// (here a key mismatch and its configuration) are not recorded.
+    #[test]
+    fn rt1_store_errors_are_retryable_only_when_transient() {
+        let classify = |e: EngineError| e.classification();
+        assert!(matches!(
+            classify(EngineError::Store(StoreError::Pool("no connection".into()))),
+            Some(RepairError::Retryable(m)) if m.contains("no connection")
+        ));
+        assert!(matches!(
+            classify(EngineError::Store(StoreError::Migration("bad".into()))),
+            Some(RepairError::Fatal(m)) if m.contains("bad")
+        ));
+        let blocked = RepairError::Blocked("grant it".into());
+        let repair = EngineError::Repair {
+            id: "t.v1".into(),
+            error: blocked.clone(),
+        };
+        assert_eq!(classify(repair), Some(blocked));
+        let mismatch = EngineError::KeyMismatch {
+            id: "t.v1".into(),
+            error: KeyError::Malformed,
+        };
+        assert_eq!(classify(mismatch), None);
+        assert_eq!(classify(EngineError::Config("x".into())), None);
+    }
+}
