@@ -199,3 +199,100 @@ async fn park(claim: &Claim) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{throttle_json, Gate, SETTINGS_REFRESH};
+    use crate::engine::claim::{Claim, OpenBatch, Phase};
+    use crate::engine::error::EngineError;
+    use crate::engine::tests::{one_definition, unconnected_engine};
+    use crate::health::{Signal, Throttle};
+    use crate::settings::Settings;
+    use crate::store::StoreError;
+    use std::time::{Duration, Instant};
+
+    const HOUR: Duration = Duration::from_secs(3_600);
+
+    /// A claim of `t.v1` that read its settings (a pause of an hour)
+    /// `read_ago`, with no announced change since, and committed its last
+    /// batch just now.
+    fn claim_read(read_ago: Option<Duration>) -> Claim {
+        let now = Instant::now();
+        let mut claim = Claim {
+            id: "t.v1".into(),
+            worker: "w".into(),
+            generation: 1,
+            phase: Phase::Execute,
+            partition: None,
+            takeover_from: None,
+            bound: None,
+            checkpoint: None,
+            open: OpenBatch::default(),
+            pacing: Default::default(),
+        };
+        let pause = serde_json::json!({ "pause_ms": HOUR.as_millis() as u64 });
+        claim.pacing.settings = Settings::from_stored(&pause);
+        claim.pacing.read_at =
+            read_ago.map(|ago| now.checked_sub(ago).expect("the clock is past it"));
+        claim.pacing.last_commit = Some(now);
+        claim
+    }
+
+    /// Whether `gate` went to the pool, which never connects, to read the
+    /// settings again.
+    fn read_again(gate: &Result<Gate, EngineError>) -> bool {
+        matches!(gate, Err(EngineError::Store(StoreError::Pool(_))))
+    }
+
+    /// THR-4: settings read less than `SETTINGS_REFRESH` ago, with no change
+    /// announced since, are not read again, and the pause counts from the
+    /// last commit: what is left of it, never more.
+    #[tokio::test]
+    async fn thr4_fresh_settings_are_kept_and_the_pause_counts_from_the_commit() {
+        let engine = unconnected_engine(one_definition(10), 4);
+        let mut claim = claim_read(Some(Duration::ZERO));
+        let gate = engine.gate(&mut claim).await;
+        assert!(
+            matches!(gate, Ok(Gate::Pause(left)) if left <= HOUR && left > HOUR - SETTINGS_REFRESH),
+            "{gate:?}"
+        );
+        claim.pacing.last_commit = None;
+        assert_eq!(engine.gate(&mut claim).await.ok(), Some(Gate::Go));
+    }
+
+    /// THR-4: an announced change, settings older than `SETTINGS_REFRESH`
+    /// and settings never read are each read again before the batch.
+    #[tokio::test]
+    async fn thr4_changed_stale_or_unread_settings_are_read_again() {
+        let engine = unconnected_engine(one_definition(10), 4);
+        engine.note_changed();
+        let gate = engine.gate(&mut claim_read(Some(Duration::ZERO))).await;
+        assert!(read_again(&gate), "after a change: {gate:?}");
+        let engine = unconnected_engine(one_definition(10), 4);
+        for read_ago in [Some(SETTINGS_REFRESH * 2), None] {
+            let gate = engine.gate(&mut claim_read(read_ago)).await;
+            assert!(read_again(&gate), "read {read_ago:?} ago: {gate:?}");
+        }
+    }
+
+    /// THR-2: the row's record of a throttle names the signal, its value,
+    /// its threshold and the text.
+    #[test]
+    fn thr2_a_throttle_is_recorded_with_signal_value_threshold_and_text() {
+        let throttle = Throttle {
+            signal: Signal::ReplicationLagBytes,
+            value: Some(48.0),
+            threshold: Some(16.0),
+            text: "replication lag 48 B > 16 B".into(),
+        };
+        assert_eq!(
+            throttle_json(&throttle),
+            serde_json::json!({
+                "signal": "replication_lag_bytes",
+                "value": 48.0,
+                "threshold": 16.0,
+                "text": "replication lag 48 B > 16 B",
+            })
+        );
+    }
+}
