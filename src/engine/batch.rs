@@ -433,7 +433,7 @@ fn settle(
 #[cfg(test)]
 mod tests {
     use super::{next_checkpoint, spare_wait, Next};
-    use crate::engine::claim::{Claim, OpenBatch, Phase};
+    use crate::engine::claim::Claim;
     use crate::engine::error::{EngineError, TxError};
     use crate::engine::tests::{one_definition, unconnected_engine};
     use crate::key::Key;
@@ -454,16 +454,9 @@ mod tests {
     /// A claim of `t.v1` whose committed checkpoint is `checkpoint`.
     fn claim_at(checkpoint: Option<i64>) -> Claim {
         Claim {
-            id: "t.v1".into(),
-            worker: "w".into(),
-            generation: 1,
-            phase: Phase::Execute,
-            partition: None,
-            takeover_from: None,
             bound: Some(100i64.to_bytes()),
             checkpoint: checkpoint.map(|c| c.to_bytes()),
-            open: OpenBatch::default(),
-            pacing: Default::default(),
+            ..crate::engine::claim::tests::idle_claim()
         }
     }
 

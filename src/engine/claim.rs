@@ -211,7 +211,7 @@ pub(super) fn check_claimed(
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::engine) mod tests {
     use super::{check_claimed, Claim, OpenBatch, Pacing, Phase};
     use crate::engine::error::EngineError;
     use crate::key::Key;
@@ -238,6 +238,16 @@ mod tests {
     /// batch.
     fn claim(checkpoint: Option<Vec<u8>>, pacing: Pacing) -> Claim {
         Claim {
+            checkpoint,
+            pacing,
+            ..idle_claim()
+        }
+    }
+
+    /// An execution claim of `t.v1` with no bound, checkpoint or open
+    /// batch and default pacing: the engine's tests change what they need.
+    pub(in crate::engine) fn idle_claim() -> Claim {
+        Claim {
             id: "t.v1".into(),
             worker: "w".into(),
             generation: 1,
@@ -245,9 +255,9 @@ mod tests {
             partition: None,
             takeover_from: None,
             bound: None,
-            checkpoint,
+            checkpoint: None,
             open: OpenBatch::default(),
-            pacing,
+            pacing: Pacing::default(),
         }
     }
 

@@ -203,7 +203,7 @@ async fn park(claim: &Claim) {
 #[cfg(test)]
 mod tests {
     use super::{throttle_json, Gate, SETTINGS_REFRESH};
-    use crate::engine::claim::{Claim, OpenBatch, Phase};
+    use crate::engine::claim::Claim;
     use crate::engine::error::EngineError;
     use crate::engine::tests::{one_definition, unconnected_engine};
     use crate::health::{Signal, Throttle};
@@ -218,18 +218,7 @@ mod tests {
     /// batch just now.
     fn claim_read(read_ago: Option<Duration>) -> Claim {
         let now = Instant::now();
-        let mut claim = Claim {
-            id: "t.v1".into(),
-            worker: "w".into(),
-            generation: 1,
-            phase: Phase::Execute,
-            partition: None,
-            takeover_from: None,
-            bound: None,
-            checkpoint: None,
-            open: OpenBatch::default(),
-            pacing: Default::default(),
-        };
+        let mut claim = crate::engine::claim::tests::idle_claim();
         let pause = serde_json::json!({ "pause_ms": HOUR.as_millis() as u64 });
         claim.pacing.settings = Settings::from_stored(&pause);
         claim.pacing.read_at =
