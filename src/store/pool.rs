@@ -282,4 +282,48 @@ mod tests {
             assert_eq!(url_with_database(url, "new"), expected, "{url}");
         }
     }
+
+    /// A `Write` into a shared buffer, for reading what a subscriber logged.
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// An operator is told once per process that the server translates
+    /// its messages (errors would then classify as fatal instead of
+    /// retryable, RT-1; OBS-1): never for an untranslated setting, once
+    /// for the first translated one, and not again after.
+    #[test]
+    fn rt1_translated_server_messages_are_warned_about_once() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let warnings = || {
+            let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+            text.matches("translated_server_messages").count()
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            warn_if_translated("C");
+            warn_if_translated("en_US.UTF-8");
+            assert_eq!(warnings(), 0, "an untranslated setting is not reported");
+            warn_if_translated("de_DE.UTF-8");
+            assert_eq!(warnings(), 1, "the first translated setting is reported");
+            warn_if_translated("fr_FR.UTF-8");
+            assert_eq!(warnings(), 1, "and only the first");
+        });
+    }
 }
