@@ -511,3 +511,32 @@ fn runtime_config_rejects_a_zero_progress_interval() {
     };
     assert!(config.validate(Duration::from_secs(30)).is_err());
 }
+
+/// CLM-3: a claim whose holder exited is no longer renewed. The runner
+/// ends on a recorded failure while the backend would still renew its
+/// claim; after that at most the round already in flight renews it, not
+/// one every interval.
+#[actix_rt::test]
+async fn clm3_a_claim_is_not_renewed_after_its_holder_exits() {
+    let fake = Arc::new(Fake {
+        ids: Mutex::new(vec!["ends".into()]),
+        renew_ok: AtomicBool::new(true),
+        recorded: Some(Disposition::Retrying),
+        ..Fake::default()
+    });
+    let config = RuntimeConfig {
+        renew_interval: Some(Duration::from_millis(20)),
+        ..config()
+    };
+    let rt = start(&fake, 300, config);
+    let ran = || fake.steps.load(Ordering::SeqCst) > 0;
+    until_released(&rt, ran, Duration::from_secs(10), "the runner did not end").await;
+    let after_exit = fake.renewals.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let later = fake.renewals.load(Ordering::SeqCst);
+    rt.shutdown().await;
+    assert!(
+        later <= after_exit + 1,
+        "ten intervals after the runner ended: {after_exit} renewals, then {later}"
+    );
+}
