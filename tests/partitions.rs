@@ -2,7 +2,7 @@
 //! through the production store and engine against a real PostgreSQL.
 //! This file holds the partitioned test repair and the shared helpers;
 //! the tests live in `tests/partitions/`: `split.rs` (PAR-1), `run.rs`
-//! (PAR-2..PAR-4) and `view.rs` (PAR-5, THR-4).
+//! (PAR-2..PAR-4) and `view.rs` (PAR-5, THR-2, THR-4).
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - PAR-1 split validation, exact cover, partitions written at `start`:
@@ -18,6 +18,8 @@
 //!   totals stay unknown: `par5_*`
 //! - THR-4 the live `concurrency` setting caps partitions at once,
 //!   fleet-wide, raised and lowered while it runs: `thr4_*`
+//! - THR-2 the throttle condition written only by the claim in force, on
+//!   the backfill's row and on a partition's: `thr2_*`
 //!
 //! Races are forced with gates in the test repair (between mutation and
 //! commit) and a second session holding a row lock; nothing sleeps to make

@@ -1,4 +1,5 @@
-//! What operators see and set of a partitioned backfill (PAR-5, THR-4).
+//! What operators see and set of a partitioned backfill (PAR-5, THR-4),
+//! and the fence on the throttle condition runners record (THR-2).
 
 use super::*;
 
@@ -241,4 +242,56 @@ async fn par5_a_throttled_partition_shows_its_condition_until_it_recovers() {
     let view = admin.detail(&meta, ID).await.unwrap();
     assert!(view.throttle.is_none(), "{:?}", view.throttle);
     assert!(view.partitions.iter().all(|p| p.throttle.is_none()));
+}
+
+/// THR-2: the throttle condition a runner records is fenced by its claim,
+/// on the backfill's own row and on a partition's, so a runner that lost
+/// its claim cannot label the next owner's run: a write by another worker
+/// or generation reports that it matched nothing and leaves the row
+/// unlabelled; the claim's own write reports success and is stamped with
+/// the claim's generation. Guard: the owner and generation fence of
+/// `backfill_throttle_set` and `partition_throttle_set`, and the outcome
+/// they report.
+#[tokio::test]
+async fn thr2_only_the_claim_in_force_records_a_throttle() {
+    use backfill::store;
+    let throttle = serde_json::json!({
+        "signal": "application", "value": 1.0, "threshold": 0.5, "text": "busy",
+    });
+    let labelled =
+        |table: &str| format!("SELECT count(*) AS v FROM {table} WHERE throttle IS NOT NULL");
+    let stamped = |table: &str| {
+        format!("SELECT coalesce(max((throttle->>'generation')::bigint), -1) AS v FROM {table}")
+    };
+
+    // Without partitions, the claim is on the backfill's row.
+    let (db, engine, _hooks) = started(20, 10, 1).await;
+    let claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!(claim.partition, None);
+    let mut conn = store::connect_dedicated(&db.url).await.unwrap();
+    let generation = claim.generation;
+    for (worker, generation) in [("other", generation), ("w", generation + 1)] {
+        let set = store::backfill_throttle_set(&mut conn, ID, worker, generation, Some(&throttle));
+        assert!(!set.await.unwrap(), "{worker} at generation {generation}");
+    }
+    assert_eq!(db.scalar(&labelled("backfill")).await, 0);
+    let set = store::backfill_throttle_set(&mut conn, ID, "w", generation, Some(&throttle));
+    assert!(set.await.unwrap());
+    assert_eq!(db.scalar(&stamped("backfill")).await, generation);
+
+    // With partitions, the claim is on a partition's row.
+    let (db, engine, _hooks) = started(40, 10, 2).await;
+    let claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let part = claim.partition.expect("a partition claim");
+    let mut conn = store::connect_dedicated(&db.url).await.unwrap();
+    let generation = claim.generation;
+    for (worker, generation) in [("other", generation), ("w", generation + 1)] {
+        let set =
+            store::partition_throttle_set(&mut conn, ID, part, worker, generation, Some(&throttle));
+        assert!(!set.await.unwrap(), "{worker} at generation {generation}");
+    }
+    assert_eq!(db.scalar(&labelled("backfill_partition")).await, 0);
+    let set = store::partition_throttle_set(&mut conn, ID, part, "w", generation, Some(&throttle));
+    assert!(set.await.unwrap());
+    assert_eq!(db.scalar(&stamped("backfill_partition")).await, generation);
 }
