@@ -15,6 +15,7 @@
 //! - CT-7  validation gates completion: `ct07_*`
 //! - CT-8  bounded failure and operator retry: `ct08_*`
 //! - VAL-6 lifecycle validation waits for an explicit one: `val06_*`
+//! - VAL-7 an explicit validation's record and what it reports: `val07_*`
 //! - EX-5/CLM-1 the open batch a claim carries between batches, and the
 //!   timeouts that bound validation: `ex05_*`, `clm01_*`
 //! - EX-6 one-statement batches pipelined behind the previous commit:

@@ -1,4 +1,5 @@
-//! Validation gates completion, one at a time (CT-7, VAL-6).
+//! Validation gates completion, one at a time (CT-7, VAL-6), and an
+//! explicit one records only its outcome (VAL-7).
 
 use super::*;
 
@@ -133,4 +134,26 @@ async fn ex05_validation_waiting_on_a_lock_ends_at_the_lock_timeout() {
         .await
         .unwrap();
     assert_eq!(engine.get(ID).await.unwrap().state, State::Validating);
+}
+
+/// VAL-7: an explicit validation's outcome is written to its backfill's
+/// row only, and the store says whether it was written: `true` for the
+/// backfill, `false` for an ID no row has (nothing written anywhere).
+/// Guard: the outcome `validation_record` reports.
+#[tokio::test]
+async fn val07_a_validation_record_reports_whether_it_was_written() {
+    let (db, _engine, _hooks) = started(10, 10).await;
+    let mut conn = db.connect().await;
+    let recorded = backfill::store::validation_record(&mut conn, "absent.v1", "success", None);
+    assert!(!recorded.await.unwrap(), "no row has that ID");
+    let written = "SELECT count(*) AS v FROM backfill WHERE validation_outcome IS NOT NULL";
+    assert_eq!(db.scalar(written).await, 0);
+    let recorded = backfill::store::validation_record(&mut conn, ID, "failure", Some("3 items"));
+    assert!(recorded.await.unwrap());
+    let row = backfill::store::backfill_get(&mut conn, ID)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.validation_outcome.as_deref(), Some("failure"));
+    assert_eq!(row.validation_detail.as_deref(), Some("3 items"));
 }
