@@ -418,3 +418,20 @@ async fn par2_sql_repair_runs_in_partitions() {
     assert_eq!(state(&engine).await, State::Completed);
     assert_eq!(count_n(&db, 1).await, 100);
 }
+
+/// PAR-2 / CLM-3: giving a partition claim back reports that it was
+/// released and leaves the partition without an owner; giving the same
+/// claim back again reports that it was already gone. Guard: the owner
+/// and generation fence of `partition_release` and the outcome it reports.
+#[tokio::test]
+async fn par2_a_partition_claim_is_given_back_once() {
+    let (db, engine, _hooks) = started(40, 10, 2).await;
+    let claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let part = claim.partition.expect("a partition claim");
+    assert!(engine.release(&claim).await.unwrap());
+    assert!(!engine.release(&claim).await.unwrap(), "already given back");
+    let owned = format!(
+        "SELECT count(*) AS v FROM backfill_partition WHERE part = {part} AND owner IS NOT NULL"
+    );
+    assert_eq!(db.scalar(&owned).await, 0);
+}
