@@ -53,12 +53,17 @@ struct Fake {
     step_delay: Duration,
     /// The lease TTL the fake grants, in milliseconds.
     lease_ttl_ms: AtomicU64,
+    /// Registrations started, and how long each takes.
+    registers: AtomicUsize,
+    register_delay: Duration,
 }
 
 #[async_trait]
 impl Backend for Fake {
     type Claim = FakeClaim;
     async fn register(&self) -> Result<(), BackendError> {
+        self.registers.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.register_delay).await;
         Ok(())
     }
     async fn claim_next(
@@ -538,5 +543,27 @@ async fn clm3_a_claim_is_not_renewed_after_its_holder_exits() {
     assert!(
         later <= after_exit + 1,
         "ten intervals after the runner ended: {after_exit} renewals, then {later}"
+    );
+}
+
+/// REG-1: a process registers its definitions once. Claim polls that come
+/// while the registration is still under way do not start another one.
+#[actix_rt::test]
+async fn reg1_polls_during_a_slow_registration_do_not_register_again() {
+    let fake = Arc::new(Fake {
+        register_delay: Duration::from_millis(300),
+        ..Fake::default()
+    });
+    let rt = start(&fake, 3000, config());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !rt.status().await.is_some_and(|s| s.registered) {
+        assert!(std::time::Instant::now() < deadline, "never registered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rt.shutdown().await;
+    assert_eq!(
+        fake.registers.load(Ordering::SeqCst),
+        1,
+        "fifteen polls came during the registration"
     );
 }
