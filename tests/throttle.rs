@@ -9,6 +9,8 @@
 //!   sessions waiting for a lock on the repair's table, and by the
 //!   application's own check, with the claim renewed meanwhile:
 //!   `thr1_*`
+//! - THR-1/EX-5 a claim throttled mid-run gives back the batch it sent
+//!   ahead and waits without an open transaction: `ex05_*`
 //! - THR-2 the throttled condition in the admin view, `/metrics` and the
 //!   log, and an unreadable signal shown as unknown: `thr2_*`
 //! - THR-3 sizing toward a target, the statement-timeout halving and the
@@ -884,5 +886,64 @@ async fn thr2_an_unreadable_signal_is_unknown_never_healthy() {
     let unknown = log.lines("health_unknown");
     assert_eq!(unknown.len(), 1, "said once: {unknown:?}");
     assert!(unknown[0].contains("transaction_age"), "{unknown:?}");
+    host.stop().await;
+}
+
+/// THR-1 / EX-5: a claim throttled between batches gives back the batch
+/// it had sent ahead, so while it waits no session of its holds an open
+/// transaction (a snapshot, row locks, an idle transaction the server
+/// would end). The check goes down after the first batch commits, when
+/// the claim carries the next one; once the runner records the throttle,
+/// no session of the database is idle in a transaction. Guard: `park` in
+/// `Engine::gate`.
+#[actix_rt::test]
+async fn ex05_a_throttled_claim_waits_without_an_open_transaction() {
+    let db = test_db().await;
+    db.exec(&items_sql(20_000)).await;
+    let check = Arc::new(Maintenance::default());
+    let host = Host::start(
+        host_config(&db.url),
+        Shop {
+            check: check.clone(),
+        },
+    )
+    .await
+    .unwrap();
+    let mut events = host.engine().events().subscribe();
+    start(&host).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .expect("a first batch in time")
+        {
+            Ok(Event::Progress { id, .. }) if id == FIX => break,
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => panic!("events closed"),
+        }
+    }
+    check.down.store(true, Ordering::SeqCst);
+
+    let mut conn = db.connect().await;
+    let mut wait = Deadline::new("the runner records the throttle");
+    let mut row = held(&mut conn).await;
+    while row.signal.as_deref() != Some("application") {
+        wait.tick().await;
+        row = held(&mut conn).await;
+    }
+    assert!(
+        row.rows > 0 && row.rows < 20_000,
+        "throttled mid-run: {row:?}"
+    );
+    let open = db
+        .scalar(
+            "SELECT count(*) AS v FROM pg_stat_activity \
+             WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+        )
+        .await;
+    assert_eq!(open, 0, "a throttled claim keeps no transaction open");
+
+    check.down.store(false, Ordering::SeqCst);
+    completed(&host).await;
     host.stop().await;
 }
