@@ -56,6 +56,11 @@ struct Fake {
     /// Registrations started, and how long each takes.
     registers: AtomicUsize,
     register_delay: Duration,
+    /// Every step reaches the bound, and the ID is claimable again (for
+    /// its validation) from then on.
+    reach_bound: bool,
+    /// Claims handed out.
+    claims: AtomicUsize,
 }
 
 #[async_trait]
@@ -75,14 +80,24 @@ impl Backend for Fake {
         let pos = ids
             .iter()
             .position(|id| !exclude.iter().any(|k| k.id == *id));
+        if pos.is_some() {
+            self.claims.fetch_add(1, Ordering::SeqCst);
+        }
         Ok(Ok(pos.map(|p| FakeClaim {
             id: ids.remove(p),
             generation: 1,
         })))
     }
-    async fn step(&self, _claim: &mut FakeClaim) -> Result<StepOutcome, BackendError> {
+    async fn step(&self, claim: &mut FakeClaim) -> Result<StepOutcome, BackendError> {
         tokio::time::sleep(self.step_delay).await;
         self.steps.fetch_add(1, Ordering::SeqCst);
+        if self.reach_bound {
+            self.ids.lock().push(claim.id.clone());
+            return Ok(StepOutcome::Committed {
+                keys: 1,
+                reached_bound: true,
+            });
+        }
         if let Some(disposition) = self.recorded {
             return Ok(StepOutcome::Recorded {
                 disposition,
@@ -566,4 +581,31 @@ async fn reg1_polls_during_a_slow_registration_do_not_register_again() {
         1,
         "fifteen polls came during the registration"
     );
+}
+
+/// VAL-1: a runner that reaches the bound starts a claim round at once,
+/// so the row, now waiting for validation, is claimed again without
+/// waiting for the next poll (an hour away here).
+#[actix_rt::test]
+async fn val01_reaching_the_bound_starts_a_claim_round_at_once() {
+    let fake = Arc::new(Fake {
+        ids: Mutex::new(vec!["bounded".into()]),
+        renew_ok: AtomicBool::new(true),
+        reach_bound: true,
+        ..Fake::default()
+    });
+    let config = RuntimeConfig {
+        poll_interval: Duration::from_secs(3600),
+        ..config()
+    };
+    let rt = start(&fake, 3000, config);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fake.claims.load(Ordering::SeqCst) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reaching the bound did not start a claim round"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rt.shutdown().await;
 }
