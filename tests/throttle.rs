@@ -911,17 +911,7 @@ async fn ex05_a_throttled_claim_waits_without_an_open_transaction() {
     .unwrap();
     let mut events = host.engine().events().subscribe();
     start(&host).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        match tokio::time::timeout_at(deadline, events.recv())
-            .await
-            .expect("a first batch in time")
-        {
-            Ok(Event::Progress { id, .. }) if id == FIX => break,
-            Ok(_) | Err(RecvError::Lagged(_)) => {}
-            Err(RecvError::Closed) => panic!("events closed"),
-        }
-    }
+    next_batch(&mut events, FIX).await;
     check.down.store(true, Ordering::SeqCst);
 
     let mut conn = db.connect().await;

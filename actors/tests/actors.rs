@@ -172,6 +172,14 @@ async fn until_released(
     }
 }
 
+/// Wait until the supervisor has registered, failing after `deadline`.
+async fn until_registered(rt: &RuntimeHandle<Fake>, deadline: std::time::Instant) {
+    while !rt.status().await.is_some_and(|s| s.registered) {
+        assert!(std::time::Instant::now() < deadline, "never registered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A backend whose claims of `ids` renew and whose steps take 5 ms.
 fn renewing_fake(ids: Vec<String>) -> Arc<Fake> {
     Arc::new(Fake {
@@ -307,10 +315,7 @@ async fn wake_starts_a_claim_round_before_the_next_poll() {
     };
     let rt = start(&fake, 3000, config);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !rt.status().await.is_some_and(|s| s.registered) {
-        assert!(std::time::Instant::now() < deadline, "never registered");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_registered(&rt, deadline).await;
     fake.ids.lock().push("woken".into());
     while held(&rt).await == 0 {
         assert!(
@@ -571,10 +576,7 @@ async fn reg1_polls_during_a_slow_registration_do_not_register_again() {
     });
     let rt = start(&fake, 3000, config());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !rt.status().await.is_some_and(|s| s.registered) {
-        assert!(std::time::Instant::now() < deadline, "never registered");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_registered(&rt, deadline).await;
     rt.shutdown().await;
     assert_eq!(
         fake.registers.load(Ordering::SeqCst),
