@@ -894,8 +894,10 @@ async fn thr2_an_unreadable_signal_is_unknown_never_healthy() {
 /// transaction (a snapshot, row locks, an idle transaction the server
 /// would end). The check goes down after the first batch commits, when
 /// the claim carries the next one; once the runner records the throttle,
-/// no session of the database is idle in a transaction. Guard: `park` in
-/// `Engine::gate`.
+/// no session idles in a transaction holding a lock on the repaired
+/// table. (Other work of the host, such as a claim round, may be between
+/// the statements of a short transaction of its own at that moment; it
+/// takes no lock on `items`.) Guard: `park` in `Engine::gate`.
 #[actix_rt::test]
 async fn ex05_a_throttled_claim_waits_without_an_open_transaction() {
     let db = test_db().await;
@@ -927,8 +929,11 @@ async fn ex05_a_throttled_claim_waits_without_an_open_transaction() {
     );
     let open = db
         .scalar(
-            "SELECT count(*) AS v FROM pg_stat_activity \
-             WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+            "SELECT count(*) AS v FROM pg_stat_activity a \
+             WHERE a.datname = current_database() \
+               AND a.state LIKE 'idle in transaction%' \
+               AND EXISTS (SELECT 1 FROM pg_locks l \
+                           WHERE l.pid = a.pid AND l.relation = 'items'::regclass)",
         )
         .await;
     assert_eq!(open, 0, "a throttled claim keeps no transaction open");
