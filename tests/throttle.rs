@@ -474,6 +474,13 @@ async fn view(host: &Host) -> serde_json::Value {
     serde_json::from_str(&response.text).expect("a JSON view")
 }
 
+/// Start a host of the shop application, whose own health check is
+/// `check`, with `config`.
+async fn shop_host(config: HostConfig, check: &Arc<Maintenance>) -> Host {
+    let check = check.clone();
+    Host::start(config, Shop { check }).await.unwrap()
+}
+
 async fn start(host: &Host) {
     host.engine().start(FIX).await.unwrap();
     host.embedded.runtime.wake();
@@ -519,7 +526,7 @@ async fn thr1_replication_lag_holds_batches_back_until_replay_resumes() {
     let mut config = host_config(&pair.primary_url());
     config.health.thresholds.max_lag_bytes = Some(8 * MIB);
     let check = Arc::new(Maintenance::default());
-    let host = Host::start(config, Shop { check }).await.unwrap();
+    let host = shop_host(config, &check).await;
     start(&host).await;
     assert_held_back(&mut primary, "replication_lag_bytes").await;
     let throttle = view(&host).await["throttle"].clone();
@@ -564,14 +571,7 @@ async fn thr1_application_check_and_lock_waiters_hold_batches_back() {
     config.health.thresholds.max_lock_waiters = Some(0);
     let check = Arc::new(Maintenance::default());
     check.down.store(true, Ordering::SeqCst);
-    let host = Host::start(
-        config,
-        Shop {
-            check: check.clone(),
-        },
-    )
-    .await
-    .unwrap();
+    let host = shop_host(config, &check).await;
     start(&host).await;
     let mut conn = db.connect().await;
     assert_held_back(&mut conn, "application").await;
@@ -777,14 +777,7 @@ async fn thr2_throttled_condition_in_view_metrics_and_log_then_gone() {
     db.exec(&items_sql(200)).await;
     let check = Arc::new(Maintenance::default());
     check.down.store(true, Ordering::SeqCst);
-    let host = Host::start(
-        host_config(&db.url),
-        Shop {
-            check: check.clone(),
-        },
-    )
-    .await
-    .unwrap();
+    let host = shop_host(host_config(&db.url), &check).await;
     start(&host).await;
     let mut conn = db.connect().await;
     assert_held_back(&mut conn, "application").await;
@@ -866,7 +859,7 @@ async fn thr2_an_unreadable_signal_is_unknown_never_healthy() {
     config.migrate = false;
     config.health.thresholds.max_xact_age = Some(Duration::from_secs(3600));
     let check = Arc::new(Maintenance::default());
-    let host = Host::start(config, Shop { check }).await.unwrap();
+    let host = shop_host(config, &check).await;
     let text = metrics(&host).await;
     assert_eq!(
         sample(
@@ -903,14 +896,7 @@ async fn ex05_a_throttled_claim_waits_without_an_open_transaction() {
     let db = test_db().await;
     db.exec(&items_sql(20_000)).await;
     let check = Arc::new(Maintenance::default());
-    let host = Host::start(
-        host_config(&db.url),
-        Shop {
-            check: check.clone(),
-        },
-    )
-    .await
-    .unwrap();
+    let host = shop_host(host_config(&db.url), &check).await;
     let mut events = host.engine().events().subscribe();
     start(&host).await;
     next_batch(&mut events, FIX).await;

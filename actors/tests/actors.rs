@@ -172,6 +172,15 @@ async fn until_released(
     }
 }
 
+/// Wait until `ready` holds, failing with `what` after `bound`.
+async fn until(ready: impl Fn() -> bool, bound: Duration, what: &str) {
+    let deadline = std::time::Instant::now() + bound;
+    while !ready() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Wait until the supervisor has registered, failing after `deadline`.
 async fn until_registered(rt: &RuntimeHandle<Fake>, deadline: std::time::Instant) {
     while !rt.status().await.is_some_and(|s| s.registered) {
@@ -445,11 +454,8 @@ async fn run_steps(id: &str, progress_log_interval: Duration, steps: usize) {
     };
     let rt = start(&fake, 10_000, config);
     let metrics = rt.metrics().clone();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while fake.steps.load(Ordering::SeqCst) < steps {
-        assert!(std::time::Instant::now() < deadline, "runner stalled");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let ran = || fake.steps.load(Ordering::SeqCst) >= steps;
+    until(ran, Duration::from_secs(10), "runner stalled").await;
     rt.shutdown().await;
     // Every step committed one key: the counters agree with each other.
     let (batches, keys) = (
@@ -601,13 +607,8 @@ async fn val01_reaching_the_bound_starts_a_claim_round_at_once() {
         ..config()
     };
     let rt = start(&fake, 3000, config);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while fake.claims.load(Ordering::SeqCst) < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "reaching the bound did not start a claim round"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let claimed_again = || fake.claims.load(Ordering::SeqCst) >= 2;
+    let what = "reaching the bound did not start a claim round";
+    until(claimed_again, Duration::from_secs(10), what).await;
     rt.shutdown().await;
 }

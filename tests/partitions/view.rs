@@ -268,7 +268,7 @@ async fn thr2_only_the_claim_in_force_records_a_throttle() {
     let (db, engine, _hooks) = started(20, 10, 1).await;
     let claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
     assert_eq!(claim.partition, None);
-    let mut conn = store::connect_dedicated(&db.url).await.unwrap();
+    let mut conn = db.connect().await;
     let generation = claim.generation;
     for (worker, generation) in [("other", generation), ("w", generation + 1)] {
         let set = store::backfill_throttle_set(&mut conn, ID, worker, generation, Some(&throttle));
@@ -283,7 +283,7 @@ async fn thr2_only_the_claim_in_force_records_a_throttle() {
     let (db, engine, _hooks) = started(40, 10, 2).await;
     let claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
     let part = claim.partition.expect("a partition claim");
-    let mut conn = store::connect_dedicated(&db.url).await.unwrap();
+    let mut conn = db.connect().await;
     let generation = claim.generation;
     for (worker, generation) in [("other", generation), ("w", generation + 1)] {
         let set =
