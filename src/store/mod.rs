@@ -12,6 +12,7 @@ mod audit;
 mod backfill;
 mod batch;
 mod health;
+mod journal;
 mod lease;
 mod lifecycle;
 mod pacing;
@@ -25,6 +26,7 @@ pub use audit::*;
 pub use backfill::*;
 pub use batch::*;
 pub use health::*;
+pub use journal::*;
 pub use lease::*;
 pub use lifecycle::*;
 pub use pacing::*;
@@ -66,6 +68,18 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for StoreEr
                 StoreError::Pool("timed out waiting for a connection".into())
             }
             bb8::RunError::User(_) => StoreError::Pool("could not open a connection".into()),
+        }
+    }
+}
+
+/// A failed framework statement inside a repair's batch or validation (the
+/// journal, an undo's reads), classified like the repair's own statements:
+/// a lock timeout is retryable, a missing column blocks.
+impl From<StoreError> for RepairError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Database(e) => classify(&e),
+            other => RepairError::Retryable(other.to_string()),
         }
     }
 }
