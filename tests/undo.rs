@@ -577,3 +577,69 @@ async fn undo4_prune_waits_for_the_undo_and_is_audited() {
     support::admin::assert_audit_complete(&db).await;
     server.stop().await;
 }
+
+/// The journaled repair as a host's application.
+struct People;
+
+#[backfill::async_trait]
+impl backfill::host::Application for People {
+    fn registry(&self) -> Result<Registry, backfill::repair::DefinitionError> {
+        Registry::new().with(email_norm(2))
+    }
+}
+
+/// UNDO-2, UNDO-4: under a host (the actor runtime, the admin listener
+/// and `/metrics`), the automatic backfill completes, the undo started
+/// over HTTP is claimed and run to `completed` by the supervisor like any
+/// backfill, and `/metrics` shows the journal's size and, once analyzed,
+/// its row estimate. Guards: the undo IDs among the claimable ones, the
+/// journal families of the scrape.
+#[actix_rt::test]
+async fn undo4_a_host_runs_the_undo_and_exports_the_journal() {
+    use backfill::host::{Host, HostConfig};
+    use std::time::Duration;
+    use support::http::{get, request};
+    const TOKEN: &str = "undo-operator-token-0123456789";
+    let (db, before) = people(600).await;
+    let mut config = HostConfig::new(db.url.clone());
+    config.listen = "127.0.0.1:0".parse().expect("address");
+    config.admin_listen = "127.0.0.1:0".parse().expect("address");
+    config.engine = support::engine_config();
+    config.runtime.poll_interval = Duration::from_millis(50);
+    config.admin_auth =
+        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).expect("auth");
+    let host = Host::start(config, People).await.expect("host");
+    let engine = host.engine().clone();
+    engine
+        .wait_for(ID, &[State::Completed], Duration::from_secs(60))
+        .await
+        .expect("completed");
+    let bearer = format!("Bearer {TOKEN}");
+    let undo = request(
+        host.admin_addr,
+        "POST",
+        &format!("/admin/backfills/{ID}/undo"),
+        &[("Authorization", &bearer), ("Idempotency-Key", "host-undo")],
+        None,
+    )
+    .await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    engine
+        .wait_for(UNDO, &[State::Completed], Duration::from_secs(60))
+        .await
+        .expect("the undo completed");
+    assert_eq!(checksum(&db).await, before);
+    db.exec("ANALYZE backfill_journal").await;
+    let metrics = get(host.admin_addr, "/metrics").await.text;
+    assert!(
+        metrics.contains("\nbackfill_journal_rows_estimate 600\n"),
+        "{metrics}"
+    );
+    let bytes = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("backfill_journal_bytes "))
+        .and_then(|v| v.parse::<i64>().ok())
+        .expect("journal bytes");
+    assert!(bytes > 0);
+    host.stop().await;
+}
