@@ -39,6 +39,8 @@ fn routes(id: &str) -> Vec<(&'static str, String)> {
         ("POST", format!("/admin/backfills/{id}/resume")),
         ("POST", format!("/admin/backfills/{id}/retry")),
         ("POST", format!("/admin/backfills/{id}/validate")),
+        ("POST", format!("/admin/backfills/{id}/undo")),
+        ("POST", format!("/admin/backfills/{id}/journal/prune")),
     ]
 }
 
@@ -133,11 +135,11 @@ async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
     // The community principal is audited by name, an anonymous caller is not.
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE actor = 'moderator' AND outcome = 'forbidden'").await,
-        8
+        10
     );
     assert_eq!(
         db.scalar("SELECT sum(request_count)::bigint AS v FROM backfill_audit WHERE actor IS NULL AND authority = 'none' AND outcome = 'unauthorized'").await,
-        16
+        20
     );
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'unauthorized' AND source = '127.0.0.1'").await,
@@ -830,7 +832,15 @@ async fn adm_openapi_document_lists_every_route() {
         ("/admin/audit", "get"),
         ("/openapi.json", "get"),
     ];
-    let actions = ["start", "pause", "resume", "retry", "validate"];
+    let actions = [
+        "start",
+        "pause",
+        "resume",
+        "retry",
+        "validate",
+        "undo",
+        "journal/prune",
+    ];
     let action_paths: Vec<String> = actions
         .iter()
         .map(|a| format!("/admin/backfills/{{id}}/{a}"))
