@@ -982,3 +982,58 @@ async fn ui_browser_throttled_backfill_shows_signal_value_and_threshold() {
     browser.finish().await;
     host.stop().await;
 }
+
+/// UNDO-2 in the web client: a completed journaled backfill's page offers
+/// undo, whose confirmation names the conflict rule; the undo it starts is
+/// named on the page, and once it ran (two rows changed by the application
+/// meanwhile) the page shows its progress from the journal and the
+/// conflicts. Guards: `undoOffered`, the undo's consequence text,
+/// `journalRows`.
+#[actix_rt::test]
+async fn ui_browser_undo_names_the_conflict_rule_and_shows_progress() {
+    const JOURNALED: &str = "people.email-norm.v1";
+    prerequisites();
+    let db = support::test_db().await;
+    db.exec(
+        "CREATE TABLE people (id bigint PRIMARY KEY, email text NOT NULL, email_norm text); \
+         INSERT INTO people (id, email) SELECT g, 'User' || g || '@Example.COM' \
+             FROM generate_series(1, 10) g",
+    )
+    .await;
+    let repair = SqlRepair::new(JOURNALED, "people")
+        .key("id")
+        .set("email_norm = lower(email)")
+        .validate_where("email_norm IS DISTINCT FROM lower(email)")
+        .journal(["email_norm"])
+        .batch_size(4)
+        .build()
+        .expect("definition");
+    let registry = Registry::new().with(repair).expect("registers");
+    let engine = Engine::new(db.pool.clone(), registry, fixture_config()).expect("engine");
+    engine.register().await.expect("register");
+    engine.start(JOURNALED).await.expect("start");
+    support::admin::drive(&engine).await;
+    let principals = AuthConfig::parse_tokens_file(&tokens_file()).expect("tokens file");
+    let admin = Admin::new(
+        engine.clone(),
+        AdminConfig {
+            auth: AuthConfig::Tokens(principals),
+            auto_backfills: true,
+            required: BTreeSet::new(),
+        },
+    );
+    let server = serve_with_ui(admin);
+    let mut browser = Browser::start("undo", &server.url, &Value::Array(Vec::new())).await;
+    browser.step("undo-started").await;
+    db.exec("UPDATE people SET email_norm = 'app' WHERE id IN (3, 7)")
+        .await;
+    support::admin::drive(&engine).await;
+    browser.go().await;
+    browser.finish().await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM people WHERE email_norm IS NULL")
+            .await,
+        8
+    );
+    server.stop().await;
+}

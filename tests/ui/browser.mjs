@@ -160,7 +160,36 @@ async function submitSettings(field) {
 
 const settingsMessage = () => text("#settings-message");
 
+const JOURNALED = "people.email-norm.v1";
+
 const scenarios = {
+  // Undo of a journaled backfill from its page: the confirmation names the
+  // conflict rule, the answer names the undo, and the original's page
+  // shows the undo's progress from the journal until it completed.
+  async undo() {
+    await page.goto(`${base}/ui#/backfills/${JOURNALED}`);
+    await until("the token prompt", () => page.locator("#auth").isVisible(), (v) => v === true);
+    await signIn(token);
+    await until(`${JOURNALED}'s data`, () => page.locator("#detail-state .badge").count(), (n) => n === 1);
+    check((await text("#detail-state")) === "completed", "the original is completed");
+    const offered = await buttonsIn("#detail-actions");
+    check(JSON.stringify(offered) === '["validate","undo"]', `a completed journaled backfill offers validate and undo: ${offered}`);
+    await until("the journal card", () => page.locator("#detail-body").innerText(), (t) => /journal\s+10 rows/.test(t) && /undo\s+none started/.test(t));
+    await page.locator('#detail-actions button[data-action="undo"]').click();
+    await until("the confirm dialog", () => page.locator("#confirm").isVisible(), (v) => v);
+    const said = await text("#confirm-text");
+    check(/only where the row still holds exactly what the repair wrote/.test(said) && /conflict/.test(said), `the conflict rule is named: ${said}`);
+    await shot("confirm");
+    await page.locator("#confirm-ok").click();
+    await until("the undo in words", () => text("#result-text"), (t) => t === `${JOURNALED}: undo: applied — ${JOURNALED}.undo is running`);
+    await until("the undo named on the original's page", () => page.locator("#detail-body").innerText(), (t) => t.includes(`${JOURNALED}.undo (running)`));
+    check(JSON.stringify(await buttonsIn("#detail-actions")) === '["validate"]', "undo is no longer offered");
+    await step("undo-started");
+    await until("the undo's progress and conflicts", () => page.locator("#detail-body").innerText(),
+      (t) => t.includes(`${JOURNALED}.undo (completed)`) && /undone\s+10 of 10 \(100%\)/.test(t) && /conflicts\s+2/.test(t));
+    await shot("undone");
+  },
+
   // The list as PostgreSQL has it; rates only for running rows; the filter.
   async list() {
     await openList();
