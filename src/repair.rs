@@ -14,15 +14,19 @@ use diesel_async::AsyncPgConnection;
 
 mod check;
 mod erased;
+mod journal;
 mod partition;
 mod registry;
 mod sql;
+mod undo;
 
 pub use check::SelectionError;
 pub(crate) use erased::{BodyError, DynRepair, EncodedSource, SelectedBatch};
+pub use journal::Journal;
 pub use partition::{even_splits, plan_partitions, SplitError, MAX_PARTITIONS};
 pub use registry::Registry;
 pub use sql::{SqlRepair, SqlRepairBuilder};
+pub use undo::{undo_id, UNDO_SUFFIX};
 
 /// What `start` found when it captured the source set (EX-1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -364,6 +368,23 @@ pub trait Repair: Send + Sync + 'static {
         1
     }
 
+    /// Journal what each batch changes, so the backfill can be undone
+    /// (UNDO-1, UNDO-2): the table, its key columns and the columns the
+    /// repair sets. Every committed batch then also records, in its own
+    /// transaction behind the same fence, the key and the before and after
+    /// values of those columns for every row it changed; the operator's
+    /// `undo` runs a reverse backfill that restores them where the row
+    /// still holds what the repair wrote. Default: `None`, no journal.
+    ///
+    /// In the two-statement form the engine writes the journal around
+    /// [`SelectThenMutate::mutate`]. A hand-written one-statement form
+    /// cannot be journaled by the engine (it sees only a summary), so
+    /// registration refuses it; [`SqlRepair::journal`](SqlRepairBuilder::journal)
+    /// writes the journal inside its own statement.
+    fn journal(&self) -> Option<Journal> {
+        None
+    }
+
     /// The split points dividing the range up to `bound` into at most
     /// `partitions` contiguous partitions (PAR-1), asked once, at `start`,
     /// inside the transaction that captured the bound. At most
@@ -529,6 +550,11 @@ pub enum DefinitionError {
          a table optionally as schema.table"
     )]
     InvalidIdentifier(String),
+    /// A journal that cannot be kept (UNDO-1): a name that is not a plain
+    /// identifier, no key or journaled column, a hand-written one-statement
+    /// form, or a stable ID too long to derive its undo's.
+    #[error("repair {id:?} declares a journal that cannot be kept: {reason}")]
+    InvalidJournal { id: String, reason: &'static str },
     /// A [`SqlRepair`] built without a part it needs.
     #[error("SQL repair {id:?} has no {missing}")]
     Incomplete { id: String, missing: &'static str },

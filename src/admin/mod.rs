@@ -12,12 +12,15 @@
 pub mod auth;
 mod dry_run;
 pub mod flood;
+mod journal_view;
 mod settings;
+mod undo;
 pub mod view;
 
 pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
 pub use dry_run::DRY_RUN_ACTION;
 pub use flood::{FloodGate, FloodLimits};
+pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
 pub use settings::RequestBody;
 pub use view::*;
 
@@ -98,6 +101,11 @@ pub enum AdminError {
     /// this many seconds.
     #[error("too many rejected requests from this source; retry later")]
     TooManyRequests(u64),
+    /// An action refused for a reason of the backfill's own (UNDO-2..4):
+    /// `not_journaled`, `undo_of_undo`, `undone` or `journal_in_use`, with
+    /// what to do instead. Nothing changed.
+    #[error("{message}")]
+    Refused { code: &'static str, message: String },
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
@@ -120,6 +128,7 @@ impl AdminError {
             AdminError::OutOfRange { .. } => 422,
             AdminError::InvalidSplit(_) => 422,
             AdminError::TooManyRequests(_) => 429,
+            AdminError::Refused { .. } => 409,
             AdminError::Unavailable(_) => 503,
             AdminError::Internal(_) => 500,
         }
@@ -140,6 +149,7 @@ impl AdminError {
             AdminError::OutOfRange { .. } => "out_of_range",
             AdminError::InvalidSplit(_) => "invalid_split",
             AdminError::TooManyRequests(_) => "too_many_requests",
+            AdminError::Refused { code, .. } => code,
             AdminError::Unavailable(_) => "unavailable",
             AdminError::Internal(_) => "internal",
         }
@@ -185,10 +195,21 @@ impl From<EngineError> for AdminError {
                 message,
             },
             e @ EngineError::Split { .. } => AdminError::InvalidSplit(bounded(e.to_string())),
+            e @ EngineError::NotJournaled(_) => refused("not_journaled", &e),
+            e @ EngineError::UndoOfUndo(_) => refused("undo_of_undo", &e),
+            e @ EngineError::Undone(_) => refused("undone", &e),
+            e @ EngineError::JournalInUse { .. } => refused("journal_in_use", &e),
             EngineError::Store(e) => e.into(),
             // Repair diagnostics are bounded and redacted by contract.
             other => AdminError::Internal(bounded(other.to_string())),
         }
+    }
+}
+
+fn refused(code: &'static str, error: &EngineError) -> AdminError {
+    AdminError::Refused {
+        code,
+        message: bounded(error.to_string()),
     }
 }
 
@@ -327,22 +348,48 @@ impl Admin {
     }
 
     fn view(&self, row: &BackfillRow, parts: &[store::PartitionRow]) -> BackfillView {
-        BackfillView::from_row(
+        let mut view = BackfillView::from_row(
             row,
             self.config.required.contains(&row.id),
             self.config.auto_backfills,
         )
-        .with_partitions(row, parts)
+        .with_partitions(row, parts);
+        view.journaled = self.engine.registry().journal(&row.id).is_some();
+        view
     }
 
-    /// [`Admin::view`] with the row's partitions read on `conn` (PAR-5).
+    /// [`Admin::view`] with the row's partitions read on `conn` (PAR-5),
+    /// and for a journaled backfill or an undo its journal and undo
+    /// (UNDO-2, UNDO-4).
     async fn view_on(
         &self,
         conn: &mut diesel_async::AsyncPgConnection,
         row: &BackfillRow,
     ) -> Result<BackfillView, StoreError> {
         let parts = store::partition_list(conn, std::slice::from_ref(&row.id)).await?;
-        Ok(self.view(row, &parts))
+        let mut view = self.view(row, &parts);
+        let journal_of = match &row.undo_of {
+            Some(original) => Some(original.clone()),
+            None if view.journaled => {
+                let undo = crate::repair::undo_id(&row.id);
+                view.undo = store::backfill_get(conn, &undo).await?.map(|u| UndoLink {
+                    id: u.id,
+                    state: u.state,
+                });
+                Some(row.id.clone())
+            }
+            None => None,
+        };
+        if let Some(original) = journal_of {
+            let stats = store::journal_stats(conn, &original).await?;
+            let keys = if stats.conflicts > 0 {
+                store::journal_conflicts(conn, &original, MAX_CONFLICT_KEYS).await?
+            } else {
+                Vec::new()
+            };
+            view.journal = Some(JournalView::new(stats, keys));
+        }
+        Ok(view)
     }
 
     async fn conn(&self) -> Result<store::PooledConn<'_>, AdminError> {

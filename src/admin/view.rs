@@ -1,6 +1,7 @@
 //! What the admin boundary shows (ADM-2, ADM-3): projections of one
 //! PostgreSQL read, with unknown values kept unknown (`null`), never zero.
 
+use super::journal_view::{JournalView, UndoLink};
 use crate::failure::cut;
 use crate::lifecycle::State;
 use crate::repair::bounded;
@@ -161,6 +162,23 @@ pub struct BackfillView {
     /// Read as empty when absent, from a server without partitions.
     #[serde(default)]
     pub partitions: Vec<PartitionView>,
+    /// Whether this server's definition keeps a journal, so the backfill
+    /// can be undone (UNDO-1).
+    #[serde(default)]
+    pub journaled: bool,
+    /// For an undo, the backfill it takes back (UNDO-2); `null` otherwise.
+    #[serde(default)]
+    pub undo_of: Option<String>,
+    /// The backfill's undo, once an operator started one (UNDO-2); shown
+    /// by the detail view and action responses, `null` in lists.
+    #[serde(default)]
+    pub undo: Option<UndoLink>,
+    /// The journal this backfill wrote (or, for an undo, the one it takes
+    /// back) and what the undo did with it (UNDO-2, UNDO-4); shown by the
+    /// detail view and action responses of journaled backfills and undos,
+    /// `null` otherwise.
+    #[serde(default)]
+    pub journal: Option<JournalView>,
 }
 
 /// One partition as the admin API shows it (PAR-5): its range
@@ -385,6 +403,10 @@ impl BackfillView {
             batch_size: row.batch_size,
             throttle: Throttle::from_row(row),
             partitions: Vec::new(),
+            journaled: false,
+            undo_of: row.undo_of.clone(),
+            undo: None,
+            journal: None,
         }
     }
 
@@ -701,6 +723,7 @@ mod tests {
             settings: json!({}),
             batch_size: None,
             throttle: None,
+            undo_of: None,
             db_now: at(0),
         }
     }

@@ -79,6 +79,9 @@ impl Engine {
             .await?
             .ok_or_else(|| EngineError::UnknownBackfill(id.to_string()))?;
         let prior = row.state;
+        if matches!(action, Action::Resume | Action::Retry) {
+            self.refuse_if_undone(conn, id).await?;
+        }
         if !action.sources().contains(&prior) {
             return Ok(if action.converged().contains(&prior) {
                 ActionOutcome::Converged(Box::new(row))

@@ -60,6 +60,22 @@ pub enum EngineError {
     /// change (LC-4). Nothing was changed; the row as it is.
     #[error("backfill {:?} is completed: its settings no longer change", .0.id)]
     Completed(Box<BackfillRow>),
+    /// The backfill's definition keeps no journal, so it cannot be undone
+    /// (UNDO-1). Nothing was changed.
+    #[error("backfill {0:?} keeps no journal: its repair declares none, so it cannot be undone")]
+    NotJournaled(String),
+    /// The backfill is itself an undo; undoing it is refused (UNDO-3: the
+    /// fixed repair runs under a new stable ID). Nothing was changed.
+    #[error("backfill {0:?} is an undo; an undo is never undone (run the fixed repair under a new stable ID)")]
+    UndoOfUndo(String),
+    /// The backfill has an undo, so it does not run again (UNDO-2): a
+    /// resume or retry would repair again what the undo restores.
+    #[error("backfill {0:?} has an undo; it does not run again (run the fixed repair under a new stable ID)")]
+    Undone(String),
+    /// The journal is still needed: an undo of it has not completed, or
+    /// the backfill still writes it (UNDO-4). Nothing was changed.
+    #[error("the journal of {id:?} is still needed: {why}")]
+    JournalInUse { id: String, why: String },
 }
 
 impl EngineError {
@@ -85,7 +101,11 @@ impl EngineError {
             | EngineError::Config(_)
             | EngineError::InvalidDryRun(_)
             | EngineError::InvalidSettings(_)
-            | EngineError::Completed(_) => None,
+            | EngineError::Completed(_)
+            | EngineError::NotJournaled(_)
+            | EngineError::UndoOfUndo(_)
+            | EngineError::Undone(_)
+            | EngineError::JournalInUse { .. } => None,
         }
     }
 }

@@ -38,7 +38,7 @@ impl Engine {
         exclude: &[String],
         exclude_parts: &[(String, u32)],
     ) -> Result<Option<Claim>, EngineError> {
-        let ids = self.registry.ids();
+        let ids = self.registry.claimable_ids();
         if ids.is_empty() {
             return Ok(None);
         }

@@ -36,6 +36,7 @@ mod outcome;
 mod pacing;
 mod partition;
 mod settings;
+mod undo;
 mod validate;
 
 pub use claim::{Claim, Phase};
@@ -50,6 +51,7 @@ pub use outcome::{ActionOutcome, BatchOutcome, FailureOutcome, Started, Validati
 pub(crate) use outcome::{ExplicitOutcome, ExplicitValidation};
 pub use pacing::{Gate, SETTINGS_REFRESH};
 pub use settings::SettingsChange;
+pub use undo::{PruneOutcome, UndoOutcome, UNDOABLE};
 
 use crate::events::Events;
 use crate::health::Monitor;

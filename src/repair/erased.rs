@@ -3,8 +3,11 @@
 //! every batch checked on the way (EX-3, EX-4).
 
 use super::check::{check_mutated, check_selection, SelectionError};
-use super::{Batches, Repair, RepairError, RowCount, SelectAndMutate, SourceSet, Validation};
+use super::{
+    Batches, Journal, Repair, RepairError, RowCount, SelectAndMutate, SourceSet, Validation,
+};
 use crate::key::{Key, KeyError};
+use crate::store::{journal_images, journal_images_sql, journal_insert, StoreError};
 use async_trait::async_trait;
 use diesel_async::AsyncPgConnection;
 
@@ -39,6 +42,13 @@ pub(crate) enum BodyError {
     Key(#[from] KeyError),
 }
 
+/// A failed journal statement, classified like the repair's own statements
+/// (a lock timeout is retryable, a missing column blocks): the journal is
+/// part of the batch, and the batch rolls back with it (UNDO-1).
+fn journal_error(error: StoreError) -> BodyError {
+    BodyError::Repair(error.into())
+}
+
 /// The object-safe face of a [`Repair`]: keys cross it in their stored
 /// encoding, so the engine and the runtime never need the key type.
 #[async_trait]
@@ -55,6 +65,8 @@ pub(crate) trait DynRepair: Send + Sync {
     async fn capture(&self, conn: &mut AsyncPgConnection) -> Result<EncodedSource, BodyError>;
     /// How many partitions the definition allows (PAR-1).
     fn partitions(&self) -> u32;
+    /// What the definition journals (UNDO-1), if anything.
+    fn journal(&self) -> Option<Journal>;
     /// The definition's split points for `bound`, encoded.
     async fn split_points(
         &self,
@@ -105,6 +117,46 @@ pub(crate) trait DynRepair: Send + Sync {
 pub(super) struct Erased<R> {
     pub(super) id: String,
     pub(super) repair: R,
+    /// The engine's journal writer for a journaled two-statement repair.
+    pub(super) capture: Option<Capture>,
+}
+
+/// How the engine journals a two-statement batch (UNDO-1): the texts that
+/// read the selected rows' images, locked before `mutate` and plain after
+/// it, and how a key's JSON names its row.
+pub(super) struct Capture {
+    key_columns: Vec<String>,
+    before_sql: String,
+    after_sql: String,
+}
+
+impl Capture {
+    pub(super) fn new(journal: &Journal) -> Self {
+        let sql =
+            |lock| journal_images_sql(&journal.table, &journal.key_columns, &journal.columns, lock);
+        Self {
+            key_columns: journal.key_columns.clone(),
+            before_sql: sql(true),
+            after_sql: sql(false),
+        }
+    }
+
+    /// `[{key column: value, ..}, ..]` for `keys`: one key column takes
+    /// the key's JSON as it is, several take its array element by element.
+    fn row_keys<K: Key>(&self, keys: &[K]) -> serde_json::Value {
+        let rows = keys.iter().map(|key| {
+            let json = key.to_json();
+            let values: Vec<serde_json::Value> = match (&json, self.key_columns.len()) {
+                (_, 1) => vec![json.clone()],
+                (serde_json::Value::Array(items), _) => items.clone(),
+                _ => vec![json.clone()],
+            };
+            let object: serde_json::Map<String, serde_json::Value> =
+                self.key_columns.iter().cloned().zip(values).collect();
+            serde_json::Value::Object(object)
+        });
+        serde_json::Value::Array(rows.collect())
+    }
 }
 
 #[async_trait]
@@ -149,6 +201,10 @@ impl<R: Repair> DynRepair for Erased<R> {
         self.repair.partitions()
     }
 
+    fn journal(&self) -> Option<Journal> {
+        self.repair.journal()
+    }
+
     async fn split_points(
         &self,
         conn: &mut AsyncPgConnection,
@@ -190,7 +246,10 @@ impl<R: Repair> DynRepair for Erased<R> {
                 last: None,
             });
         }
-        form.mutate(conn, &keys).await?;
+        match &self.capture {
+            None => form.mutate(conn, &keys).await?,
+            Some(capture) => self.mutate_journaled(capture, form, conn, &keys).await?,
+        }
         let last = keys.last().map(|k| (k.to_bytes(), k.to_json()));
         Ok(SelectedBatch {
             keys: keys.len(),
@@ -251,6 +310,43 @@ fn nonzero(limit: u32) -> Result<u32, SelectionError> {
 }
 
 impl<R: Repair> Erased<R> {
+    /// `mutate` with the journal written around it (UNDO-1), on the
+    /// batch's transaction: the selected rows' images read FOR UPDATE
+    /// before, read again after, and a journal row for each that changed.
+    async fn mutate_journaled(
+        &self,
+        capture: &Capture,
+        form: &dyn super::SelectThenMutate<R::Key>,
+        conn: &mut AsyncPgConnection,
+        keys: &[R::Key],
+    ) -> Result<(), BodyError> {
+        let row_keys = capture.row_keys(keys);
+        let before = journal_images(conn, &capture.before_sql, &row_keys)
+            .await
+            .map_err(journal_error)?;
+        form.mutate(conn, keys).await?;
+        let after: std::collections::HashMap<String, serde_json::Value> =
+            journal_images(conn, &capture.after_sql, &row_keys)
+                .await
+                .map_err(journal_error)?
+                .into_iter()
+                .map(|(key, image)| (key.to_string(), image))
+                .collect();
+        // A row the mutation deleted has no after-image: nothing to restore.
+        let (mut keys, mut befores, mut afters) = (Vec::new(), Vec::new(), Vec::new());
+        for (key, image) in before {
+            if let Some(now) = after.get(&key.to_string()) {
+                befores.push(image);
+                afters.push(now.clone());
+                keys.push(key);
+            }
+        }
+        journal_insert(conn, &self.id, &keys, &befores, &afters)
+            .await
+            .map_err(journal_error)?;
+        Ok(())
+    }
+
     /// One batch of the one-statement form, its summary checked.
     async fn one_statement(
         &self,
@@ -299,6 +395,7 @@ mod tests {
         Erased {
             id: "registered.v1".into(),
             repair,
+            capture: None,
         }
     }
 

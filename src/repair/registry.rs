@@ -1,7 +1,9 @@
 //! The [`Registry`] of a process's local definitions.
 
-use super::erased::{DynRepair, Erased};
-use super::{validate_id, DefinitionError, Repair};
+use super::erased::{Capture, DynRepair, Erased};
+use super::sql::check_identifier;
+use super::undo::{undo_id, Undo};
+use super::{validate_id, Batches, DefinitionError, Journal, Repair};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -13,6 +15,12 @@ use std::sync::Arc;
 #[derive(Default, Clone)]
 pub struct Registry {
     repairs: BTreeMap<String, Arc<dyn DynRepair>>,
+    /// The undos derived from journaled definitions (UNDO-2), by their
+    /// stable ID, each with the ID of the backfill it takes back. They are
+    /// in `repairs` too, so the runtime claims and runs them like any
+    /// other; only registration leaves them out (the undo action creates
+    /// their rows).
+    undos: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -47,11 +55,43 @@ impl Registry {
         if self.repairs.contains_key(&id) {
             return Err(DefinitionError::DuplicateId(id));
         }
+        let journal = repair.journal();
+        let undo = match &journal {
+            Some(journal) => {
+                check_journal(&id, journal, repair.batches())?;
+                let undo = undo_id(&id);
+                if self.repairs.contains_key(&undo) {
+                    return Err(DefinitionError::DuplicateId(undo));
+                }
+                Some(Undo::new(&id, journal, partitions))
+            }
+            None => None,
+        };
+        // A definition named like an undo already derived here.
+        if self.undos.contains_key(&id) {
+            return Err(DefinitionError::DuplicateId(id));
+        }
+        let capture = journal
+            .as_ref()
+            .filter(|j| !j.by_statement)
+            .map(Capture::new);
         let erased = Erased {
             id: id.clone(),
             repair,
+            capture,
         };
         self.repairs.insert(id, Arc::new(erased));
+        if let Some(undo) = undo {
+            let undo_id = undo.id().to_string();
+            self.undos
+                .insert(undo_id.clone(), undo.original().to_string());
+            let erased = Erased {
+                id: undo_id.clone(),
+                repair: undo,
+                capture: None,
+            };
+            self.repairs.insert(undo_id, Arc::new(erased));
+        }
         Ok(self)
     }
 
@@ -61,9 +101,32 @@ impl Registry {
         Ok(self)
     }
 
-    /// The stable IDs this process can work on.
+    /// The stable IDs of the definitions registered here (not the undos
+    /// derived from them).
     pub fn ids(&self) -> Vec<String> {
+        self.repairs
+            .keys()
+            .filter(|id| !self.undos.contains_key(*id))
+            .cloned()
+            .collect()
+    }
+
+    /// Every stable ID this process can work on: the registered
+    /// definitions and the undos of the journaled ones (UNDO-2).
+    pub fn claimable_ids(&self) -> Vec<String> {
         self.repairs.keys().cloned().collect()
+    }
+
+    /// The backfill that `id` takes back, when `id` is the undo of a
+    /// journaled definition here (UNDO-2).
+    pub fn undo_of(&self, id: &str) -> Option<&str> {
+        self.undos.get(id).map(String::as_str)
+    }
+
+    /// What the definition `id` journals (UNDO-1); `None` for an unknown
+    /// or unjournaled one.
+    pub fn journal(&self, id: &str) -> Option<Journal> {
+        self.repairs.get(id).and_then(|r| r.journal())
     }
 
     /// Every table a definition names ([`Repair::tables`]), once each, in
@@ -104,9 +167,48 @@ impl Registry {
         self.repairs.get(id)
     }
 
+    /// The registered definitions, without the derived undos.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<dyn DynRepair>> {
-        self.repairs.values()
+        self.repairs
+            .iter()
+            .filter(|(id, _)| !self.undos.contains_key(*id))
+            .map(|(_, repair)| repair)
     }
+}
+
+/// Whether `journal` can be kept for the definition `id` (UNDO-1): plain
+/// identifiers, at least one key and one journaled column, a batch form
+/// the journal is written in, and room for the undo's stable ID.
+fn check_journal<K>(
+    id: &str,
+    journal: &Journal,
+    form: Batches<'_, K>,
+) -> Result<(), DefinitionError> {
+    let invalid = |reason| DefinitionError::InvalidJournal {
+        id: id.to_string(),
+        reason,
+    };
+    check_identifier(&journal.table, true)?;
+    for name in journal.key_columns.iter().chain(&journal.columns) {
+        check_identifier(name, false)?;
+    }
+    if journal.key_columns.is_empty() {
+        return Err(invalid("no key column"));
+    }
+    if journal.columns.is_empty() {
+        return Err(invalid("no journaled column"));
+    }
+    if !journal.by_statement && matches!(form, Batches::OneStatement(_)) {
+        return Err(invalid(
+            "a hand-written one-statement form cannot be journaled by the engine: use the two-statement form",
+        ));
+    }
+    if validate_id(&undo_id(id)).is_err() {
+        return Err(invalid(
+            "its stable ID leaves no room for the undo's (at most 123 characters)",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -24,11 +24,11 @@
 //! need a hand-written [`Repair`].
 
 use super::{
-    even_splits, validate_id, Batches, BigIntSummary, DefinitionError, Mutated, Repair,
+    even_splits, validate_id, Batches, BigIntSummary, DefinitionError, Journal, Mutated, Repair,
     RepairError, RowCount, SelectAndMutate, SourceSet, Validation,
 };
 use crate::pace::BatchTarget;
-use crate::store::cached;
+use crate::store::{cached, journal_image, journal_insert_from};
 use async_trait::async_trait;
 use diesel::sql_types::{BigInt, Json, Nullable};
 use diesel::QueryableByName;
@@ -104,6 +104,9 @@ pub struct SqlRepair {
     /// from `EXPLAIN` of the text around the two keys, which go between
     /// these three parts as literals.
     estimate_sql: [String; 3],
+    /// What [`Repair::journal`] answers: the batch statement then writes
+    /// the journal itself.
+    journal: Option<Journal>,
 }
 
 /// The builder of a [`SqlRepair`], from [`SqlRepair::new`].
@@ -122,6 +125,7 @@ pub struct SqlRepairBuilder {
     count_rows: bool,
     target: Option<BatchTarget>,
     partitions: u32,
+    journal: Vec<String>,
 }
 
 impl SqlRepair {
@@ -145,6 +149,7 @@ impl SqlRepair {
             count_rows: false,
             target: None,
             partitions: 1,
+            journal: Vec::new(),
         }
     }
 
@@ -229,6 +234,21 @@ impl SqlRepairBuilder {
         self
     }
 
+    /// Journal `columns`, the ones the SET list writes, so the backfill can
+    /// be undone (what [`Repair::journal`] answers; UNDO-1). Each batch's
+    /// statement then locks the rows it selected, reads those columns,
+    /// updates, and inserts a journal row for every row whose columns
+    /// changed, all in the one statement that commits with the batch's
+    /// fenced checkpoint. Registration checks the names.
+    pub fn journal<I>(mut self, columns: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.journal = columns.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Operator-facing description (REG-2). Default: the table and the SET
     /// list.
     pub fn description(mut self, description: impl Into<String>) -> Self {
@@ -274,16 +294,46 @@ impl SqlRepairBuilder {
         // The keys read as bigint whatever the column's integer type, so
         // the summary decodes as `BigIntSummary`; for a bigint column the
         // cast is no cast at all.
+        let journal = (!self.journal.is_empty()).then(|| Journal {
+            table: table.clone(),
+            key_columns: vec![key.to_string()],
+            columns: self.journal.clone(),
+            by_statement: true,
+        });
+        // The keys read as bigint whatever the column's integer type, so
+        // the summary decodes as `BigIntSummary`; for a bigint column the
+        // cast is no cast at all.
         let batch_sql = |limit: &str| {
-            format!(
+            let keys = format!(
                 "WITH k AS (SELECT array_agg({key}::bigint ORDER BY {key}) AS a FROM (\
                      SELECT {key} FROM {table} WHERE {key} > $1 AND {key} <= $2{and_filter} \
-                     ORDER BY {key} LIMIT {limit}) AS s), \
-                 u AS (UPDATE {table} SET {set} \
-                     WHERE {key} = ANY((SELECT a FROM k)::bigint[]){and_filter}) \
-                 SELECT a[1] AS first, a[cardinality(a)] AS last, \
-                     coalesce(cardinality(a), 0)::bigint AS n FROM k"
-            )
+                     ORDER BY {key} LIMIT {limit}) AS s), "
+            );
+            let summary = "SELECT a[1] AS first, a[cardinality(a)] AS last, \
+                 coalesce(cardinality(a), 0)::bigint AS n FROM k";
+            match &journal {
+                None => format!(
+                    "{keys}u AS (UPDATE {table} SET {set} \
+                         WHERE {key} = ANY((SELECT a FROM k)::bigint[]){and_filter}) {summary}"
+                ),
+                // The before-image is read from the rows locked FOR
+                // UPDATE, so it is the version the update changes even
+                // when a concurrent writer committed after the statement's
+                // snapshot; the update joins those rows by key.
+                Some(journal) => format!(
+                    "{keys}__bf_o AS (SELECT {key} AS __bf_key, {before} AS __bf_before \
+                         FROM {table} WHERE {key} = ANY((SELECT a FROM k)::bigint[]){and_filter} \
+                         FOR UPDATE), \
+                     u AS (UPDATE {table} SET {set} FROM __bf_o \
+                         WHERE {table}.{key} = __bf_o.__bf_key{and_filter} \
+                         RETURNING jsonb_build_object('{key}', __bf_o.__bf_key) AS __bf_row_key, \
+                             __bf_o.__bf_before, {after} AS __bf_after), \
+                     __bf_w AS ({insert}) {summary}",
+                    before = journal_image(table, &journal.columns),
+                    after = journal_image(table, &journal.columns),
+                    insert = journal_insert_from(&self.id, "u"),
+                ),
+            }
         };
         Ok(SqlRepair {
             description: self
@@ -314,6 +364,7 @@ impl SqlRepairBuilder {
                 format!(" AND {key} <= "),
                 and_filter.clone(),
             ],
+            journal,
             id: self.id,
         })
     }
@@ -322,7 +373,7 @@ impl SqlRepairBuilder {
 /// A plain SQL identifier, `[A-Za-z_][A-Za-z0-9_]*` of at most 63 bytes;
 /// with `qualified`, optionally `schema.name`. Anything else could carry
 /// SQL into the statement text, or name another relation.
-fn check_identifier(name: &str, qualified: bool) -> Result<(), DefinitionError> {
+pub(super) fn check_identifier(name: &str, qualified: bool) -> Result<(), DefinitionError> {
     let plain = |part: &str| {
         let mut bytes = part.bytes();
         part.len() <= MAX_IDENTIFIER_BYTES
@@ -401,6 +452,10 @@ impl Repair for SqlRepair {
 
     fn partitions(&self) -> u32 {
         self.partitions
+    }
+
+    fn journal(&self) -> Option<Journal> {
+        self.journal.clone()
     }
 
     async fn split_points(

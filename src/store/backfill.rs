@@ -21,7 +21,7 @@ pub(super) const COLUMNS: &str =
      key_type, source_rows, generation, owner, lease_expires_at, attempts, next_attempt_at, \
      last_error_kind, last_error, last_error_at, rows_done, batches_done, validation_outcome, \
      validation_detail, validated_at, description, build_info, registered_at, updated_at, \
-     started_at, completed_at, settings, batch_size, throttle, clock_timestamp() AS db_now";
+     started_at, completed_at, settings, batch_size, throttle, undo_of, clock_timestamp() AS db_now";
 
 /// One backfill row as stored. Decoded by position (see the
 /// `QueryableByName` impl below), in the order of [`COLUMNS`].
@@ -65,6 +65,9 @@ pub struct BackfillRow {
     /// current only while its `generation` is the row's and the row is
     /// claimed.
     pub throttle: Option<Value>,
+    /// For the undo of a journaled backfill, the backfill it takes back
+    /// (UNDO-2); `None` for every other row.
+    pub undo_of: Option<String>,
     pub db_now: DateTime<Utc>,
 }
 
@@ -111,6 +114,7 @@ impl QueryableByName<Pg> for BackfillRow {
             settings: c.next::<Jsonb, _>("settings")?,
             batch_size: c.next::<Nullable<Integer>, _>("batch_size")?,
             throttle: c.next::<Nullable<Jsonb>, _>("throttle")?,
+            undo_of: c.next::<Nullable<Text>, _>("undo_of")?,
             db_now: c.next::<Timestamptz, _>("db_now")?,
         })
     }

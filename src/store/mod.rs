@@ -13,6 +13,7 @@ mod backfill;
 mod batch;
 mod dry_run;
 mod health;
+mod journal;
 mod lease;
 mod lifecycle;
 mod pacing;
@@ -27,6 +28,7 @@ pub use backfill::*;
 pub use batch::*;
 pub use dry_run::*;
 pub use health::*;
+pub use journal::*;
 pub use lease::*;
 pub use lifecycle::*;
 pub use pacing::*;
@@ -68,6 +70,18 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for StoreEr
                 StoreError::Pool("timed out waiting for a connection".into())
             }
             bb8::RunError::User(_) => StoreError::Pool("could not open a connection".into()),
+        }
+    }
+}
+
+/// A failed framework statement inside a repair's batch or validation (the
+/// journal, an undo's reads), classified like the repair's own statements:
+/// a lock timeout is retryable, a missing column blocks.
+impl From<StoreError> for RepairError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Database(e) => classify(&e),
+            other => RepairError::Retryable(other.to_string()),
         }
     }
 }
