@@ -24,7 +24,7 @@ use support::admin::{call, serve, Resp};
 use support::TestDb;
 
 /// The repair under test: `n = n + 1` and a long note over the items whose
-/// id is not a multiple of 10 (90 of 100), ten keys a batch.
+/// id is not a multiple of 10 (90 of 100), ten keys a batch, journaled.
 const ID: &str = "items.fix";
 /// A repair whose every batch fails in PostgreSQL (division by zero).
 const BROKEN: &str = "items.broken";
@@ -41,6 +41,7 @@ fn registry() -> Registry {
         .filter("id % 10 <> 0")
         .validate_where("n <> 1")
         .batch_size(10)
+        .journal(["n", "note"])
         .build()
         .expect("definition");
     let broken = SqlRepair::new(BROKEN, "items")
@@ -280,13 +281,42 @@ async fn dry2_per_batch_counts_equal_the_real_runs_first_batches() {
     server.stop().await;
 }
 
-/// DRY-3: the sample of changed rows needs `backfill:inspect`: without it
-/// the report has counts only and says why. Guard: the capability check
-/// in `Admin::dry_run`.
+/// DRY-3: a principal holding `backfill:inspect` gets up to `sample`
+/// changed rows of the first batch with their key and the before and
+/// after values of the journaled columns, each cut to the documented
+/// length; without the capability the report has counts only and says
+/// why, and carries no row data; a repair without a journal says it has
+/// none. Nothing of it stays in the journal. Guard: the capability check
+/// in `Admin::dry_run`, and the sample read before the rollback.
 #[actix_rt::test]
-async fn dry3_the_sample_needs_the_inspect_capability() {
-    let (_db, engine) = setup().await;
+async fn dry3_the_sample_needs_the_inspect_capability_and_is_truncated() {
+    let (db, engine) = setup().await;
     let server = serve(admin(engine.clone()));
+    let r = dry_run(&server.url, ID, "?sample=3", INSPECTOR).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let sample = r.body["sample"].as_array().expect("a sample");
+    assert_eq!(sample.len(), 3, "{}", r.text);
+    let cut = "x".repeat(backfill::engine::SAMPLE_VALUE_MAX_CHARS) + "…";
+    for (row, key) in sample.iter().zip([1, 2, 3]) {
+        assert_eq!(row["key"], serde_json::json!({ "id": key }), "{row}");
+        assert_eq!(
+            row["before"],
+            serde_json::json!({"n": 0, "note": null}),
+            "{row}"
+        );
+        assert_eq!(
+            row["after"],
+            serde_json::json!({"n": 1, "note": cut}),
+            "{row}"
+        );
+    }
+    assert_eq!(r.body["sample_note"], Value::Null);
+    let r = dry_run(&server.url, ID, "", INSPECTOR).await;
+    assert_eq!(
+        r.body["sample"].as_array().expect("default sample").len(),
+        5
+    );
+
     let r = dry_run(&server.url, ID, "?sample=3", OPERATOR).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.body["sample"], Value::Null);
@@ -299,6 +329,22 @@ async fn dry3_the_sample_needs_the_inspect_capability() {
         r.text
     );
     assert!(!r.text.contains("xxxx"), "no row data without inspect");
+
+    let r = dry_run(&server.url, BROKEN, "", INSPECTOR).await;
+    assert_eq!(r.body["sample"], Value::Null);
+    assert!(
+        r.body["sample_note"]
+            .as_str()
+            .expect("note")
+            .contains("no journal"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM backfill_journal")
+            .await,
+        0
+    );
     server.stop().await;
 }
 

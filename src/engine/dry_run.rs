@@ -38,6 +38,10 @@ pub const DRY_RUN_MAX_BATCHES: u32 = 20;
 pub const DRY_RUN_DEFAULT_SAMPLE: u32 = 5;
 /// The most changed rows one sample shows.
 pub const DRY_RUN_MAX_SAMPLE: u32 = 50;
+/// The longest a sample's value is shown, in characters: a longer string
+/// (or the JSON text of a longer nested value) is cut there and ends in
+/// `…`.
+pub const SAMPLE_VALUE_MAX_CHARS: usize = 64;
 /// How long the forecast's count of the remaining rows may run before the
 /// planner's estimate stands in for it.
 pub const DRY_RUN_COUNT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -200,6 +204,59 @@ pub struct SampleRow {
     pub after: Value,
 }
 
+/// Why a report of a repair without a journal has no sample.
+const NO_JOURNAL: &str = "this repair keeps no journal, so the rows it changes cannot be shown";
+
+impl From<store::JournalEntry> for SampleRow {
+    fn from(entry: store::JournalEntry) -> Self {
+        SampleRow {
+            key: truncated(entry.row_key),
+            before: truncated(entry.before),
+            after: truncated(entry.after),
+        }
+    }
+}
+
+/// `value` with every string, and the JSON text of every nested value,
+/// cut to [`SAMPLE_VALUE_MAX_CHARS`] characters: the top level of an image
+/// is an object of columns (or the key's array), whose values are cut one
+/// by one.
+fn truncated(value: Value) -> Value {
+    match value {
+        Value::Object(columns) => Value::Object(
+            columns
+                .into_iter()
+                .map(|(column, v)| (column, cut_value(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(cut_value).collect()),
+        scalar => cut_value(scalar),
+    }
+}
+
+/// One value within [`SAMPLE_VALUE_MAX_CHARS`]: a longer string, or a
+/// nested value whose JSON text is longer, becomes its first characters
+/// and `…`.
+fn cut_value(value: Value) -> Value {
+    let cut = |text: &str| {
+        let mut short: String = text.chars().take(SAMPLE_VALUE_MAX_CHARS).collect();
+        short.push('…');
+        Value::String(short)
+    };
+    match value {
+        Value::String(s) if s.chars().count() > SAMPLE_VALUE_MAX_CHARS => cut(&s),
+        v @ (Value::Array(_) | Value::Object(_)) => {
+            let text = v.to_string();
+            if text.chars().count() > SAMPLE_VALUE_MAX_CHARS {
+                cut(&text)
+            } else {
+                v
+            }
+        }
+        v => v,
+    }
+}
+
 /// One key range the batches run through: `(after, upper]`.
 struct Range {
     after: Option<Vec<u8>>,
@@ -306,14 +363,30 @@ impl Engine {
             ),
             row.batch_size.and_then(|s| u32::try_from(s).ok()),
         );
+        // The journal rows the batches write are the ones after the last
+        // committed one: read where the batches start, before any of them.
+        let journal_from = match (def.journal(), options.sample) {
+            (None, _) => {
+                report.sample_note = Some(NO_JOURNAL.into());
+                None
+            }
+            (Some(_), 0) => {
+                report.sample_note = Some("no sample was asked for".into());
+                None
+            }
+            (Some(_), _) => Some(store::journal_seq_last(conn, id).await?),
+        };
         let ran = run_batches(conn, &plan, sizing, options.batches).await?;
+        if let Some(after_seq) = journal_from {
+            let entries =
+                store::journal_entries(conn, id, after_seq, i64::from(options.sample)).await?;
+            report.sample = Some(entries.into_iter().map(SampleRow::from).collect());
+        }
         let pause = Settings::from_stored(&row.settings).pause();
         report.forecast = Forecast::from_measured(rows, &ran, pause);
         report.batches = ran.batches;
         report.error = ran.error;
         report.reached_bound = ran.reached_bound;
-        report.sample_note =
-            Some("this repair keeps no journal, so the rows it changes cannot be shown".into());
         Ok(DryRun::Ran(Box::new(report)))
     }
 
@@ -645,6 +718,30 @@ mod tests {
         assert_eq!(
             (f.batches, f.duration_ms, f.wal_bytes),
             (Some(3), None, None)
+        );
+    }
+
+    /// DRY-3: every value of a sample is cut to its documented length,
+    /// column by column; short values and numbers pass unchanged.
+    #[test]
+    fn dry3_sample_values_are_truncated() {
+        let long = "é".repeat(SAMPLE_VALUE_MAX_CHARS + 10);
+        let image = serde_json::json!({
+            "note": long,
+            "n": 7,
+            "short": "abc",
+            "doc": {"k": "x".repeat(100)},
+        });
+        let cut = truncated(image);
+        let note = cut["note"].as_str().expect("string");
+        assert_eq!(note.chars().count(), SAMPLE_VALUE_MAX_CHARS + 1);
+        assert!(note.ends_with('…'));
+        assert_eq!(cut["n"], 7);
+        assert_eq!(cut["short"], "abc");
+        assert!(cut["doc"].as_str().expect("cut to text").ends_with('…'));
+        assert_eq!(
+            truncated(serde_json::json!([1, "a"])),
+            serde_json::json!([1, "a"])
         );
     }
 

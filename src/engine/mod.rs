@@ -44,7 +44,7 @@ pub use config::{EngineConfig, RetryPolicy};
 pub use dry_run::{
     DryBatch, DryRun, DryRunError, DryRunOptions, DryRunReport, Forecast, SampleRow,
     DRY_RUN_COUNT_TIMEOUT, DRY_RUN_DEFAULT_BATCHES, DRY_RUN_DEFAULT_SAMPLE, DRY_RUN_MAX_BATCHES,
-    DRY_RUN_MAX_SAMPLE,
+    DRY_RUN_MAX_SAMPLE, SAMPLE_VALUE_MAX_CHARS,
 };
 pub use error::EngineError;
 pub use outcome::{ActionOutcome, BatchOutcome, FailureOutcome, Started, ValidationRun, WaitError};

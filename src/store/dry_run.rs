@@ -1,7 +1,8 @@
 //! Statements of a dry run (DRY-1, DRY-2): the share lock that keeps the
 //! backfill's state still while it runs, the savepoint around each of its
-//! batches, and the two measurements it reads inside its transaction
-//! before the rollback. None of them writes a row.
+//! batches, the two measurements it reads inside its transaction before
+//! the rollback, and where its journal rows start. None of them writes a
+//! row.
 
 use super::backfill::COLUMNS;
 use super::{BackfillRow, StoreError};
@@ -97,4 +98,18 @@ pub async fn dry_run_table_changes(
     .get_result(conn)
     .await?;
     Ok(row.v)
+}
+
+/// The greatest journal `seq` of `id` (0 when it has none): a dry run's
+/// batches write their journal rows after it, inside its transaction, and
+/// its sample reads them back before the rollback. Reads the end of the
+/// journal's primary key; no lock.
+pub async fn journal_seq_last(conn: &mut AsyncPgConnection, id: &str) -> Result<i64, StoreError> {
+    let row: Measure = super::cached(
+        diesel::sql_query("SELECT max(seq) AS v FROM backfill_journal WHERE backfill_id = $1")
+            .bind::<Text, _>(id),
+    )
+    .get_result(conn)
+    .await?;
+    Ok(row.v.unwrap_or(0))
 }
