@@ -30,6 +30,11 @@ pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
         CtlCommand::Resume { id } => act(&client, "resume", id, json).await,
         CtlCommand::Retry { id } => act(&client, "retry", id, json).await,
         CtlCommand::Validate { id } => validate(&client, id, json).await,
+        CtlCommand::DryRun {
+            id,
+            batches,
+            sample,
+        } => super::dry_run::dry_run(&client, &checked_id(id)?, *batches, *sample, json).await,
         CtlCommand::Set(set) => set_settings(&client, set, json).await,
         CtlCommand::Audit { id, limit } => audit(&client, id, *limit, json).await,
         CtlCommand::Watch {
@@ -64,7 +69,7 @@ fn checked_interval(interval: f64) -> Result<f64, CtlError> {
     Ok(interval)
 }
 
-fn print_json(value: &Value) {
+pub(super) fn print_json(value: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
