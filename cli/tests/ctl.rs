@@ -532,3 +532,80 @@ async fn dry1_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
     assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
     server.stop().await;
 }
+
+/// UNDO-2, UNDO-4: `ctl undo` starts the reverse backfill and says what it
+/// restores, `ctl show` names the undo and the journal, a second prune
+/// while the undo runs is refused with exit 3 and one line naming why,
+/// and `ctl journal prune` deletes the journal once the undo completed.
+/// Guard: the CLI's undo and prune paths and the journal lines of `show`.
+#[actix_rt::test]
+async fn undo2_ctl_undoes_shows_the_journal_and_prunes() {
+    use backfill::repair::SqlRepair;
+    use backfill::{Engine, Registry};
+    const JOURNALED: &str = "items.bump.v1";
+    let db = support::test_db().await;
+    db.exec(&support::repairs::items_sql(30)).await;
+    let repair = SqlRepair::new(JOURNALED, "items")
+        .key("id")
+        .set("n = n + 1")
+        .validate_where("n <> 1")
+        .journal(["n"])
+        .batch_size(7)
+        .build()
+        .expect("definition");
+    let registry = Registry::new().with(repair).expect("registers");
+    let engine = Engine::new(db.pool.clone(), registry, engine_config()).expect("engine");
+    engine.register().await.expect("register");
+    engine.start(JOURNALED).await.expect("start");
+    drive(&engine).await;
+    let server = serve(admin(engine.clone()));
+    let url = server.url.as_str();
+
+    let show = ctl(url, Some(READER), &["show", JOURNALED]).await;
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert!(
+        show.stdout.contains("journal       30 rows"),
+        "{}",
+        show.stdout
+    );
+    assert!(
+        show.stdout.contains("backfill ctl undo items.bump.v1"),
+        "{}",
+        show.stdout
+    );
+
+    let undo = ctl(url, Some(OPERATOR), &["undo", JOURNALED]).await;
+    assert_eq!(undo.code, 0, "{}", undo.stderr);
+    assert!(
+        undo.stdout
+            .contains("undo items.bump.v1: applied; items.bump.v1.undo is running"),
+        "{}",
+        undo.stdout
+    );
+    let early = ctl(url, Some(OPERATOR), &["journal", "prune", JOURNALED]).await;
+    assert_eq!(early.code, 3, "{} {}", early.stdout, early.stderr);
+    assert_eq!(early.stderr.lines().count(), 1, "{}", early.stderr);
+    assert!(early.stderr.contains("undo"), "{}", early.stderr);
+
+    drive(&engine).await;
+    let undone = ctl(url, Some(READER), &["show", "items.bump.v1.undo"]).await;
+    assert!(
+        undone.stdout.contains("undo of       items.bump.v1"),
+        "{}",
+        undone.stdout
+    );
+    assert!(
+        undone.stdout.contains("restored 30, conflicts 0"),
+        "{}",
+        undone.stdout
+    );
+    let prune = ctl(url, Some(OPERATOR), &["journal", "prune", JOURNALED]).await;
+    assert_eq!(prune.code, 0, "{}", prune.stderr);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 0")
+            .await,
+        30,
+        "every row restored"
+    );
+    server.stop().await;
+}

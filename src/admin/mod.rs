@@ -101,11 +101,6 @@ pub enum AdminError {
     /// this many seconds.
     #[error("too many rejected requests from this source; retry later")]
     TooManyRequests(u64),
-    /// An action refused for a reason of the backfill's own (UNDO-2..4):
-    /// `not_journaled`, `undo_of_undo`, `undone` or `journal_in_use`, with
-    /// what to do instead. Nothing changed.
-    #[error("{message}")]
-    Refused { code: &'static str, message: String },
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
@@ -128,7 +123,6 @@ impl AdminError {
             AdminError::OutOfRange { .. } => 422,
             AdminError::InvalidSplit(_) => 422,
             AdminError::TooManyRequests(_) => 429,
-            AdminError::Refused { .. } => 409,
             AdminError::Unavailable(_) => 503,
             AdminError::Internal(_) => 500,
         }
@@ -149,7 +143,6 @@ impl AdminError {
             AdminError::OutOfRange { .. } => "out_of_range",
             AdminError::InvalidSplit(_) => "invalid_split",
             AdminError::TooManyRequests(_) => "too_many_requests",
-            AdminError::Refused { code, .. } => code,
             AdminError::Unavailable(_) => "unavailable",
             AdminError::Internal(_) => "internal",
         }
@@ -195,21 +188,10 @@ impl From<EngineError> for AdminError {
                 message,
             },
             e @ EngineError::Split { .. } => AdminError::InvalidSplit(bounded(e.to_string())),
-            e @ EngineError::NotJournaled(_) => refused("not_journaled", &e),
-            e @ EngineError::UndoOfUndo(_) => refused("undo_of_undo", &e),
-            e @ EngineError::Undone(_) => refused("undone", &e),
-            e @ EngineError::JournalInUse { .. } => refused("journal_in_use", &e),
             EngineError::Store(e) => e.into(),
             // Repair diagnostics are bounded and redacted by contract.
             other => AdminError::Internal(bounded(other.to_string())),
         }
-    }
-}
-
-fn refused(code: &'static str, error: &EngineError) -> AdminError {
-    AdminError::Refused {
-        code,
-        message: bounded(error.to_string()),
     }
 }
 
@@ -644,7 +626,38 @@ impl Admin {
                 {
                     return Ok((reply, false));
                 }
-                let outcome = self.engine.act_in(conn, id, action).await?;
+                let outcome = match self.engine.act_in(conn, id, action).await {
+                    Err(e @ EngineError::Undone(_)) => {
+                        let refusal = self.refusal(conn, id, "undone", &e).await?;
+                        let row = &refusal.row;
+                        store::audit_insert(
+                            conn,
+                            &NewAudit {
+                                backfill_id: id,
+                                action: action.as_str(),
+                                actor: authority.actor.as_deref(),
+                                authority: authority.source,
+                                correlation: Some(key),
+                                prior_state: Some(row.state),
+                                resulting_state: Some(row.state),
+                                generation: Some(row.generation),
+                                outcome: "undone",
+                                detail: Some(&refusal.message),
+                            },
+                        )
+                        .await?;
+                        store::request_insert(conn, key, id, action.as_str(), 409, &refusal.body)
+                            .await?;
+                        return Ok((
+                            Reply {
+                                status: 409,
+                                body: refusal.body,
+                            },
+                            false,
+                        ));
+                    }
+                    other => other?,
+                };
                 let (prior, code, status) = match &outcome {
                     ActionOutcome::Applied { prior, .. } => (*prior, "applied", 200),
                     ActionOutcome::Converged(row) => (row.state, "converged", 200),

@@ -9,8 +9,9 @@ use super::{
     replay, requested_id, to_json, Admin, AdminError, Capability, ConflictBody, Reply, RequestMeta,
     TxError,
 };
-use crate::engine::{PruneOutcome, UndoOutcome, UNDOABLE};
+use crate::engine::{EngineError, PruneOutcome, UndoOutcome, UNDOABLE};
 use crate::lifecycle::State;
+use crate::repair::bounded;
 use crate::store::{self, BackfillRow, NewAudit};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
@@ -30,7 +31,69 @@ struct Done {
     detail: Option<String>,
 }
 
+/// A refusal of the backfill's own (UNDO-2..4), answered like a state
+/// conflict: 409 with the reason's code and the backfill as it is.
+pub(super) struct Refusal {
+    pub(super) body: serde_json::Value,
+    pub(super) message: String,
+    pub(super) row: BackfillRow,
+}
+
+/// The code a refusal is answered and audited with.
+fn refusal_code(error: &EngineError) -> Option<&'static str> {
+    Some(match error {
+        EngineError::NotJournaled(_) => "not_journaled",
+        EngineError::UndoOfUndo(_) => "undo_of_undo",
+        EngineError::Undone(_) => "undone",
+        EngineError::JournalInUse { .. } => "journal_in_use",
+        EngineError::NoDefinition(_) => "no_definition",
+        _ => return None,
+    })
+}
+
 impl Admin {
+    /// The 409 body of a refusal of `id` for `error`, with the row read
+    /// (under the lock the action took) on the action's transaction.
+    pub(super) async fn refusal(
+        &self,
+        conn: &mut AsyncPgConnection,
+        id: &str,
+        code: &str,
+        error: &EngineError,
+    ) -> Result<Refusal, TxError> {
+        let row = store::backfill_get(conn, id)
+            .await?
+            .ok_or(AdminError::NotFound)?;
+        let message = bounded(error.to_string());
+        let body = to_json(&ConflictBody {
+            error: code.into(),
+            message: message.clone(),
+            current: self.view_on(conn, &row).await?,
+        })?;
+        Ok(Refusal { body, message, row })
+    }
+
+    /// [`Done`] for a refusal of the engine's, or the error as it is.
+    async fn refused(
+        &self,
+        conn: &mut AsyncPgConnection,
+        id: &str,
+        error: EngineError,
+    ) -> Result<Done, TxError> {
+        let Some(code) = refusal_code(&error) else {
+            return Err(error.into());
+        };
+        let Refusal { body, message, row } = self.refusal(conn, id, code, &error).await?;
+        Ok(Done {
+            status: 409,
+            body,
+            outcome: code,
+            prior: row.state,
+            row,
+            detail: Some(message),
+        })
+    }
+
     /// POST /admin/backfills/{id}/undo (UNDO-2, UNDO-3): 200 `applied` with
     /// the new undo's view, 200 `converged` with the existing one's (one
     /// undo per backfill, whatever the keys), 409 `conflict` naming the
@@ -42,7 +105,10 @@ impl Admin {
 
     /// The undo inside the action's transaction.
     async fn undo_tx(&self, conn: &mut AsyncPgConnection, id: &str) -> Result<Done, TxError> {
-        let outcome = self.engine.undo_in(conn, id).await?;
+        let outcome = match self.engine.undo_in(conn, id).await {
+            Ok(outcome) => outcome,
+            Err(error) => return self.refused(conn, id, error).await,
+        };
         let (code, undo) = match outcome {
             UndoOutcome::Started(undo) => ("applied", undo),
             UndoOutcome::Existing(undo) => ("converged", undo),
@@ -100,7 +166,11 @@ impl Admin {
 
     /// The prune inside the action's transaction.
     async fn prune_tx(&self, conn: &mut AsyncPgConnection, id: &str) -> Result<Done, TxError> {
-        let PruneOutcome::Pruned { rows, row } = self.engine.journal_prune_in(conn, id).await?;
+        let PruneOutcome::Pruned { rows, row } = match self.engine.journal_prune_in(conn, id).await
+        {
+            Ok(outcome) => outcome,
+            Err(error) => return self.refused(conn, id, error).await,
+        };
         let view = self.view_on(conn, &row).await?;
         Ok(Done {
             status: 200,

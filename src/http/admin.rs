@@ -8,8 +8,9 @@
 
 use crate::admin::{
     ActionResponse, Admin, AdminError, AuditEntry, AuditPage, BackfillPage, BackfillView,
-    ConflictBody, Diagnostic, ErrorBody, Ownership, PartitionView, Progress, Readiness, Reply,
-    RequestBody, RequestMeta, Throttle, ValidationResponse, ValidationSummary, MAX_BODY_BYTES,
+    ConflictBody, Diagnostic, ErrorBody, JournalView, Ownership, PartitionView, Progress,
+    Readiness, Reply, RequestBody, RequestMeta, Throttle, UndoLink, ValidationResponse,
+    ValidationSummary, MAX_BODY_BYTES,
 };
 use crate::engine::{DryBatch, DryRunError, DryRunReport, Forecast, SampleRow};
 use crate::lifecycle::Action;
@@ -26,12 +27,15 @@ use utoipa::{IntoParams, Modify, OpenApi};
         title = "backfill admin API",
         description = "Operator boundary of backfill (docs/CONTRACT.md section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions and dry runs); a dry run's sample of changed rows also needs backfill:inspect."
     ),
-    paths(list, detail, start, pause, resume, retry, validate, dry_run, settings, audit, openapi_json),
+    paths(
+        list, detail, start, pause, resume, retry, validate, dry_run, settings, undo, journal_prune,
+        audit, openapi_json
+    ),
     components(schemas(
         BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
         Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
-        AuditEntry, Throttle, PartitionView, SettingsPatch, DryRunReport, DryBatch, DryRunError,
-        Forecast, SampleRow
+        AuditEntry, Throttle, PartitionView, SettingsPatch, UndoLink, JournalView, DryRunReport,
+        DryBatch, DryRunError, Forecast, SampleRow
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -98,6 +102,16 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             "/admin/backfills/{id}/settings",
             web::patch().to(settings),
             "PATCH",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/undo",
+            web::post().to(undo),
+            "POST",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/journal/prune",
+            web::post().to(journal_prune),
+            "POST",
         ))
         .service(resource("/admin/audit", web::get().to(audit), "GET"))
         // Registered last: any other path under /admin gets a JSON error
@@ -439,6 +453,68 @@ async fn validate(
     admin: web::Data<Admin>,
 ) -> HttpResponse {
     act(req, id, admin, Action::Validate).await
+}
+
+/// `undo`: start the reverse backfill of a journaled backfill (UNDO-2). It
+/// restores the journaled columns of every row that still holds what the
+/// repair wrote; a row changed since is left alone and counted as a
+/// conflict. The original's row does not change.
+#[utoipa::path(
+    post, path = "/admin/backfills/{id}/undo",
+    params(
+        ("id" = String, Path, description = "Stable ID of the backfill to undo", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
+    ),
+    responses(
+        (status = 200, description = "`applied`: the undo was created and started; `converged`: the backfill already has its undo (one per backfill). `backfill` is the undo's view, `prior_state` the original's state", body = ActionResponse),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 409, description = "`conflict`: not from the current state (only completed, paused, failed or blocked); `not_journaled`: its repair keeps no journal; `undo_of_undo`: it is itself an undo; `no_definition`: this server has no definition for it", body = ConflictBody),
+        (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
+        (status = 500, description = "Server error; nothing committed", body = ErrorBody),
+        (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
+    )
+)]
+async fn undo(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+    let meta = Meta::from(&req);
+    reply(admin.undo(&meta.as_meta(), &id).await)
+}
+
+/// `journal prune`: delete the before-image journal of a backfill (UNDO-4).
+/// Afterwards the backfill can no longer be undone.
+#[utoipa::path(
+    post, path = "/admin/backfills/{id}/journal/prune",
+    params(
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
+    ),
+    responses(
+        (status = 200, description = "`applied`: the journal was deleted (the count is in the audit detail)", body = ActionResponse),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 409, description = "`journal_in_use`: the backfill runs (it may still write the journal) or an undo of it has not completed", body = ConflictBody),
+        (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
+        (status = 500, description = "Server error; nothing committed", body = ErrorBody),
+        (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
+    )
+)]
+async fn journal_prune(
+    req: HttpRequest,
+    id: web::Path<String>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
+    let meta = Meta::from(&req);
+    reply(admin.journal_prune(&meta.as_meta(), &id).await)
 }
 
 /// The options of a dry run.

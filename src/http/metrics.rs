@@ -49,6 +49,9 @@ struct Scrape {
     counts: Option<Vec<(State, i64)>>,
     /// Partitions per status; `None` when PostgreSQL could not be read.
     partitions: Option<[(&'static str, i64); 3]>,
+    /// The journal's planner row estimate and its bytes on disk (UNDO-4);
+    /// `None` when they could not be read.
+    journal: Option<(i64, i64)>,
     gate: GateReport,
     serial_fallbacks: u64,
     /// Refused admin requests per reason; `None` without an admin boundary.
@@ -62,17 +65,19 @@ async fn metrics(
     source: web::Data<MetricsSource>,
     admin: Option<web::Data<Admin>>,
 ) -> HttpResponse {
-    let (counts, partitions) = match source.pool.get().await {
+    let (counts, partitions, journal) = match source.pool.get().await {
         Ok(mut conn) => (
             store::backfill_count_by_state(&mut conn).await.ok(),
             store::partition_count_by_status(&mut conn).await.ok(),
+            store::journal_totals(&mut conn).await.ok(),
         ),
-        Err(_) => (None, None),
+        Err(_) => (None, None, None),
     };
     let report = source.readiness.evaluate().await;
     let scrape = Scrape {
         counts,
         partitions,
+        journal,
         gate: report.backfill_gate,
         serial_fallbacks: source.engine.serial_fallbacks(),
         rejected: admin.map(|admin| {
@@ -126,6 +131,26 @@ fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>
             "status",
             &partitions,
         )?);
+    }
+    // UNDO-4: the before-image journal of every backfill together (an ID
+    // is never a label, OBS-2; the admin view has it per backfill). The
+    // row count is the planner's estimate, absent until the table was
+    // first analyzed, so a scrape never scans the journal.
+    if let Some((rows, bytes)) = scrape.journal {
+        if rows >= 0 {
+            let estimate = IntGauge::new(
+                "backfill_journal_rows_estimate",
+                "Rows of the before-image journal of all backfills (planner estimate).",
+            )?;
+            estimate.set(rows);
+            out.push(Box::new(estimate));
+        }
+        let size = IntGauge::new(
+            "backfill_journal_bytes",
+            "Bytes on disk of the before-image journal of all backfills, indexes included.",
+        )?;
+        size.set(bytes);
+        out.push(Box::new(size));
     }
     out.extend(gate_families(&scrape.gate)?);
     let serial = IntCounter::new(

@@ -392,3 +392,32 @@ test("par5 each running partition has its own rate; an ended one or a stopped ba
   throttled.partitions[0].throttle = { signal: "lock_waiters", text: "lock waiters 3 > 0" };
   assert.strictEqual(app.partitionRows(throttled, 0, rates, false)[0].throttle, "lock waiters 3 > 0");
 });
+
+test("undo2 undo is offered only on a journaled backfill's page, before it has an undo, and explained", () => {
+  const view = { id: "a.v1", state: "completed", journaled: true, undo: null, undo_of: null };
+  assert.ok(app.undoOffered(view));
+  assert.match(app.actionButtons(view, false, true), /data-action="undo"/);
+  assert.doesNotMatch(app.actionButtons(view, false, false), /data-action="undo"/, "lists do not know the undo");
+  assert.ok(!app.undoOffered({ ...view, journaled: false }));
+  assert.ok(!app.undoOffered({ ...view, undo: { id: "a.v1.undo", state: "running" } }));
+  assert.ok(!app.undoOffered({ ...view, undo_of: "x.v1" }));
+  for (const state of ["pending", "running", "validating"]) assert.ok(!app.undoOffered({ ...view, state }), state);
+  for (const state of app.UNDOABLE) assert.ok(app.undoOffered({ ...view, state }), state);
+  assert.match(app.CONSEQUENCES.undo, /still holds exactly what the repair wrote/);
+  assert.match(app.CONSEQUENCES.undo, /conflict/);
+});
+
+test("undo2 the original's page shows its undo's progress and conflicts from the journal", () => {
+  const rows = app.journalRows({
+    id: "a.v1", journaled: true, undo_of: null, undo: { id: "a.v1.undo", state: "running" },
+    journal: { rows: 200, bytes: 30000, restored: 90, conflicts: 10, conflict_keys: [{ id: 7 }] },
+  });
+  const get = (k) => (rows.find(([name]) => name === k) || [])[1];
+  assert.deepStrictEqual(get("undo"), { href: "#/backfills/a.v1.undo", text: "a.v1.undo (running)" });
+  assert.strictEqual(get("undone"), "100 of 200 (50%)");
+  assert.strictEqual(get("conflicts"), "10");
+  assert.strictEqual(get("conflict keys"), '{"id":7}');
+  assert.deepStrictEqual(app.journalRows({ id: "p.v1", journaled: false }), []);
+  assert.match(app.describeResult("undo", 200, { outcome: "applied", prior_state: "completed", backfill: { id: "a.v1.undo", state: "running" } }), /a\.v1\.undo is running/);
+  assert.match(app.describeResult("undo", 409, { error: "not_journaled", message: "keeps no journal", current: { state: "completed" } }), /not_journaled/);
+});

@@ -53,6 +53,13 @@ pub enum CtlCommand {
         #[arg(long, value_name = "N")]
         sample: Option<u32>,
     },
+    /// Undo a journaled backfill: start its reverse backfill (`<id>.undo`),
+    /// which restores every journaled row that still holds what the repair
+    /// wrote; a row changed since is left alone and counted as a conflict.
+    Undo { id: String },
+    /// The before-image journal of a backfill.
+    #[command(subcommand)]
+    Journal(JournalCommand),
     /// Change live settings while the backfill runs (each process applies
     /// them at its next batch); prints the resulting settings.
     Set(SetArgs),
@@ -74,6 +81,14 @@ pub enum CtlCommand {
         #[arg(long)]
         count: Option<u64>,
     },
+}
+
+/// `backfill ctl journal` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum JournalCommand {
+    /// Delete the journal of a backfill (refused while it runs or while its
+    /// undo has not completed); it can no longer be undone afterwards.
+    Prune { id: String },
 }
 
 /// Arguments of `backfill ctl set`: each flag sets one setting (the server

@@ -55,6 +55,7 @@ pub(super) fn detail(b: &BackfillView) -> String {
     ];
     lines.extend(conditions(b));
     lines.push(("validation", validation_line(b)));
+    lines.extend(journal_lines(b));
     let own: String = lines
         .into_iter()
         .map(|(k, v)| format!("{k:<13} {v}\n"))
@@ -106,6 +107,37 @@ fn conditions(b: &BackfillView) -> Vec<(&'static str, String)> {
                 time(&e.at)
             ),
         ));
+    }
+    lines
+}
+
+/// What only journaled backfills and undos have (UNDO-2, UNDO-4): the
+/// backfill an undo takes back, a backfill's undo, and the journal.
+fn journal_lines(b: &BackfillView) -> Vec<(&'static str, String)> {
+    let mut lines = Vec::new();
+    if let Some(original) = &b.undo_of {
+        lines.push(("undo of", original.clone()));
+    }
+    if let Some(undo) = &b.undo {
+        lines.push(("undo", format!("{} ({})", undo.id, undo.state)));
+    } else if b.journaled {
+        lines.push((
+            "undo",
+            format!("none (`backfill ctl undo {}` starts one)", b.id),
+        ));
+    }
+    if let Some(j) = &b.journal {
+        lines.push((
+            "journal",
+            format!(
+                "{} rows, {} bytes; restored {}, conflicts {}",
+                j.rows, j.bytes, j.restored, j.conflicts
+            ),
+        ));
+        if !j.conflict_keys.is_empty() {
+            let keys: Vec<String> = j.conflict_keys.iter().map(Value::to_string).collect();
+            lines.push(("conflict keys", screen::one_line(&keys.join(" "))));
+        }
     }
     lines
 }

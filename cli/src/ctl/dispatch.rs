@@ -1,7 +1,7 @@
 //! Each `backfill ctl` command: what it sends to the admin API and how it
 //! prints the answer, as tables or as the API's own JSON (`--json`).
 
-use super::args::{CtlArgs, CtlCommand, SetArgs};
+use super::args::{CtlArgs, CtlCommand, JournalCommand, SetArgs};
 use super::client::{decode, list_all, Client};
 use super::detail::{detail, settings_line};
 use super::error::{one_line, CtlError};
@@ -35,6 +35,8 @@ pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
             batches,
             sample,
         } => super::dry_run::dry_run(&client, &checked_id(id)?, *batches, *sample, json).await,
+        CtlCommand::Undo { id } => undo(&client, id, json).await,
+        CtlCommand::Journal(JournalCommand::Prune { id }) => prune(&client, id, json).await,
         CtlCommand::Set(set) => set_settings(&client, set, json).await,
         CtlCommand::Audit { id, limit } => audit(&client, id, *limit, json).await,
         CtlCommand::Watch {
@@ -120,6 +122,44 @@ async fn act(client: &Client, action: &str, id: &str, json: bool) -> Result<(), 
         println!(
             "{action} {}: {} ({} -> {}), generation {}",
             r.backfill.id, r.outcome, r.prior_state, r.backfill.state, r.backfill.generation
+        );
+    }
+    Ok(())
+}
+
+/// `undo`: start the reverse backfill of a journaled backfill.
+async fn undo(client: &Client, id: &str, json: bool) -> Result<(), CtlError> {
+    let body = client
+        .act(&format!("/admin/backfills/{}/undo", checked_id(id)?))
+        .await?;
+    if json {
+        print_json(&body);
+    } else {
+        let r: ActionResponse = decode(body)?;
+        println!(
+            "undo {id}: {}; {} is {} (it restores the rows that still hold what the repair \
+             wrote; rows changed since are left alone as conflicts)",
+            r.outcome, r.backfill.id, r.backfill.state
+        );
+    }
+    Ok(())
+}
+
+/// `journal prune`: delete a backfill's journal.
+async fn prune(client: &Client, id: &str, json: bool) -> Result<(), CtlError> {
+    let body = client
+        .act(&format!(
+            "/admin/backfills/{}/journal/prune",
+            checked_id(id)?
+        ))
+        .await?;
+    if json {
+        print_json(&body);
+    } else {
+        let r: ActionResponse = decode(body)?;
+        println!(
+            "journal prune {id}: {}; the journal is deleted and {id} can no longer be undone",
+            r.outcome
         );
     }
     Ok(())

@@ -2,7 +2,8 @@
 // lifecycle of its own, never synthesises an outcome, shows unknown as
 // unknown and a failed refresh as stale with its age, never as zero or
 // healthy (ADM-3), and sends only the actions of docs/CONTRACT.md section 3
-// (CT-12) and live settings changes (THR-4). The server decides every
+// (CT-12), live settings changes (THR-4) and the undo of a journaled
+// backfill (UNDO-2). The server decides every
 // transition and judges every setting; the buttons and the form shown are
 // a convenience, not a rule.
 //
@@ -34,8 +35,20 @@ function actionsFor(state) {
   return (byState[state] || []).filter((a) => ACTIONS.includes(a));
 }
 
+// The states an undo starts from (UNDO-2): the original runs no batch in
+// any of them.
+const UNDOABLE = ["completed", "paused", "failed", "blocked"];
+
+// Whether to offer `undo` for a view: a journaled backfill that is not
+// itself an undo, has none yet, and is in a state an undo starts from. The
+// server decides; this only spares a certain refusal.
+function undoOffered(view) {
+  return Boolean(view && view.journaled && !view.undo_of && !view.undo && UNDOABLE.includes(view.state));
+}
+
 // What each action does, in the confirm dialog's words.
 const CONSEQUENCES = {
+  undo: "Starts a reverse backfill (<id>.undo) over this backfill's journal. It restores the journaled columns of a row only where the row still holds exactly what the repair wrote; a row the application changed since is left alone and counted as a conflict. This backfill's own row does not change, and it will not run again.",
   start: "Captures the bound once and enters running; workers begin at their next claim.",
   pause: "Enters paused and fences the claim: the batch in flight commits or rolls back, and no new batch starts.",
   resume: "Enters running again (or validating at the bound); work continues strictly after the checkpoint.",
@@ -478,11 +491,38 @@ function stateBadge(state) {
   return `<span class="badge state-${escapeHtml(state)}">${escapeHtml(state)}</span>`;
 }
 
-function actionButtons(view, busy) {
-  return actionsFor(view.state)
+// The buttons of a view's actions; `detail`: the detail page, whose view
+// names the backfill's undo, so only there is undo offered.
+function actionButtons(view, busy, detail) {
+  return actionsFor(view.state).concat(detail && undoOffered(view) ? ["undo"] : [])
     .map((a) => `<button type="button" class="act act-${a}" data-action="${a}" data-id="${escapeHtml(view.id)}"` +
       ` data-key="act:${a}:${escapeHtml(view.id)}" aria-label="${a} ${escapeHtml(view.id)}"${busy ? " disabled" : ""}>${a}</button>`)
     .join("");
+}
+
+// The journal and undo of a view (UNDO-2, UNDO-4) as definition rows, or
+// none for a backfill without a journal. The undo's progress is what its
+// batches worked through of the journal: restored plus conflicts.
+function journalRows(view) {
+  const rows = [];
+  if (view.undo_of) rows.push(["undo of", { href: detailHref(view.undo_of), text: view.undo_of }]);
+  if (view.undo) rows.push(["undo", { href: detailHref(view.undo.id), text: `${view.undo.id} (${view.undo.state})` }]);
+  else if (view.journaled && !view.undo_of) rows.push(["undo", "none started"]);
+  const j = view.journal;
+  if (j) {
+    rows.push(["journal", `${fmtCount(j.rows)} rows, ${fmtCount(j.bytes)} bytes`]);
+    if (view.undo || view.undo_of) {
+      const done = j.restored + j.conflicts;
+      const pct = j.rows > 0 ? ` (${Math.floor((done / j.rows) * 100)}%)` : "";
+      rows.push(["undone", `${fmtCount(done)} of ${fmtCount(j.rows)}${pct}`]);
+      rows.push(["restored", fmtCount(j.restored)]);
+      rows.push(["conflicts", fmtCount(j.conflicts)]);
+      if (j.conflict_keys && j.conflict_keys.length) {
+        rows.push(["conflict keys", j.conflict_keys.map((k) => JSON.stringify(k)).join(" ")]);
+      }
+    }
+  }
+  return rows;
 }
 
 function detailHref(id) {
@@ -574,6 +614,12 @@ function settles(status) {
 
 // The server's answer in words, never an invented outcome.
 function describeResult(action, status, body) {
+  if (action === "undo" && status === 200 && body && body.outcome && body.backfill) {
+    return `undo: ${body.outcome} — ${body.backfill.id} is ${body.backfill.state}`;
+  }
+  if (status === 409 && body && body.current && body.error && body.error !== "conflict") {
+    return `${action}: ${body.error} — ${body.message || ""}`;
+  }
   if (status === 200 && body && body.outcome && body.backfill) {
     return `${action}: ${body.outcome} (${body.prior_state} → ${body.backfill.state})`;
   }
@@ -719,7 +765,8 @@ if (typeof module !== "undefined") {
     fmtTime, fmtClock, progressInfo, progressCell, rowsText, rateFrom, createRates, rateEta, leaseText, ownerText, ownerCell,
     retryText, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCell, validationCell, readinessCell, row,
-    stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome,
+    stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
+    journalRows, actionButtons,
     auditCells, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
   };
 }
@@ -925,7 +972,7 @@ if (typeof document !== "undefined") {
     const re = rateEta(v, rates.rate(v.id), stale());
     setHtml($("detail-state"), stateBadge(v.state));
     setHtml($("detail-markers"), markers(v, ms));
-    setHtml($("detail-actions"), actionButtons(v, ui.busy));
+    setHtml($("detail-actions"), actionButtons(v, ui.busy, true));
     const when = (iso) => {
       if (!iso) return '<span class="muted">—</span>';
       const rel = relativeTo(iso, v.observed_at, ms) || "";
@@ -982,6 +1029,11 @@ if (typeof document !== "undefined") {
           `<td>${escapeHtml(p.owner)}</td><td class="num">${escapeHtml(p.rows)}</td><td class="num">${escapeHtml(p.batches)}</td><td class="num">${escapeHtml(p.rate)}</td>` +
           `<td>${escapeHtml([p.throttle && `throttled: ${p.throttle}`, p.diagnostic].filter(Boolean).join("; "))}</td></tr>`).join("") +
         "</tbody></table>"]);
+    }
+    const journal = journalRows(v);
+    if (journal.length) {
+      cards.push(["Journal and undo", dl(journal.map(([k, val]) => [k, typeof val === "object" ?
+        `<a href="${escapeHtml(val.href)}">${escapeHtml(val.text)}</a>` : escapeHtml(val)]))]);
     }
     const settings = settingsRows(v);
     if (settings.length) cards.push(["Live settings", dl(settings.map(([k, val]) => [k, escapeHtml(val)]))]);

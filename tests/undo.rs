@@ -1,0 +1,645 @@
+//! Undo through the before-image journal (UNDO-1..UNDO-4), through the
+//! production engine, admin layer and HTTP server against real PostgreSQL.
+//!
+//! Index (each test's doc comment names the guard whose removal fails it):
+//! - UNDO-1 the journal commits with its batch, or not at all: `undo1_*`
+//! - UNDO-2 the reverse backfill, its conflict rule, partitions: `undo2_*`
+//! - UNDO-3 the undo's validation, no undo of an undo, one undo: `undo3_*`
+//! - UNDO-4 the journal's visibility and its audited prune: `undo4_*`
+//!
+//! Races are forced with PostgreSQL's own fence (a pause committed
+//! between a claim and its batch), never with sleeps.
+
+mod support;
+
+use async_trait::async_trait;
+use backfill::repair::{
+    Batches, Journal, Repair, RepairError, SelectThenMutate, SourceSet, SqlRepair, Validation,
+};
+use backfill::{BatchOutcome, Engine, Registry, State};
+use diesel::sql_types::BigInt;
+use diesel::QueryableByName;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::Value;
+use support::admin::{admin, call, drive, serve, Resp, OPERATOR, READER};
+use support::TestDb;
+
+const ID: &str = "people.email-norm.v1";
+const UNDO: &str = "people.email-norm.v1.undo";
+
+/// `people` with `rows` rows whose `email_norm` is NULL, and the
+/// checksum of every row before any repair.
+async fn people(rows: i64) -> (TestDb, String) {
+    let db = support::test_db().await;
+    db.exec(&format!(
+        "CREATE TABLE people (id bigint PRIMARY KEY, email text NOT NULL, email_norm text, \
+             touched integer NOT NULL DEFAULT 0); \
+         INSERT INTO people (id, email) SELECT g, 'User' || g || '@Example.COM' \
+             FROM generate_series(1, {rows}) g"
+    ))
+    .await;
+    let before = checksum(&db).await;
+    (db, before)
+}
+
+/// Every row of `people`, as one comparable text.
+async fn checksum(db: &TestDb) -> String {
+    db.text("SELECT md5(string_agg(p::text, ',' ORDER BY id)) AS v FROM people p")
+        .await
+        .expect("rows")
+}
+
+/// The journaled repair: `email_norm = lower(email)`.
+fn email_norm(partitions: u32) -> SqlRepair {
+    SqlRepair::new(ID, "people")
+        .key("id")
+        .set("email_norm = lower(email)")
+        .validate_where("email_norm IS DISTINCT FROM lower(email)")
+        .journal(["email_norm"])
+        .batch_size(100)
+        .partitions(partitions)
+        .build()
+        .expect("definition")
+}
+
+fn engine(db: &TestDb, registry: Registry) -> Engine {
+    Engine::new(db.pool.clone(), registry, support::admin::engine_config()).expect("engine")
+}
+
+/// A registered engine with the journaled repair, and the repair run to
+/// `completed`.
+async fn repaired(db: &TestDb, partitions: u32) -> Engine {
+    let engine = engine(
+        db,
+        Registry::new()
+            .with(email_norm(partitions))
+            .expect("registers"),
+    );
+    engine.register().await.expect("register");
+    engine.start(ID).await.expect("start");
+    drive(&engine).await;
+    assert_eq!(engine.get(ID).await.expect("row").state, State::Completed);
+    engine
+}
+
+async fn post(url: &str, path: &str, token: &str, key: &str) -> Resp {
+    call(url, "POST", path, Some(token), Some(key)).await
+}
+
+async fn journal_rows(db: &TestDb, id: &str) -> i64 {
+    db.scalar(&format!(
+        "SELECT count(*) AS v FROM backfill_journal WHERE backfill_id = '{id}'"
+    ))
+    .await
+}
+
+/// UNDO-1, UNDO-2: a completed journaled repair is undone; the rows the
+/// application changed since keep the application's value and are counted
+/// as conflicts, every other row is byte-identical to its state before the
+/// repair, and the original's row stays `completed` and names its undo.
+/// Guards: the journal write in the batch statement (no journal, nothing
+/// restored), the conflict rule's equality (the application's values
+/// would be overwritten).
+#[actix_rt::test]
+async fn undo1_undo_restores_every_untouched_row_and_keeps_the_applications_changes() {
+    let (db, before) = people(2_000).await;
+    let engine = repaired(&db, 1).await;
+    assert_eq!(
+        journal_rows(&db, ID).await,
+        2_000,
+        "one journal row per changed row"
+    );
+    let original = engine.get(ID).await.expect("row");
+
+    // The application changes 5 % of the rows after the repair.
+    db.exec("UPDATE people SET email_norm = 'app:' || id, touched = 1 WHERE id % 20 = 0")
+        .await;
+    let server = serve(admin(engine.clone()));
+    let undo = post(
+        &server.url,
+        &format!("/admin/backfills/{ID}/undo"),
+        OPERATOR,
+        "u-1",
+    )
+    .await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    assert_eq!(undo.body["outcome"], "applied");
+    assert_eq!(undo.body["backfill"]["id"], UNDO);
+    assert_eq!(undo.body["backfill"]["undo_of"], ID);
+    drive(&engine).await;
+    assert_eq!(
+        engine.get(UNDO).await.expect("undo").state,
+        State::Completed
+    );
+
+    // Untouched rows: exactly as before the repair. Touched rows: the
+    // application's values.
+    let kept = db
+        .scalar("SELECT count(*) AS v FROM people WHERE touched = 1 AND email_norm = 'app:' || id")
+        .await;
+    assert_eq!(kept, 100);
+    db.exec("UPDATE people SET email_norm = NULL, touched = 0 WHERE touched = 1")
+        .await;
+    assert_eq!(checksum(&db).await, before, "every untouched row restored");
+
+    // The counts are exact, and the original did not change (REG-5).
+    let detail = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{UNDO}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(detail.body["journal"]["restored"], 1_900, "{}", detail.text);
+    assert_eq!(detail.body["journal"]["conflicts"], 100);
+    let keys = detail.body["journal"]["conflict_keys"]
+        .as_array()
+        .expect("keys");
+    assert_eq!(keys.len(), 20);
+    assert_eq!(keys[0], serde_json::json!({"id": 20}));
+    let after = engine.get(ID).await.expect("row");
+    assert_eq!(after.state, State::Completed);
+    assert_eq!(
+        (after.generation, after.checkpoint),
+        (original.generation, original.checkpoint)
+    );
+    let view = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(view.body["undo"]["id"], UNDO, "{}", view.text);
+    assert_eq!(view.body["undo"]["state"], "completed");
+    assert_eq!(view.body["journaled"], true);
+    server.stop().await;
+}
+
+/// UNDO-1: a batch the fence rejects leaves no journal rows: a pause
+/// commits between the claim and its batch, the batch's mutation and
+/// journal run, and the fence rolls both back with the checkpoint. Guard:
+/// the journal written in the batch's own transaction (a journal written
+/// on its own would stay).
+#[actix_rt::test]
+async fn undo1_a_batch_rejected_at_the_fence_leaves_no_journal_rows() {
+    let (db, before) = people(300).await;
+    let engine = engine(&db, Registry::new().with(email_norm(1)).expect("registers"));
+    engine.register().await.expect("register");
+    engine.start(ID).await.expect("start");
+    let mut claim = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    engine.pause(ID).await.expect("pause");
+    assert_eq!(
+        engine.run_batch(&mut claim).await.expect("batch"),
+        BatchOutcome::Stale
+    );
+    assert_eq!(journal_rows(&db, ID).await, 0);
+    assert_eq!(checksum(&db).await, before, "the mutation rolled back too");
+    // A committed batch always has its journal rows.
+    engine.resume(ID).await.expect("resume");
+    let mut claim = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let outcome = engine.run_batch(&mut claim).await.expect("batch");
+    assert!(
+        matches!(outcome, BatchOutcome::Committed { keys: 100, .. }),
+        "{outcome:?}"
+    );
+    drop(claim);
+    assert_eq!(journal_rows(&db, ID).await, 100);
+}
+
+/// A hand-written two-statement repair that sets `email_norm` and
+/// journals it through the engine.
+struct HandWritten;
+
+#[derive(QueryableByName)]
+struct Max {
+    #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
+    max: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct Key {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+#[async_trait]
+impl Repair for HandWritten {
+    type Key = i64;
+
+    fn id(&self) -> &str {
+        ID
+    }
+
+    fn batch_limit(&self) -> u32 {
+        64
+    }
+
+    fn journal(&self) -> Option<Journal> {
+        Some(Journal::new("people", ["id"], ["email_norm"]))
+    }
+
+    async fn capture_bound(
+        &self,
+        conn: &mut AsyncPgConnection,
+    ) -> Result<SourceSet<i64>, RepairError> {
+        let row: Max = diesel::sql_query("SELECT max(id) AS max FROM people")
+            .get_result(conn)
+            .await?;
+        Ok(row
+            .max
+            .map_or(SourceSet::Empty, |upper| SourceSet::Bounded {
+                upper,
+                rows: None,
+            }))
+    }
+
+    fn batches(&self) -> Batches<'_, i64> {
+        Batches::TwoStatements(self)
+    }
+
+    async fn validate(
+        &self,
+        _conn: &mut AsyncPgConnection,
+        _bound: Option<&i64>,
+    ) -> Result<Validation, RepairError> {
+        Ok(Validation::Success)
+    }
+}
+
+#[async_trait]
+impl SelectThenMutate<i64> for HandWritten {
+    async fn select_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        let keys: Vec<Key> = diesel::sql_query(
+            "SELECT id FROM people WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3",
+        )
+        .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+        .bind::<BigInt, _>(*bound)
+        .bind::<BigInt, _>(i64::from(limit))
+        .load(conn)
+        .await?;
+        Ok(keys.into_iter().map(|k| k.id).collect())
+    }
+
+    async fn mutate(&self, conn: &mut AsyncPgConnection, keys: &[i64]) -> Result<(), RepairError> {
+        // Every third row already holds its value: no change, no journal.
+        diesel::sql_query(
+            "UPDATE people SET email_norm = lower(email) WHERE id = ANY($1) AND id % 3 <> 0",
+        )
+        .bind::<diesel::sql_types::Array<BigInt>, _>(keys)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+}
+
+/// UNDO-1, UNDO-2: the engine journals a hand-written two-statement repair
+/// around its `mutate`, only the rows it changed, and the undo restores
+/// them. Guard: the engine's journal capture in the two-statement path.
+#[actix_rt::test]
+async fn undo1_the_engine_journals_a_two_statement_repair() {
+    let (db, before) = people(500).await;
+    let engine = engine(&db, Registry::new().with(HandWritten).expect("registers"));
+    engine.register().await.expect("register");
+    engine.start(ID).await.expect("start");
+    drive(&engine).await;
+    let changed = db
+        .scalar("SELECT count(*) AS v FROM people WHERE email_norm IS NOT NULL")
+        .await;
+    assert_eq!(changed, 334);
+    assert_eq!(journal_rows(&db, ID).await, changed);
+    let sample = db
+        .text(&format!(
+            "SELECT row_key::text || ' ' || before::text || ' ' || after::text AS v \
+             FROM backfill_journal WHERE backfill_id = '{ID}' ORDER BY seq LIMIT 1"
+        ))
+        .await
+        .expect("a journal row");
+    assert_eq!(
+        sample,
+        r#"{"id": 1} {"email_norm": null} {"email_norm": "user1@example.com"}"#
+    );
+    let server = serve(admin(engine.clone()));
+    let undo = post(
+        &server.url,
+        &format!("/admin/backfills/{ID}/undo"),
+        OPERATOR,
+        "u-1",
+    )
+    .await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    drive(&engine).await;
+    assert_eq!(checksum(&db).await, before);
+    server.stop().await;
+}
+
+/// UNDO-2, PAR-1: the undo of a partitioned journaled backfill runs in as
+/// many partitions and restores every row of every one. Guard: the undo's
+/// `partitions`/`split_points` (one partition would be made).
+#[actix_rt::test]
+async fn undo2_a_partitioned_repair_is_undone_in_every_partition() {
+    let (db, before) = people(1_000).await;
+    let engine = repaired(&db, 4).await;
+    let server = serve(admin(engine.clone()));
+    let undo = post(
+        &server.url,
+        &format!("/admin/backfills/{ID}/undo"),
+        OPERATOR,
+        "u-1",
+    )
+    .await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    assert_eq!(
+        undo.body["backfill"]["partitions"].as_array().map(Vec::len),
+        Some(4),
+        "{}",
+        undo.text
+    );
+    drive(&engine).await;
+    assert_eq!(
+        engine.get(UNDO).await.expect("undo").state,
+        State::Completed
+    );
+    assert_eq!(checksum(&db).await, before);
+    let restored = db
+        .scalar(&format!(
+            "SELECT count(*) AS v FROM backfill_journal WHERE backfill_id = '{ID}' AND undo = 'restored'"
+        ))
+        .await;
+    assert_eq!(restored, 1_000);
+    server.stop().await;
+}
+
+/// UNDO-2: what an undo refuses, each with a typed 409 or 404 and no
+/// change: an unknown ID, a repair without a journal, a running original;
+/// a resume of an undone original is refused (`undone`); `operate` is
+/// needed. Guards: the state check, the journal check, the capability.
+#[actix_rt::test]
+async fn undo2_refusals_are_typed_and_change_nothing() {
+    let (db, _) = people(300).await;
+    let plain = SqlRepair::new("people.plain.v1", "people")
+        .key("id")
+        .set("touched = 1")
+        .validate_where("touched <> 1")
+        .build()
+        .expect("definition");
+    let registry = Registry::new()
+        .with(email_norm(1))
+        .expect("registers")
+        .with(plain)
+        .expect("registers");
+    let engine = engine(&db, registry);
+    engine.register().await.expect("register");
+    let server = serve(admin(engine.clone()));
+    let path = |id: &str| format!("/admin/backfills/{id}/undo");
+
+    let unknown = post(&server.url, &path("nobody.v1"), OPERATOR, "k-1").await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text);
+    let plain = post(&server.url, &path("people.plain.v1"), OPERATOR, "k-2").await;
+    assert_eq!(
+        (plain.status, plain.body["error"].as_str()),
+        (409, Some("not_journaled")),
+        "{}",
+        plain.text
+    );
+    let reader = post(&server.url, &path(ID), READER, "k-3").await;
+    assert_eq!(reader.status, 403);
+    // `pending`, then `running`: not a state an undo starts from.
+    let pending = post(&server.url, &path(ID), OPERATOR, "k-4").await;
+    assert_eq!(
+        (pending.status, pending.body["error"].as_str()),
+        (409, Some("conflict")),
+        "{}",
+        pending.text
+    );
+    engine.start(ID).await.expect("start");
+    let running = post(&server.url, &path(ID), OPERATOR, "k-5").await;
+    assert_eq!(running.status, 409, "{}", running.text);
+    assert_eq!(running.body["current"]["state"], "running");
+    assert!(engine.get(UNDO).await.is_err(), "no undo row was made");
+
+    // Paused part-way: the undo takes back what committed, and the
+    // original does not run again.
+    let mut claim = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    engine.run_batch(&mut claim).await.expect("batch");
+    drop(claim);
+    engine.pause(ID).await.expect("pause");
+    let undo = post(&server.url, &path(ID), OPERATOR, "k-6").await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    let resume = post(
+        &server.url,
+        &format!("/admin/backfills/{ID}/resume"),
+        OPERATOR,
+        "k-7",
+    )
+    .await;
+    assert_eq!(
+        (resume.status, resume.body["error"].as_str()),
+        (409, Some("undone")),
+        "{}",
+        resume.text
+    );
+    assert_eq!(engine.get(ID).await.expect("row").state, State::Paused);
+    server.stop().await;
+}
+
+/// UNDO-3: an undo is never undone, two undo requests (other keys, at
+/// once) make one reverse backfill, and the undo's validation fails while
+/// a journal row is neither restored nor a conflict. Guards: the
+/// undo-of-undo check, the row lock and existence check, the validation
+/// query.
+#[actix_rt::test]
+async fn undo3_one_undo_per_backfill_never_an_undo_of_an_undo() {
+    let (db, _) = people(500).await;
+    let engine = repaired(&db, 1).await;
+    let server = serve(admin(engine.clone()));
+    let path = format!("/admin/backfills/{ID}/undo");
+    let (a, b) = futures_util::join!(
+        post(&server.url, &path, OPERATOR, "a"),
+        post(&server.url, &path, OPERATOR, "b")
+    );
+    let mut outcomes = vec![a.body["outcome"].clone(), b.body["outcome"].clone()];
+    outcomes.sort_by_key(Value::to_string);
+    assert_eq!(
+        outcomes,
+        ["applied", "converged"],
+        "{} / {}",
+        a.text,
+        b.text
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT count(*) AS v FROM backfill WHERE undo_of = '{ID}'"
+        ))
+        .await,
+        1
+    );
+    drive(&engine).await;
+    let again = post(
+        &server.url,
+        &format!("/admin/backfills/{UNDO}/undo"),
+        OPERATOR,
+        "c",
+    )
+    .await;
+    assert_eq!(
+        (again.status, again.body["error"].as_str()),
+        (409, Some("undo_of_undo")),
+        "{}",
+        again.text
+    );
+
+    // The undo's validation, explicitly: success, then failure once a
+    // journal row is unresolved.
+    let validate = format!("/admin/backfills/{UNDO}/validate");
+    let ok = post(&server.url, &validate, OPERATOR, "v-1").await;
+    assert_eq!(ok.body["outcome"], "success", "{}", ok.text);
+    db.exec(&format!(
+        "UPDATE backfill_journal SET undo = NULL WHERE backfill_id = '{ID}' AND seq = \
+         (SELECT min(seq) FROM backfill_journal WHERE backfill_id = '{ID}')"
+    ))
+    .await;
+    let bad = post(&server.url, &validate, OPERATOR, "v-2").await;
+    assert_eq!(bad.body["outcome"], "failure", "{}", bad.text);
+    server.stop().await;
+}
+
+/// UNDO-4: the journal is visible in the detail view (rows, bytes), a
+/// prune is refused while the undo is not finished and while the backfill
+/// runs, and an applied prune deletes the journal and is audited with its
+/// count. Guards: the unfinished-undo check, the audit row.
+#[actix_rt::test]
+async fn undo4_prune_waits_for_the_undo_and_is_audited() {
+    let (db, _) = people(400).await;
+    let engine = repaired(&db, 1).await;
+    let server = serve(admin(engine.clone()));
+    let view = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(view.body["journal"]["rows"], 400, "{}", view.text);
+    assert!(view.body["journal"]["bytes"].as_i64().unwrap_or(0) > 400 * 40);
+
+    let prune = format!("/admin/backfills/{ID}/journal/prune");
+    let undo = post(
+        &server.url,
+        &format!("/admin/backfills/{ID}/undo"),
+        OPERATOR,
+        "u",
+    )
+    .await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    let early = post(&server.url, &prune, OPERATOR, "p-1").await;
+    assert_eq!(
+        (early.status, early.body["error"].as_str()),
+        (409, Some("journal_in_use")),
+        "{}",
+        early.text
+    );
+    assert_eq!(journal_rows(&db, ID).await, 400);
+    drive(&engine).await;
+    let reader = post(&server.url, &prune, READER, "p-2").await;
+    assert_eq!(reader.status, 403);
+    let applied = post(&server.url, &prune, OPERATOR, "p-3").await;
+    assert_eq!(applied.status, 200, "{}", applied.text);
+    assert_eq!(journal_rows(&db, ID).await, 0);
+    let audit = db
+        .text(&format!(
+            "SELECT outcome || ': ' || detail AS v FROM backfill_audit \
+             WHERE backfill_id = '{ID}' AND action = 'journal_prune' AND correlation = 'p-3'"
+        ))
+        .await;
+    assert_eq!(audit.as_deref(), Some("applied: 400 journal rows deleted"));
+    support::admin::assert_audit_complete(&db).await;
+    server.stop().await;
+}
+
+/// The journaled repair as a host's application.
+struct People;
+
+#[backfill::async_trait]
+impl backfill::host::Application for People {
+    fn registry(&self) -> Result<Registry, backfill::repair::DefinitionError> {
+        Registry::new().with(email_norm(2))
+    }
+}
+
+/// UNDO-2, UNDO-4: under a host (the actor runtime, the admin listener
+/// and `/metrics`), the automatic backfill completes, the undo started
+/// over HTTP is claimed and run to `completed` by the supervisor like any
+/// backfill, and `/metrics` shows the journal's size and, once analyzed,
+/// its row estimate. Guards: the undo IDs among the claimable ones, the
+/// journal families of the scrape.
+#[actix_rt::test]
+async fn undo4_a_host_runs_the_undo_and_exports_the_journal() {
+    use backfill::host::{Host, HostConfig};
+    use std::time::Duration;
+    use support::http::{get, request};
+    const TOKEN: &str = "undo-operator-token-0123456789";
+    let (db, before) = people(600).await;
+    let mut config = HostConfig::new(db.url.clone());
+    config.listen = "127.0.0.1:0".parse().expect("address");
+    config.admin_listen = "127.0.0.1:0".parse().expect("address");
+    config.engine = support::engine_config();
+    config.runtime.poll_interval = Duration::from_millis(50);
+    config.admin_auth =
+        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).expect("auth");
+    let host = Host::start(config, People).await.expect("host");
+    let engine = host.engine().clone();
+    engine
+        .wait_for(ID, &[State::Completed], Duration::from_secs(60))
+        .await
+        .expect("completed");
+    let bearer = format!("Bearer {TOKEN}");
+    let undo = request(
+        host.admin_addr,
+        "POST",
+        &format!("/admin/backfills/{ID}/undo"),
+        &[("Authorization", &bearer), ("Idempotency-Key", "host-undo")],
+        None,
+    )
+    .await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    engine
+        .wait_for(UNDO, &[State::Completed], Duration::from_secs(60))
+        .await
+        .expect("the undo completed");
+    assert_eq!(checksum(&db).await, before);
+    db.exec("ANALYZE backfill_journal").await;
+    let metrics = get(host.admin_addr, "/metrics").await.text;
+    assert!(
+        metrics.contains("\nbackfill_journal_rows_estimate 600\n"),
+        "{metrics}"
+    );
+    let bytes = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("backfill_journal_bytes "))
+        .and_then(|v| v.parse::<i64>().ok())
+        .expect("journal bytes");
+    assert!(bytes > 0);
+    host.stop().await;
+}
