@@ -2,8 +2,9 @@
 // lifecycle of its own, never synthesises an outcome, shows unknown as
 // unknown and a failed refresh as stale with its age, never as zero or
 // healthy (ADM-3), and sends only the actions of docs/CONTRACT.md section 3
-// (CT-12), live settings changes (THR-4) and the undo of a journaled
-// backfill (UNDO-2). The server decides every
+// (CT-12), live settings changes (THR-4), the undo of a journaled
+// backfill (UNDO-2) and the dry run, which changes nothing (DRY-1). The
+// server decides every
 // transition and judges every setting; the buttons and the form shown are
 // a convenience, not a rule.
 //
