@@ -4,8 +4,8 @@
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - DRY-1 nothing changes (table checksum and the backfill row, pending
-//!   and paused), the forecast counts the real run's rows, other states
-//!   409, bad input 404/422: `dry1_*`
+//!   and paused, with and without partitions), the forecast counts the
+//!   real run's rows, other states 409, bad input 404/422: `dry1_*`
 //! - DRY-2 per-batch counts equal the real run's first K batches, and the
 //!   dry run is audited: `dry2_*`
 //! - DRY-3 the sample of changed rows only with `backfill:inspect`:
@@ -28,6 +28,8 @@ use support::TestDb;
 const ID: &str = "items.fix";
 /// A repair whose every batch fails in PostgreSQL (division by zero).
 const BROKEN: &str = "items.broken";
+/// The same update over every item in two partitions.
+const PARTS: &str = "items.parts";
 
 /// Tokens: the operator (read, operate, inspect) and a principal that may
 /// operate but not inspect.
@@ -51,10 +53,20 @@ fn registry() -> Registry {
         .batch_size(10)
         .build()
         .expect("definition");
+    let parts = SqlRepair::new(PARTS, "items")
+        .key("id")
+        .set("n = n + 1")
+        .validate_where("n <> 1")
+        .batch_size(10)
+        .partitions(2)
+        .build()
+        .expect("definition");
     Registry::new()
         .with(fix)
         .expect("registers")
         .with(broken)
+        .expect("registers")
+        .with(parts)
         .expect("registers")
 }
 
@@ -231,6 +243,54 @@ async fn dry1_dry_runs_of_pending_and_paused_backfills_change_nothing() {
             assert_eq!(r.body["error"], "out_of_range");
         }
     }
+    server.stop().await;
+}
+
+/// DRY-1 with partitions (PAR-1): a dry run of a pending partitioned
+/// backfill runs the batches of the partitions `start` would write, one
+/// partition after the other, and writes none of them; once started and
+/// paused, it runs from each partition's own checkpoint. The forecast
+/// sums every partition's count and equals the real run's rows. Guard:
+/// the split in `capture_ranges` (without it the batches carry no
+/// partition) and the rollback.
+#[actix_rt::test]
+async fn dry1_partitioned_dry_runs_follow_the_partitions() {
+    let (db, engine) = setup().await;
+    let server = serve(admin(engine.clone()));
+    let partitions = |r: &Resp| -> Vec<Value> {
+        r.body["batches"]
+            .as_array()
+            .expect("batches")
+            .iter()
+            .map(|b| b["partition"].clone())
+            .collect()
+    };
+    for state in ["pending", "paused"] {
+        if state == "paused" {
+            engine.start(PARTS).await.expect("start");
+            engine.pause(PARTS).await.expect("pause");
+        }
+        let before = fingerprint(&db, PARTS).await;
+        let r = dry_run(&server.url, PARTS, "?batches=20", INSPECTOR).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(
+            fingerprint(&db, PARTS).await,
+            before,
+            "{state}: nothing changed"
+        );
+        assert_eq!(r.body["state"], state);
+        let parts = partitions(&r);
+        let first = parts.iter().filter(|p| **p == 0).count();
+        assert!(first > 0 && first < parts.len(), "{state}: {parts:?}");
+        assert!(parts[first..].iter().all(|p| *p == 1), "{state}: {parts:?}");
+        assert_eq!(keys(&r.body).iter().sum::<u64>(), 100, "{}", r.text);
+        assert_eq!(r.body["reached_bound"], true);
+        assert_eq!(r.body["forecast"]["rows"], 100);
+        assert_eq!(r.body["forecast"]["rows_basis"], "exact");
+    }
+    engine.resume(PARTS).await.expect("resume");
+    support::drive(&engine, "w1").await;
+    assert_eq!(engine.get(PARTS).await.expect("row").rows_done, 100);
     server.stop().await;
 }
 

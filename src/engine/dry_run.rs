@@ -21,7 +21,7 @@ use super::Engine;
 use crate::key::render_json;
 use crate::lifecycle::State;
 use crate::pace::{Policy, Sizing};
-use crate::repair::{bounded, DynRepair, EncodedSource, RowCount};
+use crate::repair::{bounded, plan_partitions, DynRepair, EncodedSource, RowCount};
 use crate::settings::Settings;
 use crate::store::{self, BackfillRow, StoreError};
 use diesel_async::AsyncPgConnection;
@@ -392,10 +392,11 @@ impl Engine {
 
     /// The key ranges the batches run through, in key order: for a
     /// `pending` backfill the range up to the bound `start` would capture
-    /// now (captured here, in the dry run's transaction, with the
-    /// validation timeout `start` runs it under); for a `paused` one the
-    /// rest of its own range, or of each partition not at its end. The
-    /// inner `Err`: capturing the bound failed, classified.
+    /// now, divided into the partitions `start` would write (captured and
+    /// split here, in the dry run's transaction, with the validation
+    /// timeout `start` runs them under); for a `paused` one the rest of its
+    /// own range, or of each partition not at its end. The inner `Err`:
+    /// capturing the bound or splitting it failed, classified.
     async fn ranges(
         &self,
         conn: &mut AsyncPgConnection,
@@ -411,33 +412,22 @@ impl Engine {
             )
             .await?;
             store::dry_run_savepoint(conn).await?;
-            let captured = def.capture(conn).await;
-            let source = match captured {
-                Ok(source) => {
+            let captured = capture_ranges(conn, def, &row.id).await;
+            let ranges = match captured {
+                Ok((bound, ranges)) => {
                     store::dry_run_release(conn).await?;
-                    source
+                    report.bound = bound;
+                    ranges
                 }
                 Err(error) => {
                     store::dry_run_rollback_to(conn).await?;
-                    return Ok(Err(classified(0, body_error(&row.id, error))));
+                    return Ok(Err(classified(0, error)));
                 }
             };
             store::batch_set_timeouts(conn, report.statement_timeout_ms, report.lock_timeout_ms)
                 .await?;
             report.bound_captured = true;
-            return Ok(Ok(match source {
-                EncodedSource::Empty => Vec::new(),
-                EncodedSource::Bounded {
-                    upper, upper_json, ..
-                } => {
-                    report.bound = Some(upper_json);
-                    vec![Range {
-                        after: None,
-                        upper,
-                        partition: None,
-                    }]
-                }
-            }));
+            return Ok(Ok(ranges));
         }
         let parts = store::partition_list(conn, std::slice::from_ref(&row.id)).await?;
         if !parts.is_empty() {
@@ -502,6 +492,55 @@ impl Engine {
         store::batch_set_timeouts(conn, plan.stmt_ms, plan.lock_ms).await?;
         Ok(total)
     }
+}
+
+/// The bound `start` would capture now and the ranges the run would have:
+/// the whole range, or the partitions `start` would write (PAR-1), split
+/// as `start` splits them. Inside the caller's savepoint; nothing is
+/// written.
+async fn capture_ranges(
+    conn: &mut AsyncPgConnection,
+    def: &dyn DynRepair,
+    id: &str,
+) -> Result<(Option<Value>, Vec<Range>), EngineError> {
+    let (upper, upper_json) = match def.capture(conn).await.map_err(|e| body_error(id, e))? {
+        EncodedSource::Empty => return Ok((None, Vec::new())),
+        EncodedSource::Bounded {
+            upper, upper_json, ..
+        } => (upper, upper_json),
+    };
+    let whole = vec![Range {
+        after: None,
+        upper: upper.clone(),
+        partition: None,
+    }];
+    let partitions = def.partitions();
+    if partitions <= 1 {
+        return Ok((Some(upper_json), whole));
+    }
+    let points = def
+        .split_points(conn, &upper, partitions)
+        .await
+        .map_err(|e| body_error(id, e))?;
+    let planned = plan_partitions(&points, &upper, partitions, &|key| def.check_key(key)).map_err(
+        |error| EngineError::Split {
+            id: id.to_string(),
+            error,
+        },
+    )?;
+    if planned.len() <= 1 {
+        return Ok((Some(upper_json), whole));
+    }
+    let ranges = planned
+        .into_iter()
+        .enumerate()
+        .map(|(part, r)| Range {
+            after: r.lower,
+            upper: r.upper,
+            partition: u32::try_from(part).ok(),
+        })
+        .collect();
+    Ok((Some(upper_json), ranges))
 }
 
 /// The sum of two counts: exact only if both are, unknown if either is.
@@ -607,7 +646,7 @@ async fn changes(
 /// type, say) is fatal for the dry run: it cannot go on either.
 fn classified(batch: u32, error: EngineError) -> DryRunError {
     let (kind, message) = match error.classification() {
-        Some(e) => (e.kind(), e.to_string()),
+        Some(e) => (e.kind(), e.message()),
         None => ("fatal", error.to_string()),
     };
     DryRunError {
