@@ -2,7 +2,7 @@
 //!
 //! | ID | key | fills |
 //! |---|---|---|
-//! | `events.author-norm.v1` | `id` (bigint) | `author_norm = lower(btrim(author))` |
+//! | `events.author-norm.v1` | `id` (bigint) | `author_norm = lower(btrim(author))`; journaled, so it can be undone |
 //! | `events.content-len.v1` | `(created_at, id)` | `content_len = char_length(content)` |
 //! | `events.tag-count.v1` | `id` | `tag_count = jsonb_array_length(tags)`; blocks on non-array tags |
 //! | `events.touch-count.v1` | `id` | `touch_count = touch_count + 1` (deliberately NOT idempotent) |
@@ -15,7 +15,9 @@
 // FOR UPDATE): the four repairs touch the same rows concurrently, and one
 // lock order for all of them turns would-be deadlocks into short waits.
 use async_trait::async_trait;
-use backfill::repair::{Batches, Repair, RepairError, SelectThenMutate, SourceSet, Validation};
+use backfill::repair::{
+    Batches, Journal, Repair, RepairError, SelectThenMutate, SourceSet, Validation,
+};
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Timestamptz};
 use diesel::QueryableByName;
@@ -147,7 +149,10 @@ async fn count_up_to(
 // ------------------------------------------------------------ author-norm
 
 /// `events.author-norm.v1`: fill `author_norm = lower(btrim(author))` for
-/// existing rows, keyed by the bigint primary key. Idempotent.
+/// existing rows, keyed by the bigint primary key. Idempotent. Journaled
+/// (UNDO-1): the engine records each changed row's `author_norm` before and
+/// after, so an operator can dry-run it, run it and take it back with
+/// `backfill ctl undo events.author-norm.v1`.
 #[derive(Debug, Clone, Copy)]
 pub struct AuthorNorm {
     batch: u32,
@@ -186,6 +191,10 @@ impl Repair for AuthorNorm {
     /// when the lock-waiter limit is set (THR-1).
     fn tables(&self) -> Vec<String> {
         vec!["events".into()]
+    }
+
+    fn journal(&self) -> Option<Journal> {
+        Some(Journal::new("events", ["id"], ["author_norm"]))
     }
 
     async fn capture_bound(
