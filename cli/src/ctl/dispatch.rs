@@ -34,7 +34,7 @@ pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
             id,
             batches,
             sample,
-        } => super::dry_run::dry_run(&client, &checked_id(id)?, *batches, *sample, json).await,
+        } => dry_run(&client, id, *batches, *sample, json).await,
         CtlCommand::Undo { id } => undo(&client, id, json).await,
         CtlCommand::Journal(JournalCommand::Prune { id }) => prune(&client, id, json).await,
         CtlCommand::Set(set) => set_settings(&client, set, json).await,
@@ -71,7 +71,7 @@ fn checked_interval(interval: f64) -> Result<f64, CtlError> {
     Ok(interval)
 }
 
-pub(super) fn print_json(value: &Value) {
+fn print_json(value: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
@@ -183,6 +183,26 @@ async fn validate(client: &Client, id: &str, json: bool) -> Result<(), CtlError>
             "validate {}: {} (state {}){tail}",
             r.backfill_id, r.outcome, r.state
         );
+    }
+    Ok(())
+}
+
+/// `dry-run`: the batches run and rolled back, and the report. Sent once,
+/// without an idempotency key: it changes nothing.
+async fn dry_run(
+    client: &Client,
+    id: &str,
+    batches: Option<u32>,
+    sample: Option<u32>,
+    json: bool,
+) -> Result<(), CtlError> {
+    let body = client
+        .post(&super::dry_run::path(&checked_id(id)?, batches, sample))
+        .await?;
+    if json {
+        print_json(&body);
+    } else {
+        print!("{}", super::dry_run::report(&decode(body)?));
     }
     Ok(())
 }

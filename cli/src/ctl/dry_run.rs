@@ -1,43 +1,23 @@
-//! `backfill ctl dry-run`: run a backfill's next batches and roll them
-//! back (DRY-1..DRY-4), and print the report: each batch, the forecast
-//! for the remaining range, the error of a batch that failed, and the
-//! sample of changed rows when the token may see one. Unknowns print as
-//! `unknown`, never as zero.
+//! `backfill ctl dry-run` (DRY-1..DRY-4): the request's path and the
+//! report as text: each batch, the forecast for the remaining range, the
+//! error of a batch that failed, and the sample of changed rows when the
+//! token may see one. Unknowns print as `unknown`, never as zero.
 
-use super::client::{decode, Client};
-use super::error::CtlError;
 use backfill::engine::{DryRunReport, Forecast};
 use serde_json::Value;
 
-/// `dry-run`: POST the dry run and print its report.
-pub(super) async fn dry_run(
-    client: &Client,
-    id: &str,
-    batches: Option<u32>,
-    sample: Option<u32>,
-    json: bool,
-) -> Result<(), CtlError> {
-    let mut query = Vec::new();
-    if let Some(k) = batches {
-        query.push(format!("batches={k}"));
-    }
-    if let Some(n) = sample {
-        query.push(format!("sample={n}"));
-    }
-    let query = if query.is_empty() {
-        String::new()
+/// The dry run's path with the options given; the server's defaults apply
+/// to the others.
+pub(super) fn path(id: &str, batches: Option<u32>, sample: Option<u32>) -> String {
+    let query: Vec<String> = [("batches", batches), ("sample", sample)]
+        .into_iter()
+        .filter_map(|(name, value)| Some(format!("{name}={}", value?)))
+        .collect();
+    if query.is_empty() {
+        format!("/admin/backfills/{id}/dry-run")
     } else {
-        format!("?{}", query.join("&"))
-    };
-    let body = client
-        .post(&format!("/admin/backfills/{id}/dry-run{query}"))
-        .await?;
-    if json {
-        super::dispatch::print_json(&body);
-    } else {
-        print!("{}", report(&decode(body)?));
+        format!("/admin/backfills/{id}/dry-run?{}", query.join("&"))
     }
-    Ok(())
 }
 
 fn known<T: ToString>(value: Option<T>) -> String {
@@ -114,4 +94,24 @@ fn forecast(f: &Forecast) -> String {
         known(f.duration_ms.map(|ms| format!("{ms:.0}"))),
         known(f.wal_bytes),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path;
+
+    /// DRY-1: the client sends only the options given, so the server's
+    /// defaults apply to the others.
+    #[test]
+    fn dry1_the_path_carries_only_the_options_given() {
+        assert_eq!(path("a.v1", None, None), "/admin/backfills/a.v1/dry-run");
+        assert_eq!(
+            path("a.v1", Some(2), None),
+            "/admin/backfills/a.v1/dry-run?batches=2"
+        );
+        assert_eq!(
+            path("a.v1", Some(2), Some(0)),
+            "/admin/backfills/a.v1/dry-run?batches=2&sample=0"
+        );
+    }
 }
