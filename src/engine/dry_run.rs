@@ -104,24 +104,7 @@ impl Engine {
             .ok_or_else(|| EngineError::NoDefinition(id.to_string()))?;
         let stmt_ms = millis(self.config.statement_timeout);
         let lock_ms = millis(self.config.lock_timeout);
-        let mut report = DryRunReport {
-            backfill_id: id.to_string(),
-            state: row.state,
-            generation: row.generation,
-            batches_asked: options.batches,
-            from: row.checkpoint_json.clone(),
-            bound: row.bound_json.clone(),
-            bound_captured: false,
-            statement_timeout_ms: stmt_ms,
-            lock_timeout_ms: lock_ms,
-            batches: Vec::new(),
-            error: None,
-            reached_bound: false,
-            forecast: Forecast::unknown(),
-            sample: None,
-            sample_note: None,
-            rolled_back: true,
-        };
+        let mut report = blank_report(&row, options, stmt_ms, lock_ms);
         let ranges = match self.ranges(conn, &*def, &row, &mut report).await? {
             Ok(ranges) => ranges,
             Err(error) => {
@@ -273,6 +256,33 @@ impl Engine {
         // The count's timeout outlives its savepoint's release.
         store::batch_set_timeouts(conn, plan.stmt_ms, plan.lock_ms).await?;
         Ok(total)
+    }
+}
+
+/// The report before anything ran: what the row says, nothing measured.
+fn blank_report(
+    row: &BackfillRow,
+    options: DryRunOptions,
+    statement_timeout_ms: i64,
+    lock_timeout_ms: i64,
+) -> DryRunReport {
+    DryRunReport {
+        backfill_id: row.id.clone(),
+        state: row.state,
+        generation: row.generation,
+        batches_asked: options.batches,
+        from: row.checkpoint_json.clone(),
+        bound: row.bound_json.clone(),
+        bound_captured: false,
+        statement_timeout_ms,
+        lock_timeout_ms,
+        batches: Vec::new(),
+        error: None,
+        reached_bound: false,
+        forecast: Forecast::unknown(),
+        sample: None,
+        sample_note: None,
+        rolled_back: true,
     }
 }
 
