@@ -53,7 +53,7 @@ pub(super) fn report(r: &DryRunReport) -> String {
         out += &format!(
             "{:<6} {:<9} {:>6} {:>8} {:>10} {:>12.3} {:>10} {}\n",
             b.batch,
-            known(b.partition),
+            b.partition.map_or_else(|| "-".into(), |p| p.to_string()),
             b.batch_size,
             b.keys,
             known(b.rows_changed),

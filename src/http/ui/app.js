@@ -547,7 +547,7 @@ function dryRunReportHtml(r) {
   const bound = `${key(r.bound)}${r.bound_captured ? " (as start would capture it now)" : ""}`;
   const head = `<p>Dry run of <strong>${escapeHtml(r.backfill_id)}</strong> (${escapeHtml(r.state)}): ` +
     `${r.batches.length} of ${r.batches_asked} batches ran from ${from} to ${bound}, then everything was <strong>rolled back</strong>.</p>`;
-  const rows = r.batches.map((b) => `<tr><td>${b.batch}</td><td>${dryKnown(b.partition)}</td><td>${fmtCount(b.batch_size)}</td>` +
+  const rows = r.batches.map((b) => `<tr><td>${b.batch}</td><td>${b.partition === null || b.partition === undefined ? "—" : b.partition}</td><td>${fmtCount(b.batch_size)}</td>` +
     `<td>${fmtCount(b.keys)}</td><td>${dryKnown(b.rows_changed, fmtCount)}</td><td>${b.duration_ms.toFixed(1)} ms</td>` +
     `<td>${dryKnown(b.wal_bytes, fmtCount)}</td><td>${dryKnown(b.lock_wait_ms)}</td><td>${key(b.to)}</td></tr>`).join("");
   const table = `<table class="dry-batches"><thead><tr><th>batch</th><th>partition</th><th>size</th><th>keys</th>` +
