@@ -17,7 +17,7 @@ use std::process::Command;
 #[derive(Debug, thiserror::Error)]
 pub enum EphemeralError {
     /// No PostgreSQL server binaries on this machine.
-    #[error("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql; install the postgresql package or set DATABASE_URL")]
+    #[error("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql/*/bin: install them (apt-get install -y postgresql) or set DATABASE_URL")]
     NoBinaries,
     /// A step failed.
     #[error("starting a throwaway PostgreSQL failed: {0}")]
@@ -34,15 +34,26 @@ pub struct EphemeralPostgres {
     stopped: bool,
 }
 
+/// Debian keeps each major version's server binaries in
+/// `/usr/lib/postgresql/<version>/bin`, off `PATH`; the newest that has
+/// `tool` is used.
 fn find_pg_bin(tool: &str) -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+    find_pg_bin_under(Path::new("/usr/lib/postgresql"), tool)
+}
+
+fn find_pg_bin_under(root: &Path, tool: &str) -> Option<PathBuf> {
+    std::fs::read_dir(root)
         .ok()?
         .flatten()
-        .map(|e| e.path().join("bin").join(tool))
-        .filter(|p| p.exists())
-        .collect();
-    candidates.sort();
-    candidates.pop()
+        .map(|e| e.path())
+        .filter(|dir| dir.join("bin").join(tool).exists())
+        // By version number, so that 10 is newer than 9.6.
+        .max_by_key(|dir| {
+            let name = dir.file_name().unwrap_or_default().to_string_lossy();
+            let version: Vec<u32> = name.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+            version
+        })
+        .map(|dir| dir.join("bin").join(tool))
 }
 
 fn is_root() -> bool {
@@ -193,16 +204,21 @@ impl EphemeralPostgres {
     }
 
     fn run(&self, program: &Path, args: &[&str]) -> Result<(), EphemeralError> {
+        // As root the program runs through runuser (util-linux, in
+        // /usr/sbin); a failure to start names which one was missing.
         let output = if self.as_root {
             Command::new("runuser")
                 .args(["-u", "postgres", "--"])
                 .arg(program)
                 .args(args)
                 .output()
+                .map_err(|e| EphemeralError::Step(format!("runuser (as root): {e}")))?
         } else {
-            Command::new(program).args(args).output()
-        }
-        .map_err(|e| EphemeralError::Step(e.to_string()))?;
+            Command::new(program)
+                .args(args)
+                .output()
+                .map_err(|e| EphemeralError::Step(format!("{}: {e}", program.display())))?
+        };
         if output.status.success() {
             Ok(())
         } else {
@@ -249,5 +265,39 @@ impl EphemeralPostgres {
 impl Drop for EphemeralPostgres {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The binaries are found under Debian's versioned directories without
+    /// `PATH`, the newest version by number that has the tool.
+    #[test]
+    fn finds_the_newest_versions_binary_without_path() {
+        let root = std::env::temp_dir().join(format!("bf-pgbin-{}", unique()));
+        for (version, tools) in [("9.6", &["initdb"][..]), ("10", &["initdb"]), ("17", &[])] {
+            let bin = root.join(version).join("bin");
+            std::fs::create_dir_all(&bin).expect("create bin");
+            for tool in tools {
+                std::fs::write(bin.join(tool), "").expect("write tool");
+            }
+        }
+        let found = find_pg_bin_under(&root, "initdb");
+        let missing = find_pg_bin_under(&root, "pg_ctl");
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(found, Some(root.join("10/bin/initdb")));
+        assert_eq!(missing, None);
+    }
+
+    /// No binaries: one line that names the install command.
+    #[test]
+    fn missing_binaries_say_in_one_line_what_to_install() {
+        let line = EphemeralError::NoBinaries.to_string();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("apt-get install -y postgresql"), "{line}");
+        assert!(line.contains("DATABASE_URL"), "{line}");
+        assert_eq!(find_pg_bin_under(Path::new("/nonexistent"), "initdb"), None);
     }
 }

@@ -40,6 +40,8 @@ fn routes(id: &str) -> Vec<(&'static str, String)> {
         ("POST", format!("/admin/backfills/{id}/retry")),
         ("POST", format!("/admin/backfills/{id}/validate")),
         ("POST", format!("/admin/backfills/{id}/dry-run")),
+        ("POST", format!("/admin/backfills/{id}/undo")),
+        ("POST", format!("/admin/backfills/{id}/journal/prune")),
     ]
 }
 
@@ -134,11 +136,11 @@ async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
     // The community principal is audited by name, an anonymous caller is not.
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE actor = 'moderator' AND outcome = 'forbidden'").await,
-        9
+        11
     );
     assert_eq!(
         db.scalar("SELECT sum(request_count)::bigint AS v FROM backfill_audit WHERE actor IS NULL AND authority = 'none' AND outcome = 'unauthorized'").await,
-        18
+        22
     );
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'unauthorized' AND source = '127.0.0.1'").await,
@@ -831,7 +833,15 @@ async fn adm_openapi_document_lists_every_route() {
         ("/admin/audit", "get"),
         ("/openapi.json", "get"),
     ];
-    let actions = ["start", "pause", "resume", "retry", "validate"];
+    let actions = [
+        "start",
+        "pause",
+        "resume",
+        "retry",
+        "validate",
+        "undo",
+        "journal/prune",
+    ];
     let action_paths: Vec<String> = actions
         .iter()
         .map(|a| format!("/admin/backfills/{{id}}/{a}"))

@@ -14,11 +14,11 @@ use support::test_db;
 /// only the contract's actions are offered (CT-12).
 #[test]
 fn ct12_client_projection_tests_pass_under_node() {
-    let output = Command::new("node")
+    let output = Command::new(support::prereq::node())
         .args(["--test", "tests/ui/"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .expect("node is required for the web client's tests (Debian: nodejs)");
+        .expect("run node");
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("# fail 0"), "{text}");
@@ -32,11 +32,11 @@ fn ct12_client_projection_tests_pass_under_node() {
 fn thr4_client_settings_are_the_servers_fields_and_ranges() {
     let script = "const s = require('./src/http/ui/app.js').SETTINGS; \
                   process.stdout.write(JSON.stringify(s.map((f) => [f.name, f.min, f.max])))";
-    let output = Command::new("node")
+    let output = Command::new(support::prereq::node())
         .args(["-e", script])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .expect("node is required for the web client's tests (Debian: nodejs)");
+        .expect("run node");
     assert!(
         output.status.success(),
         "{}",

@@ -28,8 +28,11 @@
 //!   `ui_browser_throttled_backfill_shows_signal_value_and_threshold`
 //!
 //! Screenshots of the list and detail pages go to `target/ui-screenshots/`.
-//! A missing browser or `tests/ui/node_modules` fails the test, naming the
-//! setup (`.ci/run` does it); nothing is skipped.
+//! A missing Chromium or `tests/ui/node_modules` is installed on first use
+//! (`support::prereq`: Debian's `chromium` when root, `npm ci` into
+//! `tests/ui`); what cannot be installed fails every test in one line
+//! naming the command that would fix it, before its fixture is built;
+//! nothing is skipped.
 
 mod support;
 
@@ -48,6 +51,7 @@ use std::time::Duration;
 use support::admin::{
     call, engine_config, serve_with_ui, tokens_file, TestServer, OPERATOR, READER,
 };
+use support::prereq;
 use support::repairs::{events_sql, items_sql, CompoundCounter, Counter, Hooks};
 use support::Deadline;
 use support::TestDb;
@@ -65,11 +69,15 @@ const ALL: [&str; 6] = [RUNNING, PENDING, PAUSED, BLOCKED, COMPLETED, UNKNOWN];
 /// The blocked repair's diagnostic, as an operator would read it.
 const BLOCKED_MESSAGE: &str = "tags column holds malformed JSON in some rows; fix them, then retry";
 
-/// Where the browser is: Debian's package, or `BACKFILL_CHROMIUM`.
-fn chromium() -> PathBuf {
-    std::env::var_os("BACKFILL_CHROMIUM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+/// The programs a scenario needs, provided when missing (see
+/// `support::prereq`): Chromium, playwright-core and node. Every test
+/// calls it first, so that a missing one fails in its one line before any
+/// database or server is set up.
+fn prerequisites() -> PathBuf {
+    let chromium = prereq::chromium();
+    prereq::playwright(&ui_dir());
+    prereq::node();
+    chromium
 }
 
 fn ui_dir() -> PathBuf {
@@ -113,6 +121,7 @@ struct Fixture {
 
 impl Fixture {
     async fn new() -> Self {
+        prerequisites();
         let db = support::test_db().await;
         db.exec(&items_sql(10)).await;
         for table in ["orders", "tags", "users"] {
@@ -320,19 +329,8 @@ struct Browser {
 
 impl Browser {
     async fn start(scenario: &str, url: &str, expect: &Value) -> Self {
-        let chromium = chromium();
-        assert!(
-            chromium.exists(),
-            "the browser tests need Chromium at {} (Debian: apt-get install -y chromium; \
-             or set BACKFILL_CHROMIUM)",
-            chromium.display()
-        );
-        assert!(
-            ui_dir().join("node_modules/playwright-core").exists(),
-            "the browser tests need playwright-core: run `npm ci` in {}",
-            ui_dir().display()
-        );
-        let mut child = Command::new("node")
+        let chromium = prerequisites();
+        let mut child = Command::new(prereq::node())
             .arg(ui_dir().join("browser.mjs"))
             .arg(scenario)
             .env("BACKFILL_UI_URL", url)
@@ -346,7 +344,7 @@ impl Browser {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("node is required for the browser tests (Debian: nodejs)");
+            .expect("run node");
         let stdin = child.stdin.take().expect("stdin");
         let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
         let stderr = Arc::new(parking_lot::Mutex::new(String::new()));
@@ -437,6 +435,36 @@ impl Browser {
             self.failure(&format!("exit {status:?}"))
         );
     }
+}
+
+/// A Chromium that is not there fails a browser test in one line naming
+/// the fix, before its fixture: this binary run again for one scenario
+/// with `BACKFILL_CHROMIUM` at a missing path. Guard: the check in
+/// `prerequisites` (without it the scenario fails later, inside node, with
+/// playwright's launch error, or a fixture's database is built first).
+#[test]
+fn ui_browser_missing_chromium_fails_in_one_line_naming_the_fix() {
+    let missing = "/nonexistent/chromium";
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "ui_browser_list_renders_server_state"])
+        .env(prereq::CHROMIUM_ENV, missing)
+        .output()
+        .expect("run the test binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("1 failed"), "{text}");
+    let start = format!("{}={missing} does not exist", prereq::CHROMIUM_ENV);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&start) && l.contains("apt-get install -y chromium")),
+        "{text}"
+    );
+    // The fixture was never built: no scenario and no server started.
+    assert!(!text.contains("browser scenario"), "{text}");
 }
 
 /// The list shows each backfill as PostgreSQL has it: state, percentage,
@@ -877,6 +905,7 @@ async fn wait_for_throttle(db: &TestDb, signal: &str) {
 /// throttle card.
 #[actix_rt::test]
 async fn ui_browser_throttled_backfill_shows_signal_value_and_threshold() {
+    prerequisites();
     let db = support::test_db().await;
     db.exec(&items_sql(300)).await;
     let mut config = HostConfig::new(db.url.clone());

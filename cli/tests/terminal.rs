@@ -63,7 +63,7 @@ impl Tmux {
             .collect();
         let script = format!("{}; echo \"[exit $?]\"; sleep 600", quoted.join(" "));
         let tmux = Tmux { socket };
-        let status = Command::new("tmux")
+        let status = Command::new(support::prereq::tmux())
             // No user configuration: the test's terminal is tmux's default.
             .arg("-S")
             .arg(&tmux.socket)
@@ -71,14 +71,14 @@ impl Tmux {
             .args(["-x", &cols.to_string(), "-y", &rows.to_string()])
             .args(["sh", "-c", &script])
             .status()
-            .expect("run tmux (install it: apt-get install tmux)");
+            .expect("run tmux");
         assert!(status.success(), "tmux new-session failed: {status:?}");
         tmux
     }
 
     /// The screen, one line per screen row (trailing spaces trimmed).
     fn capture(&self) -> String {
-        let out = Command::new("tmux")
+        let out = Command::new(support::prereq::tmux())
             .arg("-S")
             .arg(&self.socket)
             .args(["capture-pane", "-p"])
@@ -121,7 +121,7 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         // Ends the session's processes too (they get SIGHUP).
-        let _ = Command::new("tmux")
+        let _ = Command::new(support::prereq::tmux())
             .arg("-S")
             .arg(&self.socket)
             .arg("kill-server")
@@ -202,6 +202,8 @@ fn settled(screen: &str) -> bool {
 /// The demo, in a terminal `cols` x `rows`, on a database of its own
 /// (created by the test so that it is dropped with it).
 async fn demo_screen(cols: u16, rows: u16) -> String {
+    // tmux first: a missing one fails in its own line before any set-up.
+    support::prereq::tmux();
     let db = test_db().await;
     let argv: Vec<String> = [
         bin().as_str(),
@@ -327,6 +329,7 @@ fn serve(url: &str) -> Serve {
 /// second line).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ui_terminal_ctl_watch_fits_80_columns() {
+    support::prereq::tmux();
     let db = test_db().await;
     example::migrate(&db.url).await.expect("example schema");
     example::seed(&db.pool, 20000, 5).await.expect("seed");

@@ -340,9 +340,10 @@ impl Admin {
         view
     }
 
-    /// [`Admin::view`] with the row's partitions read on `conn` (PAR-5),
-    /// and for a journaled backfill or an undo its journal and undo
-    /// (UNDO-2, UNDO-4).
+    /// [`Admin::view`] with the row's partitions read on `conn` (PAR-5)
+    /// and, for a journaled backfill, its undo (UNDO-2). Action answers
+    /// use it inside their transaction, under the row lock, so it reads
+    /// nothing that grows with the data.
     async fn view_on(
         &self,
         conn: &mut diesel_async::AsyncPgConnection,
@@ -350,28 +351,38 @@ impl Admin {
     ) -> Result<BackfillView, StoreError> {
         let parts = store::partition_list(conn, std::slice::from_ref(&row.id)).await?;
         let mut view = self.view(row, &parts);
-        let journal_of = match &row.undo_of {
-            Some(original) => Some(original.clone()),
-            None if view.journaled => {
-                let undo = crate::repair::undo_id(&row.id);
-                view.undo = store::backfill_get(conn, &undo).await?.map(|u| UndoLink {
-                    id: u.id,
-                    state: u.state,
-                });
-                Some(row.id.clone())
-            }
-            None => None,
-        };
-        if let Some(original) = journal_of {
-            let stats = store::journal_stats(conn, &original).await?;
-            let keys = if stats.conflicts > 0 {
-                store::journal_conflicts(conn, &original, MAX_CONFLICT_KEYS).await?
-            } else {
-                Vec::new()
-            };
-            view.journal = Some(JournalView::new(stats, keys));
+        if view.journaled && row.undo_of.is_none() {
+            let undo = crate::repair::undo_id(&row.id);
+            view.undo = store::backfill_get(conn, &undo).await?.map(|u| UndoLink {
+                id: u.id,
+                state: u.state,
+            });
         }
         Ok(view)
+    }
+
+    /// The journal a detail view shows (UNDO-2, UNDO-4): a journaled
+    /// backfill's own, or for an undo the one it takes back. It counts the
+    /// backfill's journal rows (an index range), so only the detail view
+    /// reads it, outside any transaction an action holds.
+    async fn journal_on(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        view: &mut BackfillView,
+    ) -> Result<(), StoreError> {
+        let original = match &view.undo_of {
+            Some(original) => original.clone(),
+            None if view.journaled => view.id.clone(),
+            None => return Ok(()),
+        };
+        let stats = store::journal_stats(conn, &original).await?;
+        let keys = if stats.conflicts > 0 {
+            store::journal_conflicts(conn, &original, MAX_CONFLICT_KEYS).await?
+        } else {
+            Vec::new()
+        };
+        view.journal = Some(JournalView::new(stats, keys));
+        Ok(())
     }
 
     async fn conn(&self) -> Result<store::PooledConn<'_>, AdminError> {
@@ -502,7 +513,9 @@ impl Admin {
         let row = store::backfill_get(&mut conn, id)
             .await?
             .ok_or(AdminError::NotFound)?;
-        Ok(self.view_on(&mut conn, &row).await?)
+        let mut view = self.view_on(&mut conn, &row).await?;
+        self.journal_on(&mut conn, &mut view).await?;
+        Ok(view)
     }
 
     /// GET /admin/audit: newest first, optionally for one backfill.
