@@ -76,6 +76,6 @@ pub use engine::{BatchOutcome, Claim, Engine, EngineConfig, EngineError, Phase, 
 pub use key::Key;
 pub use lifecycle::{Action, State};
 pub use repair::{
-    Batches, Mutated, Registry, Repair, RepairError, SelectAndMutate, SelectThenMutate, SourceSet,
-    SqlRepair, Validation,
+    Batches, Mutated, Registry, Repair, RepairError, RowCount, SelectAndMutate, SelectThenMutate,
+    SourceSet, SqlRepair, Validation,
 };

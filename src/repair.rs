@@ -38,6 +38,18 @@ pub enum SourceSet<K> {
     Bounded { upper: K, rows: Option<i64> },
 }
 
+/// How many rows a range holds, as a repair could tell (what a dry run's
+/// forecast says, DRY-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowCount {
+    /// Counted.
+    Exact(i64),
+    /// The planner's estimate (or another guess): shown labelled as one.
+    Estimate(i64),
+    /// Not known.
+    Unknown,
+}
+
 /// The outcome of a repair's validation (VAL-4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Validation {
@@ -300,6 +312,24 @@ pub trait Repair: Send + Sync + 'static {
     /// threshold is set (THR-1). Default: none.
     fn tables(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// How many rows a batch run over `(after, bound]` would select (`after`
+    /// `None`: from the start), for a dry run's forecast (DRY-2). The
+    /// engine first asks with `exact` true, inside a savepoint under a
+    /// short statement timeout, so a count that takes too long is
+    /// cancelled and rolled back; it then asks again with `exact` false,
+    /// where a cheap estimate (the planner's) is the answer. Must be
+    /// read-only. Default: [`RowCount::Unknown`], which the forecast
+    /// shows as unknown.
+    async fn remaining_rows(
+        &self,
+        _conn: &mut AsyncPgConnection,
+        _after: Option<&Self::Key>,
+        _bound: &Self::Key,
+        _exact: bool,
+    ) -> Result<RowCount, RepairError> {
+        Ok(RowCount::Unknown)
     }
 
     /// Whether the engine may run a batch's statements before the previous

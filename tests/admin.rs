@@ -39,6 +39,7 @@ fn routes(id: &str) -> Vec<(&'static str, String)> {
         ("POST", format!("/admin/backfills/{id}/resume")),
         ("POST", format!("/admin/backfills/{id}/retry")),
         ("POST", format!("/admin/backfills/{id}/validate")),
+        ("POST", format!("/admin/backfills/{id}/dry-run")),
         ("POST", format!("/admin/backfills/{id}/undo")),
         ("POST", format!("/admin/backfills/{id}/journal/prune")),
     ]
@@ -135,11 +136,11 @@ async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
     // The community principal is audited by name, an anonymous caller is not.
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE actor = 'moderator' AND outcome = 'forbidden'").await,
-        10
+        11
     );
     assert_eq!(
         db.scalar("SELECT sum(request_count)::bigint AS v FROM backfill_audit WHERE actor IS NULL AND authority = 'none' AND outcome = 'unauthorized'").await,
-        20
+        22
     );
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'unauthorized' AND source = '127.0.0.1'").await,
@@ -849,6 +850,7 @@ async fn adm_openapi_document_lists_every_route() {
         expected.push((p.as_str(), "post"));
     }
     expected.push(("/admin/backfills/{id}/settings", "patch"));
+    expected.push(("/admin/backfills/{id}/dry-run", "post"));
     for (path, method) in &expected {
         let op = &paths.get(*path).unwrap_or_else(|| panic!("missing {path}"))[*method];
         assert!(op.is_object(), "missing {method} {path}");
@@ -1270,6 +1272,16 @@ async fn api1_openapi_declares_constraints_and_key_types() {
         }
         assert!(responses["401"]["headers"]["WWW-Authenticate"].is_object());
         assert!(responses["429"]["headers"]["Retry-After"].is_object());
+    }
+    let dry = "/admin/backfills/{id}/dry-run";
+    id_rule(&param(dry, "post", "id"));
+    for (name, min, max) in [("batches", 1, 20), ("sample", 0, 50)] {
+        let limits = param(dry, "post", name);
+        assert_eq!(
+            (limits["minimum"].as_i64(), limits["maximum"].as_i64()),
+            (Some(min), Some(max)),
+            "{name}"
+        );
     }
     let view = &doc["components"]["schemas"]["BackfillView"]["properties"];
     for field in ["bound", "checkpoint"] {

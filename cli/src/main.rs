@@ -394,7 +394,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 /// Command-line flags of the admin boundary, for hosts that serve it.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AdminAuthArgs {
-    /// A bearer token granting backfill:read and backfill:operate, audited
+    /// A bearer token granting backfill:read, backfill:operate and backfill:inspect, audited
     /// as principal "operator".
     #[arg(long, env = "BACKFILL_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,

@@ -492,6 +492,47 @@ async fn thr4_ctl_set_changes_settings_and_refuses_bad_values() {
     assert_audit_complete(&db).await;
 }
 
+/// DRY-1 in the client: `ctl dry-run` prints the report (each batch, the
+/// forecast, why there is no sample) and changes nothing; `--json` prints
+/// the API's report; a K out of range is the server's 422 as one readable
+/// line with exit 2, and a K that is not a number is clap's, one line
+/// too. Guard: the query the client builds (without `batches` the server
+/// runs its default of 3, not 2).
+#[actix_rt::test]
+async fn dry1_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    let url = server.url.as_str();
+    let before = snapshot(&db, ID).await;
+
+    let out = ctl(url, Some(OPERATOR), &["dry-run", ID, "--batches", "2"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for needle in [
+        "2 of 2 batches ran, rolled back",
+        "forecast for the remaining range",
+        "lock waits: unknown",
+        "backfill:inspect",
+    ] {
+        assert!(out.stdout.contains(needle), "{needle}: {}", out.stdout);
+    }
+    assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
+
+    let out = ctl(url, Some(OPERATOR), &["--json", "dry-run", ID]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON report");
+    assert_eq!(report["rolled_back"], true);
+    assert_eq!(report["batches_asked"], 3);
+
+    for (k, needle) in [("21", "between 1 and 20"), ("abc", "--batches")] {
+        let out = ctl(url, Some(OPERATOR), &["dry-run", ID, "--batches", k]).await;
+        assert_eq!(out.code, 2, "{k}: {}", out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{k}: {}", out.stderr);
+        assert!(out.stderr.contains(needle), "{k}: {}", out.stderr);
+    }
+    assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
+    server.stop().await;
+}
+
 /// UNDO-2, UNDO-4: `ctl undo` starts the reverse backfill and says what it
 /// restores, `ctl show` names the undo and the journal, a second prune
 /// while the undo runs is refused with exit 3 and one line naming why,

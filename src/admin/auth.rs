@@ -1,8 +1,9 @@
 //! Operator authorization (AUTH-1, AUTH-2).
 //!
 //! Principals come from `--operator-token` and a tokens file; each carries a
-//! set of capability strings. Only [`Capability::Read`] (`backfill:read`) and
-//! [`Capability::Operate`] (`backfill:operate`) grant anything: community,
+//! set of capability strings. Only [`Capability::Read`] (`backfill:read`),
+//! [`Capability::Operate`] (`backfill:operate`) and [`Capability::Inspect`]
+//! (`backfill:inspect`) grant anything: community,
 //! channel or membership roles a principal may also carry are kept as
 //! strings and never consulted. Tokens are stored and compared as SHA-256
 //! digests, in constant time, and every principal is compared so the time
@@ -19,8 +20,13 @@ use subtle::ConstantTimeEq;
 pub enum Capability {
     /// `backfill:read`: list, detail, audit.
     Read,
-    /// `backfill:operate`: start, pause, resume, retry, validate.
+    /// `backfill:operate`: start, pause, resume, retry, validate, dry run.
     Operate,
+    /// `backfill:inspect`: see row data, the one deliberate exception to
+    /// diagnostics without it: a dry run's sample of changed rows with
+    /// their values (DRY-3). Granted only by name, never implied by
+    /// another capability.
+    Inspect,
 }
 
 impl Capability {
@@ -29,6 +35,7 @@ impl Capability {
         match self {
             Capability::Read => "backfill:read",
             Capability::Operate => "backfill:operate",
+            Capability::Inspect => "backfill:inspect",
         }
     }
 
@@ -36,6 +43,7 @@ impl Capability {
         match name {
             "backfill:read" => Some(Capability::Read),
             "backfill:operate" => Some(Capability::Operate),
+            "backfill:inspect" => Some(Capability::Inspect),
             _ => None,
         }
     }
@@ -168,7 +176,7 @@ impl AuthConfig {
             principals.push(Principal::from_token(
                 "operator",
                 token,
-                &["backfill:read", "backfill:operate"],
+                &["backfill:read", "backfill:operate", "backfill:inspect"],
             )?);
         }
         if let Some(path) = tokens_file {
@@ -221,7 +229,7 @@ impl AuthConfig {
             AuthConfig::TrustedNetwork => Some(Authority {
                 actor: None,
                 source: "trusted-network",
-                capabilities: [Capability::Read, Capability::Operate].into(),
+                capabilities: [Capability::Read, Capability::Operate, Capability::Inspect].into(),
             }),
             AuthConfig::Tokens(principals) => {
                 let presented = sha256(bearer.filter(|t| !t.is_empty())?);
@@ -284,7 +292,7 @@ mod tests {
     }
 
     /// AUTH-1: `--operator-token` needs at least 16 characters and grants
-    /// both capabilities to the principal `operator`.
+    /// every capability (read, operate, inspect) to the principal `operator`.
     #[test]
     fn auth1_operator_token_has_sixteen_characters_and_both_capabilities() {
         let err = AuthConfig::from_sources(Some(&"t".repeat(15)), None, false)
@@ -296,6 +304,10 @@ mod tests {
         assert_eq!(authority.actor.as_deref(), Some("operator"));
         assert_eq!(authority.source, "token");
         assert!(authority.can(Capability::Read) && authority.can(Capability::Operate));
+        assert!(
+            authority.can(Capability::Inspect),
+            "the operator token holds every capability"
+        );
         let AuthConfig::Tokens(principals) =
             AuthConfig::from_sources(None, None, false).expect("no sources")
         else {
@@ -305,7 +317,7 @@ mod tests {
     }
 
     /// AUTH-2: trusted-network mode takes no tokens; every request holds
-    /// both capabilities and is recorded with no individual actor.
+    /// every capability and is recorded with no individual actor.
     #[test]
     fn auth2_trusted_network_takes_no_tokens_and_grants_both_capabilities() {
         let token = "t".repeat(16);
@@ -372,11 +384,12 @@ mod tests {
     /// digest; an anonymous caller holds nothing.
     #[test]
     fn auth1_capability_names_debug_output_and_anonymous_callers() {
-        for capability in [Capability::Read, Capability::Operate] {
+        for capability in [Capability::Read, Capability::Operate, Capability::Inspect] {
             assert_eq!(Capability::parse(capability.as_str()), Some(capability));
         }
         assert_eq!(Capability::Read.as_str(), "backfill:read");
         assert_eq!(Capability::Operate.as_str(), "backfill:operate");
+        assert_eq!(Capability::Inspect.as_str(), "backfill:inspect");
         let principal = Principal::from_token("alice", "alice-token", &["backfill:operate"])
             .expect("principal");
         let debug = format!("{principal:?}");
@@ -405,6 +418,10 @@ mod tests {
             .expect("principal");
         assert!(reader.can(Capability::Read));
         assert!(!reader.can(Capability::Operate));
+        assert!(!reader.can(Capability::Inspect));
+        let inspector =
+            Principal::from_token("i", "inspect-token", &["backfill:inspect"]).expect("principal");
+        assert!(inspector.can(Capability::Inspect) && !inspector.can(Capability::Read));
         let none = Principal::from_token("n", "none-token", &[]).expect("principal");
         assert!(!none.can(Capability::Read) && !none.can(Capability::Operate));
     }

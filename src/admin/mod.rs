@@ -10,6 +10,7 @@
 //! runners: it commits an intent and at most calls the waker.
 
 pub mod auth;
+mod dry_run;
 pub mod flood;
 mod journal_view;
 mod settings;
@@ -17,6 +18,7 @@ mod undo;
 pub mod view;
 
 pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
+pub use dry_run::DRY_RUN_ACTION;
 pub use flood::{FloodGate, FloodLimits};
 pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
 pub use settings::RequestBody;
@@ -84,6 +86,12 @@ pub enum AdminError {
     PayloadTooLarge,
     #[error("this server has no definition for the backfill")]
     NoDefinition,
+    /// A request option outside its limits; the message names the limit.
+    #[error("{message}")]
+    OutOfRange {
+        field: &'static str,
+        message: String,
+    },
     /// The definition's split points were refused at `start` (PAR-1): a
     /// defect of the deployed repair, not of the request. The start
     /// rolled back; nothing was written.
@@ -112,6 +120,7 @@ impl AdminError {
             AdminError::UnsupportedMediaType => 415,
             AdminError::PayloadTooLarge => 413,
             AdminError::NoDefinition => 409,
+            AdminError::OutOfRange { .. } => 422,
             AdminError::InvalidSplit(_) => 422,
             AdminError::TooManyRequests(_) => 429,
             AdminError::Unavailable(_) => 503,
@@ -131,6 +140,7 @@ impl AdminError {
             AdminError::UnsupportedMediaType => "unsupported_media_type",
             AdminError::PayloadTooLarge => "payload_too_large",
             AdminError::NoDefinition => "no_definition",
+            AdminError::OutOfRange { .. } => "out_of_range",
             AdminError::InvalidSplit(_) => "invalid_split",
             AdminError::TooManyRequests(_) => "too_many_requests",
             AdminError::Unavailable(_) => "unavailable",
@@ -145,6 +155,7 @@ impl AdminError {
             message: bounded(self.to_string()),
             field: match self {
                 AdminError::InvalidSettings(e) => e.field().map(str::to_string),
+                AdminError::OutOfRange { field, .. } => Some(field.to_string()),
                 _ => None,
             },
         }
@@ -168,6 +179,14 @@ impl From<EngineError> for AdminError {
             EngineError::UnknownBackfill(_) => AdminError::NotFound,
             EngineError::NoDefinition(_) => AdminError::NoDefinition,
             EngineError::InvalidSettings(e) => AdminError::InvalidSettings(e),
+            EngineError::InvalidDryRun(message) => AdminError::OutOfRange {
+                field: if message.starts_with("sample") {
+                    "sample"
+                } else {
+                    "batches"
+                },
+                message,
+            },
             e @ EngineError::Split { .. } => AdminError::InvalidSplit(bounded(e.to_string())),
             EngineError::Store(e) => e.into(),
             // Repair diagnostics are bounded and redacted by contract.

@@ -78,7 +78,7 @@ pub struct Readiness {
 /// (text, UUID, RFC 3339 timestamp), a flat array of those for a compound
 /// key, or `null`.
 #[cfg(feature = "http")]
-fn key_schema() -> utoipa::openapi::schema::Schema {
+pub(crate) fn key_schema() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
     let scalar = || {
         OneOfBuilder::new()

@@ -49,6 +49,10 @@ pub enum EngineError {
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// Dry-run options out of their limits (DRY-1); the message names the
+    /// limit. Nothing ran.
+    #[error("{0}")]
+    InvalidDryRun(String),
     /// A settings change that is refused (THR-4); nothing was changed.
     #[error(transparent)]
     InvalidSettings(#[from] SettingsError),
@@ -95,6 +99,7 @@ impl EngineError {
             | EngineError::Definition(_)
             | EngineError::Split { .. }
             | EngineError::Config(_)
+            | EngineError::InvalidDryRun(_)
             | EngineError::InvalidSettings(_)
             | EngineError::Completed(_)
             | EngineError::NotJournaled(_)

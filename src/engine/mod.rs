@@ -29,6 +29,8 @@ mod actions;
 mod batch;
 mod claim;
 mod config;
+mod dry_report;
+mod dry_run;
 mod error;
 mod lease;
 mod outcome;
@@ -40,6 +42,12 @@ mod validate;
 
 pub use claim::{Claim, Phase};
 pub use config::{EngineConfig, RetryPolicy};
+pub use dry_report::{
+    DryBatch, DryRunError, DryRunOptions, DryRunReport, Forecast, SampleRow,
+    DRY_RUN_DEFAULT_BATCHES, DRY_RUN_DEFAULT_SAMPLE, DRY_RUN_MAX_BATCHES, DRY_RUN_MAX_SAMPLE,
+    SAMPLE_VALUE_MAX_CHARS,
+};
+pub use dry_run::{DryRun, DRY_RUN_COUNT_TIMEOUT};
 pub use error::EngineError;
 pub use outcome::{ActionOutcome, BatchOutcome, FailureOutcome, Started, ValidationRun, WaitError};
 pub(crate) use outcome::{ExplicitOutcome, ExplicitValidation};

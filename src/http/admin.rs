@@ -12,6 +12,7 @@ use crate::admin::{
     Readiness, Reply, RequestBody, RequestMeta, Throttle, UndoLink, ValidationResponse,
     ValidationSummary, MAX_BODY_BYTES,
 };
+use crate::engine::{DryBatch, DryRunError, DryRunReport, Forecast, SampleRow};
 use crate::lifecycle::Action;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -24,16 +25,17 @@ use utoipa::{IntoParams, Modify, OpenApi};
 #[openapi(
     info(
         title = "backfill admin API",
-        description = "Operator boundary of backfill (docs/CONTRACT.md section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions)."
+        description = "Operator boundary of backfill (docs/CONTRACT.md section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions and dry runs); a dry run's sample of changed rows also needs backfill:inspect."
     ),
     paths(
-        list, detail, start, pause, resume, retry, validate, settings, undo, journal_prune, audit,
-        openapi_json
+        list, detail, start, pause, resume, retry, validate, dry_run, settings, undo, journal_prune,
+        audit, openapi_json
     ),
     components(schemas(
         BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
         Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
-        AuditEntry, Throttle, PartitionView, SettingsPatch, UndoLink, JournalView
+        AuditEntry, Throttle, PartitionView, SettingsPatch, UndoLink, JournalView, DryRunReport,
+        DryBatch, DryRunError, Forecast, SampleRow
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -89,6 +91,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
         .service(resource(
             "/admin/backfills/{id}/validate",
             web::post().to(validate),
+            "POST",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/dry-run",
+            web::post().to(dry_run),
             "POST",
         ))
         .service(resource(
@@ -508,6 +515,57 @@ async fn journal_prune(
 ) -> HttpResponse {
     let meta = Meta::from(&req);
     reply(admin.journal_prune(&meta.as_meta(), &id).await)
+}
+
+/// The options of a dry run.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DryRunQuery {
+    /// Batches to run, 1..=20 (default 3).
+    #[param(minimum = 1, maximum = 20)]
+    pub batches: Option<i64>,
+    /// Changed rows to show with their values, 0..=50 (default 5); only
+    /// for a principal holding backfill:inspect.
+    #[param(minimum = 0, maximum = 50)]
+    pub sample: Option<i64>,
+}
+
+/// Dry run (DRY-1..4): run up to `batches` batches of a pending or paused
+/// backfill exactly as the real run would, inside a transaction that is
+/// rolled back, and report per batch and a forecast for the remaining
+/// range. Changes nothing; audited as `dry_run`. Needs no Idempotency-Key.
+#[utoipa::path(
+    post, path = "/admin/backfills/{id}/dry-run",
+    params(
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        DryRunQuery,
+    ),
+    responses(
+        (status = 200, description = "The report; a batch that failed is part of it (`error`), and nothing changed", body = DryRunReport),
+        (status = 400, description = "Not a backfill ID, or malformed query parameters", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 409, description = "Neither pending nor paused (the message names the state), or no local definition", body = ConflictBody),
+        (status = 422, description = "`out_of_range`: `batches` or `sample` outside its limits; `field` names it", body = ErrorBody),
+        (status = 500, description = "Server error; nothing changed", body = ErrorBody),
+        (status = 503, description = "Database unavailable; nothing changed", body = ErrorBody),
+    )
+)]
+async fn dry_run(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+    let meta = Meta::from(&req);
+    let q: DryRunQuery = match query(&req) {
+        Ok(q) => q,
+        Err(e) => return error(&e),
+    };
+    reply(
+        admin
+            .dry_run(&meta.as_meta(), &id, q.batches, q.sample)
+            .await,
+    )
 }
 
 /// `Accept-Patch` (RFC 5789), which actix does not name.

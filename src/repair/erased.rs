@@ -3,7 +3,9 @@
 //! every batch checked on the way (EX-3, EX-4).
 
 use super::check::{check_mutated, check_selection, SelectionError};
-use super::{Batches, Journal, Repair, RepairError, SelectAndMutate, SourceSet, Validation};
+use super::{
+    Batches, Journal, Repair, RepairError, RowCount, SelectAndMutate, SourceSet, Validation,
+};
 use crate::key::{Key, KeyError};
 use crate::store::{journal_images, journal_images_sql, journal_insert, StoreError};
 use async_trait::async_trait;
@@ -98,6 +100,15 @@ pub(crate) trait DynRepair: Send + Sync {
         conn: &mut AsyncPgConnection,
         bound: Option<&[u8]>,
     ) -> Result<Validation, BodyError>;
+    /// The rows a run over `(after, bound]` would select
+    /// ([`Repair::remaining_rows`]).
+    async fn remaining_rows(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+        exact: bool,
+    ) -> Result<RowCount, BodyError>;
 }
 
 /// A registered repair with the stable ID it had at registration: the
@@ -272,6 +283,21 @@ impl<R: Repair> DynRepair for Erased<R> {
     ) -> Result<Validation, BodyError> {
         let bound = bound.map(R::Key::from_bytes).transpose()?;
         Ok(self.repair.validate(conn, bound.as_ref()).await?)
+    }
+
+    async fn remaining_rows(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+        exact: bool,
+    ) -> Result<RowCount, BodyError> {
+        let after = after.map(R::Key::from_bytes).transpose()?;
+        let bound = R::Key::from_bytes(bound)?;
+        Ok(self
+            .repair
+            .remaining_rows(conn, after.as_ref(), &bound, exact)
+            .await?)
     }
 }
 

@@ -25,12 +25,12 @@
 
 use super::{
     even_splits, validate_id, Batches, BigIntSummary, DefinitionError, Journal, Mutated, Repair,
-    RepairError, SelectAndMutate, SourceSet, Validation,
+    RepairError, RowCount, SelectAndMutate, SourceSet, Validation,
 };
 use crate::pace::BatchTarget;
 use crate::store::{cached, journal_image, journal_insert_from};
 use async_trait::async_trait;
-use diesel::sql_types::{BigInt, Nullable};
+use diesel::sql_types::{BigInt, Json, Nullable};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
@@ -96,6 +96,14 @@ pub struct SqlRepair {
     /// `SELECT min(key) AS max FROM .. [WHERE filter]`: the lower end
     /// [`even_splits`] divides from, named `max` to read as a [`Bound`].
     min_sql: String,
+    /// `SELECT count(*) AS n FROM .. WHERE key > $1 AND key <= $2 [AND
+    /// filter]`: the rows a run over a range selects (a dry run's
+    /// forecast).
+    count_sql: String,
+    /// The same range's rows without the count: the planner's estimate,
+    /// from `EXPLAIN` of the text around the two keys, which go between
+    /// these three parts as literals.
+    estimate_sql: [String; 3],
     /// What [`Repair::journal`] answers: the batch statement then writes
     /// the journal itself.
     journal: Option<Journal>,
@@ -348,6 +356,14 @@ impl SqlRepairBuilder {
             target: self.target,
             partitions: self.partitions,
             min_sql: format!("SELECT min({key})::bigint AS max FROM {table}{where_filter}"),
+            count_sql: format!(
+                "SELECT count(*) AS n FROM {table} WHERE {key} > $1 AND {key} <= $2{and_filter}"
+            ),
+            estimate_sql: [
+                format!("EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {key} > "),
+                format!(" AND {key} <= "),
+                and_filter.clone(),
+            ],
             journal,
             id: self.id,
         })
@@ -397,6 +413,13 @@ struct BoundAndCount {
 struct Count {
     #[diesel(sql_type = BigInt)]
     n: i64,
+}
+
+/// `EXPLAIN (FORMAT JSON)`'s one row.
+#[derive(QueryableByName)]
+struct Plan {
+    #[diesel(sql_type = Json, column_name = "QUERY PLAN")]
+    plan: serde_json::Value,
 }
 
 #[async_trait]
@@ -467,6 +490,35 @@ impl Repair for SqlRepair {
 
     fn batches(&self) -> Batches<'_, i64> {
         Batches::OneStatement(self)
+    }
+
+    async fn remaining_rows(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        exact: bool,
+    ) -> Result<RowCount, RepairError> {
+        let after = after.copied().unwrap_or(i64::MIN);
+        if exact {
+            let rows: Count = cached(
+                diesel::sql_query(self.count_sql.as_str())
+                    .bind::<BigInt, _>(after)
+                    .bind::<BigInt, _>(*bound),
+            )
+            .get_result(conn)
+            .await?;
+            return Ok(RowCount::Exact(rows.n));
+        }
+        // The keys are integers formatted here, never caller text; as
+        // literals they let the planner use the column's histogram, which
+        // a generic plan of `$1` would not.
+        let [head, middle, tail] = &self.estimate_sql;
+        let text = format!("{head}{after}{middle}{bound}{tail}");
+        let plan: Plan = diesel::sql_query(text).get_result(conn).await?;
+        Ok(plan.plan[0]["Plan"]["Plan Rows"]
+            .as_f64()
+            .map_or(RowCount::Unknown, |rows| RowCount::Estimate(rows as i64)))
     }
 
     async fn validate(

@@ -421,3 +421,43 @@ test("undo2 the original's page shows its undo's progress and conflicts from the
   assert.match(app.describeResult("undo", 200, { outcome: "applied", prior_state: "completed", backfill: { id: "a.v1.undo", state: "running" } }), /a\.v1\.undo is running/);
   assert.match(app.describeResult("undo", 409, { error: "not_journaled", message: "keeps no journal", current: { state: "completed" } }), /not_journaled/);
 });
+
+function dryReport(extra) {
+  return {
+    backfill_id: "items.fix", state: "pending", generation: 1, batches_asked: 2, from: null, bound: 99,
+    bound_captured: true, statement_timeout_ms: 10000, lock_timeout_ms: 300,
+    batches: [
+      { batch: 1, partition: null, batch_size: 10, keys: 10, rows_changed: null, duration_ms: 1.25, wal_bytes: 6328, lock_wait_ms: null, to: 11 },
+    ],
+    error: null, reached_bound: false,
+    forecast: { rows: 90, rows_basis: "exact", batches: 9, duration_ms: null, wal_bytes: null },
+    sample: null, sample_note: "counts only: a sample of changed rows needs the backfill:inspect capability",
+    rolled_back: true,
+    ...extra,
+  };
+}
+
+test("dry2 a dry run's unknowns are shown as unknown, never 0", () => {
+  const html = app.dryRunReportHtml(dryReport());
+  assert.match(html, /rolled back/);
+  assert.match(html, /90 rows \(exact\), 9 batches, unknown, unknown bytes of WAL/);
+  assert.match(html, /<td>unknown<\/td>/, "rows changed and lock wait unknown");
+  assert.match(html, /backfill:inspect/);
+  assert.strictEqual(app.dryKnown(0), "0");
+  assert.strictEqual(app.dryKnown(null), "unknown");
+  const none = app.dryRunReportHtml(dryReport({ forecast: { rows: null, rows_basis: "unknown", batches: null, duration_ms: null, wal_bytes: null } }));
+  assert.match(none, /unknown rows, unknown batches/);
+});
+
+test("dry3 a dry run's sample and error are shown escaped", () => {
+  const html = app.dryRunReportHtml(dryReport({
+    sample: [{ key: { id: 1 }, before: { note: "<b>x</b>" }, after: { note: "y" } }],
+    sample_note: null,
+    error: { batch: 2, kind: "retryable", message: "lock timeout <now>" },
+  }));
+  assert.match(html, /Changed rows/);
+  assert.doesNotMatch(html, /<b>x<\/b>/);
+  assert.match(html, /&lt;b&gt;x&lt;\/b&gt;/);
+  assert.match(html, /Batch 2 failed \(retryable\): lock timeout &lt;now&gt;/);
+  assert.deepStrictEqual(app.DRY_RUNNABLE, ["pending", "paused"]);
+});

@@ -40,6 +40,19 @@ pub enum CtlCommand {
     Retry { id: String },
     /// Run explicit validation (read-only).
     Validate { id: String },
+    /// Run a pending or paused backfill's next batches exactly as the real
+    /// run would, roll them back, and report them with a forecast for the
+    /// remaining range (changes nothing; audited).
+    DryRun {
+        id: String,
+        /// Batches to run, 1 to 20 (the server's default: 3).
+        #[arg(long, value_name = "K")]
+        batches: Option<u32>,
+        /// Changed rows to show with their values, 0 to 50 (default 5);
+        /// needs a token with backfill:inspect.
+        #[arg(long, value_name = "N")]
+        sample: Option<u32>,
+    },
     /// Undo a journaled backfill: start its reverse backfill (`<id>.undo`),
     /// which restores every journaled row that still holds what the repair
     /// wrote; a row changed since is left alone and counted as a conflict.

@@ -94,6 +94,12 @@ impl Client {
         Ok(Self::check(self.send("GET", path, None, None).await?)?.body)
     }
 
+    /// POST a request that changes nothing (a dry run): sent once, without
+    /// an idempotency key, since repeating it repeats no change.
+    pub(super) async fn post(&self, path: &str) -> Result<Value, CtlError> {
+        Ok(Self::check(self.send("POST", path, None, None).await?)?.body)
+    }
+
     /// POST an action with one idempotency key (see [`Client::idempotent`]).
     pub(super) async fn act(&self, path: &str) -> Result<Value, CtlError> {
         self.idempotent("POST", path, None).await

@@ -30,6 +30,11 @@ pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
         CtlCommand::Resume { id } => act(&client, "resume", id, json).await,
         CtlCommand::Retry { id } => act(&client, "retry", id, json).await,
         CtlCommand::Validate { id } => validate(&client, id, json).await,
+        CtlCommand::DryRun {
+            id,
+            batches,
+            sample,
+        } => dry_run(&client, id, *batches, *sample, json).await,
         CtlCommand::Undo { id } => undo(&client, id, json).await,
         CtlCommand::Journal(JournalCommand::Prune { id }) => prune(&client, id, json).await,
         CtlCommand::Set(set) => set_settings(&client, set, json).await,
@@ -178,6 +183,26 @@ async fn validate(client: &Client, id: &str, json: bool) -> Result<(), CtlError>
             "validate {}: {} (state {}){tail}",
             r.backfill_id, r.outcome, r.state
         );
+    }
+    Ok(())
+}
+
+/// `dry-run`: the batches run and rolled back, and the report. Sent once,
+/// without an idempotency key: it changes nothing.
+async fn dry_run(
+    client: &Client,
+    id: &str,
+    batches: Option<u32>,
+    sample: Option<u32>,
+    json: bool,
+) -> Result<(), CtlError> {
+    let body = client
+        .post(&super::dry_run::path(&checked_id(id)?, batches, sample))
+        .await?;
+    if json {
+        print_json(&body);
+    } else {
+        print!("{}", super::dry_run::report(&decode(body)?));
     }
     Ok(())
 }

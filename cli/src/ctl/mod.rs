@@ -12,6 +12,7 @@ mod args;
 mod client;
 mod detail;
 mod dispatch;
+mod dry_run;
 mod error;
 mod partitions;
 #[cfg(test)]

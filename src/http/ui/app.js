@@ -2,8 +2,9 @@
 // lifecycle of its own, never synthesises an outcome, shows unknown as
 // unknown and a failed refresh as stale with its age, never as zero or
 // healthy (ADM-3), and sends only the actions of docs/CONTRACT.md section 3
-// (CT-12), live settings changes (THR-4) and the undo of a journaled
-// backfill (UNDO-2). The server decides every
+// (CT-12), live settings changes (THR-4), the undo of a journaled
+// backfill (UNDO-2) and the dry run, which changes nothing (DRY-1). The
+// server decides every
 // transition and judges every setting; the buttons and the form shown are
 // a convenience, not a rule.
 //
@@ -525,6 +526,46 @@ function journalRows(view) {
   return rows;
 }
 
+// The states a dry run runs in (DRY-1): the batches it runs are the
+// ones the real run would run next, and nothing else runs them meanwhile.
+const DRY_RUNNABLE = ["pending", "paused"];
+// The most batches one dry run runs (the server's limit, DRY-1).
+const DRY_RUN_MAX_BATCHES = 20;
+
+// A value of a dry run's report, or "unknown" when the server could not
+// measure it (null): unknowns stay unknown, never 0.
+function dryKnown(value, fmt) {
+  return value === null || value === undefined ? "unknown" : (fmt ? fmt(value) : String(value));
+}
+
+// A dry run's report (DRY-1..3) as HTML: each batch, the error of a batch
+// that failed, the forecast for the remaining range and the sample of
+// changed rows or why there is none. Every value is escaped.
+function dryRunReportHtml(r) {
+  const key = (v) => (v === null || v === undefined ? "—" : escapeHtml(JSON.stringify(v)));
+  const from = r.from === null || r.from === undefined ? "the start" : key(r.from);
+  const bound = `${key(r.bound)}${r.bound_captured ? " (as start would capture it now)" : ""}`;
+  const head = `<p>Dry run of <strong>${escapeHtml(r.backfill_id)}</strong> (${escapeHtml(r.state)}): ` +
+    `${r.batches.length} of ${r.batches_asked} batches ran from ${from} to ${bound}, then everything was <strong>rolled back</strong>.</p>`;
+  const rows = r.batches.map((b) => `<tr><td>${b.batch}</td><td>${b.partition === null || b.partition === undefined ? "—" : b.partition}</td><td>${fmtCount(b.batch_size)}</td>` +
+    `<td>${fmtCount(b.keys)}</td><td>${dryKnown(b.rows_changed, fmtCount)}</td><td>${b.duration_ms.toFixed(1)} ms</td>` +
+    `<td>${dryKnown(b.wal_bytes, fmtCount)}</td><td>${dryKnown(b.lock_wait_ms)}</td><td>${key(b.to)}</td></tr>`).join("");
+  const table = `<table class="dry-batches"><thead><tr><th>batch</th><th>partition</th><th>size</th><th>keys</th>` +
+    `<th>rows changed</th><th>time</th><th>WAL bytes</th><th>lock wait</th><th>checkpoint</th></tr></thead><tbody>${rows}</tbody></table>`;
+  const error = r.error ? `<p class="notice">Batch ${r.error.batch} failed (${escapeHtml(r.error.kind)}): ${escapeHtml(r.error.message)}. Nothing was changed.</p>` : "";
+  const f = r.forecast;
+  const forecast = `<p>Forecast for the remaining range: ${f.rows === null ? "unknown rows" : `${fmtCount(f.rows)} rows (${escapeHtml(f.rows_basis)})`}, ` +
+    `${dryKnown(f.batches, fmtCount)} batches, ${dryKnown(f.duration_ms, fmtDuration)}, ${dryKnown(f.wal_bytes, fmtCount)} bytes of WAL.</p>`;
+  let sample = "";
+  if (r.sample) {
+    sample = `<table class="dry-sample"><caption>Changed rows (sample)</caption><thead><tr><th>key</th><th>before</th><th>after</th></tr></thead><tbody>` +
+      r.sample.map((row) => `<tr><td>${key(row.key)}</td><td>${key(row.before)}</td><td>${key(row.after)}</td></tr>`).join("") + "</tbody></table>";
+  } else if (r.sample_note) {
+    sample = `<p class="muted">Sample: ${escapeHtml(r.sample_note)}</p>`;
+  }
+  return head + table + error + forecast + sample;
+}
+
 function detailHref(id) {
   return `#/backfills/${encodeURIComponent(id)}`;
 }
@@ -766,7 +807,7 @@ if (typeof module !== "undefined") {
     retryText, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCell, validationCell, readinessCell, row,
     stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
-    journalRows, actionButtons,
+    journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
     auditCells, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
   };
 }
@@ -799,6 +840,7 @@ if (typeof document !== "undefined") {
     cannotOperate: false,
     settingsFor: null, // the ID the settings form was last filled for
     settingsMsg: null, // {id, outcome, text, field}: the last answer beside the form
+    dryRun: null, // {id, sending, stamp, html}: the last dry run's report on the detail page
   };
   const rates = createRates(15000);
   let timer = null;
@@ -907,6 +949,51 @@ if (typeof document !== "undefined") {
   // last answer. Offered where the state still takes a change and the
   // token has not been refused operate; a message about this backfill
   // stays visible even when the form itself is withdrawn.
+  // The dry-run panel of the detail page (DRY-1): offered on a pending or
+  // paused backfill; its last report stays shown for the backfill it was
+  // taken of, until another is taken or the page shows another backfill.
+  const renderDryRun = () => {
+    const id = ui.route.page === "detail" ? ui.route.id : null;
+    const v = ui.detail && ui.detail.id === id ? ui.detail : null;
+    const shown = ui.dryRun && ui.dryRun.id === id ? ui.dryRun : null;
+    const offered = Boolean(v) && DRY_RUNNABLE.includes(v.state) && !ui.cannotOperate;
+    $("dry-run-panel").hidden = !offered && !shown;
+    $("dry-run-form").hidden = !offered;
+    $("dry-run-submit").disabled = ui.busy || Boolean(shown && shown.sending);
+    const out = $("dry-run-report");
+    out.hidden = !shown;
+    if (shown && out.dataset.for !== shown.stamp) {
+      out.dataset.for = shown.stamp;
+      out.innerHTML = shown.html;
+    }
+  };
+
+  // POST the dry run; it changes nothing, so it is sent once, without an
+  // idempotency key and without a confirm dialog.
+  const sendDryRun = async (id, batches) => {
+    ui.dryRun = { id, sending: true, stamp: `sending-${Date.now()}`, html: `<p role="status">Dry run of ${escapeHtml(id)}: running ${batches} batches…</p>` };
+    render();
+    let html;
+    try {
+      const res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/dry-run?batches=${batches}`, {
+        method: "POST",
+        headers: authHeaders(),
+      });
+      let body = null;
+      try { body = await res.json(); } catch (e) { body = null; }
+      if (res.status === 200 && body) html = dryRunReportHtml(body);
+      else {
+        if (res.status === 403) ui.cannotOperate = true;
+        const why = body && body.message ? body.message : `HTTP ${res.status}`;
+        html = `<p class="notice">Dry run refused: ${escapeHtml(why)}</p>`;
+      }
+    } catch (e) {
+      html = `<p class="notice">Dry run: no answer from the server (nothing was changed by it in any case).</p>`;
+    }
+    ui.dryRun = { id, sending: false, stamp: `done-${Date.now()}`, html };
+    render();
+  };
+
   const renderSettings = () => {
     const panel = $("settings-panel");
     const id = ui.route.page === "detail" ? ui.route.id : null;
@@ -1088,6 +1175,8 @@ if (typeof document !== "undefined") {
     ui.settingsMsg = null;
     ui.settingsFor = null;
     $("settings-panel").hidden = true;
+    ui.dryRun = null;
+    $("dry-run-panel").hidden = true;
     for (const id of ["rows", "detail-state", "detail-markers", "detail-actions", "detail-body"]) setHtml($(id), "");
     setText($("summary"), "");
   };
@@ -1096,6 +1185,7 @@ if (typeof document !== "undefined") {
     renderStatus();
     renderList();
     renderDetail();
+    renderDryRun();
     renderResult();
   };
 
@@ -1393,6 +1483,18 @@ if (typeof document !== "undefined") {
       openerKey: "settings-submit",
       onOk: () => sendSettings(id, change),
     });
+  });
+  $("dry-run-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const v = ui.detail;
+    if (ui.busy || !v || ui.route.page !== "detail" || v.id !== ui.route.id) return;
+    const batches = Number($("dry-run-batches").value);
+    if (!Number.isInteger(batches) || batches < 1 || batches > DRY_RUN_MAX_BATCHES) {
+      ui.dryRun = { id: v.id, sending: false, stamp: `bad-${Date.now()}`, html: `<p class="notice">Batches must be a whole number from 1 to ${DRY_RUN_MAX_BATCHES}. Nothing was sent.</p>` };
+      render();
+      return;
+    }
+    sendDryRun(v.id, batches);
   });
   window.addEventListener("hashchange", onRoute);
   // Relative times ("expires in 21 s", "last refreshed 14 s ago") move with
