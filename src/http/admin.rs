@@ -95,15 +95,29 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
         .service(resource("/admin/audit", web::get().to(audit), "GET"))
         // Registered last: any other path under /admin gets a JSON error
         // like every other rejection, not an empty body.
-        .route("/admin", web::route().to(no_route))
-        .route("/admin/{tail:.*}", web::route().to(no_route));
+        .service(
+            web::resource("/admin")
+                .wrap(super::security_headers())
+                .route(web::route().to(no_route)),
+        )
+        .service(
+            web::resource("/admin/{tail:.*}")
+                .wrap(super::security_headers())
+                .route(web::route().to(no_route)),
+        );
 }
 
 /// One known path served by `route`; every other method on it is a 405
 /// naming the allowed one (API-2), so a client can tell a wrong method
-/// from a path that does not exist.
-fn resource(path: &str, route: actix_web::Route, allow: &'static str) -> actix_web::Resource {
+/// from a path that does not exist. Every answer carries the security
+/// headers (AUTH-4), on whatever listener the routes are mounted.
+fn resource(
+    path: &str,
+    route: actix_web::Route,
+    allow: &'static str,
+) -> impl actix_web::dev::HttpServiceFactory {
     web::resource(path)
+        .wrap(super::security_headers())
         .route(route)
         .default_service(web::to(move || method_not_allowed(allow)))
 }
@@ -134,6 +148,9 @@ struct Meta {
     bearer: Option<String>,
     idempotency_key: Option<String>,
     request_id: String,
+    host: Option<String>,
+    origin: Option<String>,
+    fetch_site: Option<String>,
 }
 
 impl Meta {
@@ -159,6 +176,16 @@ impl Meta {
             request_id: header("x-request-id")
                 .filter(|r| !r.is_empty() && r.len() <= 200)
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            // The authority the request was sent to: an absolute-form
+            // target's, else the Host header (RFC 9112, 3.2.2). Never a
+            // forwarded-host header, which any client may set.
+            host: req
+                .uri()
+                .authority()
+                .map(|a| a.as_str().to_string())
+                .or_else(|| header(header::HOST.as_str())),
+            origin: header(header::ORIGIN.as_str()),
+            fetch_site: header("sec-fetch-site"),
         }
     }
 
@@ -168,6 +195,9 @@ impl Meta {
             idempotency_key: self.idempotency_key.as_deref(),
             request_id: Some(&self.request_id),
             source: self.source,
+            host: self.host.as_deref(),
+            origin: self.origin.as_deref(),
+            fetch_site: self.fetch_site.as_deref(),
         }
     }
 }
