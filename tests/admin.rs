@@ -1251,7 +1251,9 @@ async fn api1_openapi_declares_constraints_and_key_types() {
             (Some(1), Some(200))
         );
         let responses = &doc["paths"][path.as_str()]["post"]["responses"];
-        for status in ["400", "401", "403", "404", "422", "429", "500", "503"] {
+        for status in [
+            "400", "401", "403", "404", "421", "422", "429", "500", "503",
+        ] {
             assert!(
                 responses[status]["content"]["application/json"]["schema"].is_object(),
                 "{action} declares {status} with a body"

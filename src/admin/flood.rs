@@ -6,8 +6,8 @@
 //! reason are counted in memory and written as ONE audit row per window,
 //! whose count grows as the window's requests arrive; past a rate per
 //! caller, requests are refused with 429 (and counted the same way, as
-//! `throttled`). A caller is the authenticated principal when there is
-//! one, else the peer address, IPv6 addresses by their /64 (one host
+//! `throttled`); an authenticated principal is never throttled. A caller is
+//! the authenticated principal when there is one, else the peer address, IPv6 addresses by their /64 (one host
 //! usually holds a whole /64, so rotating addresses inside it must not buy
 //! a fresh window or rate).
 //!
@@ -260,6 +260,10 @@ impl FloodGate {
         request: Rejected,
         now: Instant,
     ) -> (Verdict, bool) {
+        // A principal is accountable by name and its refusals are cheap
+        // (counted in memory, written coalesced): it is never answered
+        // 429, so an operator's mistyped requests keep their own answers.
+        let rated = !matches!(caller, Caller::Principal(_));
         let mut state = self.lock();
         let key = self.slot(&mut state, caller, now);
         let limits = &self.limits;
@@ -272,7 +276,9 @@ impl FloodGate {
         entry.tokens = (entry.tokens + now.duration_since(entry.refilled).as_secs_f64() * rate)
             .min(f64::from(limits.burst));
         entry.refilled = now;
-        let (reason, verdict) = if entry.tokens >= 1.0 {
+        let (reason, verdict) = if !rated {
+            (reason, None)
+        } else if entry.tokens >= 1.0 {
             entry.tokens -= 1.0;
             (reason, None)
         } else {
@@ -595,7 +601,8 @@ mod tests {
     }
 
     /// AUD-3: a principal is a caller of its own wherever it connects
-    /// from, and IPv6 peers are counted by their /64.
+    /// from, whose refusals are counted but never answered 429, and IPv6
+    /// peers are counted by their /64.
     #[test]
     fn aud03_principals_are_callers_and_ipv6_peers_count_by_64() {
         let v6 = |s: &str| Caller::source(Some(s.parse().expect("address")));
@@ -606,19 +613,23 @@ mod tests {
             v6("2001:db8:1:2:aaaa::1").column().as_deref(),
             Some("2001:db8:1:2::/64")
         );
-        let gate = FloodGate::new(FloodLimits::default());
+        let gate = FloodGate::new(FloodLimits {
+            burst: 1,
+            ..FloodLimits::default()
+        });
         let t0 = Instant::now();
-        for _ in 0..3 {
-            gate.reject_at(
+        for _ in 0..300 {
+            let (verdict, _) = gate.reject_at(
                 Caller::Principal("viewer".into()),
                 Reason::Forbidden,
                 request("pause"),
                 t0,
             );
+            assert!(matches!(verdict, Verdict::Refused { .. }), "never 429");
         }
         let state = gate.lock();
         let viewer = &state.callers[&Some(Caller::Principal("viewer".into()))];
-        assert_eq!(viewer.windows[Reason::Forbidden.index()].pending, 3);
+        assert_eq!(viewer.windows[Reason::Forbidden.index()].pending, 300);
         assert_eq!(Caller::Principal("viewer".into()).column(), None);
     }
 
