@@ -541,20 +541,19 @@ pub struct AuditEntry {
 /// C1), invisible and bidirectional formatting characters are written as
 /// `\u{XXXX}`, so a stored escape sequence cannot recolour a terminal, a
 /// CR/LF cannot forge a line and an override cannot reorder what an
-/// operator reads. A backslash is doubled, so an escape always means one.
+/// operator reads. Escaping twice changes nothing more, so every place
+/// that shows audit text (the API, the web client, `ctl`) can apply it.
 pub fn audit_text(text: &str) -> String {
     let unsafe_char = |c: char| {
         c.is_control()
             || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{061c}')
     };
-    if !text.chars().any(|c| unsafe_char(c) || c == '\\') {
+    if !text.chars().any(unsafe_char) {
         return text.to_string();
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c == '\\' {
-            out.push_str("\\\\");
-        } else if unsafe_char(c) {
+        if unsafe_char(c) {
             out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
         } else {
             out.push(c);
@@ -662,8 +661,8 @@ mod tests {
     use super::*;
 
     /// AUD-3: control, bidirectional and invisible characters are shown
-    /// escaped, a backslash doubled; ordinary text, accents and all, is
-    /// shown as it is.
+    /// escaped, and escaping again changes nothing; ordinary text, accents
+    /// and all, is shown as it is.
     #[test]
     fn aud03_audit_text_escapes_controls_and_bidi_overrides() {
         assert_eq!(audit_text("items.counter"), "items.counter");
@@ -672,7 +671,8 @@ mod tests {
             audit_text("\u{1b}[31mRED\r\nfake\u{202e}txt\u{0}\u{85}\u{200b}"),
             "\\u{001b}[31mRED\\u{000d}\\u{000a}fake\\u{202e}txt\\u{0000}\\u{0085}\\u{200b}"
         );
-        assert_eq!(audit_text("a\\u{1b}"), "a\\\\u{1b}");
+        let once = audit_text("\u{1b}x\u{2066}");
+        assert_eq!(audit_text(&once), once);
     }
     use chrono::TimeDelta;
     use serde_json::json;
