@@ -993,3 +993,94 @@ fn page_limit(limit: Option<i64>) -> Result<i64, AdminError> {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta<'a>(
+        host: Option<&'a str>,
+        origin: Option<&'a str>,
+        site: Option<&'a str>,
+    ) -> RequestMeta<'a> {
+        RequestMeta {
+            host,
+            origin,
+            fetch_site: site,
+            ..Default::default()
+        }
+    }
+
+    /// AUTH-3: a Host or origin authority is compared by its hostname in
+    /// lower case, without port, brackets or a trailing dot; what is no
+    /// hostname matches nothing.
+    #[test]
+    fn auth3_hostnames_are_compared_without_port_or_case() {
+        let name = |s: &str| hostname(s);
+        assert_eq!(name("LocalHost.:8081").as_deref(), Some("localhost"));
+        assert_eq!(name("[::1]:8081").as_deref(), Some("::1"));
+        assert_eq!(name("::1").as_deref(), Some("::1"));
+        assert_eq!(name("127.0.0.1").as_deref(), Some("127.0.0.1"));
+        for bad in [
+            "",
+            ":80",
+            "[::1",
+            "[::1]x",
+            "a b",
+            "evil.example:x",
+            "user@host",
+            "h:123456",
+        ] {
+            assert_eq!(name(bad), None, "{bad}");
+        }
+        assert_eq!(
+            allowed_host("Admin.Internal:9000").expect("a host"),
+            "admin.internal"
+        );
+        assert!(allowed_host("not a host").is_err());
+    }
+
+    /// AUTH-3: what counts as sent by another site: `Sec-Fetch-Site`
+    /// other than `same-origin` or `none`, an `Origin` that is not this
+    /// Host's (scheme default ports compared as such), `Origin: null`, or
+    /// an origin with no Host to compare it with. No header says nothing.
+    #[test]
+    fn auth3_cross_site_is_what_origin_or_fetch_site_says() {
+        let h = Some("127.0.0.1:8081");
+        assert!(!cross_site(&meta(h, None, None)));
+        assert!(!cross_site(&meta(h, None, Some("same-origin"))));
+        assert!(!cross_site(&meta(h, None, Some("none"))));
+        assert!(cross_site(&meta(h, None, Some("cross-site"))));
+        assert!(cross_site(&meta(h, None, Some("same-site"))));
+        assert!(!cross_site(&meta(h, Some("http://127.0.0.1:8081"), None)));
+        assert!(!cross_site(&meta(
+            Some("admin"),
+            Some("http://ADMIN:80"),
+            None
+        )));
+        assert!(!cross_site(&meta(
+            Some("admin:443"),
+            Some("https://admin"),
+            None
+        )));
+        assert!(cross_site(&meta(h, Some("http://127.0.0.1:8082"), None)));
+        assert!(cross_site(&meta(
+            h,
+            Some("https://127.0.0.1:8081.evil"),
+            None
+        )));
+        assert!(cross_site(&meta(h, Some("null"), None)));
+        assert!(cross_site(&meta(h, Some("file://"), None)));
+        assert!(cross_site(&meta(None, Some("http://127.0.0.1:8081"), None)));
+    }
+
+    /// AUD-3: a valid ID (or `*`) is recorded as it is; anything else as
+    /// a placeholder with its length in bytes.
+    #[test]
+    fn aud03_an_invalid_id_is_recorded_as_a_placeholder() {
+        assert_eq!(audit_id("items.counter"), "items.counter");
+        assert_eq!(audit_id("*"), "*");
+        assert_eq!(audit_id("a\u{1b}[31m"), "(invalid ID, 6 bytes)");
+        assert_eq!(audit_id(&"x".repeat(500)), "(invalid ID, 500 bytes)");
+    }
+}
