@@ -199,8 +199,9 @@ pub struct RequestMeta<'a> {
     /// coalesced and rate-limited per source (API-3). `None` (not a socket
     /// peer) is a source of its own.
     pub source: Option<IpAddr>,
-    /// The `Host` header, checked against the allow-list in
-    /// trusted-network mode (AUTH-3). `None` when absent.
+    /// The `Host` the request was sent to, checked against the allow-list
+    /// in trusted-network mode (AUTH-3). `None` when there is none (an
+    /// in-process caller, an HTTP/1.0 client): not checked.
     pub host: Option<&'a str>,
     /// The `Origin` header, if any (AUTH-3).
     pub origin: Option<&'a str>,
@@ -548,11 +549,14 @@ impl Admin {
     /// another site sent.
     fn boundary(&self, meta: &RequestMeta<'_>, need: Capability) -> Option<flood::Reason> {
         if matches!(self.config.auth, AuthConfig::TrustedNetwork) {
-            let known = meta
-                .host
-                .and_then(hostname)
-                .is_some_and(|h| self.allowed_hosts.contains(&h));
-            if !known {
+            // A request without a Host is no browser's (browsers always
+            // send one, and rebinding needs a browser): an in-process
+            // caller of this layer, or an HTTP/1.0 client on the network
+            // this mode trusts.
+            let foreign = meta.host.is_some_and(|host| {
+                !hostname(host).is_some_and(|h| self.allowed_hosts.contains(&h))
+            });
+            if foreign {
                 return Some(flood::Reason::Misdirected);
             }
         }
