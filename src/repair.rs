@@ -546,7 +546,8 @@ pub enum DefinitionError {
     /// A table or column name of a [`SqlRepair`] that is not a plain SQL
     /// identifier: it would be spliced into the statements.
     #[error(
-        "invalid SQL identifier {0:?}: use [A-Za-z_][A-Za-z0-9_]* (at most 63 bytes), \
+        "invalid SQL identifier {0:?}: use [a-z_][a-z0-9_]* in lower case, as PostgreSQL \
+         folds it (at most 63 bytes), \
          a table optionally as schema.table"
     )]
     InvalidIdentifier(String),

@@ -133,10 +133,11 @@ async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
         "every attempt audited"
     );
     assert_eq!(audited, attempts);
-    // The community principal is audited by name, an anonymous caller is not.
+    // The community principal is audited by name, an anonymous caller is
+    // not; each one's refusals share one coalesced row (AUD-3).
     assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE actor = 'moderator' AND outcome = 'forbidden'").await,
-        11
+        db.text("SELECT concat_ws('|', count(*), sum(request_count)) AS v FROM backfill_audit WHERE actor = 'moderator' AND outcome = 'forbidden'").await.as_deref(),
+        Some("1|11")
     );
     assert_eq!(
         db.scalar("SELECT sum(request_count)::bigint AS v FROM backfill_audit WHERE actor IS NULL AND authority = 'none' AND outcome = 'unauthorized'").await,
@@ -1194,26 +1195,24 @@ async fn adm_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
         rejected_actions,
         "every rejected action audited"
     );
-    assert_eq!(
-        db.scalar(
-            "SELECT count(*) AS v FROM backfill_audit \
-             WHERE backfill_id = 'items\u{fffd}counter' AND outcome = 'bad_request'"
-        )
-        .await,
-        5,
-        "the NUL is stored replaced"
-    );
-    // The unauthenticated ones share one coalesced row (API-3), which
-    // describes the first of them: a NUL ID, stored replaced.
-    assert_eq!(
-        db.scalar(
-            "SELECT request_count AS v FROM backfill_audit \
-             WHERE backfill_id = 'items\u{fffd}counter' AND outcome = 'unauthorized'"
-        )
-        .await,
-        10,
-        "the NUL is stored replaced"
-    );
+    // The operator's share one coalesced row (AUD-3), the
+    // unauthenticated ones another (API-3); neither holds the IDs, which
+    // are stored as a placeholder with their length.
+    for (who, outcome) in [
+        ("actor = 'ops'", "bad_request"),
+        ("actor IS NULL", "unauthorized"),
+    ] {
+        assert_eq!(
+            db.text(&format!(
+                "SELECT concat_ws('|', count(*), sum(request_count), min(backfill_id)) AS v \
+                 FROM backfill_audit WHERE {who} AND outcome = '{outcome}'"
+            ))
+            .await
+            .as_deref(),
+            Some("1|10|(invalid ID, 13 bytes)"),
+            "{outcome}"
+        );
+    }
     assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
     server.stop().await;
 }
@@ -1264,7 +1263,9 @@ async fn api1_openapi_declares_constraints_and_key_types() {
             (Some(1), Some(200))
         );
         let responses = &doc["paths"][path.as_str()]["post"]["responses"];
-        for status in ["400", "401", "403", "404", "422", "429", "500", "503"] {
+        for status in [
+            "400", "401", "403", "404", "421", "422", "429", "500", "503",
+        ] {
             assert!(
                 responses[status]["content"]["application/json"]["schema"].is_object(),
                 "{action} declares {status} with a body"
@@ -1552,7 +1553,7 @@ async fn adm2_a_page_of_exactly_limit_items_is_the_last() {
 }
 
 /// API-3, AUD-1: a coalesced window's audit row describes the window's
-/// first request (its backfill, action and Idempotency-Key, the 401's
+/// requests (their backfill and action, no Idempotency-Key, the 401's
 /// message, no actor, authority `none`) and counts the others; the
 /// throttled window's row says why. Guard: the `NewAudit` that
 /// `FloodGate::flush` writes.
@@ -1587,9 +1588,10 @@ async fn api3_a_coalesced_row_describes_the_first_request_of_its_window() {
     assert_eq!(
         row("unauthorized").await.as_deref(),
         Some(
-            "items.counter|pause|-|none|first-key|\
+            "items.counter|pause|-|none|\
              a bearer token with a backfill capability is required|2|127.0.0.1"
-        )
+        ),
+        "no correlation: the caller chose it (AUD-3)"
     );
     support::eventually("the throttled window is written", || async {
         row("throttled").await.is_some()
@@ -1598,8 +1600,8 @@ async fn api3_a_coalesced_row_describes_the_first_request_of_its_window() {
     assert_eq!(
         row("throttled").await.as_deref(),
         Some(
-            "items.counter|pause|-|none|third-key|\
-             too many rejected requests from this source|1|127.0.0.1"
+            "items.counter|pause|-|none|\
+             too many rejected requests from this caller|1|127.0.0.1"
         )
     );
     server.stop().await;
@@ -1643,4 +1645,456 @@ async fn api3_a_401_answers_only_once_its_rejection_is_audited() {
         "the row is there when the answer is"
     );
     server.stop().await;
+}
+
+/// Send one request with `headers` (a `Host` among them replaces the
+/// URL's); the answer and its headers, names in lower case.
+async fn send(
+    server: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (Resp, Vec<(String, String)>) {
+    let client = awc::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .finish();
+    let method = awc::http::Method::from_bytes(method.as_bytes()).expect("method");
+    let mut req = client.request(method, format!("{server}{path}"));
+    for (name, value) in headers {
+        req = req.insert_header((*name, *value));
+    }
+    let mut res = req.send().await.expect("request");
+    let head: Vec<(String, String)> = res
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            let value = v.to_str().unwrap_or("(not text)").to_string();
+            (k.as_str().to_ascii_lowercase(), value)
+        })
+        .collect();
+    let bytes = res.body().limit(4 << 20).await.expect("body");
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    let resp = Resp {
+        status: res.status().as_u16(),
+        body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        text,
+    };
+    (resp, head)
+}
+
+/// An admin service in trusted-network mode (AUTH-2) over `engine`.
+fn trusted_admin(engine: backfill::Engine) -> backfill::admin::Admin {
+    backfill::admin::Admin::new(
+        engine,
+        backfill::admin::AdminConfig {
+            auth: backfill::admin::AuthConfig::TrustedNetwork,
+            auto_backfills: false,
+            required: Default::default(),
+        },
+    )
+}
+
+/// Rejection limits that never answer 429 in a test of a few hundred
+/// requests, so every refusal lands in its own reason's row.
+fn roomy() -> backfill::admin::FloodLimits {
+    backfill::admin::FloodLimits {
+        burst: 10_000,
+        ..backfill::admin::FloodLimits::default()
+    }
+}
+
+/// `count|sum of request_count` of the audit rows with `outcome`.
+async fn coalesced(db: &support::TestDb, outcome: &str) -> String {
+    db.text(&format!(
+        "SELECT concat_ws('|', count(*), coalesce(sum(request_count), 0)) AS v \
+         FROM backfill_audit WHERE outcome = '{outcome}'"
+    ))
+    .await
+    .unwrap_or_default()
+}
+
+/// AUTH-3: in trusted-network mode a request whose `Host` is not on the
+/// allow-list (what a DNS-rebinding page sends: its own domain, resolved
+/// to this address) answers 421 with a JSON error, returns no data,
+/// changes nothing and is counted into one coalesced audit row; the
+/// loopback names, the listen address and a configured name are answered,
+/// in any case and with any port. Guard: the Host check in
+/// `Admin::boundary`.
+#[actix_rt::test]
+async fn auth3_foreign_host_is_refused_in_trusted_network_mode() {
+    let (db, engine, _hooks) = setup(3).await;
+    let admin = trusted_admin(engine).with_allowed_hosts(["admin.internal:9000".to_string()]);
+    let server = serve(admin);
+    let port = server.url.rsplit(':').next().expect("port").to_string();
+    let before = snapshot(&db, ID).await;
+    let start = format!("/admin/backfills/{ID}/start");
+    let foreign = [
+        "attacker.example".to_string(),
+        format!("attacker.example:{port}"),
+        format!("localhost.attacker.example:{port}"),
+        "127.0.0.1.nip.io".to_string(),
+    ];
+    for host in &foreign {
+        for (method, path) in [("GET", "/admin/backfills"), ("POST", start.as_str())] {
+            let headers = [("Host", host.as_str()), ("Idempotency-Key", "rebind")];
+            let (r, _) = send(&server.url, method, path, &headers).await;
+            assert_eq!(r.status, 421, "{method} {path} Host {host}: {}", r.text);
+            assert_eq!(r.body["error"], "misdirected_request", "{}", r.text);
+            assert_no_backfill_data(&r, ID);
+        }
+    }
+    assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
+    assert_eq!(coalesced(&db, "misdirected_request").await, "1|8");
+    for host in [
+        format!("localhost:{port}"),
+        format!("LOCALHOST.:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        "Admin.Internal".to_string(),
+    ] {
+        let (r, _) = send(&server.url, "GET", "/admin/backfills", &[("Host", &host)]).await;
+        assert_eq!(r.status, 200, "Host {host}: {}", r.text);
+    }
+    let headers = [("Host", "localhost"), ("Idempotency-Key", "local")];
+    let (r, _) = send(&server.url, "POST", &start, &headers).await;
+    assert_eq!(
+        (r.status, &r.body["outcome"]),
+        (200, &Value::from("applied"))
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
+}
+
+/// AUTH-3: in both modes a state-changing request whose `Origin` or
+/// `Sec-Fetch-Site` says another site sent it (a cross-site form post
+/// needs no preflight) is refused with 403 `cross_site`: 300 of them
+/// change nothing, store no response and leave one coalesced audit row
+/// and nothing else. A cross-site read and a same-origin post are
+/// answered. Guard: `cross_site` in `Admin::boundary`.
+#[actix_rt::test]
+async fn auth3_cross_site_posts_are_refused_in_both_modes() {
+    const POSTS: usize = 300;
+    for trusted in [false, true] {
+        let (db, engine, _hooks) = setup(3).await;
+        let admin = if trusted {
+            trusted_admin(engine)
+        } else {
+            admin(engine)
+        };
+        let server = serve(admin.with_flood_limits(roomy()));
+        let bearer = format!("Bearer {OPERATOR}");
+        let token: Vec<(&str, &str)> = if trusted {
+            vec![]
+        } else {
+            vec![("Authorization", bearer.as_str())]
+        };
+        let before = snapshot(&db, ID).await;
+        let start = format!("/admin/backfills/{ID}/start");
+        for i in 0..POSTS {
+            let key = format!("csrf-{i}");
+            let cross = match i % 4 {
+                0 => ("Origin", "https://evil.example"),
+                1 => ("Sec-Fetch-Site", "cross-site"),
+                2 => ("Origin", "null"),
+                _ => ("Origin", "http://127.0.0.1.evil.example"),
+            };
+            let mut headers = token.clone();
+            headers.extend([cross, ("Idempotency-Key", key.as_str())]);
+            let (r, _) = send(&server.url, "POST", &start, &headers).await;
+            assert_eq!(r.status, 403, "trusted {trusted}, {cross:?}: {}", r.text);
+            assert_eq!(r.body["error"], "cross_site", "{}", r.text);
+            assert_no_backfill_data(&r, ID);
+        }
+        assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
+        assert_eq!(
+            db.scalar("SELECT count(*) AS v FROM backfill_request")
+                .await,
+            0,
+            "no response stored"
+        );
+        assert_eq!(coalesced(&db, "cross_site").await, "1|300");
+        assert_eq!(
+            db.scalar("SELECT count(*) AS v FROM backfill_audit").await,
+            1,
+            "no audit growth beyond the coalesced row"
+        );
+        let mut headers = token.clone();
+        headers.push(("Origin", "https://evil.example"));
+        let (r, _) = send(&server.url, "GET", "/admin/backfills", &headers).await;
+        assert_eq!(r.status, 200, "a read is no state change: {}", r.text);
+        let mut headers = token.clone();
+        headers.extend([
+            ("Origin", server.url.as_str()),
+            ("Sec-Fetch-Site", "same-origin"),
+            ("Idempotency-Key", "same-origin"),
+        ]);
+        let (r, _) = send(&server.url, "POST", &start, &headers).await;
+        assert_eq!(r.status, 200, "same origin: {}", r.text);
+        assert_eq!(r.body["outcome"], "applied");
+        server.stop().await;
+        assert_audit_complete(&db).await;
+    }
+}
+
+/// The security headers every admin answer carries (AUTH-4).
+const SECURITY_HEADERS: [(&str, &str); 5] = [
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self' \
+         'unsafe-inline'; img-src 'self'; base-uri 'none'; form-action 'none'; \
+         frame-ancestors 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("x-frame-options", "DENY"),
+    ("cache-control", "no-store"),
+];
+
+/// AUTH-4: every answer of the admin routes, whatever its status (200,
+/// 400, 401, 403, 404, 405 or 409), the OpenAPI
+/// document and the web client carry the CSP, nosniff, no-referrer, no
+/// framing and no-store. Guard: `http::security_headers` on each resource.
+#[actix_rt::test]
+async fn auth4_every_admin_response_carries_the_security_headers() {
+    let (_db, engine, _hooks) = setup(3).await;
+    let server = serve_with_ui(admin(engine).with_flood_limits(roomy()));
+    let operator = format!("Bearer {OPERATOR}");
+    let reader = format!("Bearer {READER}");
+    let pause = format!("/admin/backfills/{ID}/pause");
+    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, u16);
+    let cases: Vec<Case> = vec![
+        (
+            "GET",
+            "/admin/backfills".into(),
+            vec![("Authorization", &operator)],
+            200,
+        ),
+        (
+            "GET",
+            "/admin/backfills/BAD".into(),
+            vec![("Authorization", &operator)],
+            400,
+        ),
+        ("GET", "/admin/audit".into(), vec![], 401),
+        (
+            "POST",
+            pause.clone(),
+            vec![("Authorization", &reader), ("Idempotency-Key", "h")],
+            403,
+        ),
+        (
+            "POST",
+            pause.clone(),
+            vec![("Authorization", &operator), ("Idempotency-Key", "h")],
+            409,
+        ),
+        (
+            "DELETE",
+            "/admin/nothing".into(),
+            vec![("Authorization", &operator)],
+            404,
+        ),
+        (
+            "DELETE",
+            pause.clone(),
+            vec![("Authorization", &operator)],
+            405,
+        ),
+        ("GET", "/openapi.json".into(), vec![], 200),
+        ("GET", "/ui".into(), vec![], 200),
+        ("GET", "/ui/app.js".into(), vec![], 200),
+    ];
+    for (method, path, headers, status) in cases {
+        let (r, head) = send(&server.url, method, &path, &headers).await;
+        assert_eq!(r.status, status, "{method} {path}: {}", r.text);
+        for (name, value) in SECURITY_HEADERS {
+            let got: Vec<&str> = head
+                .iter()
+                .filter(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            assert_eq!(got, [value], "{method} {path}: {name}");
+        }
+    }
+    server.stop().await;
+}
+
+/// AUD-3: a tokenless request with escape sequences, CR/LF and a
+/// right-to-left override in its path, and its own Idempotency-Key and
+/// X-Request-Id, leaves an audit row with none of them: the ID is a
+/// placeholder with its length and no correlation is kept. So do the
+/// same request from a read-only principal (403) and from an operator
+/// (400). A row holding such characters anyway (an older writer's) is
+/// shown escaped by the API. Guards: `audit_id` (the placeholder), the
+/// `Rejected` of `Admin::refuse` (no correlation) and `audit_text`.
+#[actix_rt::test]
+async fn aud03_tokenless_control_characters_leave_no_audit_trace() {
+    let (db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine));
+    let raw = "\u{1b}[31mRED\n\rfake line\u{202e}txt";
+    let path = "/admin/backfills/%1B%5B31mRED%0A%0Dfake%20line%E2%80%AEtxt/start";
+    let operator = format!("Bearer {OPERATOR}");
+    let reader = format!("Bearer {READER}");
+    for (token, status) in [(None, 401), (Some(&reader), 403), (Some(&operator), 400)] {
+        let mut headers = vec![
+            ("Idempotency-Key", "attacker-chosen-key"),
+            ("X-Request-Id", "attacker-chosen-correlation"),
+        ];
+        if let Some(token) = token {
+            headers.push(("Authorization", token.as_str()));
+        }
+        let (r, _) = send(&server.url, "POST", path, &headers).await;
+        assert_eq!(r.status, status, "{token:?}: {}", r.text);
+    }
+    let rows = db
+        .text(
+            "SELECT string_agg(concat_ws('|', backfill_id, action, actor, authority, \
+             correlation, outcome, detail, source), E'\\n' ORDER BY seq) AS v FROM backfill_audit",
+        )
+        .await
+        .expect("audit rows");
+    let placeholder = format!("(invalid ID, {} bytes)", raw.len());
+    assert_eq!(rows.lines().count(), 3, "{rows}");
+    for line in rows.lines() {
+        assert!(line.starts_with(&format!("{placeholder}|start|")), "{line}");
+        assert!(!line.contains("attacker"), "{line}");
+        assert!(!line.contains("RED"), "{line}");
+        assert!(
+            !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{line:?}"
+        );
+    }
+    db.exec(
+        "INSERT INTO backfill_audit (backfill_id, action, authority, correlation, outcome) \
+         VALUES (E'\\x1b[31mRED\\r\\nx', 'start', 'none', E'\\u202eevil', 'unauthorized')",
+    )
+    .await;
+    let (r, _) = send(
+        &server.url,
+        "GET",
+        "/admin/audit?limit=1",
+        &[("Authorization", &reader)],
+    )
+    .await;
+    let shown = &r.body["items"][0];
+    assert_eq!(
+        shown["backfill_id"], "\\u{001b}[31mRED\\u{000d}\\u{000a}x",
+        "{}",
+        r.text
+    );
+    assert_eq!(shown["correlation"], "\\u{202e}evil", "{}", r.text);
+    server.stop().await;
+}
+
+/// AUD-3: 300 refused requests of one read-only principal in one window
+/// leave one coalesced row naming the principal with the count, and no
+/// correlation; a second principal's refusals get a row of their own.
+/// Guard: `Caller::Principal` in `Admin::refuse` (auditing each 403 with
+/// `audit_insert` writes 300 rows).
+#[actix_rt::test]
+async fn aud03_rejections_of_one_principal_are_coalesced() {
+    let (db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine).with_flood_limits(roomy()));
+    let reader = format!("Bearer {READER}");
+    let community = format!("Bearer {COMMUNITY}");
+    let pause = format!("/admin/backfills/{ID}/pause");
+    for i in 0..300 {
+        let key = format!("ro-{i}");
+        let headers = [
+            ("Authorization", reader.as_str()),
+            ("Idempotency-Key", key.as_str()),
+        ];
+        let (r, _) = send(&server.url, "POST", &pause, &headers).await;
+        assert_eq!(r.status, 403, "{}", r.text);
+    }
+    let (r, _) = send(
+        &server.url,
+        "GET",
+        "/admin/backfills",
+        &[("Authorization", &community)],
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(
+        db.text(
+            "SELECT string_agg(concat_ws('|', backfill_id, action, actor, authority, \
+             coalesce(correlation, '-'), request_count), ',' ORDER BY actor) AS v \
+             FROM backfill_audit WHERE outcome = 'forbidden'"
+        )
+        .await
+        .as_deref(),
+        Some("*|list|moderator|token|-|1,items.counter|pause|viewer|token|-|300")
+    );
+    server.stop().await;
+}
+
+/// AUD-3 (ADM-4): idempotency keys belong to the principal that sent
+/// them. A second operator who reuses the first one's key gets the answer
+/// to their own request (converged, or their own action applied), never
+/// the first one's stored response or a 422; each principal's retry
+/// still replays their own. Guard: the principal in `store::request_*`.
+#[actix_rt::test]
+async fn aud03_a_second_principal_reusing_a_key_gets_its_own_answer() {
+    use backfill::admin::{AdminConfig, AuthConfig, Principal};
+    let (db, engine, _hooks) = setup(3).await;
+    let both = ["backfill:read", "backfill:operate"];
+    let principals = vec![
+        Principal::from_token("first", OPERATOR, &both).expect("principal"),
+        Principal::from_token("second", READER, &both).expect("principal"),
+    ];
+    let admin = backfill::admin::Admin::new(
+        engine,
+        AdminConfig {
+            auth: AuthConfig::Tokens(principals),
+            auto_backfills: false,
+            required: Default::default(),
+        },
+    );
+    let server = serve(admin);
+    let start = format!("/admin/backfills/{ID}/start");
+    let pause = format!("/admin/backfills/{ID}/pause");
+    let r = call(&server.url, "POST", &start, Some(OPERATOR), Some("shared")).await;
+    assert_eq!(r.body["outcome"], "applied", "{}", r.text);
+    let r = call(&server.url, "POST", &start, Some(READER), Some("shared")).await;
+    assert_eq!(
+        (r.status, &r.body["outcome"]),
+        (200, &Value::from("converged")),
+        "{}",
+        r.text
+    );
+    let r = call(&server.url, "POST", &pause, Some(READER), Some("shared-2")).await;
+    assert_eq!(r.body["outcome"], "applied", "{}", r.text);
+    let r = call(
+        &server.url,
+        "POST",
+        &pause,
+        Some(OPERATOR),
+        Some("shared-2"),
+    )
+    .await;
+    assert_eq!(
+        r.body["outcome"], "converged",
+        "not a 422 or the other's answer: {}",
+        r.text
+    );
+    let r = call(&server.url, "POST", &start, Some(OPERATOR), Some("shared")).await;
+    assert_eq!(
+        r.body["outcome"], "applied",
+        "first's own replay: {}",
+        r.text
+    );
+    assert_eq!(
+        db.text(
+            "SELECT string_agg(concat_ws('|', actor, action, outcome), ',' ORDER BY seq) AS v \
+             FROM backfill_audit"
+        )
+        .await
+        .as_deref(),
+        Some(
+            "first|start|applied,second|start|converged,second|pause|applied,\
+             first|pause|converged,first|start|replayed"
+        )
+    );
+    server.stop().await;
+    assert_audit_complete(&db).await;
 }

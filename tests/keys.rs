@@ -562,7 +562,7 @@ async fn view(admin: &Admin, id: &str) -> BackfillView {
         bearer: None,
         idempotency_key: None,
         request_id: None,
-        source: None,
+        ..Default::default()
     };
     admin.detail(&meta, id).await.expect("detail")
 }

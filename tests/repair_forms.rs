@@ -445,7 +445,8 @@ async fn emb4_sql_repair_completes_and_validates() {
 
 /// EMB-4: table and key names are checked when the repair is built,
 /// before any SQL is written: anything but a plain (for the table,
-/// optionally schema-qualified) identifier is `InvalidIdentifier`; a
+/// optionally schema-qualified) lower-case identifier is
+/// `InvalidIdentifier` (PostgreSQL would fold an upper-case one); a
 /// missing part is `Incomplete`; a bad ID is `InvalidId`. A valid
 /// schema-qualified table is accepted. Guard: `check_identifier` in
 /// `SqlRepairBuilder::build`.
@@ -465,6 +466,8 @@ async fn emb4_sql_repair_rejects_bad_identifiers() {
         ("1items", "id"),
         ("a.b.c", "id"),
         ("items", "items.id"),
+        ("Items", "id"),
+        ("items", "ID"),
         ("", "id"),
         ("items", ""),
     ] {

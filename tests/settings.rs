@@ -353,7 +353,8 @@ async fn thr4_malformed_requests_are_400_413_415_and_change_nothing() {
     assert_eq!(stored(&db).await, json!({}));
     assert_eq!(
         db.scalar(
-            "SELECT count(*) AS v FROM backfill_audit WHERE action = 'settings' \
+            "SELECT sum(request_count)::bigint AS v FROM backfill_audit \
+             WHERE action = 'settings' \
              AND outcome IN ('bad_request', 'unsupported_media_type', 'payload_too_large')"
         )
         .await,
@@ -412,8 +413,9 @@ async fn thr4_unauthorized_changes_are_401_403_audited_and_change_nothing() {
     assert_eq!(audited(&db, "unauthorized").await, 2);
     assert_eq!(
         db.scalar(
-            "SELECT count(*) AS v FROM backfill_audit WHERE action = 'settings' \
-             AND outcome = 'forbidden' AND actor IN ('viewer', 'moderator')"
+            "SELECT sum(request_count)::bigint AS v FROM backfill_audit \
+             WHERE action = 'settings' AND outcome = 'forbidden' \
+             AND actor IN ('viewer', 'moderator')"
         )
         .await,
         2

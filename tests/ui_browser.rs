@@ -26,6 +26,9 @@
 //!   changes nothing: `ui_browser_settings_form_shows_422_and_changes_nothing`
 //! - a runner held back by a real health signal:
 //!   `ui_browser_throttled_backfill_shows_signal_value_and_threshold`
+//! - AUTH-4, in every scenario: the page is served under the admin
+//!   listener's Content-Security-Policy and the client runs with no
+//!   violation of it (`browser.mjs` fails the scenario otherwise)
 //!
 //! Screenshots of the list and detail pages go to `target/ui-screenshots/`.
 //! A missing Chromium or `tests/ui/node_modules` is installed on first use

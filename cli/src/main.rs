@@ -7,7 +7,8 @@ use backfill::host::{Host, HostConfig};
 use backfill::runtime::RuntimeConfig;
 use backfill_cli::demo::{DemoConfig, DemoExit};
 use backfill_cli::example::ExampleApp;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -273,11 +274,21 @@ fn init_logging(format: LogFormat, default_level: &str) {
 }
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let matches = match Cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(error) => usage_error(error),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(error) => usage_error(error),
     };
-    let code = match run(cli) {
+    // Whether a secret came on the command line, which every local user
+    // can read in /proc/<pid>/cmdline (AUTH-5).
+    let token_on_argv = matches.subcommand().is_some_and(|(_, sub)| {
+        sub.try_get_raw("operator_token").is_ok_and(|v| v.is_some())
+            && sub.value_source("operator_token") == Some(ValueSource::CommandLine)
+    });
+    let code = match run(cli, token_on_argv) {
         Ok(code) => code,
         Err(error) => {
             // One readable line; the chain is already bounded and redacted.
@@ -319,10 +330,24 @@ fn usage_error(error: clap::Error) -> ! {
     std::process::exit(2);
 }
 
-fn run(cli: Cli) -> anyhow::Result<i32> {
+/// AUTH-5: a token given on the command line still works, but every local
+/// user can read it; say so, naming the forms that keep it private.
+fn warn_token_on_argv() {
+    tracing::warn!(
+        event = "operator_token_on_argv",
+        "--operator-token on the command line is readable by every local user of this \
+         machine; pass the token in BACKFILL_OPERATOR_TOKEN or in a file named by \
+         --operator-token-file instead"
+    );
+}
+
+fn run(cli: Cli, token_on_argv: bool) -> anyhow::Result<i32> {
     match cli.command {
         Command::Serve(args) => {
             init_logging(cli.log_format, "info");
+            if token_on_argv {
+                warn_token_on_argv();
+            }
             let mut config = HostConfig::new(args.database_url);
             config.listen = args.listen;
             config.admin_listen = args.admin_listen;
@@ -330,6 +355,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             config.auto_backfills = args.auto_backfills.on();
             config.required = args.required;
             config.admin_auth = args.admin.to_config()?;
+            config.admin_allowed_hosts = args.admin.admin_allowed_host.clone();
+            config.admin_allow_remote_trusted = args.admin.admin_allow_remote_trusted;
             args.runtime.apply(&mut config);
             actix_rt::System::new().block_on(async move {
                 let app = ExampleApp {
@@ -343,6 +370,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Demo(args) => {
             init_logging(cli.log_format, "warn");
+            if token_on_argv {
+                warn_token_on_argv();
+            }
             let config = DemoConfig {
                 database_url: args.database_url,
                 rows: args.rows,
@@ -394,10 +424,21 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 /// Command-line flags of the admin boundary, for hosts that serve it.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AdminAuthArgs {
-    /// A bearer token granting backfill:read, backfill:operate and backfill:inspect, audited
-    /// as principal "operator".
+    /// A bearer token granting backfill:read, backfill:operate and
+    /// backfill:inspect, audited
+    /// as principal "operator". Prefer the environment variable or
+    /// --operator-token-file: the command line is readable by every local
+    /// user.
     #[arg(long, env = "BACKFILL_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,
+    /// A file holding the operator token (its first line), instead of
+    /// --operator-token.
+    #[arg(
+        long,
+        env = "BACKFILL_OPERATOR_TOKEN_FILE",
+        conflicts_with = "operator_token"
+    )]
+    pub operator_token_file: Option<std::path::PathBuf>,
     /// JSON file of principals: [{"name","sha256","capabilities"}].
     #[arg(long, env = "BACKFILL_ADMIN_TOKENS_FILE")]
     pub admin_tokens_file: Option<std::path::PathBuf>,
@@ -405,13 +446,26 @@ pub struct AdminAuthArgs {
     /// authorizes; audit names no individual actor).
     #[arg(long, default_value = "tokens", value_parser = ["tokens", "trusted-network"])]
     pub admin_auth: String,
+    /// In trusted-network mode, a Host name the admin API answers to
+    /// besides localhost, the loopback addresses and the admin listen
+    /// address (repeatable).
+    #[arg(long, value_name = "HOST")]
+    pub admin_allowed_host: Vec<String>,
+    /// Let trusted-network mode listen on a non-loopback address: everyone
+    /// who can reach it holds every capability.
+    #[arg(long)]
+    pub admin_allow_remote_trusted: bool,
 }
 
 impl AdminAuthArgs {
     /// The configuration these flags describe.
     pub fn to_config(&self) -> Result<backfill::admin::AuthConfig, backfill::admin::AuthError> {
+        let from_file = match &self.operator_token_file {
+            Some(path) => Some(backfill::admin::auth::read_token_file(path)?),
+            None => None,
+        };
         backfill::admin::AuthConfig::from_sources(
-            self.operator_token.as_deref(),
+            from_file.as_deref().or(self.operator_token.as_deref()),
             self.admin_tokens_file.as_deref(),
             self.admin_auth == "trusted-network",
         )

@@ -609,3 +609,34 @@ async fn undo2_ctl_undoes_shows_the_journal_and_prunes() {
     );
     server.stop().await;
 }
+
+/// AUD-3: `ctl audit` shows control and bidirectional characters that an
+/// audit row holds escaped, so none reaches the operator's terminal.
+/// Guard: `audit_text` (on the server's `AuditEntry` and again in `ctl`).
+#[actix_rt::test]
+async fn aud03_ctl_audit_shows_control_characters_escaped() {
+    let (db, engine, _hooks) = setup(3).await;
+    let server = serve(admin(engine));
+    db.exec(&format!(
+        "INSERT INTO backfill_audit (backfill_id, action, actor, authority, correlation, outcome) \
+         VALUES ('{ID}', 'start', E'ops\\x1b[2J', 'token', E'k\\r\\n\\u202e', 'applied')"
+    ))
+    .await;
+    let audit = ctl(&server.url, Some(READER), &["audit", ID]).await;
+    assert_eq!(audit.code, 0, "{}", audit.stderr);
+    assert!(
+        !audit
+            .stdout
+            .chars()
+            .any(|c| c == '\u{1b}' || c == '\r' || c == '\u{202e}'),
+        "{:?}",
+        audit.stdout
+    );
+    assert!(audit.stdout.contains("ops\\u{001b}[2J"), "{}", audit.stdout);
+    assert!(
+        audit.stdout.contains("k\\u{000d}\\u{000a}\\u{202e}"),
+        "{}",
+        audit.stdout
+    );
+    server.stop().await;
+}

@@ -13,6 +13,9 @@
 //!   `ct13_off_on_*`; OBS-2 unknown is not zero: `obs2_*`
 //! - OBS-1 durations of execution and validation as histograms in
 //!   seconds, every family with HELP and TYPE: `obs1_*`
+//! - AUTH-3 the Host allow-list of a started trusted-network host and its
+//!   refusal of a non-loopback address: `auth3_*`; AUTH-4 the headers of
+//!   the admin listener, unknown paths and `/metrics` included: `auth4_*`
 //!
 //! Gates are held closed deterministically with a second session's row lock
 //! (the batches wait on it), never with sleeps.
@@ -568,5 +571,99 @@ async fn ct13_auto_start_retries_after_a_transient_failure() {
     })
     .await;
     assert_eq!(get(host.serving_addr, "/readyz").await.status, 200);
+    host.stop().await;
+}
+
+/// A host of no definitions on two fresh loopback ports.
+fn bare_config(db: &TestDb) -> HostConfig {
+    let mut config = HostConfig::new(db.url.clone());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.auto_backfills = false;
+    config
+}
+
+/// AUTH-3 through `Host::start`: in trusted-network mode the admin
+/// listener answers its own address, the loopback names and a configured
+/// name, and refuses any other Host with 421; a non-loopback admin address
+/// is a startup error (`HostError::Config`) unless
+/// `admin_allow_remote_trusted` is set. Guards: the allow-list built in
+/// `HostConfig::allowed_hosts` and `HostConfig::check_trusted_listen`.
+#[actix_rt::test]
+async fn auth3_trusted_host_answers_only_its_names() {
+    use support::http::request;
+    let db = test_db().await;
+    let mut config = bare_config(&db);
+    config.admin_auth = backfill::admin::AuthConfig::TrustedNetwork;
+    config.admin_allowed_hosts = vec!["ops.example".into()];
+    // A loopback address outside LOOPBACK_HOSTS, so only the listen
+    // address's own entry lets its Host through.
+    config.admin_listen = "127.0.0.2:0".parse().unwrap();
+    let mut remote = config.clone();
+    remote.admin_listen = "0.0.0.0:0".parse().unwrap();
+    match Host::start(remote, backfill::Registry::new()).await {
+        Err(HostError::Config(text)) => {
+            assert!(text.contains("--admin-allow-remote-trusted"), "{text}")
+        }
+        Err(other) => panic!("not a configuration error: {other}"),
+        Ok(host) => {
+            host.stop().await;
+            panic!("trusted-network mode started on 0.0.0.0");
+        }
+    }
+    let host = Host::start(config, backfill::Registry::new())
+        .await
+        .expect("start");
+    let addr = host.admin_addr;
+    let port = addr.port().to_string();
+    let list = "/admin/backfills";
+    for name in [
+        addr.to_string(),
+        format!("localhost:{port}"),
+        "ops.example".into(),
+    ] {
+        let r = request(addr, "GET", list, &[("Host", &name)], None).await;
+        assert_eq!(r.status, 200, "{name}: {}", r.text);
+    }
+    let r = request(addr, "GET", list, &[("Host", "evil.example")], None).await;
+    assert_eq!(r.status, 421, "{}", r.text);
+    assert_eq!(r.body["error"], "misdirected_request");
+    host.stop().await;
+}
+
+/// AUTH-4 through `Host::start`: every answer of the dedicated admin
+/// listener, a path no route serves and `/metrics` included, carries the
+/// security headers. Guard: `http::security_headers` on the admin
+/// listener's App and resources.
+#[actix_rt::test]
+async fn auth4_admin_listener_answers_carry_the_security_headers() {
+    let db = test_db().await;
+    let host = Host::start(bare_config(&db), backfill::Registry::new())
+        .await
+        .expect("start");
+    for (path, status) in [
+        ("/nowhere", 404),
+        ("/metrics", 200),
+        ("/ui", 200),
+        ("/admin/audit", 401),
+    ] {
+        let r = get(host.admin_addr, path).await;
+        assert_eq!(r.status, status, "{path}: {}", r.text);
+        let csp = r.header("content-security-policy");
+        assert_eq!(csp.len(), 1, "{path}: {}", r.head);
+        assert!(csp[0].starts_with("default-src 'none';"), "{path}: {csp:?}");
+        assert!(
+            csp[0].ends_with("frame-ancestors 'none'"),
+            "{path}: {csp:?}"
+        );
+        for (name, value) in [
+            ("x-content-type-options", "nosniff"),
+            ("referrer-policy", "no-referrer"),
+            ("x-frame-options", "DENY"),
+            ("cache-control", "no-store"),
+        ] {
+            assert_eq!(r.header(name), [value], "{path}: {name}");
+        }
+    }
     host.stop().await;
 }

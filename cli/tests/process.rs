@@ -7,6 +7,9 @@
 //! - graceful shutdown releases claims: `clm_sigterm_*`
 //! - the demo's throwaway cluster outlives no signal: `demo_stopped_*`
 //! - `--log-format json` writes list-valued fields as arrays: `obs2_*`
+//! - startup refusals and warnings of the admin boundary: `auth3_*`
+//!   (trusted-network mode on a non-loopback address), `auth5_*` (a token
+//!   on the command line, malformed tokens files)
 //!
 //! Each kill point is reached with a PostgreSQL barrier, not a sleep: a
 //! second session holds a row lock that the worker's batch waits on (kill
@@ -373,4 +376,202 @@ async fn obs2_json_log_writes_list_fields_as_arrays_of_strings() {
     assert_eq!(registered["definitions"], example::repair_ids().len());
     assert_eq!(registered["automatic"], true);
     assert_eq!(registered["level"], "INFO");
+}
+
+/// `backfill serve` on the test database with the example schema and
+/// `args`, `env` set; its JSON log lines arrive on the receiver. The
+/// caller kills it.
+fn serve_logging(
+    db: &TestDb,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args(["--log-format", "json", "serve", "--database-url", &db.url])
+        .args(["--listen", "127.0.0.1:0", "--migrate", "off"])
+        .args(["--auto-backfills", "off"])
+        .args(args)
+        .env_remove("BACKFILL_OPERATOR_TOKEN")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn backfill serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Reads the log to its end, so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
+/// The log's events up to and including the first named `until` (or
+/// the end of the log), as JSON objects or, for a line that is not one,
+/// the line as a string.
+fn events_until(rx: &std::sync::mpsc::Receiver<String>, until: &str) -> Vec<serde_json::Value> {
+    let mut events = Vec::new();
+    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(90)) {
+        let event = serde_json::from_str(&line).unwrap_or(serde_json::Value::String(line));
+        let done = event["event"] == until;
+        events.push(event);
+        if done {
+            break;
+        }
+    }
+    events
+}
+
+/// `backfill serve` with `args`: its exit status and its stderr, for a
+/// startup that is expected to end on its own.
+fn serve_exits(db: &TestDb, args: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args(["serve", "--database-url", &db.url, "--migrate", "off"])
+        .args(["--listen", "127.0.0.1:0", "--auto-backfills", "off"])
+        .args(args)
+        .env_remove("BACKFILL_OPERATOR_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run backfill serve");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// AUTH-3: trusted-network mode on a non-loopback admin address is a
+/// startup error, one line naming the address and the flag that allows
+/// it, with nothing served; with `--admin-allow-remote-trusted` it starts,
+/// with a warning. Guard: `HostConfig::check_trusted_listen`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth3_trusted_network_on_a_non_loopback_address_needs_the_second_flag() {
+    let db = test_db().await;
+    example::migrate(&db.url).await.unwrap();
+    let trusted = [
+        "--admin-auth",
+        "trusted-network",
+        "--admin-listen",
+        "0.0.0.0:0",
+    ];
+    let (code, stderr) = serve_exits(&db, &trusted);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("0.0.0.0"), "{stderr}");
+    assert!(stderr.contains("--admin-allow-remote-trusted"), "{stderr}");
+    let mut args = trusted.to_vec();
+    args.push("--admin-allow-remote-trusted");
+    let (mut child, rx) = serve_logging(&db, &args, &[]);
+    let events = events_until(&rx, "serving");
+    let _ = child.kill();
+    let _ = child.wait();
+    let warned = events
+        .iter()
+        .any(|e| e["event"] == "admin_trusted_remote" && e["level"] == "WARN");
+    assert!(warned, "{events:?}");
+    assert_eq!(
+        events.last().map(|e| &e["event"]),
+        Some(&"serving".into()),
+        "{events:?}"
+    );
+}
+
+/// AUTH-5: a token given on the command line works but logs a warning
+/// naming the safer forms; the same token from the environment or from
+/// `--operator-token-file` logs none. Guard: `warn_token_on_argv` in the
+/// binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth5_a_token_on_the_command_line_logs_a_warning() {
+    let db = test_db().await;
+    example::migrate(&db.url).await.unwrap();
+    let token = "argv-token-0123456789";
+    let file = std::env::temp_dir().join(format!("{}-token", db.name));
+    std::fs::write(&file, format!("{token}\n")).expect("token file");
+    let file_arg = file.to_string_lossy().into_owned();
+    // Arguments, environment, and whether a warning is expected.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], bool);
+    let cases: [Case; 3] = [
+        (&["--operator-token", token], &[], true),
+        (&[], &[("BACKFILL_OPERATOR_TOKEN", token)], false),
+        (&["--operator-token-file", &file_arg], &[], false),
+    ];
+    for (args, env, warns) in cases {
+        let mut all = vec!["--admin-listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let (mut child, rx) = serve_logging(&db, &all, env);
+        let events = events_until(&rx, "serving");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(
+            events.last().map(|e| &e["event"]),
+            Some(&"serving".into()),
+            "{events:?}"
+        );
+        let warning = events
+            .iter()
+            .find(|e| e["event"] == "operator_token_on_argv");
+        assert_eq!(warning.is_some(), warns, "{args:?} {env:?}: {events:?}");
+        if let Some(warning) = warning {
+            let text = warning.to_string();
+            assert!(text.contains("BACKFILL_OPERATOR_TOKEN"), "{text}");
+            assert!(text.contains("--operator-token-file"), "{text}");
+            assert!(
+                !text.contains(token),
+                "the token itself is not logged: {text}"
+            );
+        }
+    }
+    std::fs::remove_file(&file).expect("remove token file");
+}
+
+/// AUTH-5: `backfill serve` refuses each malformed tokens file at startup
+/// with one line naming the entry's line: a duplicate name, a duplicate
+/// digest, an unknown `backfill:*` capability, a name with control or
+/// markup characters, the built-in principal's name. Guard: the checks
+/// in `AuthConfig::parse_tokens_file`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth5_each_malformed_tokens_file_is_refused_naming_its_line() {
+    let db = test_db().await;
+    let entry = |name: &str, token: &str, caps: &str| {
+        let digest = hex::encode(backfill::admin::auth::sha256(token));
+        format!(r#"{{"name": "{name}", "sha256": "{digest}", "capabilities": [{caps}]}}"#)
+    };
+    let first = entry("ops", "ops-token", r#""backfill:read""#);
+    let cases = [
+        (entry("ops", "b-token", ""), "line 3: the name is already"),
+        (entry("b", "ops-token", ""), "line 3: the sha256 is already"),
+        (
+            entry("b", "b-token", r#""backfill:admin""#),
+            "line 3: unknown capability",
+        ),
+        (
+            entry("b\\u0007", "b-token", ""),
+            "line 3: a principal name may not",
+        ),
+        (
+            entry("<img src=x>", "b-token", ""),
+            "line 3: a principal name may not",
+        ),
+        (
+            entry("operator", "b-token", ""),
+            "line 3: the name \"operator\"",
+        ),
+    ];
+    let path = std::env::temp_dir().join(format!("{}-tokens.json", db.name));
+    let path_arg = path.to_string_lossy().into_owned();
+    for (bad, problem) in cases {
+        std::fs::write(&path, format!("[\n  {first},\n  {bad}\n]\n")).expect("tokens file");
+        let (code, stderr) = serve_exits(&db, &["--admin-tokens-file", &path_arg]);
+        assert_eq!(code, Some(1), "{bad}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.contains(problem), "{problem}: {stderr}");
+        assert!(!stderr.contains(&hex::encode(backfill::admin::auth::sha256("b-token"))));
+    }
+    std::fs::remove_file(&path).expect("remove tokens file");
 }

@@ -39,7 +39,10 @@ impl Capability {
         }
     }
 
-    fn parse(name: &str) -> Option<Self> {
+    /// The capability a tokens-file name stands for; `None` for any other
+    /// string. The one list of names the server knows: the tokens file's
+    /// check of `backfill:*` names (AUTH-5) asks here.
+    pub fn parse(name: &str) -> Option<Self> {
         match name {
             "backfill:read" => Some(Capability::Read),
             "backfill:operate" => Some(Capability::Operate),
@@ -80,6 +83,15 @@ impl Principal {
                 "a principal name must be 1..=128 bytes".into(),
             ));
         }
+        // The name is written into every audit row of the principal and
+        // shown by the API, the web client and `ctl` (AUTH-5, AUD-3).
+        if name.chars().any(unsafe_in_name) {
+            return Err(AuthError::Config(
+                "a principal name may not hold control, invisible, bidirectional or markup \
+                 characters"
+                    .into(),
+            ));
+        }
         Ok(Self {
             name: name.to_string(),
             digest,
@@ -113,6 +125,74 @@ pub enum AuthError {
     Config(String),
 }
 
+/// The name of the principal `--operator-token` authenticates; no tokens
+/// file principal may take it, or the audit could not tell them apart.
+pub const OPERATOR: &str = "operator";
+
+/// Characters a principal name may not hold: controls, invisible and
+/// bidirectional formatting characters, and HTML/shell markup.
+fn unsafe_in_name(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '<' | '>' | '&' | '"' | '\'' | '`')
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{061c}')
+}
+
+/// Read the operator token from a file (`--operator-token-file`): its
+/// first line, without surrounding whitespace. The error names the kind
+/// of failure only, never the path's content.
+pub fn read_token_file(path: &Path) -> Result<String, AuthError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        AuthError::Config(format!("cannot read the operator token file: {}", e.kind()))
+    })?;
+    let token = text.lines().next().unwrap_or_default().trim();
+    if token.is_empty() {
+        return Err(AuthError::Config(
+            "the operator token file's first line is empty".into(),
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// The line on which each top-level element of a JSON array starts, in
+/// order, so a problem with an entry can name its line. A small scan of
+/// brackets outside strings: the text already parsed as JSON.
+fn element_lines(text: &str) -> Vec<usize> {
+    let mut lines = Vec::new();
+    let (mut line, mut depth) = (1usize, 0usize);
+    let (mut in_string, mut escaped, mut expecting) = (false, false, false);
+    for c in text.chars() {
+        if c == '\n' {
+            line += 1;
+        }
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        if depth == 1 && expecting && !c.is_whitespace() && c != ']' {
+            lines.push(line);
+            expecting = false;
+        }
+        match c {
+            '"' => in_string = true,
+            '[' | '{' => {
+                depth += 1;
+                if depth == 1 {
+                    expecting = true;
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 1 => expecting = true,
+            _ => {}
+        }
+    }
+    lines
+}
+
 /// One entry of the tokens file (`--admin-tokens-file`), a JSON array:
 /// `[{"name": "alice", "sha256": "<64 hex>", "capabilities": ["backfill:read"]}]`.
 #[derive(Debug, Deserialize)]
@@ -136,19 +216,52 @@ impl AuthConfig {
                 e.column()
             ))
         })?;
-        let mut principals = Vec::with_capacity(entries.len());
-        for entry in entries {
+        // AUTH-5: every entry is checked, and a problem names the line its
+        // entry starts on (not its content: a digest stays out of logs).
+        let lines = element_lines(text);
+        let mut principals: Vec<(usize, Principal)> = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.into_iter().enumerate() {
+            let line = lines.get(i).copied().unwrap_or(0);
+            let at =
+                |problem: String| AuthError::Config(format!("tokens file line {line}: {problem}"));
             let bytes = hex::decode(entry.sha256.trim()).ok();
-            let digest: [u8; 32] = bytes.and_then(|b| b.try_into().ok()).ok_or_else(|| {
-                AuthError::Config(format!(
-                    "principal {:?}: sha256 must be 64 hex digits",
-                    crate::repair::bounded(entry.name.as_str())
-                ))
-            })?;
+            let digest: [u8; 32] = bytes
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| at("sha256 must be 64 hex digits".into()))?;
+            if entry.name.eq_ignore_ascii_case(OPERATOR) {
+                return Err(at(format!(
+                    "the name {OPERATOR:?} is the --operator-token principal's; choose another"
+                )));
+            }
+            if let Some(unknown) = entry
+                .capabilities
+                .iter()
+                .find(|c| c.starts_with("backfill:") && Capability::parse(c).is_none())
+            {
+                return Err(at(format!(
+                    "unknown capability {:?}",
+                    crate::repair::bounded(unknown.escape_debug().to_string())
+                )));
+            }
             let caps: Vec<&str> = entry.capabilities.iter().map(String::as_str).collect();
-            principals.push(Principal::from_digest(&entry.name, digest, &caps)?);
+            let principal = Principal::from_digest(&entry.name, digest, &caps)
+                .map_err(|AuthError::Config(problem)| at(problem))?;
+            for (first, other) in &principals {
+                if other.name == principal.name {
+                    return Err(at(format!(
+                        "the name is already that of the principal on line {first}"
+                    )));
+                }
+                if other.digest == principal.digest {
+                    return Err(at(format!(
+                        "the sha256 is already that of the principal on line {first}: one \
+                         token would authenticate both"
+                    )));
+                }
+            }
+            principals.push((line, principal));
         }
-        Ok(principals)
+        Ok(principals.into_iter().map(|(_, p)| p).collect())
     }
 
     /// Build the configuration from the command-line sources. `trusted`
@@ -174,7 +287,7 @@ impl AuthConfig {
                 ));
             }
             principals.push(Principal::from_token(
-                "operator",
+                OPERATOR,
                 token,
                 &["backfill:read", "backfill:operate", "backfill:inspect"],
             )?);
@@ -213,6 +326,13 @@ impl Authority {
     /// Whether the caller holds `capability`.
     pub fn can(&self, capability: Capability) -> bool {
         self.capabilities.contains(&capability)
+    }
+
+    /// The scope of the caller's idempotency keys: the principal's name,
+    /// or '' when the authority names no individual. Principal names are
+    /// never empty, so no principal shares another's keys.
+    pub fn principal(&self) -> &str {
+        self.actor.as_deref().unwrap_or("")
     }
 }
 
@@ -424,5 +544,104 @@ mod tests {
         assert!(inspector.can(Capability::Inspect) && !inspector.can(Capability::Read));
         let none = Principal::from_token("n", "none-token", &[]).expect("principal");
         assert!(!none.can(Capability::Read) && !none.can(Capability::Operate));
+    }
+}
+
+#[cfg(test)]
+mod tokens_file_checks {
+    use super::*;
+
+    fn entry(name: &str, token: &str, caps: &str) -> String {
+        format!(
+            r#"  {{"name": "{name}", "sha256": "{}", "capabilities": [{caps}]}}"#,
+            hex::encode(sha256(token))
+        )
+    }
+
+    fn file(entries: &[String]) -> String {
+        format!("[\n{}\n]", entries.join(",\n"))
+    }
+
+    fn refused(text: &str) -> String {
+        AuthConfig::parse_tokens_file(text)
+            .expect_err("refused")
+            .to_string()
+    }
+
+    /// AUTH-5: each malformed entry is refused naming the line it starts
+    /// on: a duplicate name, a duplicate digest, an unknown `backfill:*`
+    /// capability, a name with control, bidirectional or markup
+    /// characters, and the built-in principal's name; other roles are
+    /// still kept as strings that grant nothing.
+    #[test]
+    fn auth5_each_malformed_tokens_file_is_refused_naming_its_line() {
+        let ok = entry(
+            "ops",
+            "ops-token",
+            r#""backfill:operate", "community:owner""#,
+        );
+        assert!(AuthConfig::parse_tokens_file(&file(std::slice::from_ref(&ok))).is_ok());
+        let cases = [
+            (
+                entry("ops", "other-token", ""),
+                "already that of the principal on line 2",
+            ),
+            (
+                entry("two", "ops-token", ""),
+                "sha256 is already that of the principal on line 2",
+            ),
+            (
+                entry("ro", "ro-token", r#""backfill:raed""#),
+                "unknown capability \"backfill:raed\"",
+            ),
+            (entry("a\\u001b[31m", "ro-token", ""), "control"),
+            (entry("a\\u202eb", "ro-token", ""), "bidirectional"),
+            (entry("<b>x</b>", "ro-token", ""), "markup"),
+            (
+                entry("operator", "ro-token", ""),
+                "--operator-token principal",
+            ),
+            (
+                entry("Operator", "ro-token", ""),
+                "--operator-token principal",
+            ),
+        ];
+        for (bad, problem) in cases {
+            let text = file(&[ok.clone(), bad]);
+            let err = refused(&text);
+            assert!(err.contains("tokens file line 3:"), "{err}");
+            assert!(err.contains(problem), "{problem}: {err}");
+            assert!(!err.contains(&hex::encode(sha256("ro-token"))), "{err}");
+        }
+    }
+
+    /// AUTH-5: entries on one line, or spread over several, are found by
+    /// where they start, whatever strings with brackets they hold.
+    #[test]
+    fn auth5_lines_are_where_entries_start() {
+        let text = "[{\"a\": \"[{,\\\"\"},\n\n  {\"b\": [1, {\"c\": 2}]}, {\"d\": 3}\n]";
+        assert_eq!(element_lines(text), [1, 3, 3]);
+        assert_eq!(element_lines("[]"), Vec::<usize>::new());
+    }
+
+    /// AUTH-5: the operator token file's first line is the token; an
+    /// empty or unreadable file is refused without its content or path.
+    #[test]
+    fn auth5_operator_token_file_is_read_from_its_first_line() {
+        let dir = std::env::temp_dir().join(format!("backfill-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("token");
+        std::fs::write(&path, "  secret-token-0123456789  \nrest\n").expect("write");
+        assert_eq!(
+            read_token_file(&path).expect("read"),
+            "secret-token-0123456789"
+        );
+        std::fs::write(&path, "\n").expect("write");
+        let err = read_token_file(&path).expect_err("empty").to_string();
+        assert!(err.contains("empty"), "{err}");
+        std::fs::remove_dir_all(&dir).expect("remove");
+        let err = read_token_file(&path).expect_err("gone").to_string();
+        assert!(err.contains("cannot read the operator token file"), "{err}");
+        assert!(!err.contains("backfill-token"), "{err}");
     }
 }

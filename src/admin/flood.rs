@@ -1,25 +1,33 @@
-//! Flood-proof rejections (API-3).
+//! Coalesced rejections (API-3, AUD-3).
 //!
-//! A request without valid credentials is refused before anything else, but
-//! auditing each one (AUD-1) would let an unauthenticated flood grow the
-//! audit table without bound and hold database connections that operators
-//! need. Here, rejections of one source (the peer address) and reason are
-//! counted in memory and written as ONE audit row per window, whose count
-//! grows as the window's requests arrive; past a rate per source, requests
-//! are refused with 429 (and counted the same way, as `throttled`).
+//! A refused request is audited, but auditing each one (AUD-1) would let a
+//! flood of them grow the audit table without bound and hold database
+//! connections that operators need. Here, rejections of one caller and
+//! reason are counted in memory and written as ONE audit row per window,
+//! whose count grows as the window's requests arrive; past a rate per
+//! caller, requests are refused with 429 (and counted the same way, as
+//! `throttled`); an authenticated principal is never throttled. A caller is
+//! the authenticated principal when there is one, else the peer address, IPv6 addresses by their /64 (one host
+//! usually holds a whole /64, so rotating addresses inside it must not buy
+//! a fresh window or rate).
 //!
-//! Authorized requests never come here: authentication is checked first, in
-//! memory, so they never wait on this module's mutex or its writer. The
-//! mutex is held only for map updates, never across an await. At most one
-//! writer task per process writes, on one pool connection at a time. The
-//! per-source map is capped: when it is full and no entry can be dropped,
-//! new sources share one overflow entry (source `other`), so memory stays
-//! bounded however many addresses a flood uses.
+//! What the caller chose is never stored verbatim (AUD-3): the row names
+//! the backfill and action only while every request it counts named the
+//! same ones (`*` once they differ), the ID is already a placeholder when
+//! it failed validation, and no correlation is kept.
+//!
+//! Authorized requests never come here: they never wait on this module's
+//! mutex or its writer. The mutex is held only for map updates, never
+//! across an await. At most one writer task per process writes, on one
+//! pool connection at a time. The caller map is capped: when it is full
+//! and no entry can be dropped, new callers share one overflow entry
+//! (source `other`), so memory stays bounded however many addresses a
+//! flood uses.
 
 use crate::repair::bounded;
 use crate::store::{self, NewAudit, Pool};
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -28,13 +36,13 @@ use tokio::sync::watch;
 /// Bounds of the rejection path.
 #[derive(Debug, Clone)]
 pub struct FloodLimits {
-    /// One coalesced audit row per source and reason per window.
+    /// One coalesced audit row per caller and reason per window.
     pub window: Duration,
-    /// Rejections a source may send at once before 429 ...
+    /// Rejections a caller may cause at once before 429 ...
     pub burst: u32,
     /// ... and per second after that.
     pub per_second: u32,
-    /// Sources tracked at once; further sources share one overflow entry.
+    /// Callers tracked at once; further ones share one overflow entry.
     pub max_sources: usize,
     /// How long a rejected request waits for its count to be written, so a
     /// single rejection is in the audit when its answer arrives.
@@ -59,18 +67,37 @@ impl Default for FloodLimits {
 pub enum Reason {
     /// No or unknown credentials (401).
     Unauthorized,
-    /// Past the source's rate (429).
+    /// The principal lacks the capability (403).
+    Forbidden,
+    /// Malformed input from an authorized caller (400).
+    BadRequest,
+    /// A state-changing request from another site (403, AUTH-3).
+    CrossSite,
+    /// A `Host` this server does not answer for (421, AUTH-3).
+    Misdirected,
+    /// Past the caller's rate (429).
     Throttled,
 }
 
 impl Reason {
     /// Every reason, for metrics.
-    pub const ALL: [Reason; 2] = [Reason::Unauthorized, Reason::Throttled];
+    pub const ALL: [Reason; 6] = [
+        Reason::Unauthorized,
+        Reason::Forbidden,
+        Reason::BadRequest,
+        Reason::CrossSite,
+        Reason::Misdirected,
+        Reason::Throttled,
+    ];
 
-    /// The bounded name.
+    /// The bounded name (the error code of the answer, `throttled` for 429).
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Unauthorized => "unauthorized",
+            Reason::Forbidden => "forbidden",
+            Reason::BadRequest => "bad_request",
+            Reason::CrossSite => "cross_site",
+            Reason::Misdirected => "misdirected_request",
             Reason::Throttled => "throttled",
         }
     }
@@ -80,45 +107,100 @@ impl Reason {
     }
 }
 
+/// Who a rejection is counted against.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Caller {
+    /// An authenticated principal, by name.
+    Principal(String),
+    /// A caller without an individual name, by peer address (see
+    /// [`Caller::source`]); `None` when the peer is not a socket.
+    Source(Option<IpAddr>),
+}
+
+impl Caller {
+    /// The caller for a peer address: IPv4 as is, IPv6 by its /64, and an
+    /// IPv4-mapped IPv6 address as the IPv4 address it is.
+    pub fn source(peer: Option<IpAddr>) -> Self {
+        Caller::Source(peer.map(|ip| match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => {
+                    let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                    IpAddr::V6(Ipv6Addr::from(bits))
+                }
+            },
+            v4 => v4,
+        }))
+    }
+
+    /// The `source` column of the caller's rows.
+    fn column(&self) -> Option<String> {
+        match self {
+            Caller::Principal(_) => None,
+            Caller::Source(None) => Some("unknown".into()),
+            Caller::Source(Some(IpAddr::V6(v6))) => Some(format!("{v6}/64")),
+            Caller::Source(Some(ip)) => Some(ip.to_string()),
+        }
+    }
+}
+
 /// What the gate decided about one rejected request.
 #[derive(Debug)]
 pub enum Verdict {
-    /// 401: counted; wait for `ticket` to be written before answering.
-    Unauthorized { ticket: u64 },
+    /// Refused for its own reason: counted; wait for `ticket` to be written
+    /// before answering.
+    Refused { ticket: u64 },
     /// 429: counted; retry after this many seconds.
     Throttled { retry_after: u64 },
 }
 
-/// The first request of a window, as its audit row describes it.
+/// One rejected request, as its window's audit row describes it.
 #[derive(Debug, Clone)]
-pub struct FirstRequest {
+pub struct Rejected {
+    /// The ID as the audit may hold it (a placeholder when it failed
+    /// validation), or `*`.
     pub backfill_id: String,
     pub action: String,
-    pub correlation: Option<String>,
+    /// `none`, `token` or `trusted-network`.
+    pub authority: &'static str,
+    /// The server's own text for the refusal.
     pub detail: String,
+}
+
+impl Rejected {
+    /// Fold `other` into this description of a batch of requests: what
+    /// they do not share becomes `*`.
+    fn merge(&mut self, other: &Rejected) {
+        if self.backfill_id != other.backfill_id {
+            self.backfill_id = "*".into();
+        }
+        if self.action != other.action {
+            self.action = "*".into();
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct Window {
     /// The window's audit row, once written, and when it was opened.
     row: Option<(i64, Instant)>,
-    /// The first request of a window not yet written.
-    first: Option<FirstRequest>,
-    /// Requests counted but not yet written.
+    /// The requests counted but not yet written, merged.
+    batch: Option<Rejected>,
+    /// How many they are.
     pending: i64,
 }
 
 #[derive(Debug)]
-struct Source {
+struct Entry {
     tokens: f64,
     refilled: Instant,
-    windows: [Window; 2],
+    windows: [Window; Reason::ALL.len()],
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// `None` is the overflow entry of sources beyond the cap.
-    sources: HashMap<Option<IpAddr>, Source>,
+    /// `None` is the overflow entry of callers beyond the cap.
+    callers: HashMap<Option<Caller>, Entry>,
     /// Rejections counted so far: the ticket of the latest.
     enqueued: u64,
     writing: bool,
@@ -132,7 +214,7 @@ pub struct FloodGate {
     state: Mutex<State>,
     /// The latest ticket whose count was written (or given up on).
     flushed: watch::Sender<u64>,
-    counted: [AtomicU64; 2],
+    counted: [AtomicU64; Reason::ALL.len()],
 }
 
 impl FloodGate {
@@ -151,9 +233,9 @@ impl FloodGate {
         self.counted[reason.index()].load(Ordering::Relaxed)
     }
 
-    /// Sources tracked now (bounded by `max_sources` + the overflow entry).
+    /// Callers tracked now (bounded by `max_sources` + the overflow entry).
     pub fn tracked_sources(&self) -> usize {
-        self.lock().sources.len()
+        self.lock().callers.len()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -162,25 +244,30 @@ impl FloodGate {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Count one request refused for lack of credentials from `source`,
-    /// and decide between 401 and 429. Returns whether the caller must
-    /// start the writer ([`FloodGate::flush`]).
-    pub fn reject(&self, source: Option<IpAddr>, first: FirstRequest) -> (Verdict, bool) {
-        self.reject_at(source, first, Instant::now())
+    /// Count one request of `caller` refused for `reason`, and decide
+    /// between that refusal and 429. Returns whether the caller must start
+    /// the writer ([`FloodGate::flush`]).
+    pub fn reject(&self, caller: Caller, reason: Reason, request: Rejected) -> (Verdict, bool) {
+        self.reject_at(caller, reason, request, Instant::now())
     }
 
     /// [`FloodGate::reject`] at `now`, which unit tests pass explicitly so
     /// that refills, windows and sweeps happen at instants they choose.
     fn reject_at(
         &self,
-        source: Option<IpAddr>,
-        first: FirstRequest,
+        caller: Caller,
+        reason: Reason,
+        request: Rejected,
         now: Instant,
     ) -> (Verdict, bool) {
+        // A principal is accountable by name and its refusals are cheap
+        // (counted in memory, written coalesced): it is never answered
+        // 429, so an operator's mistyped requests keep their own answers.
+        let rated = !matches!(caller, Caller::Principal(_));
         let mut state = self.lock();
-        let key = self.slot(&mut state, source, now);
+        let key = self.slot(&mut state, caller, now);
         let limits = &self.limits;
-        let entry = state.sources.entry(key).or_insert_with(|| Source {
+        let entry = state.callers.entry(key).or_insert_with(|| Entry {
             tokens: f64::from(limits.burst),
             refilled: now,
             windows: Default::default(),
@@ -189,25 +276,24 @@ impl FloodGate {
         entry.tokens = (entry.tokens + now.duration_since(entry.refilled).as_secs_f64() * rate)
             .min(f64::from(limits.burst));
         entry.refilled = now;
-        let (reason, verdict) = if entry.tokens >= 1.0 {
+        let (reason, verdict) = if !rated {
+            (reason, None)
+        } else if entry.tokens >= 1.0 {
             entry.tokens -= 1.0;
-            (Reason::Unauthorized, None)
+            (reason, None)
         } else {
             let wait = ((1.0 - entry.tokens) / rate).ceil().max(1.0) as u64;
             (Reason::Throttled, Some(wait))
         };
-        let window_len = limits.window;
         let window = &mut entry.windows[reason.index()];
         window.pending += 1;
-        let opens = window
-            .row
-            .is_none_or(|(_, at)| now.duration_since(at) >= window_len);
-        if opens && window.first.is_none() {
-            let mut first = first;
-            if reason == Reason::Throttled {
-                first.detail = "too many rejected requests from this source".into();
-            }
-            window.first = Some(first);
+        let mut request = request;
+        if reason == Reason::Throttled {
+            request.detail = "too many rejected requests from this caller".into();
+        }
+        match &mut window.batch {
+            Some(batch) => batch.merge(&request),
+            None => window.batch = Some(request),
         }
         state.enqueued += 1;
         let ticket = state.enqueued;
@@ -216,19 +302,20 @@ impl FloodGate {
         drop(state);
         self.counted[reason.index()].fetch_add(1, Ordering::Relaxed);
         let verdict = match verdict {
-            None => Verdict::Unauthorized { ticket },
+            None => Verdict::Refused { ticket },
             Some(retry_after) => Verdict::Throttled { retry_after },
         };
         (verdict, start)
     }
 
-    /// The map key for `source`: itself when tracked or when there is
-    /// room, else the overflow entry. When full, drops sources with nothing
+    /// The map key for `caller`: itself when tracked or when there is
+    /// room, else the overflow entry. When full, drops callers with nothing
     /// pending whose windows ended (at most once a second, so a flood from
     /// many addresses does not sweep the map on every request).
-    fn slot(&self, state: &mut State, source: Option<IpAddr>, now: Instant) -> Option<IpAddr> {
-        if state.sources.contains_key(&source) || state.sources.len() < self.limits.max_sources {
-            return source;
+    fn slot(&self, state: &mut State, caller: Caller, now: Instant) -> Option<Caller> {
+        let caller = Some(caller);
+        if state.callers.contains_key(&caller) || state.callers.len() < self.limits.max_sources {
+            return caller;
         }
         if state
             .last_sweep
@@ -236,7 +323,7 @@ impl FloodGate {
         {
             state.last_sweep = Some(now);
             let window = self.limits.window;
-            state.sources.retain(|key, s| {
+            state.callers.retain(|key, s| {
                 key.is_none()
                     || s.windows.iter().any(|w| {
                         w.pending > 0
@@ -244,8 +331,8 @@ impl FloodGate {
                     })
             });
         }
-        if state.sources.len() < self.limits.max_sources {
-            source
+        if state.callers.len() < self.limits.max_sources {
+            caller
         } else {
             None
         }
@@ -265,9 +352,9 @@ impl FloodGate {
                 let mut state = self.lock();
                 let now = Instant::now();
                 let mut work = Vec::new();
-                for (key, source) in state.sources.iter_mut() {
+                for (key, caller) in state.callers.iter_mut() {
                     for reason in Reason::ALL {
-                        let w = &mut source.windows[reason.index()];
+                        let w = &mut caller.windows[reason.index()];
                         if w.pending == 0 {
                             continue;
                         }
@@ -276,7 +363,13 @@ impl FloodGate {
                         {
                             w.row = None;
                         }
-                        work.push((*key, reason, w.row.map(|r| r.0), w.first.take(), w.pending));
+                        work.push((
+                            key.clone(),
+                            reason,
+                            w.row.map(|r| r.0),
+                            w.batch.take(),
+                            w.pending,
+                        ));
                         w.pending = 0;
                     }
                 }
@@ -296,30 +389,34 @@ impl FloodGate {
                     None
                 }
             };
-            for (key, reason, row, first, count) in work {
+            for (key, reason, row, batch, count) in work {
                 let Some(conn) = conn.as_mut() else { break };
-                let first = first.unwrap_or_else(|| FirstRequest {
+                let batch = batch.unwrap_or_else(|| Rejected {
                     backfill_id: "*".into(),
-                    action: "unknown".into(),
-                    correlation: None,
+                    action: "*".into(),
+                    authority: "none",
                     detail: String::new(),
                 });
-                let source = key.map_or_else(|| "other".to_string(), |ip| ip.to_string());
+                let (actor, source) = match &key {
+                    Some(Caller::Principal(name)) => (Some(name.as_str()), None),
+                    Some(caller) => (None, caller.column()),
+                    None => (None, Some("other".to_string())),
+                };
                 let audit = NewAudit {
-                    backfill_id: &first.backfill_id,
-                    action: &first.action,
-                    actor: None,
-                    authority: "none",
-                    correlation: first.correlation.as_deref(),
+                    backfill_id: &batch.backfill_id,
+                    action: &batch.action,
+                    actor,
+                    authority: batch.authority,
+                    correlation: None,
                     outcome: reason.as_str(),
-                    detail: Some(&first.detail),
+                    detail: Some(&batch.detail),
                     ..Default::default()
                 };
-                match store::audit_coalesce(conn, row, &audit, &source, count).await {
+                match store::audit_coalesce(conn, row, &audit, source.as_deref(), count).await {
                     Ok(seq) => {
                         if row != Some(seq) {
                             let mut state = self.lock();
-                            if let Some(s) = state.sources.get_mut(&key) {
+                            if let Some(s) = state.callers.get_mut(&key) {
                                 s.windows[reason.index()].row = Some((seq, Instant::now()));
                             }
                         }
@@ -338,31 +435,43 @@ impl FloodGate {
 mod tests {
     use super::*;
 
-    fn request(action: &str) -> FirstRequest {
-        FirstRequest {
+    fn request(action: &str) -> Rejected {
+        Rejected {
             backfill_id: "*".into(),
             action: action.into(),
-            correlation: None,
+            authority: "none",
             detail: "no credentials".into(),
         }
     }
 
-    fn ip(n: u32) -> Option<IpAddr> {
-        Some(IpAddr::from(n.to_be_bytes()))
+    fn ip(n: u32) -> Option<Caller> {
+        Some(Caller::source(Some(IpAddr::from(n.to_be_bytes()))))
+    }
+
+    /// `reject_at` of a 401 from `caller` (`ip` wraps it in `Some` so it
+    /// compares with the map's keys, where `None` is the overflow entry).
+    fn refuse(
+        gate: &FloodGate,
+        caller: Option<Caller>,
+        r: Rejected,
+        now: Instant,
+    ) -> (Verdict, bool) {
+        let caller = caller.expect("a caller, not the overflow entry");
+        gate.reject_at(caller, Reason::Unauthorized, r, now)
     }
 
     /// The status `reject_at` answers with, and its ticket (401) or
     /// Retry-After (429).
-    fn answer(gate: &FloodGate, source: Option<IpAddr>, now: Instant) -> (u16, u64) {
-        match gate.reject_at(source, request("list"), now).0 {
-            Verdict::Unauthorized { ticket } => (401, ticket),
+    fn answer(gate: &FloodGate, source: Option<Caller>, now: Instant) -> (u16, u64) {
+        match refuse(gate, source, request("list"), now).0 {
+            Verdict::Refused { ticket } => (401, ticket),
             Verdict::Throttled { retry_after } => (429, retry_after),
         }
     }
 
     /// The tracked sources, sorted, the overflow entry as `None`.
-    fn keys(gate: &FloodGate) -> Vec<Option<IpAddr>> {
-        let mut keys: Vec<_> = gate.lock().sources.keys().copied().collect();
+    fn keys(gate: &FloodGate) -> Vec<Option<Caller>> {
+        let mut keys: Vec<_> = gate.lock().callers.keys().cloned().collect();
         keys.sort();
         keys
     }
@@ -371,7 +480,7 @@ mod tests {
     fn pending(gate: &FloodGate) -> i64 {
         let state = gate.lock();
         state
-            .sources
+            .callers
             .values()
             .flat_map(|s| &s.windows)
             .map(|w| w.pending)
@@ -383,14 +492,14 @@ mod tests {
     /// (`None` when the write failed before any row existed).
     fn after_flush(
         gate: &FloodGate,
-        source: Option<IpAddr>,
+        source: Option<Caller>,
         reason: Reason,
         row: Option<(i64, Instant)>,
     ) {
         let mut state = gate.lock();
-        let window = &mut state.sources.get_mut(&source).expect("tracked").windows[reason.index()];
+        let window = &mut state.callers.get_mut(&source).expect("tracked").windows[reason.index()];
         window.pending = 0;
-        window.first = None;
+        window.batch = None;
         window.row = row;
     }
 
@@ -403,16 +512,15 @@ mod tests {
             per_second: 2,
             ..FloodLimits::default()
         });
-        let one = ip(1);
         let t0 = Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
-        let answers: Vec<_> = (0..4).map(|_| answer(&gate, one, t0)).collect();
+        let answers: Vec<_> = (0..4).map(|_| answer(&gate, ip(1), t0)).collect();
         assert_eq!(answers, [(401, 1), (401, 2), (401, 3), (429, 1)]);
         // Half a second at two a second is exactly one token.
-        assert_eq!(answer(&gate, one, at(500)), (401, 5));
-        assert_eq!(answer(&gate, one, at(500)).0, 429);
+        assert_eq!(answer(&gate, ip(1), at(500)), (401, 5));
+        assert_eq!(answer(&gate, ip(1), at(500)).0, 429);
         // A long pause refills the burst and no more.
-        let answers: Vec<_> = (0..4).map(|_| answer(&gate, one, at(10_000)).0).collect();
+        let answers: Vec<_> = (0..4).map(|_| answer(&gate, ip(1), at(10_000)).0).collect();
         assert_eq!(answers, [401, 401, 401, 429]);
         assert_eq!(gate.counted(Reason::Unauthorized), 7);
         assert_eq!(gate.counted(Reason::Throttled), 3);
@@ -458,33 +566,71 @@ mod tests {
         assert_eq!(answer(&fast, ip(1), t0), (429, 1));
     }
 
-    /// API-3: a window's first request describes its audit row; a new
-    /// window opens exactly when the previous row is `window` old, and an
-    /// open window's first request is never replaced.
+    /// AUD-3: the requests of a batch are described by what they share:
+    /// the same action stays, different actions or IDs become `*`, and a
+    /// written batch starts the next one afresh.
     #[test]
-    fn api3_a_new_window_opens_exactly_when_its_row_is_a_window_old() {
+    fn aud03_a_batch_names_only_what_its_requests_share() {
         let gate = FloodGate::new(FloodLimits {
-            window: Duration::from_secs(60),
             burst: 100,
             ..FloodLimits::default()
         });
-        let one = ip(1);
-        let first = |gate: &FloodGate| {
+        let batch = |gate: &FloodGate| {
             let state = gate.lock();
-            let window = &state.sources[&one].windows[Reason::Unauthorized.index()];
-            window.first.as_ref().map(|f| f.action.clone())
+            let window = &state.callers[&ip(1)].windows[Reason::Unauthorized.index()];
+            window
+                .batch
+                .as_ref()
+                .map(|f| format!("{} {}", f.backfill_id, f.action))
+        };
+        let on = |id: &str, action: &str| Rejected {
+            backfill_id: id.into(),
+            ..request(action)
         };
         let t0 = Instant::now();
-        gate.reject_at(one, request("a"), t0);
-        gate.reject_at(one, request("b"), t0);
-        assert_eq!(first(&gate).as_deref(), Some("a"));
-        after_flush(&gate, one, Reason::Unauthorized, Some((7, t0)));
-        let end = t0 + Duration::from_secs(60);
-        gate.reject_at(one, request("c"), end - Duration::from_nanos(1));
-        assert_eq!(first(&gate), None, "the row's window is still open");
-        gate.reject_at(one, request("d"), end);
-        gate.reject_at(one, request("e"), end);
-        assert_eq!(first(&gate).as_deref(), Some("d"));
+        refuse(&gate, ip(1), on("a.b", "pause"), t0);
+        refuse(&gate, ip(1), on("a.b", "pause"), t0);
+        assert_eq!(batch(&gate).as_deref(), Some("a.b pause"));
+        refuse(&gate, ip(1), on("a.c", "pause"), t0);
+        assert_eq!(batch(&gate).as_deref(), Some("* pause"));
+        refuse(&gate, ip(1), on("a.c", "start"), t0);
+        assert_eq!(batch(&gate).as_deref(), Some("* *"));
+        after_flush(&gate, ip(1), Reason::Unauthorized, Some((7, t0)));
+        refuse(&gate, ip(1), on("a.c", "start"), t0);
+        assert_eq!(batch(&gate).as_deref(), Some("a.c start"));
+    }
+
+    /// AUD-3: a principal is a caller of its own wherever it connects
+    /// from, whose refusals are counted but never answered 429, and IPv6
+    /// peers are counted by their /64.
+    #[test]
+    fn aud03_principals_are_callers_and_ipv6_peers_count_by_64() {
+        let v6 = |s: &str| Caller::source(Some(s.parse().expect("address")));
+        assert_eq!(v6("2001:db8:1:2:aaaa::1"), v6("2001:db8:1:2:ffff::9"));
+        assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:3::1"));
+        assert_eq!(v6("::ffff:10.0.0.1"), v6("10.0.0.1"));
+        assert_eq!(
+            v6("2001:db8:1:2:aaaa::1").column().as_deref(),
+            Some("2001:db8:1:2::/64")
+        );
+        let gate = FloodGate::new(FloodLimits {
+            burst: 1,
+            ..FloodLimits::default()
+        });
+        let t0 = Instant::now();
+        for _ in 0..300 {
+            let (verdict, _) = gate.reject_at(
+                Caller::Principal("viewer".into()),
+                Reason::Forbidden,
+                request("pause"),
+                t0,
+            );
+            assert!(matches!(verdict, Verdict::Refused { .. }), "never 429");
+        }
+        let state = gate.lock();
+        let viewer = &state.callers[&Some(Caller::Principal("viewer".into()))];
+        assert_eq!(viewer.windows[Reason::Forbidden.index()].pending, 300);
+        assert_eq!(Caller::Principal("viewer".into()).column(), None);
     }
 
     /// API-3: a throttled window's row says why; an unauthorized one keeps
@@ -496,16 +642,18 @@ mod tests {
             ..FloodLimits::default()
         });
         let t0 = Instant::now();
-        gate.reject_at(ip(1), request("list"), t0);
-        gate.reject_at(ip(1), request("list"), t0);
+        refuse(&gate, ip(1), request("list"), t0);
+        refuse(&gate, ip(1), request("list"), t0);
         let state = gate.lock();
-        let [unauthorized, throttled] = &state.sources[&ip(1)].windows;
-        let unauthorized = unauthorized.first.as_ref().expect("first 401");
-        let throttled = throttled.first.as_ref().expect("first 429");
+        let windows = &state.callers[&ip(1)].windows;
+        let unauthorized = windows[Reason::Unauthorized.index()].batch.as_ref();
+        let throttled = windows[Reason::Throttled.index()].batch.as_ref();
+        let unauthorized = unauthorized.expect("first 401");
+        let throttled = throttled.expect("first 429");
         assert_eq!(unauthorized.detail, "no credentials");
         assert_eq!(
             throttled.detail,
-            "too many rejected requests from this source"
+            "too many rejected requests from this caller"
         );
         assert_eq!(
             (&*unauthorized.action, &*throttled.action),
@@ -524,8 +672,8 @@ mod tests {
             ..FloodLimits::default()
         });
         let t0 = Instant::now();
-        let reject = || match gate.reject_at(ip(1), request("list"), t0) {
-            (Verdict::Unauthorized { ticket }, start) => (Some(ticket), start),
+        let reject = || match refuse(&gate, ip(1), request("list"), t0) {
+            (Verdict::Refused { ticket }, start) => (Some(ticket), start),
             (Verdict::Throttled { .. }, start) => (None, start),
         };
         assert_eq!(reject(), (Some(1), true));
@@ -533,9 +681,9 @@ mod tests {
         assert_eq!(reject(), (None, false));
         gate.lock().writing = false;
         let t1 = t0 + Duration::from_secs(1);
-        let (verdict, start) = gate.reject_at(ip(1), request("list"), t1);
+        let (verdict, start) = refuse(&gate, ip(1), request("list"), t1);
         assert!(
-            matches!(verdict, Verdict::Unauthorized { ticket: 4 }),
+            matches!(verdict, Verdict::Refused { ticket: 4 }),
             "{verdict:?}"
         );
         assert!(start, "the writer had stopped");
@@ -551,13 +699,13 @@ mod tests {
         });
         let t0 = Instant::now();
         for n in 1..=6 {
-            gate.reject_at(ip(n), request("list"), t0);
+            refuse(&gate, ip(n), request("list"), t0);
         }
-        gate.reject_at(ip(1), request("list"), t0);
+        refuse(&gate, ip(1), request("list"), t0);
         assert_eq!(keys(&gate), [None, ip(1), ip(2), ip(3), ip(4)]);
         assert_eq!(gate.tracked_sources(), 5);
         let state = gate.lock();
-        let pending = |key| state.sources[&key].windows[Reason::Unauthorized.index()].pending;
+        let pending = |key| state.callers[&key].windows[Reason::Unauthorized.index()].pending;
         assert_eq!((pending(ip(1)), pending(None)), (2, 2));
     }
 
@@ -575,7 +723,7 @@ mod tests {
         });
         let t0 = Instant::now();
         for n in 1..=4 {
-            gate.reject_at(ip(n), request("list"), t0);
+            refuse(&gate, ip(n), request("list"), t0);
         }
         // 1: its row's window ended; 2: its throttled row's window is open
         // for one more nanosecond; 3: its count is not written yet; 4: its
@@ -585,7 +733,7 @@ mod tests {
         let open = Some((2, t0 + Duration::from_nanos(1)));
         after_flush(&gate, ip(2), Reason::Throttled, open);
         after_flush(&gate, ip(4), Reason::Unauthorized, None);
-        gate.reject_at(ip(5), request("list"), t0 + window);
+        refuse(&gate, ip(5), request("list"), t0 + window);
         assert_eq!(keys(&gate), [ip(2), ip(3), ip(5)]);
         assert_eq!(pending(&gate), 2);
     }
@@ -600,7 +748,7 @@ mod tests {
         });
         let t0 = Instant::now();
         for n in 1..=3 {
-            gate.reject_at(ip(n), request("list"), t0);
+            refuse(&gate, ip(n), request("list"), t0);
         }
         assert_eq!(
             keys(&gate),
@@ -610,10 +758,15 @@ mod tests {
         for key in [ip(1), ip(2), None] {
             after_flush(&gate, key, Reason::Unauthorized, None);
         }
-        gate.reject_at(ip(4), request("list"), t0 + Duration::from_millis(999));
+        refuse(
+            &gate,
+            ip(4),
+            request("list"),
+            t0 + Duration::from_millis(999),
+        );
         assert_eq!(keys(&gate), [None, ip(1), ip(2)], "too soon to sweep again");
         after_flush(&gate, None, Reason::Unauthorized, None);
-        gate.reject_at(ip(5), request("list"), t0 + Duration::from_secs(1));
+        refuse(&gate, ip(5), request("list"), t0 + Duration::from_secs(1));
         assert_eq!(keys(&gate), [None, ip(5)]);
     }
 
@@ -627,7 +780,8 @@ mod tests {
         });
         let t0 = Instant::now();
         for n in 0..1000 {
-            gate.reject_at(
+            refuse(
+                &gate,
                 ip(n),
                 request("list"),
                 t0 + Duration::from_millis(10 * u64::from(n)),

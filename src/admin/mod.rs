@@ -1,12 +1,13 @@
-//! The admin boundary without HTTP: authorization (AUTH-1, AUTH-2), audit
-//! (AUD-1, AUD-2), idempotent operator actions (ADM-4, ADM-5) and explicit
+//! The admin boundary without HTTP: authorization (AUTH-1..3), audit
+//! (AUD-1..3), idempotent operator actions (ADM-4, ADM-5) and explicit
 //! validation (VAL-4..7).
 //!
 //! Every accepted action is ONE PostgreSQL transaction: idempotency-key lock
 //! -> stored response (replay or 422) -> `Engine::act_in` -> audit row ->
 //! stored response -> commit. If any step fails, nothing of it commits: an
-//! unaudited change is not a success. Rejections (401/403/400/404/422) are
-//! audited in their own short transaction. This layer never messages
+//! unaudited change is not a success. Rejections of 400, 401, 403 and 421
+//! are coalesced per caller and window (`flood`); the others (404, 422 ...)
+//! are audited in their own short transaction. This layer never messages
 //! runners: it commits an intent and at most calls the waker.
 
 pub mod auth;
@@ -71,6 +72,14 @@ pub enum AdminError {
     Unauthorized,
     #[error("the principal lacks the {} capability", .0.as_str())]
     Forbidden(Capability),
+    /// AUTH-3: a state-changing request whose `Origin` or `Sec-Fetch-Site`
+    /// says it comes from another site.
+    #[error("a state-changing request from another site is refused")]
+    CrossSite,
+    /// AUTH-3: in trusted-network mode, a `Host` outside the allow-list
+    /// (what a DNS-rebinding page sends).
+    #[error("this server does not answer for the Host named in the request")]
+    Misdirected,
     #[error("{0}")]
     BadRequest(String),
     #[error("no backfill with this ID")]
@@ -113,6 +122,8 @@ impl AdminError {
         match self {
             AdminError::Unauthorized => 401,
             AdminError::Forbidden(_) => 403,
+            AdminError::CrossSite => 403,
+            AdminError::Misdirected => 421,
             AdminError::BadRequest(_) => 400,
             AdminError::NotFound => 404,
             AdminError::KeyReused => 422,
@@ -133,6 +144,8 @@ impl AdminError {
         match self {
             AdminError::Unauthorized => "unauthorized",
             AdminError::Forbidden(_) => "forbidden",
+            AdminError::CrossSite => "cross_site",
+            AdminError::Misdirected => "misdirected_request",
             AdminError::BadRequest(_) => "bad_request",
             AdminError::NotFound => "not_found",
             AdminError::KeyReused => "idempotency_key_reused",
@@ -204,9 +217,18 @@ pub struct RequestMeta<'a> {
     pub idempotency_key: Option<&'a str>,
     /// A request id for correlation when there is no idempotency key.
     pub request_id: Option<&'a str>,
-    /// The peer address: rejections are coalesced and rate-limited per
-    /// source (API-3). `None` (not a socket peer) is a source of its own.
+    /// The peer address: rejections of callers without a principal are
+    /// coalesced and rate-limited per source (API-3). `None` (not a socket
+    /// peer) is a source of its own.
     pub source: Option<IpAddr>,
+    /// The `Host` the request was sent to, checked against the allow-list
+    /// in trusted-network mode (AUTH-3). `None` when there is none (an
+    /// in-process caller, an HTTP/1.0 client): not checked.
+    pub host: Option<&'a str>,
+    /// The `Origin` header, if any (AUTH-3).
+    pub origin: Option<&'a str>,
+    /// The `Sec-Fetch-Site` header, if any (AUTH-3).
+    pub fetch_site: Option<&'a str>,
 }
 
 impl RequestMeta<'_> {
@@ -262,6 +284,9 @@ pub struct Admin {
     config: Arc<AdminConfig>,
     waker: Option<Waker>,
     flood: Arc<FloodGate>,
+    /// Hostnames answered in trusted-network mode (AUTH-3), normalized
+    /// by [`hostname`].
+    allowed_hosts: Arc<Vec<String>>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -284,11 +309,102 @@ fn requested_id(what: &str, id: &str) -> Result<(), AdminError> {
     })
 }
 
-/// The ID as an audit row can hold it: at most 128 bytes and no NUL,
-/// which PostgreSQL's text cannot store (a rejection must still be
-/// audited, AUD-1).
+/// The ID as an audit row holds it: itself when it is a valid backfill
+/// ID (or `*`), else a placeholder with its length. Whatever a caller put
+/// in an ID that no backfill can have (escape sequences, line breaks,
+/// bidirectional overrides, a NUL) is never stored (AUD-3).
 fn audit_id(id: &str) -> String {
-    cut(&id.replace('\0', "\u{fffd}"), 128)
+    if id == ALL || crate::repair::validate_id(id).is_ok() {
+        id.to_string()
+    } else {
+        format!("(invalid ID, {} bytes)", id.len())
+    }
+}
+
+/// The hostname of a `Host` header or an origin's authority, without its
+/// port, brackets or a trailing dot, in lower case; `None` when it is not
+/// one (an unclosed bracket, an empty name).
+pub(crate) fn hostname(authority: &str) -> Option<String> {
+    let authority = authority.trim();
+    let name = if let Some(rest) = authority.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        if !(after.is_empty() || after.strip_prefix(':').is_some_and(is_port)) {
+            return None;
+        }
+        inside
+    } else if authority.matches(':').count() > 1 {
+        // A bare IPv6 address: an allow-list entry, never a valid Host.
+        authority
+    } else {
+        match authority.split_once(':') {
+            Some((name, port)) if is_port(port) => name,
+            Some(_) => return None,
+            None => authority,
+        }
+    };
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"-._:".contains(&b);
+    (!name.is_empty() && name.bytes().all(allowed)).then_some(name)
+}
+
+fn is_port(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 5 && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// An allow-list entry for trusted-network mode (AUTH-3) as it is
+/// compared: a hostname or address, lower case, without a port (one given
+/// is ignored: a rebinding page names its own host, whatever the port).
+pub fn allowed_host(entry: &str) -> Result<String, AuthError> {
+    hostname(entry).ok_or_else(|| {
+        AuthError::Config(format!(
+            "allowed host {:?} is not a hostname or an address",
+            bounded(entry)
+        ))
+    })
+}
+
+/// The `Host` forms every admin boundary answers to in trusted-network
+/// mode: the loopback names a local browser or tool uses.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// Whether a request's `Origin` or `Sec-Fetch-Site` says it was sent by a
+/// page of another site (AUTH-3). `Sec-Fetch-Site` values other than
+/// `same-origin` and `none` (the user typed it) count; an `Origin` counts
+/// unless its scheme is http(s) and its host and port are the `Host` the
+/// request was sent to; `Origin: null` (a sandboxed or opaque page) counts.
+fn cross_site(meta: &RequestMeta<'_>) -> bool {
+    if let Some(site) = meta.fetch_site {
+        let site = site.trim();
+        if !(site.eq_ignore_ascii_case("same-origin") || site.eq_ignore_ascii_case("none")) {
+            return true;
+        }
+    }
+    let Some(origin) = meta.origin else {
+        return false;
+    };
+    let origin = origin.trim();
+    let (authority, default_port) = if let Some(rest) = origin.strip_prefix("http://") {
+        (rest, "80")
+    } else if let Some(rest) = origin.strip_prefix("https://") {
+        (rest, "443")
+    } else {
+        return true;
+    };
+    let Some(host) = meta.host else {
+        return true;
+    };
+    let with_port = |authority: &str| -> Option<(String, String)> {
+        let name = hostname(authority)?;
+        let port = match authority.rsplit_once(':') {
+            Some((_, port)) if is_port(port) => port.to_string(),
+            _ => default_port.to_string(),
+        };
+        Some((name, port))
+    };
+    match (with_port(authority), with_port(host.trim())) {
+        (Some(a), Some(b)) => a != b,
+        _ => true,
+    }
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, AdminError> {
@@ -303,7 +419,29 @@ impl Admin {
             config: Arc::new(config),
             waker: None,
             flood: Arc::new(FloodGate::new(FloodLimits::default())),
+            allowed_hosts: Arc::new(LOOPBACK_HOSTS.map(String::from).to_vec()),
         }
+    }
+
+    /// Answer in trusted-network mode also to requests whose `Host` names
+    /// one of `hosts`, on top of [`LOOPBACK_HOSTS`] (AUTH-3). Pass names
+    /// checked by [`allowed_host`]: an entry that is no hostname can match
+    /// no request and so allows nothing.
+    pub fn with_allowed_hosts<I: IntoIterator<Item = String>>(mut self, hosts: I) -> Self {
+        let mut allowed: Vec<String> = self.allowed_hosts.as_ref().clone();
+        for host in hosts {
+            let name = hostname(&host).unwrap_or(host);
+            if !allowed.contains(&name) {
+                allowed.push(name);
+            }
+        }
+        self.allowed_hosts = Arc::new(allowed);
+        self
+    }
+
+    /// The hostnames answered in trusted-network mode.
+    pub fn allowed_hosts(&self) -> &[String] {
+        &self.allowed_hosts
     }
 
     /// Replace the bounds of the rejection path (API-3).
@@ -426,11 +564,69 @@ impl Admin {
         }
     }
 
-    /// Authenticate and authorize; 401/403 are audited and return nothing
-    /// protected (AUTH-1). Requests without valid credentials are audited
-    /// coalesced per source and window, and past a rate refused with 429
-    /// (API-3); authentication is checked first, in memory, so authorized
-    /// requests never touch that path.
+    /// Count a refused request in the rejection gate and answer once its
+    /// count is written: `error`, or 429 past the caller's rate. The
+    /// caller is the authenticated principal, else the peer address
+    /// (API-3, AUD-3); nothing of the request but its (checked) ID and
+    /// action is kept.
+    async fn refuse(
+        &self,
+        authority: Option<&Authority>,
+        meta: &RequestMeta<'_>,
+        id: &str,
+        action: &str,
+        reason: flood::Reason,
+        error: AdminError,
+    ) -> AdminError {
+        let caller = match authority.and_then(|a| a.actor.clone()) {
+            Some(name) => flood::Caller::Principal(name),
+            None => flood::Caller::source(meta.source),
+        };
+        let request = flood::Rejected {
+            backfill_id: audit_id(id),
+            action: cut(action, 32),
+            authority: authority.map_or("none", |a| a.source),
+            detail: bounded(error.to_string()),
+        };
+        let (verdict, start_writer) = self.flood.reject(caller, reason, request);
+        if start_writer {
+            tokio::spawn(self.flood.clone().flush(self.engine.pool().clone()));
+        }
+        match verdict {
+            flood::Verdict::Refused { ticket } => {
+                self.flood.written(ticket).await;
+                error
+            }
+            flood::Verdict::Throttled { retry_after } => AdminError::TooManyRequests(retry_after),
+        }
+    }
+
+    /// Why the admin boundary refuses this request before looking at its
+    /// credentials, if it does (AUTH-3): in trusted-network mode a `Host`
+    /// outside the allow-list (a DNS-rebinding page names its own
+    /// domain), and in every mode a state-changing request that a page of
+    /// another site sent.
+    fn boundary(&self, meta: &RequestMeta<'_>, need: Capability) -> Option<flood::Reason> {
+        if matches!(self.config.auth, AuthConfig::TrustedNetwork) {
+            // A request without a Host is no browser's (browsers always
+            // send one, and rebinding needs a browser): an in-process
+            // caller of this layer, or an HTTP/1.0 client on the network
+            // this mode trusts.
+            let foreign = meta.host.is_some_and(|host| {
+                !hostname(host).is_some_and(|h| self.allowed_hosts.contains(&h))
+            });
+            if foreign {
+                return Some(flood::Reason::Misdirected);
+            }
+        }
+        (need == Capability::Operate && cross_site(meta)).then_some(flood::Reason::CrossSite)
+    }
+
+    /// Check the boundary, authenticate and authorize (AUTH-1..3). Every
+    /// refusal (421, 403, 401) returns nothing protected and is counted
+    /// into a coalesced audit row of its caller and window, and past a
+    /// rate refused with 429 (API-3, AUD-3). The checks are in memory, so
+    /// authorized requests never touch that path.
     async fn authorize(
         &self,
         meta: &RequestMeta<'_>,
@@ -438,32 +634,24 @@ impl Admin {
         action: &str,
         need: Capability,
     ) -> Result<Authority, AdminError> {
-        let Some(authority) = self.config.auth.authenticate(meta.bearer) else {
-            let first = flood::FirstRequest {
-                backfill_id: audit_id(id),
-                action: cut(action, 32),
-                correlation: meta.correlation(),
-                detail: bounded(AdminError::Unauthorized.to_string()),
+        if let Some(reason) = self.boundary(meta, need) {
+            let error = match reason {
+                flood::Reason::Misdirected => AdminError::Misdirected,
+                _ => AdminError::CrossSite,
             };
-            let (verdict, start_writer) = self.flood.reject(meta.source, first);
-            if start_writer {
-                tokio::spawn(self.flood.clone().flush(self.engine.pool().clone()));
-            }
-            return Err(match verdict {
-                flood::Verdict::Unauthorized { ticket } => {
-                    self.flood.written(ticket).await;
-                    AdminError::Unauthorized
-                }
-                flood::Verdict::Throttled { retry_after } => {
-                    AdminError::TooManyRequests(retry_after)
-                }
-            });
+            return Err(self.refuse(None, meta, id, action, reason, error).await);
+        }
+        let Some(authority) = self.config.auth.authenticate(meta.bearer) else {
+            let reason = flood::Reason::Unauthorized;
+            let error = AdminError::Unauthorized;
+            return Err(self.refuse(None, meta, id, action, reason, error).await);
         };
         if !authority.can(need) {
             let error = AdminError::Forbidden(need);
-            self.audit_rejection(&authority, id, action, meta, &error, None)
-                .await;
-            return Err(error);
+            let reason = flood::Reason::Forbidden;
+            return Err(self
+                .refuse(Some(&authority), meta, id, action, reason, error)
+                .await);
         }
         Ok(authority)
     }
@@ -564,12 +752,13 @@ impl Admin {
             Some(k) => return Ok(k),
         };
         let error = AdminError::BadRequest(problem.into());
-        self.audit_rejection(authority, id, action, meta, &error, None)
-            .await;
-        Err(error)
+        Err(self.rejected(authority, id, action, meta, error).await)
     }
 
-    /// Audit an error that surfaced after authorization, then return it.
+    /// Audit an error that surfaced after authorization, then return it:
+    /// a 400 is counted into the caller's coalesced row like every
+    /// refusal of its input (AUD-3), anything else (404, 409, 422 ...)
+    /// gets a row of its own.
     async fn rejected(
         &self,
         authority: &Authority,
@@ -578,6 +767,12 @@ impl Admin {
         meta: &RequestMeta<'_>,
         error: AdminError,
     ) -> AdminError {
+        if matches!(error, AdminError::BadRequest(_)) {
+            let reason = flood::Reason::BadRequest;
+            return self
+                .refuse(Some(authority), meta, id, action, reason, error)
+                .await;
+        }
         self.audit_rejection(authority, id, action, meta, &error, None)
             .await;
         error
@@ -659,8 +854,16 @@ impl Admin {
                             },
                         )
                         .await?;
-                        store::request_insert(conn, key, id, action.as_str(), 409, &refusal.body)
-                            .await?;
+                        store::request_insert(
+                            conn,
+                            authority.principal(),
+                            key,
+                            id,
+                            action.as_str(),
+                            409,
+                            &refusal.body,
+                        )
+                        .await?;
                         return Ok((
                             Reply {
                                 status: 409,
@@ -708,7 +911,16 @@ impl Admin {
                     },
                 )
                 .await?;
-                store::request_insert(conn, key, id, action.as_str(), status, &body).await?;
+                store::request_insert(
+                    conn,
+                    authority.principal(),
+                    key,
+                    id,
+                    action.as_str(),
+                    status,
+                    &body,
+                )
+                .await?;
                 let woke = code == "applied"
                     && matches!(action, Action::Start | Action::Resume | Action::Retry);
                 Ok((
@@ -768,7 +980,16 @@ impl Admin {
                 )
                 .await?;
                 if keep {
-                    store::request_insert(conn, key, id, action.as_str(), 200, &body).await?;
+                    store::request_insert(
+                        conn,
+                        authority.principal(),
+                        key,
+                        id,
+                        action.as_str(),
+                        200,
+                        &body,
+                    )
+                    .await?;
                 }
                 Ok(Reply { status: 200, body })
             })
@@ -841,8 +1062,8 @@ async fn replay(
     request: &str,
     key: &str,
 ) -> Result<Option<Reply>, TxError> {
-    store::request_lock(conn, key).await?;
-    let Some(stored) = store::request_get(conn, key).await? else {
+    store::request_lock(conn, authority.principal(), key).await?;
+    let Some(stored) = store::request_get(conn, authority.principal(), key).await? else {
         return Ok(None);
     };
     if stored.backfill_id != id || stored.action != request {
@@ -874,5 +1095,96 @@ fn page_limit(limit: Option<i64>) -> Result<i64, AdminError> {
         Some(_) => Err(AdminError::BadRequest(format!(
             "limit must be between 1 and {MAX_PAGE}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta<'a>(
+        host: Option<&'a str>,
+        origin: Option<&'a str>,
+        site: Option<&'a str>,
+    ) -> RequestMeta<'a> {
+        RequestMeta {
+            host,
+            origin,
+            fetch_site: site,
+            ..Default::default()
+        }
+    }
+
+    /// AUTH-3: a Host or origin authority is compared by its hostname in
+    /// lower case, without port, brackets or a trailing dot; what is no
+    /// hostname matches nothing.
+    #[test]
+    fn auth3_hostnames_are_compared_without_port_or_case() {
+        let name = |s: &str| hostname(s);
+        assert_eq!(name("LocalHost.:8081").as_deref(), Some("localhost"));
+        assert_eq!(name("[::1]:8081").as_deref(), Some("::1"));
+        assert_eq!(name("::1").as_deref(), Some("::1"));
+        assert_eq!(name("127.0.0.1").as_deref(), Some("127.0.0.1"));
+        for bad in [
+            "",
+            ":80",
+            "[::1",
+            "[::1]x",
+            "a b",
+            "evil.example:x",
+            "user@host",
+            "h:123456",
+        ] {
+            assert_eq!(name(bad), None, "{bad}");
+        }
+        assert_eq!(
+            allowed_host("Admin.Internal:9000").expect("a host"),
+            "admin.internal"
+        );
+        assert!(allowed_host("not a host").is_err());
+    }
+
+    /// AUTH-3: what counts as sent by another site: `Sec-Fetch-Site`
+    /// other than `same-origin` or `none`, an `Origin` that is not this
+    /// Host's (scheme default ports compared as such), `Origin: null`, or
+    /// an origin with no Host to compare it with. No header says nothing.
+    #[test]
+    fn auth3_cross_site_is_what_origin_or_fetch_site_says() {
+        let h = Some("127.0.0.1:8081");
+        assert!(!cross_site(&meta(h, None, None)));
+        assert!(!cross_site(&meta(h, None, Some("same-origin"))));
+        assert!(!cross_site(&meta(h, None, Some("none"))));
+        assert!(cross_site(&meta(h, None, Some("cross-site"))));
+        assert!(cross_site(&meta(h, None, Some("same-site"))));
+        assert!(!cross_site(&meta(h, Some("http://127.0.0.1:8081"), None)));
+        assert!(!cross_site(&meta(
+            Some("admin"),
+            Some("http://ADMIN:80"),
+            None
+        )));
+        assert!(!cross_site(&meta(
+            Some("admin:443"),
+            Some("https://admin"),
+            None
+        )));
+        assert!(cross_site(&meta(h, Some("http://127.0.0.1:8082"), None)));
+        assert!(cross_site(&meta(
+            h,
+            Some("https://127.0.0.1:8081.evil"),
+            None
+        )));
+        assert!(cross_site(&meta(h, Some("null"), None)));
+        assert!(cross_site(&meta(h, Some("file://"), None)));
+        assert!(cross_site(&meta(None, Some("http://127.0.0.1:8081"), None)));
+    }
+
+    /// AUD-3: a valid ID (or `*`) is recorded as it is; anything else as
+    /// a placeholder with its length in bytes.
+    #[test]
+    fn aud03_an_invalid_id_is_recorded_as_a_placeholder() {
+        assert_eq!(audit_id("items.counter"), "items.counter");
+        assert_eq!(audit_id("*"), "*");
+        assert_eq!(audit_id("a\u{1b}[31m"), "(invalid ID, 6 bytes)");
+        assert_eq!(audit_id(&"x".repeat(500)), "(invalid ID, 500 bytes)");
     }
 }

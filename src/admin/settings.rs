@@ -182,7 +182,16 @@ impl Admin {
                     },
                 )
                 .await?;
-                store::request_insert(conn, key, id, &request, status, &body).await?;
+                store::request_insert(
+                    conn,
+                    authority.principal(),
+                    key,
+                    id,
+                    &request,
+                    status,
+                    &body,
+                )
+                .await?;
                 Ok(Reply {
                     status: status as u16,
                     body,

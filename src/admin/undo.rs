@@ -231,8 +231,16 @@ impl Admin {
                     },
                 )
                 .await?;
-                store::request_insert(conn, key, id, action, i32::from(done.status), &done.body)
-                    .await?;
+                store::request_insert(
+                    conn,
+                    authority.principal(),
+                    key,
+                    id,
+                    action,
+                    i32::from(done.status),
+                    &done.body,
+                )
+                .await?;
                 let woke = action == UNDO && done.outcome == "applied";
                 Ok((
                     Reply {

@@ -559,23 +559,51 @@ pub struct AuditEntry {
     pub last_at: Option<DateTime<Utc>>,
 }
 
+/// Audit text as it may be shown (AUD-3): control characters (C0, DEL,
+/// C1), invisible and bidirectional formatting characters are written as
+/// `\u{XXXX}`, so a stored escape sequence cannot recolour a terminal, a
+/// CR/LF cannot forge a line and an override cannot reorder what an
+/// operator reads. Escaping twice changes nothing more, so every place
+/// that shows audit text (the API, the web client, `ctl`) can apply it.
+pub fn audit_text(text: &str) -> String {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{061c}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl From<AuditRow> for AuditEntry {
+    /// Every text is escaped for display ([`audit_text`]): rows written
+    /// before IDs were checked, or by another writer, may hold anything.
     fn from(r: AuditRow) -> Self {
+        let shown = |t: String| audit_text(&t);
         Self {
             seq: r.seq,
             at: r.at,
-            backfill_id: r.backfill_id,
-            action: r.action,
-            actor: r.actor,
-            authority: r.authority,
-            correlation: r.correlation,
+            backfill_id: shown(r.backfill_id),
+            action: shown(r.action),
+            actor: r.actor.map(shown),
+            authority: shown(r.authority),
+            correlation: r.correlation.map(shown),
             prior_state: r.prior_state,
             resulting_state: r.resulting_state,
             generation: r.generation,
-            outcome: r.outcome,
-            detail: r.detail,
+            outcome: shown(r.outcome),
+            detail: r.detail.map(shown),
             request_count: r.request_count,
-            source: r.source,
+            source: r.source.map(shown),
             last_at: r.last_at,
         }
     }
@@ -653,6 +681,21 @@ mod timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// AUD-3: control, bidirectional and invisible characters are shown
+    /// escaped, and escaping again changes nothing; ordinary text, accents
+    /// and all, is shown as it is.
+    #[test]
+    fn aud03_audit_text_escapes_controls_and_bidi_overrides() {
+        assert_eq!(audit_text("items.counter"), "items.counter");
+        assert_eq!(audit_text("caf\u{e9} \u{2192}"), "caf\u{e9} \u{2192}");
+        assert_eq!(
+            audit_text("\u{1b}[31mRED\r\nfake\u{202e}txt\u{0}\u{85}\u{200b}"),
+            "\\u{001b}[31mRED\\u{000d}\\u{000a}fake\\u{202e}txt\\u{0000}\\u{0085}\\u{200b}"
+        );
+        let once = audit_text("\u{1b}x\u{2066}");
+        assert_eq!(audit_text(&once), once);
+    }
     use chrono::TimeDelta;
     use serde_json::json;
 

@@ -154,6 +154,15 @@ pub struct HostConfig {
     /// Who may use the admin API. No principals = every admin request is
     /// refused (AUTH-1).
     pub admin_auth: AuthConfig,
+    /// In trusted-network mode, the `Host` names the admin boundary
+    /// answers to besides the loopback names and the admin listen
+    /// address (AUTH-3): the name operators reach it by.
+    pub admin_allowed_hosts: Vec<String>,
+    /// Let trusted-network mode listen on an address that is not loopback
+    /// (AUTH-3). Off, [`Host::start`] refuses such an address; on, it
+    /// starts with a warning: anyone who reaches the address holds every
+    /// capability.
+    pub admin_allow_remote_trusted: bool,
     /// Connections in the pool; `None` derives it from the runtime's
     /// maximum runners and the repairs (see [`HostConfig::pool_needed`]),
     /// with room for the admin API.
@@ -177,6 +186,8 @@ impl HostConfig {
             auto_backfills: true,
             required: None,
             admin_auth: AuthConfig::Tokens(Vec::new()),
+            admin_allowed_hosts: Vec::new(),
+            admin_allow_remote_trusted: false,
             pool_size: None,
             engine: EngineConfig::default(),
             runtime: RuntimeConfig::default(),
@@ -193,6 +204,51 @@ impl HostConfig {
         let runners = self.runtime.max_concurrent_runners as u32;
         let per_runner = if registry.any_overlaps() { 2 } else { 1 };
         runners * per_runner + 2
+    }
+
+    /// The `Host` names answered in trusted-network mode besides the
+    /// loopback ones: the admin listen address (unless it is a wildcard)
+    /// and [`HostConfig::admin_allowed_hosts`], each checked (AUTH-3).
+    fn allowed_hosts(&self) -> Result<Vec<String>, HostError> {
+        let listen = self.admin_listen.ip();
+        let mut hosts: Vec<String> = Vec::new();
+        if !listen.is_unspecified() {
+            hosts.push(listen.to_string());
+        }
+        for host in &self.admin_allowed_hosts {
+            let name =
+                crate::admin::allowed_host(host).map_err(|e| HostError::Config(e.to_string()))?;
+            hosts.push(name);
+        }
+        Ok(hosts)
+    }
+
+    /// AUTH-3: trusted-network mode listens only on loopback unless
+    /// [`HostConfig::admin_allow_remote_trusted`] says otherwise, and then
+    /// says so at startup.
+    fn check_trusted_listen(&self) -> Result<(), HostError> {
+        if !matches!(self.admin_auth, AuthConfig::TrustedNetwork) {
+            return Ok(());
+        }
+        let listen = self.admin_listen;
+        if listen.ip().is_loopback() {
+            return Ok(());
+        }
+        if !self.admin_allow_remote_trusted {
+            return Err(HostError::Config(format!(
+                "trusted-network mode listens only on loopback, and {} is not: anyone who \
+                 reaches it would hold every capability (to accept that, pass \
+                 --admin-allow-remote-trusted)",
+                listen.ip()
+            )));
+        }
+        tracing::warn!(
+            event = "admin_trusted_remote",
+            admin = %listen,
+            "the admin API is served without authentication on a non-loopback address: \
+             everyone who can reach it holds every capability"
+        );
+        Ok(())
     }
 
     /// Check the configuration and the application's definitions before
@@ -232,6 +288,8 @@ pub struct Embedded {
     pub required: Vec<String>,
     automatic: bool,
     auth: AuthConfig,
+    /// The `Host` names answered in trusted-network mode (AUTH-3).
+    allowed_hosts: Vec<String>,
     tasks: Vec<actix_rt::task::JoinHandle<()>>,
 }
 
@@ -242,6 +300,7 @@ impl Embedded {
     pub async fn start(config: HostConfig, app: &dyn Application) -> Result<Self, HostError> {
         let registry = app.registry()?;
         let pool_size = config.validate(&registry)?;
+        let allowed_hosts = config.allowed_hosts()?;
         let required = match &config.required {
             Some(ids) => ids.clone(),
             None => registry.ids(),
@@ -309,6 +368,7 @@ impl Embedded {
             required,
             automatic: config.auto_backfills,
             auth: config.admin_auth,
+            allowed_hosts,
             tasks,
         })
     }
@@ -325,6 +385,7 @@ impl Embedded {
                 required: self.required.iter().cloned().collect(),
             },
         )
+        .with_allowed_hosts(self.allowed_hosts.iter().cloned())
         .with_waker(Arc::new(move |_id: &str| runtime.wake()))
     }
 

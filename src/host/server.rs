@@ -91,7 +91,11 @@ fn admin_listener(
 ) -> std::io::Result<(Server, SocketAddr)> {
     let server = HttpServer::new(move || {
         let admin = admin.clone();
-        App::new().configure(move |cfg| admin.configure(cfg))
+        // The headers on the whole listener too, so an unknown path's
+        // answer carries them as well (AUTH-4).
+        App::new()
+            .wrap(http::security_headers())
+            .configure(move |cfg| admin.configure(cfg))
     })
     .disable_signals()
     .shutdown_timeout(grace)
@@ -105,6 +109,7 @@ impl Host {
     /// Start `app` with everything in the contract's order, then open the
     /// listeners. Must run inside an actix system (`actix_web::main`).
     pub async fn start(config: HostConfig, app: impl Application) -> Result<Self, HostError> {
+        config.check_trusted_listen()?;
         let app: Arc<dyn Application> = Arc::new(app);
         let embedded = Embedded::start(config.clone(), &*app).await?;
         let admin = embedded.admin_routes();

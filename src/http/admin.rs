@@ -116,15 +116,29 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
         .service(resource("/admin/audit", web::get().to(audit), "GET"))
         // Registered last: any other path under /admin gets a JSON error
         // like every other rejection, not an empty body.
-        .route("/admin", web::route().to(no_route))
-        .route("/admin/{tail:.*}", web::route().to(no_route));
+        .service(
+            web::resource("/admin")
+                .wrap(super::security_headers())
+                .route(web::route().to(no_route)),
+        )
+        .service(
+            web::resource("/admin/{tail:.*}")
+                .wrap(super::security_headers())
+                .route(web::route().to(no_route)),
+        );
 }
 
 /// One known path served by `route`; every other method on it is a 405
 /// naming the allowed one (API-2), so a client can tell a wrong method
-/// from a path that does not exist.
-fn resource(path: &str, route: actix_web::Route, allow: &'static str) -> actix_web::Resource {
+/// from a path that does not exist. Every answer carries the security
+/// headers (AUTH-4), on whatever listener the routes are mounted.
+fn resource(
+    path: &str,
+    route: actix_web::Route,
+    allow: &'static str,
+) -> impl actix_web::dev::HttpServiceFactory {
     web::resource(path)
+        .wrap(super::security_headers())
         .route(route)
         .default_service(web::to(move || method_not_allowed(allow)))
 }
@@ -155,6 +169,9 @@ struct Meta {
     bearer: Option<String>,
     idempotency_key: Option<String>,
     request_id: String,
+    host: Option<String>,
+    origin: Option<String>,
+    fetch_site: Option<String>,
 }
 
 impl Meta {
@@ -180,6 +197,16 @@ impl Meta {
             request_id: header("x-request-id")
                 .filter(|r| !r.is_empty() && r.len() <= 200)
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            // The authority the request was sent to: an absolute-form
+            // target's, else the Host header (RFC 9112, 3.2.2). Never a
+            // forwarded-host header, which any client may set.
+            host: req
+                .uri()
+                .authority()
+                .map(|a| a.as_str().to_string())
+                .or_else(|| header(header::HOST.as_str())),
+            origin: header(header::ORIGIN.as_str()),
+            fetch_site: header("sec-fetch-site"),
         }
     }
 
@@ -189,6 +216,9 @@ impl Meta {
             idempotency_key: self.idempotency_key.as_deref(),
             request_id: Some(&self.request_id),
             source: self.source,
+            host: self.host.as_deref(),
+            origin: self.origin.as_deref(),
+            fetch_site: self.fetch_site.as_deref(),
         }
     }
 }
@@ -268,9 +298,10 @@ pub struct AuditQuery {
         (status = 400, description = "Bad paging parameters, or `after` not a backfill ID", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
         (status = 500, description = "Server error", body = ErrorBody),
         (status = 503, description = "Database unavailable", body = ErrorBody),
     )
@@ -297,9 +328,10 @@ async fn list(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
         (status = 400, description = "Not a backfill ID", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 500, description = "Server error", body = ErrorBody),
         (status = 503, description = "Database unavailable", body = ErrorBody),
@@ -332,9 +364,10 @@ async fn act(
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 403, description = "`forbidden`: lacks backfill:operate; or `cross_site`: the Origin or Sec-Fetch-Site names another site (AUTH-3)", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "Not allowed from the current state (ADM-5), or no local definition", body = ConflictBody),
         (status = 422, description = "`idempotency_key_reused`: the key answered another action or backfill; or `invalid_split`: the definition's split points were refused (PAR-1), nothing written", body = ErrorBody),
@@ -358,9 +391,10 @@ async fn start(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 403, description = "`forbidden`: lacks backfill:operate; or `cross_site`: the Origin or Sec-Fetch-Site names another site (AUTH-3)", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "Not allowed from the current state (ADM-5)", body = ConflictBody),
         (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
@@ -384,9 +418,10 @@ async fn pause(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 403, description = "`forbidden`: lacks backfill:operate; or `cross_site`: the Origin or Sec-Fetch-Site names another site (AUTH-3)", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "`conflict`: not allowed from the current state (ADM-5); `undone`: the backfill has an undo and does not run again (UNDO-2)", body = ConflictBody),
         (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
@@ -411,9 +446,10 @@ async fn resume(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 403, description = "`forbidden`: lacks backfill:operate; or `cross_site`: the Origin or Sec-Fetch-Site names another site (AUTH-3)", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "`conflict`: not allowed from the current state (ADM-5); `undone`: the backfill has an undo and does not run again (UNDO-2)", body = ConflictBody),
         (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
@@ -438,9 +474,10 @@ async fn retry(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
         (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 403, description = "`forbidden`: lacks backfill:operate; or `cross_site`: the Origin or Sec-Fetch-Site names another site (AUTH-3)", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
         (status = 500, description = "Server error; nothing committed", body = ErrorBody),
@@ -632,9 +669,10 @@ async fn read_body(mut payload: web::Payload) -> Result<web::BytesMut, RequestBo
         (status = 400, description = "Not a backfill ID, a missing or malformed Idempotency-Key, or a body that is not JSON", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 403, description = "`forbidden`: lacks backfill:operate; or `cross_site`: the Origin or Sec-Fetch-Site names another site (AUTH-3)", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
         (status = 409, description = "The backfill is completed: its settings no longer change (ADM-5)", body = ConflictBody),
         (status = 413, description = "The body is larger than 16384 bytes", body = ErrorBody),
@@ -675,9 +713,10 @@ async fn settings(
         (status = 400, description = "Bad paging parameters, or `backfill` not a backfill ID", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
         (status = 500, description = "Server error", body = ErrorBody),
         (status = 503, description = "Database unavailable", body = ErrorBody),
     )

@@ -328,6 +328,9 @@ fn health_families(snapshot: &Snapshot) -> prometheus::Result<Vec<Box<dyn Collec
 
 /// Mount `GET /metrics`.
 pub fn configure(cfg: &mut web::ServiceConfig, source: web::Data<MetricsSource>) {
-    cfg.app_data(source)
-        .route("/metrics", web::get().to(metrics));
+    cfg.app_data(source).service(
+        web::resource("/metrics")
+            .wrap(super::security_headers())
+            .route(web::get().to(metrics)),
+    );
 }

@@ -21,9 +21,14 @@ async fn app() -> HttpResponse {
         .body(APP)
 }
 
-/// Mount `/ui` and `/ui/app.js`.
+/// Mount `/ui` and `/ui/app.js`, with the security headers (AUTH-4).
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/ui", web::get().to(index))
-        .route("/ui/", web::get().to(index))
-        .route("/ui/app.js", web::get().to(app));
+    for (path, handler) in [("/ui", true), ("/ui/", true), ("/ui/app.js", false)] {
+        let resource = web::resource(path).wrap(super::security_headers());
+        cfg.service(if handler {
+            resource.route(web::get().to(index))
+        } else {
+            resource.route(web::get().to(app))
+        });
+    }
 }

@@ -407,7 +407,7 @@ mod tests {
     fn reg3_erased_repair_forwards_the_repairs_answers() {
         let plain = erased(events().build().expect("valid"));
         assert_eq!(plain.id(), "registered.v1");
-        assert_eq!(plain.description(), "events: SET n = 0");
+        assert_eq!(plain.description(), "SQL repair of events, by id");
         assert!(!plain.overlap_commits());
         assert_eq!(plain.batch_limit(), 1000);
         assert_eq!(plain.batch_target(), None);

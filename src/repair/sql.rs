@@ -249,8 +249,10 @@ impl SqlRepairBuilder {
         self
     }
 
-    /// Operator-facing description (REG-2). Default: the table and the SET
-    /// list.
+    /// Operator-facing description (REG-2). Default: the table and the key
+    /// column. The SQL itself is never the default: every reader of the
+    /// admin API sees the description, and the SET list is application
+    /// code that may name what the repair is for.
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.description = Some(description.into());
         self
@@ -339,7 +341,7 @@ impl SqlRepairBuilder {
             description: self
                 .description
                 .clone()
-                .unwrap_or_else(|| format!("{table}: SET {set}")),
+                .unwrap_or_else(|| format!("SQL repair of {table}, by {key}")),
             batch: self.batch,
             overlap: self.overlap,
             bound_sql: format!(
@@ -370,17 +372,20 @@ impl SqlRepairBuilder {
     }
 }
 
-/// A plain SQL identifier, `[A-Za-z_][A-Za-z0-9_]*` of at most 63 bytes;
-/// with `qualified`, optionally `schema.name`. Anything else could carry
-/// SQL into the statement text, or name another relation.
+/// A plain SQL identifier, `[a-z_][a-z0-9_]*` of at most 63 bytes; with
+/// `qualified`, optionally `schema.name`. Anything else could carry SQL
+/// into the statement text, or name another relation. Upper case is
+/// refused rather than quoted: PostgreSQL folds an unquoted `Items` to
+/// `items`, so the name written would not be the one used, and a table
+/// created quoted as `"Items"` would not be the one repaired.
 pub(super) fn check_identifier(name: &str, qualified: bool) -> Result<(), DefinitionError> {
     let plain = |part: &str| {
         let mut bytes = part.bytes();
         part.len() <= MAX_IDENTIFIER_BYTES
             && bytes
                 .next()
-                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-            && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+            && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
     };
     let ok = match name.split_once('.') {
         Some((schema, table)) => qualified && plain(schema) && plain(table),
@@ -593,6 +598,9 @@ mod tests {
             ".items",
             "items.",
             "it-ems",
+            "Items",
+            "app.Items",
+            "ITEMS",
             &"a".repeat(64),
         ] {
             assert!(
@@ -673,7 +681,8 @@ mod tests {
     fn emb4_built_repair_answers_with_its_builder_settings() {
         let plain = items().build().expect("valid");
         assert_eq!(plain.id(), "items.email-norm.v1");
-        assert_eq!(plain.description(), "items: SET email_norm = lower(email)");
+        assert_eq!(plain.description(), "SQL repair of items, by id");
+        assert!(!plain.description().contains("lower"), "no SQL shown");
         assert_eq!(plain.batch_limit(), 1000);
         assert!(!plain.overlap_commits());
         assert_eq!(plain.batch_target(), None);

@@ -97,8 +97,10 @@ pub async fn audit_insert(
 
 /// Count `requests` more rejections into the coalesced audit row `window`
 /// (API-3), or, when `window` is `None` (or names no row), open a new one
-/// from `first` (the window's first request) with `source` and the count;
-/// returns the row's `seq`. Locks: the window row's row lock for the
+/// from `first` (the requests being counted) with `source` and the count;
+/// returns the row's `seq`. A row keeps its backfill ID and action only
+/// while the requests counted into it share them; once one differs, that
+/// column becomes `*` (AUD-3). Locks: the window row's row lock for the
 /// UPDATE, nothing beyond the insert otherwise. Outside any caller
 /// transaction: the rejected requests changed nothing, and one writer per
 /// process (`admin::flood`) is the only one to touch its rows, so the lock
@@ -107,7 +109,7 @@ pub async fn audit_coalesce(
     conn: &mut AsyncPgConnection,
     window: Option<i64>,
     first: &NewAudit<'_>,
-    source: &str,
+    source: Option<&str>,
     requests: i64,
 ) -> Result<i64, StoreError> {
     #[derive(QueryableByName)]
@@ -118,7 +120,9 @@ pub async fn audit_coalesce(
     let row: Seq = super::cached(
         diesel::sql_query(
             "WITH bumped AS ( \
-               UPDATE backfill_audit SET request_count = request_count + $12, last_at = now() \
+               UPDATE backfill_audit SET request_count = request_count + $12, last_at = now(), \
+                 backfill_id = CASE WHEN backfill_id = $2 THEN backfill_id ELSE '*' END, \
+                 action = CASE WHEN action = $3 THEN action ELSE '*' END \
                WHERE seq = $1 RETURNING seq), \
              opened AS ( \
                INSERT INTO backfill_audit (backfill_id, action, actor, authority, correlation, \
@@ -140,7 +144,7 @@ pub async fn audit_coalesce(
         .bind::<Text, _>(first.outcome)
         .bind::<Nullable<Text>, _>(first.detail)
         .bind::<BigInt, _>(requests)
-        .bind::<Text, _>(source),
+        .bind::<Nullable<Text>, _>(source),
     )
     .get_result(conn)
     .await?;
@@ -182,14 +186,23 @@ pub struct RequestRow {
     pub response: Value,
 }
 
-/// Take the transaction-scoped advisory lock of one idempotency key, so
-/// concurrent duplicates of one logical request run one at a time and the
-/// later ones find the first one's stored response (ADM-4).
-pub async fn request_lock(conn: &mut AsyncPgConnection, key: &str) -> Result<(), StoreError> {
+/// Take the transaction-scoped advisory lock of one idempotency key of
+/// `principal` (its name, or '' for an authority that names no
+/// individual), so concurrent duplicates of one logical request run one at
+/// a time and the later ones find the first one's stored response
+/// (ADM-4). The principal's length goes into the lock's name so that no
+/// principal and key can spell another pair's.
+pub async fn request_lock(
+    conn: &mut AsyncPgConnection,
+    principal: &str,
+    key: &str,
+) -> Result<(), StoreError> {
     super::cached(
         diesel::sql_query(
-            "SELECT pg_advisory_xact_lock(hashtextextended('backfill-request:' || $1, 0))",
+            "SELECT pg_advisory_xact_lock(hashtextextended(\
+             'backfill-request:' || length($1) || ':' || $1 || ':' || $2, 0))",
         )
+        .bind::<Text, _>(principal)
         .bind::<Text, _>(key),
     )
     .execute(conn)
@@ -197,17 +210,19 @@ pub async fn request_lock(conn: &mut AsyncPgConnection, key: &str) -> Result<(),
     Ok(())
 }
 
-/// Read the stored response of an idempotency key. No lock (callers hold
-/// [`request_lock`]).
+/// Read the stored response of `principal`'s idempotency key. No lock
+/// (callers hold [`request_lock`]).
 pub async fn request_get(
     conn: &mut AsyncPgConnection,
+    principal: &str,
     key: &str,
 ) -> Result<Option<RequestRow>, StoreError> {
     let rows: Vec<RequestRow> = super::cached(
         diesel::sql_query(
             "SELECT backfill_id, action, status, response FROM backfill_request \
-         WHERE idempotency_key = $1",
+         WHERE principal = $1 AND idempotency_key = $2",
         )
+        .bind::<Text, _>(principal)
         .bind::<Text, _>(key),
     )
     .load(conn)
@@ -215,10 +230,11 @@ pub async fn request_get(
     Ok(rows.into_iter().next())
 }
 
-/// Store the response of an idempotency key, in the same transaction as the
-/// action it answers.
+/// Store the response of `principal`'s idempotency key, in the same
+/// transaction as the action it answers.
 pub async fn request_insert(
     conn: &mut AsyncPgConnection,
+    principal: &str,
     key: &str,
     backfill_id: &str,
     action: &str,
@@ -226,9 +242,10 @@ pub async fn request_insert(
     response: &Value,
 ) -> Result<(), StoreError> {
     super::cached(diesel::sql_query(
-        "INSERT INTO backfill_request (idempotency_key, backfill_id, action, status, response) \
-         VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO backfill_request (principal, idempotency_key, backfill_id, action, status, \
+         response) VALUES ($1, $2, $3, $4, $5, $6)",
     )
+    .bind::<Text, _>(principal)
     .bind::<Text, _>(key)
     .bind::<Text, _>(backfill_id)
     .bind::<Text, _>(action)

@@ -263,6 +263,7 @@ pub async fn assert_audit_complete(db: &TestDb) {
             "SELECT count(*) AS v FROM backfill_request r \
              WHERE {ACCEPTED} AND \
                (SELECT count(*) FROM backfill_audit a WHERE a.correlation = r.idempotency_key \
+                  AND a.actor IS NOT DISTINCT FROM nullif(r.principal, '') \
                   AND a.outcome = 'applied' AND a.backfill_id = r.backfill_id \
                   AND a.action = split_part(r.action, ':', 1)) <> 1"
         ))

@@ -5,15 +5,31 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A response: status and body parsed as JSON (`Null` when not JSON).
+/// A response: status, body parsed as JSON (`Null` when not JSON), and
+/// the header lines.
 #[derive(Debug, Clone)]
 pub struct Response {
     pub status: u16,
     pub body: serde_json::Value,
     pub text: String,
+    pub head: String,
+}
+
+impl Response {
+    /// The values of header `name` (any case), in order.
+    pub fn header(&self, name: &str) -> Vec<String> {
+        self.head
+            .lines()
+            .skip(1)
+            .filter_map(|line| line.split_once(':'))
+            .filter(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
+            .collect()
+    }
 }
 
 /// Send one request and read the whole response (`Connection: close`).
+/// The `Host` header names `addr` unless `headers` holds one.
 pub async fn request(
     addr: SocketAddr,
     method: &str,
@@ -22,7 +38,10 @@ pub async fn request(
     body: Option<&str>,
 ) -> Response {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -52,7 +71,12 @@ pub async fn request(
         rest.to_string()
     };
     let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-    Response { status, body, text }
+    Response {
+        status,
+        body,
+        text,
+        head: head.to_string(),
+    }
 }
 
 fn dechunk(mut rest: &str) -> String {

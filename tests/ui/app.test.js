@@ -197,6 +197,16 @@ test("ct12 the audit trail names who did what, from which state to which", () =>
   assert.deepStrictEqual(app.validationHistory(entries).map((e) => e.seq), [3]);
 });
 
+test("aud03 audit text shows control and bidirectional characters escaped", () => {
+  const entry = { seq: 4, at: T0, action: "start", actor: "a\u202eb", authority: "token",
+    outcome: "bad_request", detail: "x\u001b[31m\r\ny", correlation: "k\u0000", request_count: 1 };
+  const c = app.auditCells(entry);
+  assert.strictEqual(c.who, "a\\u{202e}b");
+  assert.strictEqual(c.detail, "x\\u{001b}[31m\\u{000d}\\u{000a}y");
+  assert.strictEqual(c.correlation, "k\\u{0000}");
+  assert.strictEqual(app.auditText("café → ok"), "café → ok");
+});
+
 test("ct12 routes: the list with its filter, one backfill's page", () => {
   assert.deepStrictEqual(app.parseRoute(""), { page: "list", state: "all" });
   assert.deepStrictEqual(app.parseRoute("#/?state=blocked"), { page: "list", state: "blocked" });

@@ -79,6 +79,24 @@ const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
 page.setDefaultTimeout(45000);
 const consoleErrors = [];
 page.on("pageerror", (e) => consoleErrors.push(String(e)));
+// AUTH-4: the client runs under the admin listener's Content-Security-
+// Policy with no violation. Chromium reports each one on the console and
+// as a `securitypolicyviolation` event in the page; both are collected,
+// over every document the scenario loads.
+const cspViolations = [];
+const cspPolicies = new Set();
+page.on("console", (m) => {
+  if (/Content Security Policy/i.test(m.text())) cspViolations.push(m.text());
+});
+page.on("response", (r) => {
+  if (r.url().startsWith(`${base}/ui`)) cspPolicies.add(r.headers()["content-security-policy"] || "none");
+});
+await page.exposeFunction("reportCspViolation", (v) => cspViolations.push(v));
+await page.addInitScript(() => {
+  document.addEventListener("securitypolicyviolation", (e) => {
+    window.reportCspViolation(`${e.violatedDirective} blocked ${e.blockedURI} at ${e.sourceFile}:${e.lineNumber}`);
+  });
+});
 
 const text = (sel) => page.locator(sel).first().innerText();
 const rowOf = (id) => page.locator(`#rows tr[data-id="${id}"]`);
@@ -583,6 +601,9 @@ try {
   if (!run) throw new Error(`unknown scenario ${scenario}`);
   await run();
   if (consoleErrors.length) throw new Error(`page errors: ${consoleErrors.join("; ")}`);
+  check(cspPolicies.size > 0 && [...cspPolicies].every((p) => p.startsWith("default-src 'none'")),
+    `the client was served under its CSP: ${[...cspPolicies].join(" | ")}`);
+  if (cspViolations.length) throw new Error(`CSP violations: ${cspViolations.join("; ")}`);
   console.log(`PASS ${scenario}`);
 } catch (e) {
   code = 1;

@@ -243,6 +243,9 @@ async fn audit(client: &Client, id: &str, limit: i64, json: bool) -> Result<(), 
         "{:<6} {:<20} {:<9} {:<12} {:<24} {:<23} {:>4} CORRELATION",
         "SEQ", "AT", "ACTION", "ACTOR", "OUTCOME", "TRANSITION", "GEN"
     );
+    // Escaped again here (AUD-3): a server that did not would otherwise
+    // let stored escape sequences reach the operator's terminal.
+    let shown = |t: &str| backfill::admin::audit_text(t);
     for e in page.items {
         let transition = match (&e.prior_state, &e.resulting_state) {
             (Some(p), Some(r)) => format!("{p} -> {r}"),
@@ -252,14 +255,14 @@ async fn audit(client: &Client, id: &str, limit: i64, json: bool) -> Result<(), 
             "{:<6} {:<20} {:<9} {:<12} {:<24} {:<23} {:>4} {}",
             e.seq,
             e.at.format("%Y-%m-%d %H:%M:%S"),
-            e.action,
-            e.actor.unwrap_or_else(|| format!("({})", e.authority)),
-            e.outcome,
+            shown(&e.action),
+            shown(&e.actor.unwrap_or_else(|| format!("({})", e.authority))),
+            shown(&e.outcome),
             transition,
             e.generation
                 .map(|g| g.to_string())
                 .unwrap_or_else(|| "-".into()),
-            e.correlation.unwrap_or_default()
+            shown(&e.correlation.unwrap_or_default())
         );
     }
     Ok(())

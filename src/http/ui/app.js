@@ -687,20 +687,30 @@ function resultOutcome(status, body) {
   return "unknown";
 }
 
+// Audit text as it may be shown: control characters and invisible or
+// bidirectional formatting characters written as \u{XXXX}, so a stored
+// line break, escape or override cannot forge or reorder what the
+// operator reads. The server escapes them too; this holds for any server.
+const UNSAFE_TEXT = /[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
+function auditText(value) {
+  return String(value).replace(UNSAFE_TEXT,
+    (c) => `\\u{${c.charCodeAt(0).toString(16).padStart(4, "0")}}`);
+}
+
 // One audit record as table cells: who, what, state change, outcome.
 function auditCells(entry) {
-  const who = entry.actor ? entry.actor : `(${entry.authority || "unknown authority"})`;
+  const who = auditText(entry.actor ? entry.actor : `(${entry.authority || "unknown authority"})`);
   const change = entry.prior_state || entry.resulting_state ?
     `${entry.prior_state || "?"} → ${entry.resulting_state || "?"}` : "—";
   const count = isNum(entry.request_count) && entry.request_count > 1 ? ` ×${entry.request_count}` : "";
   return {
     at: entry.at,
     who,
-    action: entry.action,
+    action: auditText(entry.action),
     change,
-    outcome: `${entry.outcome}${count}`,
-    detail: entry.detail || "",
-    correlation: entry.correlation || "",
+    outcome: `${auditText(entry.outcome)}${count}`,
+    detail: auditText(entry.detail || ""),
+    correlation: auditText(entry.correlation || ""),
     generation: isNum(entry.generation) ? String(entry.generation) : "",
   };
 }
@@ -808,7 +818,7 @@ if (typeof module !== "undefined") {
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCell, validationCell, readinessCell, row,
     stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
-    auditCells, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
+    auditCells, auditText, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
   };
 }
 
