@@ -699,3 +699,91 @@ async fn thr5_a_standby_zero_bytes_behind_with_a_stale_replay_lag_holds_nothing_
         wait.tick().await;
     }
 }
+
+/// A caught-up, quiet snapshot whose only time lag is `lag`.
+fn lagging(lag: Duration) -> Snapshot {
+    Snapshot {
+        taken: Instant::now(),
+        at: chrono::Utc::now(),
+        lag_bytes: Reading::Known(Some(0)),
+        lag: Reading::Known(Some(lag)),
+        standbys: Reading::Known(1),
+        wal_bytes_per_s: Reading::Known(Some(0)),
+        xact_age: Reading::Known(Duration::ZERO),
+        lock_waiters: Reading::Known(BTreeMap::new()),
+        application: None,
+    }
+}
+
+/// The value and limit a throttle text shows ("<signal> <value><unit>
+/// <op> <limit><unit>"), each with its unit, and the operator.
+fn shown(text: &str) -> ((f64, String), String, (f64, String)) {
+    let words: Vec<&str> = text.split(' ').collect();
+    let n = words.len();
+    assert!(n >= 5, "{text}");
+    let number = |w: &str| w.parse::<f64>().unwrap_or_else(|_| panic!("{w} in {text}"));
+    (
+        (number(words[n - 5]), words[n - 4].to_string()),
+        words[n - 3].to_string(),
+        (number(words[n - 2]), words[n - 1].to_string()),
+    )
+}
+
+/// THR-5: a throttle text cannot read as false. Shown rounded to one
+/// decimal, a time lag of 1.04 s past a limit of 1 s read "1.0 s > 1.0 s";
+/// the value is now shown with the decimals it takes to be greater than
+/// the limit shown, both in one unit, or "≥" when it is closer than a
+/// microsecond. Over lags just past, well past and microseconds past
+/// limits below and above a second, the text states a true comparison in
+/// one unit. Guard: the loop over decimals in `comparison_text`
+/// (`src/health/evaluate.rs`).
+#[test]
+fn thr5_a_throttle_text_never_reads_as_false() {
+    let text = |lag: Duration, limit: Duration| {
+        let limits = Thresholds {
+            max_lag: Some(limit),
+            ..Thresholds::none()
+        };
+        let t = throttle(judge(&lagging(lag), &limits, &[], UnknownPolicy::Proceed));
+        assert_eq!(t.value, Some(lag.as_secs_f64()));
+        t.text
+    };
+    let ms = Duration::from_millis;
+    assert_eq!(
+        text(ms(1_040), ms(1_000)),
+        "replication time lag 1.04 s > 1.00 s"
+    );
+    assert_eq!(
+        text(ms(7_500), ms(5_000)),
+        "replication time lag 7.5 s > 5.0 s"
+    );
+    assert_eq!(
+        text(Duration::from_micros(500_400), ms(500)),
+        "replication time lag 500.4 ms > 500.0 ms"
+    );
+    assert_eq!(
+        text(Duration::from_nanos(1_000_000_400), ms(1_000)),
+        "replication time lag 1.000000 s \u{2265} 1.000000 s"
+    );
+    for limit_ms in [1, 10, 250, 999, 1_000, 1_001, 1_500, 60_000] {
+        let limit = ms(limit_ms);
+        for over in [
+            Duration::from_micros(1),
+            Duration::from_micros(7),
+            ms(1),
+            ms(3),
+            ms(40),
+            ms(49),
+            ms(51),
+            ms(960),
+            ms(10_000),
+        ] {
+            let t = text(limit + over, limit);
+            let ((value, unit), op, (shown_limit, limit_unit)) = shown(&t);
+            assert_eq!(unit, limit_unit, "one unit: {t}");
+            assert!(unit == "s" || unit == "ms", "a unit: {t}");
+            assert_eq!(op, ">", "{t}");
+            assert!(value > shown_limit, "reads as false: {t}");
+        }
+    }
+}
