@@ -15,6 +15,8 @@
 //!   log, and an unreadable signal shown as unknown: `thr2_*`
 //! - THR-3 sizing toward a target, the statement-timeout halving and the
 //!   batch contract at the size in force: `thr3_*`
+//! - THR-5 the admin view's reading refreshed while throttled: `thr5_*`
+//!   (a stale replay lag and the throttle text are in `tests/health.rs`)
 //!
 //! Batch cost is made real with `pg_sleep` per row in the repair's SET
 //! expression, so sizes and durations are PostgreSQL's, not a mock's; lag
@@ -925,6 +927,68 @@ async fn ex05_a_throttled_claim_waits_without_an_open_transaction() {
     assert_eq!(open, 0, "a throttled claim keeps no transaction open");
 
     check.down.store(false, Ordering::SeqCst);
+    completed(&host).await;
+    host.stop().await;
+}
+
+/// THR-5: the admin view's throttle condition is the current reading,
+/// refreshed while throttled, not the one measured when throttling began.
+/// A session of another client holds a transaction open past the 1 s
+/// limit, so its age, the value, grows while the runner is held: the
+/// view's value and text follow it, the signal and `since` (when
+/// throttling began) stay. Guard: the value comparison in `record_due`
+/// (`src/engine/pacing.rs`) and the kept `since` in
+/// `store::backfill_throttle_set`.
+#[actix_rt::test]
+async fn thr5_the_views_throttle_reading_is_refreshed_while_throttled() {
+    let db = test_db().await;
+    db.exec(&items_sql(100)).await;
+    let mut holder = db.connect().await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let mut config = host_config(&db.url);
+    config.health.thresholds.max_xact_age = Some(Duration::from_secs(1));
+    let check = Arc::new(Maintenance::default());
+    let host = shop_host(config, &check).await;
+    // Past the limit before the first batch, or the run ends first.
+    let mut wait = Deadline::new("the open transaction passes the limit");
+    while db
+        .scalar(
+            "SELECT coalesce(max((extract(epoch FROM clock_timestamp() - xact_start) \
+                 * 1000)::bigint), 0) AS v \
+             FROM pg_stat_activity \
+             WHERE state = 'idle in transaction' AND datname = current_database()",
+        )
+        .await
+        < 1_500
+    {
+        wait.tick().await;
+    }
+    start(&host).await;
+    let mut conn = db.connect().await;
+    assert_held_back(&mut conn, "transaction_age").await;
+
+    let first = view(&host).await["throttle"].clone();
+    let began = first["value"].as_f64().expect("a value");
+    assert!(first["since"].is_string(), "{first}");
+    let mut wait = Deadline::new("the view's reading moves on while throttled");
+    loop {
+        let now = view(&host).await["throttle"].clone();
+        assert_eq!(now["signal"], "transaction_age", "{now}");
+        assert_eq!(now["since"], first["since"], "since stays: {first} {now}");
+        let value = now["value"].as_f64().expect("a value");
+        if value >= began + 1.0 {
+            assert_ne!(now["text"], first["text"], "{now}");
+            assert!(
+                now["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("oldest transaction ") && t.ends_with(" s")),
+                "{now}"
+            );
+            break;
+        }
+        wait.tick().await;
+    }
+    holder.batch_execute("ROLLBACK").await.unwrap();
     completed(&host).await;
     host.stop().await;
 }

@@ -330,12 +330,15 @@ pub async fn partition_release(
 }
 
 /// Record (or clear, `None`) the throttle condition of a partition's
-/// runner (THR-2), as `backfill_throttle_set` does for a backfill's own
-/// claim: stamped with `since` (PostgreSQL's clock) and the partition's
-/// generation, and fenced by owner and generation, so a runner that lost
-/// the partition cannot label the next owner's run; `false` means it did
-/// not match. Takes the partition's row lock for the statement only;
-/// written when the condition changes, never per batch.
+/// runner (THR-2, THR-5), as `backfill_throttle_set` does for a
+/// backfill's own claim: stamped with `since` (PostgreSQL's clock when
+/// throttling began, kept while a condition of the same generation is
+/// refreshed) and the partition's generation, and fenced by owner and
+/// generation, so a runner that lost the partition cannot label the next
+/// owner's run; `false` means it did not match. Takes the partition's
+/// row lock for the statement only; written when throttling begins or
+/// ends and when the reading changes (at most once per health interval),
+/// never per batch.
 pub async fn partition_throttle_set(
     conn: &mut AsyncPgConnection,
     id: &str,
@@ -347,7 +350,11 @@ pub async fn partition_throttle_set(
     let n = super::cached(
         diesel::sql_query(
             "UPDATE backfill_partition SET throttle = CASE WHEN $5::jsonb IS NULL THEN NULL \
-                 ELSE $5::jsonb || jsonb_build_object('since', now(), 'generation', generation) END \
+                 ELSE $5::jsonb || jsonb_build_object( \
+                     'since', CASE WHEN throttle->'generation' = to_jsonb(generation) \
+                                   THEN coalesce(throttle->'since', to_jsonb(now())) \
+                                   ELSE to_jsonb(now()) END, \
+                     'generation', generation) END \
              WHERE backfill_id = $1 AND part = $2 AND owner = $3 AND generation = $4",
         )
         .bind::<Text, _>(id)
