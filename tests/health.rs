@@ -598,3 +598,192 @@ async fn thr1_the_monitor_task_keeps_the_latest_snapshot() {
     }
     task.abort();
 }
+
+/// What the primary reports of its one standby at one moment.
+#[derive(Debug, PartialEq, diesel::QueryableByName)]
+struct Replay {
+    /// Bytes of WAL not yet replayed: the current position minus the
+    /// replay position.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    behind: i64,
+    /// The replay position, to tell one report from the next.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    replayed: i64,
+    /// `replay_lag` in microseconds; `None` when PostgreSQL has none.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    lag_us: Option<i64>,
+}
+
+async fn replay(primary: &mut AsyncPgConnection) -> Replay {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint AS behind, \
+                pg_wal_lsn_diff(replay_lsn, '0/0')::bigint AS replayed, \
+                (extract(epoch FROM replay_lag) * 1000000)::bigint AS lag_us \
+         FROM pg_stat_replication WHERE replay_lsn IS NOT NULL",
+    )
+    .get_result(primary)
+    .await
+    .expect("the standby's row")
+}
+
+/// THR-5 with a real standby: PostgreSQL measures `replay_lag` only as
+/// replay crosses newly sent WAL and clears it only at the standby's
+/// second report after catching up, so after `pg_wal_replay_resume()` a
+/// standby that has replayed everything (0 bytes behind) keeps reporting
+/// the lag of the WAL it replayed last. While the primary reports that
+/// stale lag past the limit for a standby 0 bytes behind, before and
+/// after the monitor's reading, the reading is a time lag of 0 and the
+/// verdict lets batches go. The standby reports every 2 s, so the stale
+/// window is 2 s wide, far longer than one reading. While replay is
+/// paused the same limit holds batches back. Guard: the
+/// `replay_lsn >= c.lsn` case in `store::health_read_replication`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thr5_a_standby_zero_bytes_behind_with_a_stale_replay_lag_holds_nothing_back() {
+    let pair = StandbyPair::start_with(&[("wal_receiver_status_interval", "2s")]).await;
+    let mut primary = pair.primary().await;
+    primary
+        .batch_execute("CREATE TABLE filler (id bigint)")
+        .await
+        .expect("create");
+    pair.wait_caught_up().await;
+    let pool = store::build_pool(&pair.primary_url(), 2)
+        .await
+        .expect("pool");
+    let monitor = Monitor::new(pool, config(), vec![], None);
+    let limit = Duration::from_secs(1);
+    let limits = Thresholds {
+        max_lag: Some(limit),
+        ..Thresholds::none()
+    };
+    let past = |r: &Replay| r.lag_us.is_some_and(|us| us > 1_500_000);
+
+    pair.pause_replay().await;
+    primary
+        .batch_execute("INSERT INTO filler SELECT generate_series(1, 1000)")
+        .await
+        .expect("insert");
+    let mut wait = Deadline::new("the time lag grows past the limit while replay is paused");
+    while !past(&replay(&mut primary).await) {
+        wait.tick().await;
+    }
+    let t = throttle(judge(
+        &*monitor.run_once().await,
+        &limits,
+        &[],
+        UnknownPolicy::Proceed,
+    ));
+    assert_eq!(t.signal, Signal::ReplicationLag, "{}", t.text);
+
+    pair.resume_replay().await;
+    let mut wait = Deadline::new("a standby 0 bytes behind reports a stale lag");
+    loop {
+        let before = replay(&mut primary).await;
+        if before.behind == 0 && past(&before) {
+            let snapshot = monitor.run_once().await;
+            let after = replay(&mut primary).await;
+            // The same report throughout: nothing replayed or cleared in
+            // between, so the monitor read exactly this stale lag.
+            if after == before {
+                assert_eq!(known(&snapshot.lag_bytes), Some(0));
+                assert_eq!(known(&snapshot.lag), Some(Duration::ZERO));
+                assert_eq!(
+                    judge(&snapshot, &limits, &[], UnknownPolicy::Throttle),
+                    go(),
+                    "0 bytes behind with replay_lag {:?} us",
+                    before.lag_us
+                );
+                break;
+            }
+        }
+        wait.tick().await;
+    }
+}
+
+/// A caught-up, quiet snapshot whose only time lag is `lag`.
+fn lagging(lag: Duration) -> Snapshot {
+    Snapshot {
+        taken: Instant::now(),
+        at: chrono::Utc::now(),
+        lag_bytes: Reading::Known(Some(0)),
+        lag: Reading::Known(Some(lag)),
+        standbys: Reading::Known(1),
+        wal_bytes_per_s: Reading::Known(Some(0)),
+        xact_age: Reading::Known(Duration::ZERO),
+        lock_waiters: Reading::Known(BTreeMap::new()),
+        application: None,
+    }
+}
+
+/// The value and limit a throttle text shows ("<signal> <value><unit>
+/// <op> <limit><unit>"), each with its unit, and the operator.
+fn shown(text: &str) -> ((f64, String), String, (f64, String)) {
+    let words: Vec<&str> = text.split(' ').collect();
+    let n = words.len();
+    assert!(n >= 5, "{text}");
+    let number = |w: &str| w.parse::<f64>().unwrap_or_else(|_| panic!("{w} in {text}"));
+    (
+        (number(words[n - 5]), words[n - 4].to_string()),
+        words[n - 3].to_string(),
+        (number(words[n - 2]), words[n - 1].to_string()),
+    )
+}
+
+/// THR-5: a throttle text cannot read as false. Shown rounded to one
+/// decimal, a time lag of 1.04 s past a limit of 1 s read "1.0 s > 1.0 s";
+/// the value is now shown with the decimals it takes to be greater than
+/// the limit shown, both in one unit, or "≥" when it is closer than a
+/// microsecond. Over lags just past, well past and microseconds past
+/// limits below and above a second, the text states a true comparison in
+/// one unit. Guard: the loop over decimals in `comparison_text`
+/// (`src/health/evaluate.rs`).
+#[test]
+fn thr5_a_throttle_text_never_reads_as_false() {
+    let text = |lag: Duration, limit: Duration| {
+        let limits = Thresholds {
+            max_lag: Some(limit),
+            ..Thresholds::none()
+        };
+        let t = throttle(judge(&lagging(lag), &limits, &[], UnknownPolicy::Proceed));
+        assert_eq!(t.value, Some(lag.as_secs_f64()));
+        t.text
+    };
+    let ms = Duration::from_millis;
+    assert_eq!(
+        text(ms(1_040), ms(1_000)),
+        "replication time lag 1.04 s > 1.00 s"
+    );
+    assert_eq!(
+        text(ms(7_500), ms(5_000)),
+        "replication time lag 7.5 s > 5.0 s"
+    );
+    assert_eq!(
+        text(Duration::from_micros(500_400), ms(500)),
+        "replication time lag 500.4 ms > 500.0 ms"
+    );
+    assert_eq!(
+        text(Duration::from_nanos(1_000_000_400), ms(1_000)),
+        "replication time lag 1.000000 s \u{2265} 1.000000 s"
+    );
+    for limit_ms in [1, 10, 250, 999, 1_000, 1_001, 1_500, 60_000] {
+        let limit = ms(limit_ms);
+        for over in [
+            Duration::from_micros(1),
+            Duration::from_micros(7),
+            ms(1),
+            ms(3),
+            ms(40),
+            ms(49),
+            ms(51),
+            ms(960),
+            ms(10_000),
+        ] {
+            let t = text(limit + over, limit);
+            let ((value, unit), op, (shown_limit, limit_unit)) = shown(&t);
+            assert_eq!(unit, limit_unit, "one unit: {t}");
+            assert!(unit == "s" || unit == "ms", "a unit: {t}");
+            assert_eq!(op, ">", "{t}");
+            assert!(value > shown_limit, "reads as false: {t}");
+        }
+    }
+}

@@ -15,6 +15,9 @@
 //!   log, and an unreadable signal shown as unknown: `thr2_*`
 //! - THR-3 sizing toward a target, the statement-timeout halving and the
 //!   batch contract at the size in force: `thr3_*`
+//! - THR-5 the admin view's reading refreshed while throttled, and a
+//!   partitioned backfill's own counters moving while it runs: `thr5_*`
+//!   (a stale replay lag and the throttle text are in `tests/health.rs`)
 //!
 //! Batch cost is made real with `pg_sleep` per row in the repair's SET
 //! expression, so sizes and durations are PostgreSQL's, not a mock's; lag
@@ -926,5 +929,172 @@ async fn ex05_a_throttled_claim_waits_without_an_open_transaction() {
 
     check.down.store(false, Ordering::SeqCst);
     completed(&host).await;
+    host.stop().await;
+}
+
+/// THR-5: the admin view's throttle condition is the current reading,
+/// refreshed while throttled, not the one measured when throttling began.
+/// A session of another client holds a transaction open past the 1 s
+/// limit, so its age, the value, grows while the runner is held: the
+/// view's value and text follow it, the signal and `since` (when
+/// throttling began) stay. Guard: the value comparison in `record_due`
+/// (`src/engine/pacing.rs`) and the kept `since` in
+/// `store::backfill_throttle_set`.
+#[actix_rt::test]
+async fn thr5_the_views_throttle_reading_is_refreshed_while_throttled() {
+    let db = test_db().await;
+    db.exec(&items_sql(100)).await;
+    let mut holder = db.connect().await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let mut config = host_config(&db.url);
+    config.health.thresholds.max_xact_age = Some(Duration::from_secs(1));
+    let check = Arc::new(Maintenance::default());
+    let host = shop_host(config, &check).await;
+    // Past the limit before the first batch, or the run ends first.
+    let mut wait = Deadline::new("the open transaction passes the limit");
+    while db
+        .scalar(
+            "SELECT coalesce(max((extract(epoch FROM clock_timestamp() - xact_start) \
+                 * 1000)::bigint), 0) AS v \
+             FROM pg_stat_activity \
+             WHERE state = 'idle in transaction' AND datname = current_database()",
+        )
+        .await
+        < 1_500
+    {
+        wait.tick().await;
+    }
+    start(&host).await;
+    let mut conn = db.connect().await;
+    assert_held_back(&mut conn, "transaction_age").await;
+
+    let first = view(&host).await["throttle"].clone();
+    let began = first["value"].as_f64().expect("a value");
+    assert!(first["since"].is_string(), "{first}");
+    let mut wait = Deadline::new("the view's reading moves on while throttled");
+    loop {
+        let now = view(&host).await["throttle"].clone();
+        assert_eq!(now["signal"], "transaction_age", "{now}");
+        assert_eq!(now["since"], first["since"], "since stays: {first} {now}");
+        let value = now["value"].as_f64().expect("a value");
+        if value >= began + 1.0 {
+            assert_ne!(now["text"], first["text"], "{now}");
+            assert!(
+                now["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("oldest transaction ") && t.ends_with(" s")),
+                "{now}"
+            );
+            break;
+        }
+        wait.tick().await;
+    }
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    completed(&host).await;
+    host.stop().await;
+}
+
+const PARTED: &str = "items.parted.v1";
+
+/// A host of one slow repair in four partitions.
+struct Parted;
+
+#[backfill::async_trait]
+impl Application for Parted {
+    fn registry(&self) -> Result<Registry, backfill::repair::DefinitionError> {
+        Registry::new().with(
+            SqlRepair::new(PARTED, "items")
+                .key("id")
+                .set("n = n + 1 + length(pg_sleep(0.002)::text)")
+                .validate_where("n <> 1")
+                .batch_size(20)
+                .partitions(4)
+                .build()?,
+        )
+    }
+}
+
+/// The backfill row's own counters and how far its partitions got, read
+/// in one snapshot.
+#[derive(Debug, diesel::QueryableByName)]
+struct Rolled {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    state: String,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    rows: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    batches: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    part_rows: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    part_batches: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    open: i64,
+}
+
+async fn rolled(conn: &mut AsyncPgConnection) -> Rolled {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query(format!(
+        "SELECT b.state, b.rows_done AS rows, b.batches_done AS batches, \
+                coalesce(sum(p.rows_done), 0)::bigint AS part_rows, \
+                coalesce(sum(p.batches_done), 0)::bigint AS part_batches, \
+                count(*) FILTER (WHERE p.checkpoint IS DISTINCT FROM p.upper) AS open \
+         FROM backfill b JOIN backfill_partition p ON p.backfill_id = b.id \
+         WHERE b.id = '{PARTED}' GROUP BY b.id"
+    ))
+    .get_result(conn)
+    .await
+    .expect("read the rows")
+}
+
+/// THR-5 / PAR-5: a partitioned backfill's own row carries its progress
+/// while it runs: its `rows_done` and `batches_done` move before its
+/// last partition ends (they used to stay 0 until then), never ahead of
+/// the partitions' sums, and equal them at the end. Leases of 1.5 s are
+/// renewed every 0.5 s; the run takes several seconds. Guard: the call
+/// of `store::backfill_progress_roll_up` in `Engine::renew_partitions`.
+#[actix_rt::test]
+async fn thr5_a_partitioned_backfills_counters_move_while_it_runs() {
+    let db = test_db().await;
+    db.exec(&items_sql(4_000)).await;
+    let host = Host::start(host_config(&db.url), Parted).await.unwrap();
+    host.engine().start(PARTED).await.unwrap();
+    host.embedded.runtime.wake();
+    let mut conn = db.connect().await;
+    let mut wait = Deadline::new("the backfill row's counters move while it runs");
+    loop {
+        let now = rolled(&mut conn).await;
+        assert!(
+            now.rows <= now.part_rows && now.batches <= now.part_batches,
+            "never ahead of the partitions: {now:?}"
+        );
+        if now.rows > 0 {
+            assert_eq!(now.state, "running", "moved before the end: {now:?}");
+            assert!(
+                now.open > 0,
+                "moved before the last partition ended: {now:?}"
+            );
+            assert!(now.batches > 0, "{now:?}");
+            break;
+        }
+        assert_eq!(
+            now.state, "running",
+            "the row stayed at 0 until the end: {now:?}"
+        );
+        wait.tick().await;
+    }
+    let row = host
+        .engine()
+        .wait_for(
+            PARTED,
+            &[State::Completed, State::Failed, State::Blocked],
+            Duration::from_secs(90),
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.state, State::Completed, "{:?}", row.last_error);
+    let end = rolled(&mut conn).await;
+    assert_eq!((end.rows, end.batches), (end.part_rows, end.part_batches));
+    assert_eq!(end.rows, 4_000);
     host.stop().await;
 }

@@ -56,8 +56,9 @@ pub(crate) struct Pacing {
     sizing: Option<Sizing>,
     /// When the last batch committed (the pause counts from there).
     pub(super) last_commit: Option<Instant>,
-    /// The signal recorded on the row as holding this claim back.
-    pub(super) throttled: Option<&'static str>,
+    /// The throttle condition last recorded on the row as holding this
+    /// claim back, and when it was written.
+    pub(super) throttled: Option<(serde_json::Value, Instant)>,
     /// The checked signals that were unknown when a batch last went ahead
     /// without them (logged once per change, THR-2).
     pub(super) unknown: Vec<&'static str>,

@@ -53,10 +53,10 @@ impl Engine {
         self.refresh_pacing(claim).await?;
         if let Some((throttle, recheck)) = self.throttle_for(claim, &**def) {
             park(claim).await;
-            if claim.pacing.throttled != Some(throttle.signal.as_str()) {
-                self.set_throttle(claim, Some(&throttle_json(&throttle)))
-                    .await?;
-                claim.pacing.throttled = Some(throttle.signal.as_str());
+            let record = throttle_json(&throttle);
+            if record_due(claim.pacing.throttled.as_ref(), &record, recheck) {
+                self.set_throttle(claim, Some(&record)).await?;
+                claim.pacing.throttled = Some((record, Instant::now()));
             }
             return Ok(Gate::Throttled { throttle, recheck });
         }
@@ -188,6 +188,25 @@ fn throttle_json(throttle: &Throttle) -> serde_json::Value {
     })
 }
 
+/// Whether the throttle condition `record` is to be written to the row,
+/// given what was last written there (`recorded`, and when): at once when
+/// the claim was not throttled or another signal holds it back; when only
+/// the reading changed, at most once per `interval` (the monitor's, whose
+/// snapshot the reading comes from), so the row shows the current reading
+/// within about one interval without a write per recheck of an unchanged
+/// one.
+fn record_due(
+    recorded: Option<&(serde_json::Value, Instant)>,
+    record: &serde_json::Value,
+    interval: Duration,
+) -> bool {
+    match recorded {
+        None => true,
+        Some((last, _)) if last["signal"] != record["signal"] => true,
+        Some((last, at)) => last != record && at.elapsed() >= interval,
+    }
+}
+
 /// Give back the claim's open batch transaction (and a spare), rolled
 /// back: the batch sent ahead is redone after the wait, and meanwhile the
 /// claim holds no snapshot, row lock or idle transaction.
@@ -202,7 +221,7 @@ async fn park(claim: &Claim) {
 
 #[cfg(test)]
 mod tests {
-    use super::{throttle_json, Gate, SETTINGS_REFRESH};
+    use super::{record_due, throttle_json, Gate, SETTINGS_REFRESH};
     use crate::engine::claim::Claim;
     use crate::engine::error::EngineError;
     use crate::engine::tests::{one_definition, unconnected_engine};
@@ -283,5 +302,24 @@ mod tests {
                 "text": "replication lag 48 B > 16 B",
             })
         );
+    }
+
+    /// THR-5: a throttle is recorded when it begins and when another
+    /// signal holds the claim back; a changed reading of the same signal
+    /// at most once per interval, an unchanged one never again.
+    #[test]
+    fn thr5_a_changed_reading_is_recorded_at_most_once_per_interval() {
+        let reading = |signal: &str, value: f64| serde_json::json!({"signal": signal, "value": value, "threshold": 1.0, "text": ""});
+        let second = Duration::from_secs(1);
+        let now = Instant::now();
+        let long_ago = now.checked_sub(second * 2).expect("the clock is past it");
+        let lag = reading("replication_lag", 2.0);
+        assert!(record_due(None, &lag, second));
+        assert!(!record_due(Some(&(lag.clone(), long_ago)), &lag, second));
+        let grown = reading("replication_lag", 3.0);
+        assert!(record_due(Some(&(lag.clone(), long_ago)), &grown, second));
+        assert!(!record_due(Some(&(lag.clone(), now)), &grown, second));
+        let other = reading("transaction_age", 2.0);
+        assert!(record_due(Some(&(lag, now)), &other, second));
     }
 }

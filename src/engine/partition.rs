@@ -84,6 +84,15 @@ impl Engine {
     /// Renew the listed partition claims `(id, part, generation)` of
     /// `worker` in one statement; returns those renewed. A claim missing
     /// from the answer is lost (CLM-3).
+    ///
+    /// Then, in a statement of its own, roll the partitions' counters up
+    /// into the row of each backfill renewed here
+    /// (`store::backfill_progress_roll_up`), so the backfill row's
+    /// `rows_done` and `batches_done` trail its partitions by at most
+    /// about one renewal interval while it runs (one more when the row
+    /// was locked at that moment), without a batch ever touching the
+    /// backfill row. Those counters are a reader's convenience, not
+    /// state: a failed roll-up is logged and the renewal's answer stands.
     pub async fn renew_partitions(
         &self,
         worker: &str,
@@ -95,6 +104,19 @@ impl Engine {
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
         let rows = store::partition_renew(&mut conn, worker, claims, millis(self.config.lease_ttl))
             .await?;
+        let mut ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        ids.sort();
+        ids.dedup();
+        if !ids.is_empty() {
+            if let Err(error) = store::backfill_progress_roll_up(&mut conn, &ids).await {
+                tracing::warn!(
+                    event = "progress_roll_up_failed",
+                    error = %error,
+                    "the partitions' counters were not rolled up into the backfill rows; \
+                     the next renewal tries again"
+                );
+            }
+        }
         Ok(rows
             .into_iter()
             .filter_map(|r| Some((r.id, u32::try_from(r.part).ok()?, r.generation)))

@@ -79,14 +79,14 @@ impl Snapshot {
         match signal {
             Signal::ReplicationLagBytes => match (&self.lag_bytes, thresholds.max_lag_bytes) {
                 (Reading::Known(Some(lag)), Some(max)) => {
-                    past(signal, *lag as f64, max as f64, bytes_text)
+                    past(signal, *lag as f64, max as f64, bytes_unit)
                 }
                 (Reading::Known(None), _) | (_, None) => Judged::Within,
                 (Reading::Unknown(reason), _) => Judged::Unknown(reason.clone()),
             },
             Signal::ReplicationLag => match (&self.lag, thresholds.max_lag) {
                 (Reading::Known(Some(lag)), Some(max)) => {
-                    past(signal, lag.as_secs_f64(), max.as_secs_f64(), seconds_text)
+                    past(signal, lag.as_secs_f64(), max.as_secs_f64(), seconds_unit)
                 }
                 (Reading::Known(None), _) | (_, None) => Judged::Within,
                 (Reading::Unknown(reason), _) => Judged::Unknown(reason.clone()),
@@ -94,7 +94,7 @@ impl Snapshot {
             Signal::WalRate => match (&self.wal_bytes_per_s, thresholds.max_wal_bytes_per_s) {
                 (_, None) => Judged::Within,
                 (Reading::Known(Some(rate)), Some(max)) => {
-                    past(signal, *rate as f64, max as f64, rate_text)
+                    past(signal, *rate as f64, max as f64, rate_unit)
                 }
                 (Reading::Known(None), _) => Judged::Unknown(WAL_RATE_FIRST.into()),
                 (Reading::Unknown(reason), _) => Judged::Unknown(reason.clone()),
@@ -121,7 +121,7 @@ impl Snapshot {
                             }
                         }
                     }
-                    match past(signal, total as f64, max as f64, count_text) {
+                    match past(signal, total as f64, max as f64, count_unit) {
                         Judged::Past(mut throttle) => {
                             throttle.text =
                                 bounded(format!("{} on {}", throttle.text, waited_on.join(", ")));
@@ -134,7 +134,7 @@ impl Snapshot {
             Signal::TransactionAge => match (&self.xact_age, thresholds.max_xact_age) {
                 (_, None) => Judged::Within,
                 (Reading::Known(age), Some(max)) => {
-                    past(signal, age.as_secs_f64(), max.as_secs_f64(), seconds_text)
+                    past(signal, age.as_secs_f64(), max.as_secs_f64(), seconds_unit)
                 }
                 (Reading::Unknown(reason), _) => Judged::Unknown(reason.clone()),
             },
@@ -152,17 +152,124 @@ impl Snapshot {
     }
 }
 
-/// Within or past, with the text "<signal> <value> > <limit>".
-fn past(signal: Signal, value: f64, threshold: f64, show: fn(f64) -> String) -> Judged {
+/// Within or past, with the text "<signal> <value> > <limit>", both in
+/// the unit `unit` picks for the limit ([`comparison_text`]).
+fn past(signal: Signal, value: f64, threshold: f64, unit: fn(f64) -> Unit) -> Judged {
     if value > threshold {
         Judged::Past(Throttle {
             signal,
             value: Some(value),
             threshold: Some(threshold),
-            text: bounded(format!("{signal} {} > {}", show(value), show(threshold))),
+            text: bounded(format!(
+                "{signal} {}",
+                comparison_text(value, threshold, unit(threshold))
+            )),
         })
     } else {
         Judged::Within
+    }
+}
+
+/// How a value and its limit are shown together: divided by `scale`,
+/// with at least `decimals` decimals, followed by `suffix`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Unit {
+    scale: f64,
+    decimals: usize,
+    suffix: &'static str,
+}
+
+/// The most decimals a comparison shows: a microsecond in seconds.
+const MAX_DECIMALS: usize = 6;
+
+/// "<value> > <limit>" for a value past its limit, both in `unit`, with
+/// as many decimals as it takes for the value shown to be greater than
+/// the limit shown: rounded to one unit, 1.04 s past a limit of 1.0 s
+/// would read "1.0 s > 1.0 s", which reads as false. Rounding keeps
+/// order, so a value shown greater than the limit shown is greater than
+/// the limit itself. A value closer to its limit than [`MAX_DECIMALS`]
+/// show is "≥", which still reads true.
+fn comparison_text(value: f64, limit: f64, unit: Unit) -> String {
+    let shown = |x: f64, decimals: usize| format!("{:.*}", decimals, x / unit.scale);
+    let suffix = unit.suffix;
+    for decimals in unit.decimals..=MAX_DECIMALS.max(unit.decimals) {
+        let (v, l) = (shown(value, decimals), shown(limit, decimals));
+        if v.parse::<f64>().ok() > l.parse::<f64>().ok() {
+            return format!("{v}{suffix} > {l}{suffix}");
+        }
+    }
+    let decimals = MAX_DECIMALS.max(unit.decimals);
+    format!(
+        "{}{suffix} \u{2265} {}{suffix}",
+        shown(value, decimals),
+        shown(limit, decimals)
+    )
+}
+
+/// Seconds (one decimal) for a limit of a second or more, milliseconds
+/// below.
+fn seconds_unit(limit: f64) -> Unit {
+    if limit < 1.0 {
+        Unit {
+            scale: 1e-3,
+            decimals: 0,
+            suffix: " ms",
+        }
+    } else {
+        Unit {
+            scale: 1.0,
+            decimals: 1,
+            suffix: " s",
+        }
+    }
+}
+
+/// The largest binary unit that keeps the limit at least 1 (one
+/// decimal), bytes below 1 KiB.
+fn bytes_unit(limit: f64) -> Unit {
+    const UNITS: [&str; 5] = [" KiB", " MiB", " GiB", " TiB", " PiB"];
+    if limit < 1024.0 {
+        return Unit {
+            scale: 1.0,
+            decimals: 0,
+            suffix: " B",
+        };
+    }
+    let mut scale = 1024.0;
+    let mut unit = 0;
+    while limit / scale >= 1024.0 && unit + 1 < UNITS.len() {
+        scale *= 1024.0;
+        unit += 1;
+    }
+    Unit {
+        scale,
+        decimals: 1,
+        suffix: UNITS[unit],
+    }
+}
+
+fn rate_unit(limit: f64) -> Unit {
+    const RATES: [(&str, &str); 6] = [
+        (" B", " B/s"),
+        (" KiB", " KiB/s"),
+        (" MiB", " MiB/s"),
+        (" GiB", " GiB/s"),
+        (" TiB", " TiB/s"),
+        (" PiB", " PiB/s"),
+    ];
+    let bytes = bytes_unit(limit);
+    let suffix = RATES
+        .iter()
+        .find(|(b, _)| *b == bytes.suffix)
+        .map_or(" B/s", |(_, r)| *r);
+    Unit { suffix, ..bytes }
+}
+
+fn count_unit(_limit: f64) -> Unit {
+    Unit {
+        scale: 1.0,
+        decimals: 0,
+        suffix: "",
     }
 }
 
@@ -178,26 +285,6 @@ fn threshold(signal: Signal, thresholds: &Thresholds) -> Option<f64> {
     }
 }
 
-/// Bytes in the largest binary unit that keeps the number at least 1,
-/// one decimal: "48.0 MiB", "512 B".
-pub(crate) fn bytes_text(bytes: f64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024.0 {
-        return format!("{bytes:.0} B");
-    }
-    let mut value = bytes / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
-fn rate_text(bytes_per_s: f64) -> String {
-    format!("{}/s", bytes_text(bytes_per_s))
-}
-
 /// Seconds with one decimal, milliseconds below one second.
 pub(crate) fn seconds_text(seconds: f64) -> String {
     if seconds < 1.0 {
@@ -205,10 +292,6 @@ pub(crate) fn seconds_text(seconds: f64) -> String {
     } else {
         format!("{seconds:.1} s")
     }
-}
-
-fn count_text(count: f64) -> String {
-    format!("{count:.0}")
 }
 
 #[cfg(test)]
@@ -504,9 +587,27 @@ mod tests {
             serde_json::to_value(&t).unwrap()["signal"],
             json!("application")
         );
-        assert_eq!(bytes_text(512.0), "512 B");
-        assert_eq!(bytes_text(1536.0), "1.5 KiB");
         assert_eq!(seconds_text(0.25), "250 ms");
+        assert_eq!(
+            comparison_text(512.0, 100.0, bytes_unit(100.0)),
+            "512 B > 100 B"
+        );
+        assert_eq!(
+            comparison_text(1536.0, 1024.0, bytes_unit(1024.0)),
+            "1.5 KiB > 1.0 KiB"
+        );
+        assert_eq!(
+            comparison_text(
+                (16 * MIB + 1) as f64,
+                (16 * MIB) as f64,
+                bytes_unit((16 * MIB) as f64)
+            ),
+            "16.000001 MiB > 16.000000 MiB"
+        );
+        assert_eq!(
+            comparison_text(2.5 * 1024.0, 2048.0, rate_unit(2048.0)),
+            "2.5 KiB/s > 2.0 KiB/s"
+        );
         for signal in Signal::ALL {
             assert_eq!(
                 serde_json::to_value(signal).unwrap(),

@@ -10,7 +10,8 @@
 //! - replication lag of every standby, in bytes of WAL
 //!   (`pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)`, the main one)
 //!   and in time (`replay_lag`, which PostgreSQL measures only while
-//!   replay advances);
+//!   replay advances and keeps for seconds after a standby caught up, so
+//!   a standby replayed up to the current WAL position counts 0);
 //! - WAL generated per second, from the WAL position's growth between two
 //!   readings;
 //! - the age of the oldest open transaction of another client session of

@@ -45,8 +45,14 @@ pub struct HealthReplication {
     /// standbys or in recovery.
     #[diesel(sql_type = Nullable<BigInt>)]
     pub lag_bytes: Option<i64>,
-    /// The largest `replay_lag` in microseconds over those standbys;
-    /// `None` when none has a measurement.
+    /// The largest `replay_lag` in microseconds over those standbys, 0 for
+    /// a standby that has replayed up to the current WAL position;
+    /// `None` when none has a measurement. PostgreSQL measures
+    /// `replay_lag` only as replay crosses WAL it sent since the last
+    /// measurement, and clears it only at the standby's second reply
+    /// after catching up (`wal_receiver_status_interval`, 10 s by
+    /// default), so a standby 0 bytes behind keeps showing the lag of the
+    /// WAL it last replayed: stale, not lagging.
     #[diesel(sql_type = Nullable<BigInt>)]
     pub replay_lag_us: Option<i64>,
     /// Standbys behind the current position whose `replay_lag` is NULL.
@@ -61,7 +67,9 @@ pub struct HealthReplication {
 /// position and lag from `pg_stat_replication`. Locks nothing; reads the
 /// WAL insert state and the WAL senders' shared memory. In recovery
 /// `pg_current_wal_lsn()` would raise, so it is not called there and the
-/// position and byte lags are NULL.
+/// position and byte lags are NULL. A standby whose replay position has
+/// reached the position read here is 0 bytes behind and counts a time
+/// lag of 0, whatever its stale `replay_lag` says.
 pub async fn health_read_replication(
     mut conn: &AsyncPgConnection,
 ) -> Result<HealthReplication, StoreError> {
@@ -76,7 +84,9 @@ pub async fn health_read_replication(
              SELECT count(*) FILTER (WHERE s.state IS NULL) AS hidden, \
                     count(*) FILTER (WHERE s.replay_lsn IS NOT NULL) AS standbys, \
                     max(greatest(pg_wal_lsn_diff(c.lsn, s.replay_lsn), 0))::bigint AS lag_bytes, \
-                    max(extract(epoch FROM s.replay_lag) * 1000000)::bigint AS replay_lag_us, \
+                    max(CASE WHEN s.replay_lsn >= c.lsn THEN 0 \
+                             ELSE extract(epoch FROM s.replay_lag) * 1000000 END)::bigint \
+                        AS replay_lag_us, \
                     count(*) FILTER (WHERE s.replay_lag IS NULL AND s.replay_lsn < c.lsn) \
                         AS unmeasured \
              FROM pg_stat_replication s \

@@ -34,13 +34,17 @@ pub async fn backfill_pacing_read(
     .optional()?)
 }
 
-/// Record the throttle condition of a claim's runner (THR-2): `Some` with
-/// `{signal, value, threshold, text}`, to which PostgreSQL adds `since`
-/// (its clock) and the row's generation; `None` clears it. Fence: the
-/// claim's owner and generation, so a runner that lost its claim cannot
-/// label the next owner's run; `false` means it did not match. Takes the
-/// row lock for the statement only; written when the condition changes,
-/// never per batch.
+/// Record the throttle condition of a claim's runner (THR-2, THR-5):
+/// `Some` with `{signal, value, threshold, text}`, to which PostgreSQL
+/// adds `since` and the row's generation; `None` clears it. `since` is
+/// PostgreSQL's clock when throttling began: a condition written over one
+/// recorded under the same generation (a refreshed reading, another
+/// signal) keeps the recorded `since`. Fence: the claim's owner and
+/// generation, so a runner that lost its claim cannot label the next
+/// owner's run; `false` means it did not match. Takes the row lock for
+/// the statement only; written when throttling begins or ends and when
+/// the reading changes while throttled (at most once per health
+/// interval), never per batch.
 pub async fn backfill_throttle_set(
     conn: &mut AsyncPgConnection,
     id: &str,
@@ -51,7 +55,11 @@ pub async fn backfill_throttle_set(
     let n = super::cached(
         diesel::sql_query(
             "UPDATE backfill SET throttle = CASE WHEN $4::jsonb IS NULL THEN NULL \
-                 ELSE $4::jsonb || jsonb_build_object('since', now(), 'generation', generation) END \
+                 ELSE $4::jsonb || jsonb_build_object( \
+                     'since', CASE WHEN throttle->'generation' = to_jsonb(generation) \
+                                   THEN coalesce(throttle->'since', to_jsonb(now())) \
+                                   ELSE to_jsonb(now()) END, \
+                     'generation', generation) END \
              WHERE id = $1 AND owner = $2 AND generation = $3",
         )
         .bind::<Text, _>(id)

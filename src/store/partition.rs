@@ -304,6 +304,54 @@ pub async fn partition_renew(
     .await?)
 }
 
+/// Roll the partitions' counters up into the rows of the listed `running`
+/// backfills (PAR-5, THR-5): each backfill's `rows_done` and
+/// `batches_done` become the sums over its partitions, so a reader of the
+/// backfill row sees a partitioned run move. Called after partition lease
+/// renewal, never on the batch path: batches advance only their
+/// partition's counters and never wait on the backfill row. The backfill
+/// row is locked `FOR NO KEY UPDATE SKIP LOCKED`, so a row locked by
+/// anyone else (an admin action, a claim round, a partition's end) is
+/// skipped rather than waited for; it is caught up at the next renewal.
+/// Counters only grow (`greatest`): a roll-up whose snapshot predates
+/// another's cannot move them back. Rows whose counters already match
+/// are neither locked nor written. A backfill without partitions, or no
+/// longer `running` (the last partition's fence writes the exact sums),
+/// is left alone. Returns the IDs written.
+pub async fn backfill_progress_roll_up(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+) -> Result<Vec<String>, StoreError> {
+    #[derive(QueryableByName)]
+    struct Written {
+        #[diesel(sql_type = Text)]
+        id: String,
+    }
+    let rows: Vec<Written> = super::cached(
+        diesel::sql_query(
+            "WITH s AS ( \
+                 SELECT backfill_id AS id, sum(rows_done)::bigint AS rows, \
+                        sum(batches_done)::bigint AS batches \
+                 FROM backfill_partition WHERE backfill_id = ANY($1::text[]) \
+                 GROUP BY backfill_id \
+             ), l AS ( \
+                 SELECT b.id, s.rows, s.batches FROM backfill b JOIN s ON s.id = b.id \
+                 WHERE b.state = 'running' \
+                   AND (s.rows > b.rows_done OR s.batches > b.batches_done) \
+                 FOR NO KEY UPDATE OF b SKIP LOCKED \
+             ) \
+             UPDATE backfill b SET rows_done = greatest(b.rows_done, l.rows), \
+                 batches_done = greatest(b.batches_done, l.batches) \
+             FROM l WHERE b.id = l.id AND b.state = 'running' \
+             RETURNING b.id",
+        )
+        .bind::<Array<Text>, _>(ids),
+    )
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
 /// Give a partition claim back (graceful shutdown). Fence: owner and the
 /// partition's generation; `false`: the claim was already gone.
 pub async fn partition_release(
@@ -330,12 +378,15 @@ pub async fn partition_release(
 }
 
 /// Record (or clear, `None`) the throttle condition of a partition's
-/// runner (THR-2), as `backfill_throttle_set` does for a backfill's own
-/// claim: stamped with `since` (PostgreSQL's clock) and the partition's
-/// generation, and fenced by owner and generation, so a runner that lost
-/// the partition cannot label the next owner's run; `false` means it did
-/// not match. Takes the partition's row lock for the statement only;
-/// written when the condition changes, never per batch.
+/// runner (THR-2, THR-5), as `backfill_throttle_set` does for a
+/// backfill's own claim: stamped with `since` (PostgreSQL's clock when
+/// throttling began, kept while a condition of the same generation is
+/// refreshed) and the partition's generation, and fenced by owner and
+/// generation, so a runner that lost the partition cannot label the next
+/// owner's run; `false` means it did not match. Takes the partition's
+/// row lock for the statement only; written when throttling begins or
+/// ends and when the reading changes (at most once per health interval),
+/// never per batch.
 pub async fn partition_throttle_set(
     conn: &mut AsyncPgConnection,
     id: &str,
@@ -347,7 +398,11 @@ pub async fn partition_throttle_set(
     let n = super::cached(
         diesel::sql_query(
             "UPDATE backfill_partition SET throttle = CASE WHEN $5::jsonb IS NULL THEN NULL \
-                 ELSE $5::jsonb || jsonb_build_object('since', now(), 'generation', generation) END \
+                 ELSE $5::jsonb || jsonb_build_object( \
+                     'since', CASE WHEN throttle->'generation' = to_jsonb(generation) \
+                                   THEN coalesce(throttle->'since', to_jsonb(now())) \
+                                   ELSE to_jsonb(now()) END, \
+                     'generation', generation) END \
              WHERE backfill_id = $1 AND part = $2 AND owner = $3 AND generation = $4",
         )
         .bind::<Text, _>(id)

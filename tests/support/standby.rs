@@ -22,13 +22,20 @@ impl StandbyPair {
     /// reports the standby streaming. Panics when either cannot start: a
     /// test that needs a standby never silently skips.
     pub async fn start() -> StandbyPair {
-        let pair = tokio::task::spawn_blocking(|| {
+        Self::start_with(&[]).await
+    }
+
+    /// [`StandbyPair::start`] with `standby` settings for the standby
+    /// (e.g. how often it reports its positions).
+    pub async fn start_with(standby: &[(&'static str, &'static str)]) -> StandbyPair {
+        let standby = standby.to_vec();
+        let pair = tokio::task::spawn_blocking(move || {
             let primary = EphemeralPostgres::start_with(
                 "primary",
                 &[("wal_level", "replica"), ("max_wal_senders", "4")],
             )
             .unwrap_or_else(|e| panic!("cannot start the primary: {e}"));
-            let standby = EphemeralPostgres::standby_of(&primary, "standby", &[])
+            let standby = EphemeralPostgres::standby_of(&primary, "standby", &standby)
                 .unwrap_or_else(|e| panic!("cannot start the standby: {e}"));
             StandbyPair { standby, primary }
         })
