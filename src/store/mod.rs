@@ -15,6 +15,7 @@ mod health;
 mod journal;
 mod lease;
 mod lifecycle;
+mod outbox;
 mod pacing;
 mod partition;
 mod pool;
@@ -29,6 +30,7 @@ pub use health::*;
 pub use journal::*;
 pub use lease::*;
 pub use lifecycle::*;
+pub use outbox::*;
 pub use pacing::*;
 pub use partition::*;
 pub use pool::{
