@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod flood;
 mod journal_view;
+mod notifications;
 mod settings;
 mod undo;
 pub mod view;
@@ -19,6 +20,7 @@ pub mod view;
 pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
 pub use flood::{FloodGate, FloodLimits};
 pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
+pub use notifications::{NotificationPage, NotificationView};
 pub use settings::RequestBody;
 pub use view::*;
 

@@ -8,7 +8,8 @@
 //! independently) -> register every definition -> start required
 //! `pending` backfills (automatic mode only) -> start the runtime (always:
 //! started work stays recoverable in manual mode, CFG-4) -> the wake-up
-//! listener -> (with the `http` feature) the listeners. Readiness is first
+//! listener -> the notification sender (when webhooks are configured) ->
+//! (with the `http` feature) the listeners. Readiness is first
 //! evaluated only after registration, so the complete required set is
 //! known before anyone can observe the gate (CFG-2).
 //!
@@ -29,6 +30,7 @@ pub use spawned::Spawned;
 use crate::admin::{Admin, AdminConfig, AuthConfig};
 use crate::engine::{Engine, EngineConfig, EngineError};
 use crate::health::{HealthCheck, HealthConfig, Monitor};
+use crate::notify::{NotifyConfig, Sender};
 use crate::readiness::Readiness;
 use crate::repair::{DefinitionError, Registry};
 use crate::runtime::{RuntimeConfig, RuntimeHandle};
@@ -164,6 +166,9 @@ pub struct HostConfig {
     /// The health signals and their thresholds that hold batches back
     /// (THR-1); by default only a conservative replication-lag limit.
     pub health: HealthConfig,
+    /// Webhooks notified of state changes (NTF-1); by default none, and
+    /// then no sender runs and nothing is queued.
+    pub notify: NotifyConfig,
 }
 
 impl HostConfig {
@@ -181,6 +186,7 @@ impl HostConfig {
             engine: EngineConfig::default(),
             runtime: RuntimeConfig::default(),
             health: HealthConfig::default(),
+            notify: NotifyConfig::default(),
         }
     }
 
@@ -204,6 +210,9 @@ impl HostConfig {
             .map_err(|e| HostError::Config(e.to_string()))?;
         self.runtime
             .validate(self.engine.lease_ttl)
+            .map_err(|e| HostError::Config(e.to_string()))?;
+        self.notify
+            .validate()
             .map_err(|e| HostError::Config(e.to_string()))?;
         let needed = self.pool_needed(registry);
         match self.pool_size {
@@ -290,7 +299,7 @@ impl Embedded {
         }
         let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config.runtime.clone())
             .map_err(|e| HostError::Config(e.to_string()))?;
-        let tasks = vec![
+        let mut tasks = vec![
             actix_rt::spawn(monitor.run()),
             actix_rt::spawn(auto_start::retry(
                 engine.clone(),
@@ -300,6 +309,11 @@ impl Embedded {
             )),
             wake::spawn_listener(config.database_url.clone(), runtime.clone(), engine.clone()),
         ];
+        if !config.notify.targets.is_empty() {
+            let sender = Sender::new(pool.clone(), config.database_url.clone(), config.notify)
+                .map_err(|e| HostError::Config(e.to_string()))?;
+            tasks.push(actix_rt::spawn(Arc::new(sender).run()));
+        }
         let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
         Ok(Self {
             pool,
