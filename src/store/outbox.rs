@@ -233,7 +233,7 @@ pub async fn outbox_failed(
             "UPDATE backfill_outbox SET attempts = attempts + 1, last_error = $2, \
                  status = CASE WHEN attempts + 1 >= $3 THEN 'dead' ELSE 'pending' END, \
                  next_attempt_at = clock_timestamp() \
-                     + least($4 * power(2, attempts), $5) * interval '1 millisecond', \
+                     + least($4 * power(2, least(attempts, 30)), $5) * interval '1 millisecond', \
                  updated_at = now() \
              WHERE event_id = $1 AND status = 'pending' \
              RETURNING status",
