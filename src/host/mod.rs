@@ -8,8 +8,9 @@
 //! independently) -> register every definition -> start required
 //! `pending` backfills (automatic mode only) -> start the runtime (always:
 //! started work stays recoverable in manual mode, CFG-4) -> the wake-up
-//! listener -> the notification sender (when webhooks are configured) ->
-//! (with the `http` feature) the listeners. Readiness is first
+//! listener -> (with the `http` feature) the listeners. With webhooks
+//! configured, the notification sender subscribes before the automatic
+//! starts and runs its loop beside the others. Readiness is first
 //! evaluated only after registration, so the complete required set is
 //! known before anyone can observe the gate (CFG-2).
 //!
@@ -289,6 +290,18 @@ impl Embedded {
             automatic = config.auto_backfills,
             required = %crate::logging::Json(&required),
         );
+        // Subscribed before the first start or claim, so no change this
+        // process makes goes unqueued on a fleet's first start.
+        let sender = if config.notify.targets.is_empty() {
+            None
+        } else {
+            let sender = Sender::new(pool.clone(), config.database_url.clone(), config.notify)
+                .map_err(|e| HostError::Config(e.to_string()))?;
+            if let Err(e) = sender.subscribe().await {
+                tracing::warn!(event = "notify_subscribe_failed", error = %e);
+            }
+            Some(Arc::new(sender))
+        };
         let mut retry_starts = Vec::new();
         if config.auto_backfills {
             for id in &required {
@@ -309,10 +322,8 @@ impl Embedded {
             )),
             wake::spawn_listener(config.database_url.clone(), runtime.clone(), engine.clone()),
         ];
-        if !config.notify.targets.is_empty() {
-            let sender = Sender::new(pool.clone(), config.database_url.clone(), config.notify)
-                .map_err(|e| HostError::Config(e.to_string()))?;
-            tasks.push(actix_rt::spawn(Arc::new(sender).run()));
+        if let Some(sender) = sender {
+            tasks.push(actix_rt::spawn(sender.run()));
         }
         let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
         Ok(Self {

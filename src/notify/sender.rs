@@ -155,6 +155,19 @@ impl Sender {
         Ok(pass)
     }
 
+    /// Take the fleet's lock if it is free and, as leader, write the
+    /// subscription now, so every change from here on is queued; delivers
+    /// nothing. Hosts call it before their runtime starts. Whether this
+    /// sender leads (a follower's fleet is subscribed by the leader).
+    pub async fn subscribe(&self) -> Result<bool, NotifyError> {
+        if !self.lead().await? {
+            return Ok(false);
+        }
+        let mut conn = self.pool.get().await.map_err(store::StoreError::from)?;
+        self.upkeep(&mut conn).await?;
+        Ok(true)
+    }
+
     fn subscribes(&self, event: &str) -> bool {
         self.config
             .targets
