@@ -21,142 +21,15 @@ mod support;
 use backfill::notify::{sign, Body, NotifyConfig, Pass, Secret, Sender, Target, SIGNATURE_HEADER};
 use backfill::store;
 use backfill::{Action, RepairError, State};
-use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 use support::admin::{admin, call, serve, setup, ID, READER};
+use support::webhook::{Received, Receiver};
 use support::TestDb;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 const SECRET: &str = "s3cret-signing-key-0123456789";
 const ROW_MARKER: &str = "ROWDATA-7f3a-marker";
-
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-struct Received {
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Received {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    fn body(&self) -> Body {
-        serde_json::from_slice(&self.body).expect("documented body")
-    }
-}
-
-/// A webhook receiver: records every request, answers `status`, and
-/// holds the next request unanswered while a hold is set.
-struct Receiver {
-    url: String,
-    got: Arc<Mutex<Vec<Received>>>,
-    status: Arc<AtomicU16>,
-    hold: Arc<Mutex<Option<tokio::sync::oneshot::Receiver<()>>>>,
-    arrived: Arc<tokio::sync::Notify>,
-}
-
-impl Receiver {
-    async fn start(status: u16) -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!(
-            "http://{}/hooks/backfill",
-            listener.local_addr().expect("addr")
-        );
-        let r = Receiver {
-            url,
-            got: Arc::default(),
-            status: Arc::new(AtomicU16::new(status)),
-            hold: Arc::default(),
-            arrived: Arc::default(),
-        };
-        let (got, status, hold, arrived) = (
-            r.got.clone(),
-            r.status.clone(),
-            r.hold.clone(),
-            r.arrived.clone(),
-        );
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let (got, status, hold, arrived) =
-                    (got.clone(), status.clone(), hold.clone(), arrived.clone());
-                tokio::spawn(async move {
-                    let Some(request) = read_request(&mut stream).await else {
-                        return;
-                    };
-                    got.lock().expect("lock").push(request);
-                    arrived.notify_one();
-                    let held = hold.lock().expect("lock").take();
-                    if let Some(release) = held {
-                        let _ = release.await;
-                    }
-                    let code = status.load(Ordering::SeqCst);
-                    let answer = format!(
-                        "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                    );
-                    let _ = stream.write_all(answer.as_bytes()).await;
-                });
-            }
-        });
-        r
-    }
-
-    fn got(&self) -> Vec<Received> {
-        self.got.lock().expect("lock").clone()
-    }
-
-    /// Hold the next request unanswered until the returned sender fires.
-    fn hold_next(&self) -> tokio::sync::oneshot::Sender<()> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        *self.hold.lock().expect("lock") = Some(rx);
-        tx
-    }
-}
-
-async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<Received> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8(buf[..head_end].to_vec()).ok()?;
-    let mut lines = head.split("\r\n");
-    assert!(lines.next()?.starts_with("POST /hooks/backfill HTTP/1.1"));
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let len: usize = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))?
-        .1
-        .parse()
-        .ok()?;
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < len {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    Some(Received { headers, body })
-}
 
 fn config(url: &str, max_attempts: u32) -> NotifyConfig {
     NotifyConfig {
