@@ -14,7 +14,11 @@
 //!   the receiver holds a delivery unanswered the backfill runs to
 //!   completion; answering 500 every time, each notification is dead
 //!   after the configured tries, in the admin view and the counts.
+//! - `ntf1_a_lasting_throttle_is_notified_once_per_condition`: the sender
+//!   finds a throttle the runner recorded and notifies it once.
 //! - `ntf3_bodies_and_the_admin_view_hold_no_secret_url_or_row_data`.
+//! - Across processes (SIGKILL with a delivery in flight): cli/tests/
+//!   process.rs, `ntf1_sigkill_*`.
 
 mod support;
 
@@ -348,4 +352,49 @@ async fn ntf3_bodies_and_the_admin_view_hold_no_secret_url_or_row_data() {
     for f in forbidden {
         assert!(!stored.contains(f), "the database holds {f:?}");
     }
+}
+
+#[actix_rt::test]
+async fn ntf1_a_lasting_throttle_is_notified_once_per_condition() {
+    let (db, engine, _hooks) = setup(10).await;
+    let receiver = Receiver::start(200).await;
+    let mut config = config(&receiver.url, 3);
+    config.targets[0].events = vec!["throttled".into()];
+    // Any recorded throttle has lasted long enough.
+    config.throttled_after = Duration::ZERO;
+    let sender = Sender::new(db.pool.clone(), db.url.clone(), config).expect("sender");
+    assert!(sender.run_once().await.expect("pass").leading);
+    engine.act(ID, Action::Start).await.expect("start");
+    let claim = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let condition = serde_json::json!({
+        "signal": "replication_lag_bytes", "value": 2, "threshold": 1,
+        "text": "replication byte lag 2 B > 1 B"
+    });
+    let mut conn = db.pool.get().await.expect("pool");
+    assert!(
+        store::backfill_throttle_set(&mut conn, ID, "w1", claim.generation, Some(&condition))
+            .await
+            .expect("throttle")
+    );
+    drop(conn);
+    let pass = sender.run_once().await.expect("pass");
+    assert_eq!((pass.throttled, pass.delivered), (1, 1));
+    // The same condition again: nothing new.
+    assert_eq!(sender.run_once().await.expect("pass").throttled, 0);
+    let got = receiver.got();
+    assert_eq!(got.len(), 1);
+    let body = check_signed(&got[0]);
+    assert_eq!(
+        (body.event.as_str(), body.state.as_str()),
+        ("throttled", "running")
+    );
+    assert_eq!(
+        body.detail.as_deref(),
+        Some("replication byte lag 2 B > 1 B")
+    );
+    assert_eq!(body.generation, claim.generation);
 }
