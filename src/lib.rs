@@ -63,6 +63,7 @@ pub mod http;
 pub mod key;
 pub mod lifecycle;
 pub mod logging;
+pub mod notify;
 pub mod pace;
 pub mod readiness;
 pub mod repair;

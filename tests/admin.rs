@@ -832,6 +832,7 @@ async fn adm_openapi_document_lists_every_route() {
         ("/admin/backfills", "get"),
         ("/admin/backfills/{id}", "get"),
         ("/admin/audit", "get"),
+        ("/admin/notifications", "get"),
         ("/openapi.json", "get"),
     ];
     let actions = [

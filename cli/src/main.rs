@@ -4,6 +4,7 @@ use anyhow::Context;
 use backfill::engine::EngineConfig;
 use backfill::health::{HealthConfig, Thresholds, UnknownPolicy};
 use backfill::host::{Host, HostConfig};
+use backfill::notify::{NotifyConfig, NotifyError, Secret, Target};
 use backfill::runtime::RuntimeConfig;
 use backfill_cli::demo::{DemoConfig, DemoExit};
 use backfill_cli::example::ExampleApp;
@@ -208,6 +209,86 @@ struct ServeArgs {
     admin: AdminAuthArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    webhook: WebhookArgs,
+}
+
+/// One webhook notified of state changes (target name `webhook`).
+#[derive(Args, Debug)]
+struct WebhookArgs {
+    /// http:// URL notified of state changes (https: through a
+    /// TLS-terminating proxy); unset = no notifications.
+    #[arg(long, env = "BACKFILL_WEBHOOK", hide_env_values = true)]
+    webhook: Option<String>,
+    /// Events it is notified of, comma-separated: blocked, failed,
+    /// completed, validation_failed, throttled, undo_completed.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "blocked,failed,completed,validation_failed,undo_completed"
+    )]
+    webhook_events: Vec<String>,
+    /// File holding the HMAC-SHA256 signing secret (at least 16 bytes;
+    /// one trailing newline is ignored). Required with --webhook.
+    #[arg(long, env = "BACKFILL_WEBHOOK_SECRET_FILE")]
+    webhook_secret_file: Option<std::path::PathBuf>,
+    /// How long a throttle lasts before it is a `throttled` event, in
+    /// seconds.
+    #[arg(long, default_value_t = 3_600)]
+    webhook_throttled_after_s: u64,
+    /// Tries per notification before it is dead.
+    #[arg(long, default_value_t = 8)]
+    webhook_max_attempts: u32,
+    /// One delivery's timeout, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    webhook_timeout_ms: u64,
+}
+
+impl WebhookArgs {
+    /// The notification configuration these flags describe; errors name
+    /// the flag.
+    fn config(&self) -> anyhow::Result<NotifyConfig> {
+        let mut config = NotifyConfig {
+            throttled_after: Duration::from_secs(self.webhook_throttled_after_s),
+            max_attempts: self.webhook_max_attempts,
+            timeout: Duration::from_millis(self.webhook_timeout_ms),
+            ..NotifyConfig::default()
+        };
+        let Some(url) = &self.webhook else {
+            return Ok(config);
+        };
+        let path = self
+            .webhook_secret_file
+            .as_ref()
+            .context("--webhook-secret-file is required with --webhook")?;
+        let secret = std::fs::read(path)
+            .with_context(|| format!("--webhook-secret-file: cannot read {}", path.display()))?;
+        config.targets.push(Target {
+            name: "webhook".into(),
+            url: url.clone(),
+            events: self
+                .webhook_events
+                .iter()
+                .map(|e| e.trim().to_string())
+                .collect(),
+            secret: Secret::from_file_text(&secret),
+        });
+        config.validate().map_err(|e| match e {
+            NotifyError::Config { field, reason } => {
+                let flag = match field.rsplit('.').next().unwrap_or("") {
+                    "url" => "--webhook",
+                    "events" => "--webhook-events",
+                    "secret" => "--webhook-secret-file",
+                    "max_attempts" => "--webhook-max-attempts",
+                    "timeout" => "--webhook-timeout-ms",
+                    _ => "--webhook",
+                };
+                anyhow::anyhow!("{flag}: {reason}")
+            }
+            other => other.into(),
+        })?;
+        Ok(config)
+    }
 }
 
 #[derive(Args, Debug)]
@@ -357,6 +438,7 @@ fn run(cli: Cli, token_on_argv: bool) -> anyhow::Result<i32> {
             config.admin_auth = args.admin.to_config()?;
             config.admin_allowed_hosts = args.admin.admin_allowed_host.clone();
             config.admin_allow_remote_trusted = args.admin.admin_allow_remote_trusted;
+            config.notify = args.webhook.config()?;
             args.runtime.apply(&mut config);
             actix_rt::System::new().block_on(async move {
                 let app = ExampleApp {

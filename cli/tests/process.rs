@@ -10,6 +10,8 @@
 //! - startup refusals and warnings of the admin boundary: `auth3_*`
 //!   (trusted-network mode on a non-loopback address), `auth5_*` (a token
 //!   on the command line, malformed tokens files)
+//! - a notification in flight when its sender is SIGKILLed is delivered
+//!   after restart with the same event ID: `ntf1_*`
 //!
 //! Each kill point is reached with a PostgreSQL barrier, not a sleep: a
 //! second session holds a row lock that the worker's batch waits on (kill
@@ -29,6 +31,10 @@ const LEASE_TTL_MS: u64 = 1500;
 const POLL_MS: u64 = 100;
 
 fn spawn_worker(db: &TestDb, name: &str) -> Child {
+    spawn_worker_with(db, name, &[])
+}
+
+fn spawn_worker_with(db: &TestDb, name: &str, extra: &[&str]) -> Child {
     let log = std::fs::File::create(std::env::temp_dir().join(format!("{}-{name}.log", db.name)))
         .expect("log file");
     Command::new(env!("CARGO_BIN_EXE_backfill"))
@@ -59,6 +65,7 @@ fn spawn_worker(db: &TestDb, name: &str) -> Child {
             "--worker-id",
             name,
         ])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
@@ -574,4 +581,64 @@ async fn auth5_each_malformed_tokens_file_is_refused_naming_its_line() {
         assert!(!stderr.contains(&hex::encode(backfill::admin::auth::sha256("b-token"))));
     }
     std::fs::remove_file(&path).expect("remove tokens file");
+}
+
+/// NTF-1/NTF-2 across processes: the backfill completes and its
+/// notification is queued with the completion; the sender POSTs it and the
+/// receiver holds the request unanswered (the barrier: the delivery is in
+/// flight, not yet recorded), and the process is SIGKILLed there. A new
+/// process delivers it, with the same event ID, and records it delivered.
+/// Guard: the outbox row written with the state change (without it the
+/// notification exists only in the killed process, or nowhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ntf1_sigkill_with_a_delivery_in_flight_redelivers_the_same_event_id() {
+    let db = test_db().await;
+    example::migrate(&db.url).await.unwrap();
+    example::seed(&db.pool, 300, 0).await.unwrap();
+    let receiver = support::webhook::Receiver::start(204).await;
+    let secret = std::env::temp_dir().join(format!("{}-webhook-secret", db.name));
+    std::fs::write(&secret, "0123456789abcdef-secret\n").expect("secret file");
+    let secret = secret.to_string_lossy().to_string();
+    let flags = [
+        "--webhook",
+        receiver.url.as_str(),
+        "--webhook-secret-file",
+        secret.as_str(),
+        "--webhook-timeout-ms",
+        "600000",
+    ];
+    let release = receiver.hold_next();
+    let mut w = spawn_worker_with(&db, "ntf-a", &flags);
+    receiver.arrived.notified().await;
+    sigkill(&mut w);
+    let held = receiver.got()[0].body();
+    assert_eq!(
+        (held.event.as_str(), held.backfill_id.as_str()),
+        ("completed", TOUCH_COUNT_ID)
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) AS v FROM backfill_outbox WHERE status = 'pending' AND attempts = 0"
+        )
+        .await,
+        1,
+        "in flight, not recorded"
+    );
+    drop(release);
+
+    let mut w = spawn_worker_with(&db, "ntf-b", &flags);
+    eventually("the new process delivers it", || async {
+        db.scalar("SELECT count(*) AS v FROM backfill_outbox WHERE status = 'delivered'")
+            .await
+            == 1
+    })
+    .await;
+    sigkill(&mut w);
+    let got = receiver.got();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[1].body().event_id, held.event_id, "the same event ID");
+    assert_eq!(
+        got[1].header(backfill::notify::SIGNATURE_HEADER),
+        Some(backfill::notify::sign(b"0123456789abcdef-secret", &got[1].body).as_str())
+    );
 }

@@ -14,6 +14,7 @@ pub mod auth;
 mod dry_run;
 pub mod flood;
 mod journal_view;
+mod notifications;
 mod settings;
 mod undo;
 pub mod view;
@@ -22,6 +23,7 @@ pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
 pub use dry_run::DRY_RUN_ACTION;
 pub use flood::{FloodGate, FloodLimits};
 pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
+pub use notifications::{NotificationPage, NotificationView};
 pub use settings::RequestBody;
 pub use view::*;
 

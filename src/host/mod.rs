@@ -8,7 +8,9 @@
 //! independently) -> register every definition -> start required
 //! `pending` backfills (automatic mode only) -> start the runtime (always:
 //! started work stays recoverable in manual mode, CFG-4) -> the wake-up
-//! listener -> (with the `http` feature) the listeners. Readiness is first
+//! listener -> (with the `http` feature) the listeners. With webhooks
+//! configured, the notification sender subscribes before the automatic
+//! starts and runs its loop beside the others. Readiness is first
 //! evaluated only after registration, so the complete required set is
 //! known before anyone can observe the gate (CFG-2).
 //!
@@ -29,6 +31,7 @@ pub use spawned::Spawned;
 use crate::admin::{Admin, AdminConfig, AuthConfig};
 use crate::engine::{Engine, EngineConfig, EngineError};
 use crate::health::{HealthCheck, HealthConfig, Monitor};
+use crate::notify::{NotifyConfig, Sender};
 use crate::readiness::Readiness;
 use crate::repair::{DefinitionError, Registry};
 use crate::runtime::{RuntimeConfig, RuntimeHandle};
@@ -173,6 +176,9 @@ pub struct HostConfig {
     /// The health signals and their thresholds that hold batches back
     /// (THR-1); by default only a conservative replication-lag limit.
     pub health: HealthConfig,
+    /// Webhooks notified of state changes (NTF-1); by default none, and
+    /// then no sender runs and nothing is queued.
+    pub notify: NotifyConfig,
 }
 
 impl HostConfig {
@@ -192,6 +198,7 @@ impl HostConfig {
             engine: EngineConfig::default(),
             runtime: RuntimeConfig::default(),
             health: HealthConfig::default(),
+            notify: NotifyConfig::default(),
         }
     }
 
@@ -260,6 +267,9 @@ impl HostConfig {
             .map_err(|e| HostError::Config(e.to_string()))?;
         self.runtime
             .validate(self.engine.lease_ttl)
+            .map_err(|e| HostError::Config(e.to_string()))?;
+        self.notify
+            .validate()
             .map_err(|e| HostError::Config(e.to_string()))?;
         let needed = self.pool_needed(registry);
         match self.pool_size {
@@ -339,6 +349,18 @@ impl Embedded {
             automatic = config.auto_backfills,
             required = %crate::logging::Json(&required),
         );
+        // Subscribed before the first start or claim, so no change this
+        // process makes goes unqueued on a fleet's first start.
+        let sender = if config.notify.targets.is_empty() {
+            None
+        } else {
+            let sender = Sender::new(pool.clone(), config.database_url.clone(), config.notify)
+                .map_err(|e| HostError::Config(e.to_string()))?;
+            if let Err(e) = sender.subscribe().await {
+                tracing::warn!(event = "notify_subscribe_failed", error = %e);
+            }
+            Some(Arc::new(sender))
+        };
         let mut retry_starts = Vec::new();
         if config.auto_backfills {
             for id in &required {
@@ -349,7 +371,7 @@ impl Embedded {
         }
         let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config.runtime.clone())
             .map_err(|e| HostError::Config(e.to_string()))?;
-        let tasks = vec![
+        let mut tasks = vec![
             actix_rt::spawn(monitor.run()),
             actix_rt::spawn(auto_start::retry(
                 engine.clone(),
@@ -359,6 +381,9 @@ impl Embedded {
             )),
             wake::spawn_listener(config.database_url.clone(), runtime.clone(), engine.clone()),
         ];
+        if let Some(sender) = sender {
+            tasks.push(actix_rt::spawn(sender.run()));
+        }
         let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
         Ok(Self {
             pool,

@@ -8,9 +8,9 @@
 
 use crate::admin::{
     ActionResponse, Admin, AdminError, AuditEntry, AuditPage, BackfillPage, BackfillView,
-    ConflictBody, Diagnostic, ErrorBody, JournalView, Ownership, PartitionView, Progress,
-    Readiness, Reply, RequestBody, RequestMeta, Throttle, UndoLink, ValidationResponse,
-    ValidationSummary, MAX_BODY_BYTES,
+    ConflictBody, Diagnostic, ErrorBody, JournalView, NotificationPage, NotificationView,
+    Ownership, PartitionView, Progress, Readiness, Reply, RequestBody, RequestMeta, Throttle,
+    UndoLink, ValidationResponse, ValidationSummary, MAX_BODY_BYTES,
 };
 use crate::engine::{DryBatch, DryRunError, DryRunReport, Forecast, SampleRow};
 use crate::lifecycle::Action;
@@ -29,13 +29,13 @@ use utoipa::{IntoParams, Modify, OpenApi};
     ),
     paths(
         list, detail, start, pause, resume, retry, validate, dry_run, settings, undo, journal_prune,
-        audit, openapi_json
+        audit, notifications, openapi_json
     ),
     components(schemas(
         BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
         Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
         AuditEntry, Throttle, PartitionView, SettingsPatch, UndoLink, JournalView, DryRunReport,
-        DryBatch, DryRunError, Forecast, SampleRow
+        DryBatch, DryRunError, Forecast, SampleRow, NotificationPage, NotificationView
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -114,6 +114,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             "POST",
         ))
         .service(resource("/admin/audit", web::get().to(audit), "GET"))
+        .service(resource(
+            "/admin/notifications",
+            web::get().to(notifications),
+            "GET",
+        ))
         // Registered last: any other path under /admin gets a JSON error
         // like every other rejection, not an empty body.
         .service(
@@ -730,6 +735,49 @@ async fn audit(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
     render(
         admin
             .audit(&meta.as_meta(), q.backfill.as_deref(), q.before, q.limit)
+            .await,
+    )
+}
+
+/// Paging of the notification outbox.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct NotificationQuery {
+    /// Only notifications in this status.
+    #[param(pattern = r"^(pending|delivered|dead)$")]
+    pub status: Option<String>,
+    /// Return notifications strictly before this `seq` (from `next_before`).
+    pub before: Option<i64>,
+    /// Page size, 1..=500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+}
+
+/// The webhook notification outbox (NTF-2), newest first: status, tries
+/// and last error of each notification; never a URL or a secret (NTF-3).
+#[utoipa::path(
+    get, path = "/admin/notifications", params(NotificationQuery),
+    responses(
+        (status = 200, description = "A page of notifications", body = NotificationPage),
+        (status = 400, description = "Bad paging parameters or status", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
+        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody),
+    )
+)]
+async fn notifications(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
+    let meta = Meta::from(&req);
+    let q: NotificationQuery = match query(&req) {
+        Ok(q) => q,
+        Err(e) => return error(&e),
+    };
+    render(
+        admin
+            .notifications(&meta.as_meta(), q.status.as_deref(), q.before, q.limit)
             .await,
     )
 }

@@ -52,6 +52,9 @@ struct Scrape {
     /// The journal's planner row estimate and its bytes on disk (UNDO-4);
     /// `None` when they could not be read.
     journal: Option<(i64, i64)>,
+    /// Queued notifications per status; `None` when PostgreSQL could not
+    /// be read.
+    notifications: Option<[(&'static str, i64); 3]>,
     gate: GateReport,
     serial_fallbacks: u64,
     /// Refused admin requests per reason; `None` without an admin boundary.
@@ -65,19 +68,21 @@ async fn metrics(
     source: web::Data<MetricsSource>,
     admin: Option<web::Data<Admin>>,
 ) -> HttpResponse {
-    let (counts, partitions, journal) = match source.pool.get().await {
+    let (counts, partitions, journal, notifications) = match source.pool.get().await {
         Ok(mut conn) => (
             store::backfill_count_by_state(&mut conn).await.ok(),
             store::partition_count_by_status(&mut conn).await.ok(),
             store::journal_totals(&mut conn).await.ok(),
+            store::outbox_count_by_status(&mut conn).await.ok(),
         ),
-        Err(_) => (None, None, None),
+        Err(_) => (None, None, None, None),
     };
     let report = source.readiness.evaluate().await;
     let scrape = Scrape {
         counts,
         partitions,
         journal,
+        notifications,
         gate: report.backfill_gate,
         serial_fallbacks: source.engine.serial_fallbacks(),
         rejected: admin.map(|admin| {
@@ -130,6 +135,16 @@ fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>
             "Partitions of partitioned backfills by status: ended, claimed, waiting.",
             "status",
             &partitions,
+        )?);
+    }
+    // NTF-2: the outbox by status; a dead notification stays counted
+    // until the retention prunes it.
+    if let Some(notifications) = scrape.notifications {
+        out.push(labelled_gauges(
+            "backfill_notifications",
+            "Queued webhook notifications by status: pending, delivered, dead.",
+            "status",
+            &notifications,
         )?);
     }
     // UNDO-4: the before-image journal of every backfill together (an ID

@@ -3,6 +3,7 @@
 //! the claim. Every write is fenced by owner, generation and a lease
 //! unexpired by PostgreSQL's clock.
 
+use super::outbox::{CHANGED_COLUMNS, OUTBOX_ENQUEUE};
 use super::StoreError;
 use crate::lifecycle::State;
 use chrono::{DateTime, Utc};
@@ -159,7 +160,8 @@ pub async fn lease_release(
 /// `failed` (RT-2); blocked goes to `blocked`; fatal to `failed`. Fence:
 /// owner, generation and unexpired lease; `None` = stale, nothing recorded.
 /// `batch_size`, when given, becomes the size in force (a statement
-/// timeout halves it before the retry, THR-3).
+/// timeout halves it before the retry, THR-3). A move to `blocked` or
+/// `failed` queues its notification in the same statement (NTF-1).
 #[allow(clippy::too_many_arguments)]
 pub async fn backfill_record_failure(
     conn: &mut AsyncPgConnection,
@@ -173,8 +175,8 @@ pub async fn backfill_record_failure(
     backoff_max_ms: i64,
     batch_size: Option<i32>,
 ) -> Result<Option<StateRow>, StoreError> {
-    Ok(super::cached(diesel::sql_query(
-        "UPDATE backfill SET \
+    Ok(super::cached(diesel::sql_query(format!(
+        "WITH changed AS (UPDATE backfill SET \
              attempts = CASE WHEN $4 = 'retryable' THEN attempts + 1 ELSE attempts END, \
              state = CASE WHEN $4 = 'blocked' THEN 'blocked' \
                           WHEN $4 = 'fatal' THEN 'failed' \
@@ -188,8 +190,9 @@ pub async fn backfill_record_failure(
              batch_size = coalesce($9, batch_size) \
          WHERE id = $1 AND owner = $2 AND generation = $3 \
            AND state IN ('running', 'validating') AND lease_expires_at > clock_timestamp() \
-         RETURNING state, attempts, next_attempt_at",
-    )
+         RETURNING attempts, next_attempt_at, {CHANGED_COLUMNS}), {OUTBOX_ENQUEUE} \
+         SELECT state, attempts, next_attempt_at FROM changed",
+    ))
     .bind::<Text, _>(id)
     .bind::<Text, _>(worker)
     .bind::<BigInt, _>(generation)

@@ -9,12 +9,20 @@
 //! completed row (LC-1, LC-4, REG-5).
 
 use super::backfill::{BackfillRow, COLUMNS};
+use super::outbox::{CHANGED_COLUMNS, OUTBOX_ENQUEUE};
 use super::StoreError;
 use crate::lifecycle::State;
 use diesel::sql_types::{Array, BigInt, Binary, Bool, Jsonb, Nullable, Text};
 use diesel::OptionalExtension;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
+
+/// How many rows a state change with a queued notification changed.
+#[derive(diesel::QueryableByName)]
+struct Changed {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
 
 /// The captured source set, in stored form.
 pub struct StartValues<'a> {
@@ -58,33 +66,38 @@ pub async fn backfill_start(
 /// validation, as the last statement of the validation transaction. Fence:
 /// state `validating`, owner, generation and unexpired lease by
 /// `clock_timestamp()`; a paused or retried run has a new generation and
-/// matches nothing. `false` = stale.
+/// matches nothing. `false` = stale. Queues the `completed` (or
+/// `undo_completed`) notification in the same statement (NTF-1).
 pub async fn validation_complete(
     conn: &mut AsyncPgConnection,
     id: &str,
     worker: &str,
     generation: i64,
 ) -> Result<bool, StoreError> {
-    let n = super::cached(
-        diesel::sql_query(
-            "UPDATE backfill SET state = 'completed', owner = NULL, lease_expires_at = NULL, \
+    let changed: Changed = super::cached(
+        diesel::sql_query(format!(
+            "WITH changed AS ( \
+             UPDATE backfill SET state = 'completed', owner = NULL, lease_expires_at = NULL, \
              validation_outcome = 'success', validation_detail = NULL, validated_at = now(), \
              completed_at = now(), updated_at = now() \
          WHERE id = $1 AND state = 'validating' AND owner = $2 AND generation = $3 \
-           AND lease_expires_at > clock_timestamp()",
-        )
+           AND lease_expires_at > clock_timestamp() \
+         RETURNING {CHANGED_COLUMNS}), {OUTBOX_ENQUEUE} \
+         SELECT count(*) AS n FROM changed"
+        ))
         .bind::<Text, _>(id)
         .bind::<Text, _>(worker)
         .bind::<BigInt, _>(generation),
     )
-    .execute(conn)
+    .get_result(conn)
     .await?;
-    Ok(n == 1)
+    Ok(changed.n == 1)
 }
 
 /// Fenced rejection (VAL-3): `validating` -> `failed` (or `blocked` when the
 /// validation names an unmet prerequisite) with the bounded diagnostic.
-/// Same fence as [`validation_complete`]. `false` = stale.
+/// Same fence as [`validation_complete`]. `false` = stale. Queues the
+/// `validation_failed` (or `blocked`) notification in the same statement.
 pub async fn validation_reject(
     conn: &mut AsyncPgConnection,
     id: &str,
@@ -93,24 +106,27 @@ pub async fn validation_reject(
     to_state: State,
     detail: &str,
 ) -> Result<bool, StoreError> {
-    let n = super::cached(
-        diesel::sql_query(
-            "UPDATE backfill SET state = $4, owner = NULL, lease_expires_at = NULL, \
+    let changed: Changed = super::cached(
+        diesel::sql_query(format!(
+            "WITH changed AS ( \
+             UPDATE backfill SET state = $4, owner = NULL, lease_expires_at = NULL, \
              validation_outcome = 'failure', validation_detail = $5, validated_at = now(), \
              last_error_kind = 'validation', last_error = $5, last_error_at = now(), \
              updated_at = now() \
          WHERE id = $1 AND state = 'validating' AND owner = $2 AND generation = $3 \
-           AND lease_expires_at > clock_timestamp() AND $4 IN ('failed', 'blocked')",
-        )
+           AND lease_expires_at > clock_timestamp() AND $4 IN ('failed', 'blocked') \
+         RETURNING {CHANGED_COLUMNS}), {OUTBOX_ENQUEUE} \
+         SELECT count(*) AS n FROM changed"
+        ))
         .bind::<Text, _>(id)
         .bind::<Text, _>(worker)
         .bind::<BigInt, _>(generation)
         .bind::<Text, _>(to_state.as_str())
         .bind::<Text, _>(detail),
     )
-    .execute(conn)
+    .get_result(conn)
     .await?;
-    Ok(n == 1)
+    Ok(changed.n == 1)
 }
 
 /// `pause`: `running`/`validating` -> `paused`, advancing the generation and

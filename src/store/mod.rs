@@ -16,6 +16,7 @@ mod health;
 mod journal;
 mod lease;
 mod lifecycle;
+mod outbox;
 mod pacing;
 mod partition;
 mod pool;
@@ -31,6 +32,7 @@ pub use health::*;
 pub use journal::*;
 pub use lease::*;
 pub use lifecycle::*;
+pub use outbox::*;
 pub use pacing::*;
 pub use partition::*;
 pub use pool::{

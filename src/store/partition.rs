@@ -11,6 +11,7 @@
 //! no two of them can wait on each other in a cycle.
 
 use super::lease::StateRow;
+use super::outbox::{CHANGED_COLUMNS, OUTBOX_ENQUEUE};
 use super::StoreError;
 use chrono::{DateTime, Utc};
 use diesel::deserialize::QueryableByName;
@@ -475,7 +476,8 @@ pub struct PartitionFailureRecord<'a> {
 /// retryable failure under the attempt limit stays on the partition, with
 /// its backoff (RT-2); a blocked, fatal or exhausted one moves the
 /// backfill to `blocked` or `failed` with a diagnostic naming the
-/// partition, and fences every partition in the same transaction.
+/// partition, and fences every partition in the same transaction; that
+/// move queues its notification in the same statement (NTF-1).
 pub async fn partition_record_failure(
     conn: &mut AsyncPgConnection,
     f: &PartitionFailureRecord<'_>,
@@ -524,14 +526,15 @@ pub async fn partition_record_failure(
         }));
     }
     let state: StateRow = super::cached(
-        diesel::sql_query(
-            "UPDATE backfill SET \
+        diesel::sql_query(format!(
+            "WITH changed AS (UPDATE backfill SET \
                  state = CASE WHEN $2 = 'blocked' THEN 'blocked' ELSE 'failed' END, \
                  attempts = $4, next_attempt_at = NULL, \
                  last_error_kind = $2, last_error = $3, last_error_at = now(), updated_at = now() \
              WHERE id = $1 AND state = 'running' \
-             RETURNING state, attempts, next_attempt_at",
-        )
+             RETURNING attempts, next_attempt_at, {CHANGED_COLUMNS}), {OUTBOX_ENQUEUE} \
+             SELECT state, attempts, next_attempt_at FROM changed",
+        ))
         .bind::<Text, _>(f.id)
         .bind::<Text, _>(f.kind)
         .bind::<Text, _>(crate::failure::bounded(format!(

@@ -12,6 +12,7 @@ pub mod http;
 pub mod prereq;
 pub mod repairs;
 pub mod standby;
+pub mod webhook;
 
 use backfill::engine::RetryPolicy;
 use backfill::store::{self, Pool};

@@ -1,0 +1,2 @@
+DROP TABLE backfill_outbox;
+DROP TABLE backfill_notify_subscription;
