@@ -142,9 +142,10 @@ impl Registry {
         self.repairs.contains_key(id)
     }
 
-    /// Number of definitions.
+    /// Number of definitions registered here, as [`Registry::ids`] lists
+    /// them: a journaled definition's derived undo is not counted.
     pub fn len(&self) -> usize {
-        self.repairs.len()
+        self.repairs.len() - self.undos.len()
     }
 
     /// Whether there are no definitions.
@@ -382,5 +383,21 @@ mod tests {
             )
             .expect("registers");
         assert!(overlapping.any_overlaps());
+    }
+
+    /// UNDO-2: a journaled definition brings its derived undo, which the
+    /// process can claim but which is not a definition of its own: `ids`
+    /// and `len` count what the developer registered, `claimable_ids`
+    /// adds the undo.
+    #[test]
+    fn undo2_a_journaled_definition_adds_a_claimable_undo_not_a_definition() {
+        let registry = Registry::new()
+            .with(sql("j.v1", "items").journal(["n"]).build().expect("valid"))
+            .expect("registers");
+        assert_eq!(registry.len(), 1);
+        assert_eq!(registry.ids(), vec!["j.v1"]);
+        assert_eq!(registry.claimable_ids(), vec!["j.v1", "j.v1.undo"]);
+        assert_eq!(registry.undo_of("j.v1.undo"), Some("j.v1"));
+        assert_eq!(registry.undo_of("j.v1"), None);
     }
 }
