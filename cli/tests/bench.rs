@@ -1,6 +1,6 @@
 //! Smoke test of `backfill bench`: at a tiny N it runs every runner (the
-//! engine with both forms of the repair, partitioned in one process and
-//! in two), prints one JSON object of the
+//! engine with both forms of the repair, declared, journaled, partitioned
+//! in one process and in two), prints one JSON object of the
 //! documented shape, and every run passed the verification (every row
 //! repaired exactly once). Timings are not
 //! asserted: a benchmark prints numbers.
@@ -51,6 +51,7 @@ fn bench_json_shape_and_verification() {
         "engine_health_vs_engine",
         "engine_p_vs_plpgsql",
         "engine_k_vs_plpgsql_k",
+        "engine_journal_vs_engine",
     ] {
         let v = &report["ratios"][key]["100"];
         assert!(v.as_f64().is_some_and(|r| r > 0.0), "{key}: {v}");
@@ -71,6 +72,7 @@ fn bench_json_shape_and_verification() {
             "client",
             "engine",
             "engine-health",
+            "engine-journal",
             "engine-k",
             "engine-keys",
             "engine-p-procs",
@@ -89,6 +91,17 @@ fn bench_json_shape_and_verification() {
         // The machine's CPU use over the run, from /proc/stat (this is Linux).
         let cpu = run["cpu_busy"].as_f64().expect("cpu_busy");
         assert!((0.0..=1.0).contains(&cpu), "cpu_busy {cpu}");
+        // Only the journaled run has a journal: one row per row changed
+        // (every row), each of some bytes.
+        let journal = &run["journal"];
+        if run["runner"] == "engine-journal" {
+            assert_eq!(journal["rows"], 2000, "{run}");
+            for key in ["row_bytes_per_row", "disk_bytes_per_row"] {
+                assert!(journal[key].as_f64().is_some_and(|b| b > 0.0), "{run}");
+            }
+        } else {
+            assert!(journal.is_null(), "{run}");
+        }
     }
 }
 

@@ -18,6 +18,10 @@ pub enum Runner {
     /// The same as `engine`, the repair declared as a `SqlRepair` instead
     /// of written by hand.
     EngineSql,
+    /// The same as `engine-sql` with the repair's journal on (every
+    /// column its SET list writes): what journaling the before-images
+    /// costs, read against `engine`.
+    EngineJournal,
     /// The same, the repair in its two-statement form (`select_keys`, then
     /// `mutate` with the keys).
     EngineKeys,
@@ -65,6 +69,8 @@ pub(super) enum Shape {
     Serial,
     /// The declarative `SqlRepair` of the same update (`engine-sql`).
     Sql,
+    /// The same `SqlRepair` with its journal on (`engine-journal`).
+    Journaled,
     /// One-statement form with a health monitor attached (`engine-health`).
     Monitored,
     /// One-statement form in this many partitions (`engine-p`).
@@ -95,7 +101,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "plpgsql,client,engine,engine-sql,engine-keys,engine-serial,engine-health,engine-p,engine-p-procs,engine-k,plpgsql-k"
+        default_value = "plpgsql,client,engine,engine-sql,engine-journal,engine-keys,engine-serial,engine-health,engine-p,engine-p-procs,engine-k,plpgsql-k"
     )]
     pub only: Vec<Runner>,
     /// Backfills of `engine-k` and loops of `plpgsql-k` (default: the

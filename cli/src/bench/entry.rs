@@ -202,6 +202,10 @@ async fn run_one(
             ctx.engine_run("engine-sql", &items, rows, batch, rep, Shape::Sql)
                 .await?
         }
+        Runner::EngineJournal => {
+            ctx.engine_run("engine-journal", &items, rows, batch, rep, Shape::Journaled)
+                .await?
+        }
         Runner::EngineKeys => {
             ctx.engine_run("engine-keys", &items, rows, batch, rep, Shape::TwoStatement)
                 .await?

@@ -20,26 +20,33 @@
 //! 4. `engine-sql`: the same as `engine` with the repair declared as a
 //!    `SqlRepair` (the library writes its statements), read against the
 //!    hand-written one of `engine`;
-//! 5. `engine-keys`: the same with the repair's two-statement form (select
+//! 5. `engine-journal`: `engine-sql` with the repair's journal on (UNDO-1:
+//!    the columns its SET list writes), read against `engine`. Declared, not
+//!    hand-written: a hand-written one-statement form cannot be journaled
+//!    (the engine journals only around the two-statement form's `mutate`,
+//!    and registration refuses the other), while `SqlRepair` writes the
+//!    journal inside its one statement;
+//! 6. `engine-keys`: the same with the repair's two-statement form (select
 //!    the keys, then update them by id);
-//! 6. `engine-serial`: the same as `engine` with a repair that does not
+//! 7. `engine-serial`: the same as `engine` with a repair that does not
 //!    overlap commits (`Repair::overlap_commits`), the baseline of that;
-//! 7. `engine-k`: K independent backfills over K disjoint tables at once;
-//! 8. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
+//! 8. `engine-k`: K independent backfills over K disjoint tables at once;
+//! 9. `plpgsql-k`: K `plpgsql` loops over the same K tables at once, the
 //!    machine's own scaling limit that `engine-k` is read against;
-//! 9. `engine-health`: the same as `engine` with the health monitor reading
-//!    every signal at its defaults while each batch asks it (THR-1): the
-//!    cost of throttling when nothing throttles, read against `engine`;
-//! 10. `engine-p`: one backfill in P partitions (PAR-1) run by P runners of
+//! 10. `engine-health`: the same as `engine` with the health monitor reading
+//!     every signal at its defaults while each batch asks it (THR-1): the
+//!     cost of throttling when nothing throttles, read against `engine`;
+//! 11. `engine-p`: one backfill in P partitions (PAR-1) run by P runners of
 //!     one process, once per `--partitions` value (`engine-p<P>`, P = cores
 //!     by default; `engine-p1` is the unpartitioned path), read against
 //!     `plpgsql`;
-//! 11. `engine-p-procs`: one backfill in 2 x cores partitions worked by two
+//! 12. `engine-p-procs`: one backfill in 2 x cores partitions worked by two
 //!     processes of the binary at once, each with its own pool and runtime.
 //!
 //! After every run every row must have `email_norm = lower(email)` and
-//! `touched = 1` (a 2 is a batch applied twice): otherwise the run is
-//! invalid and the command exits non-zero. Extras: `takeover` (latency of a
+//! `touched = 1` (a 2 is a batch applied twice), and `engine-journal` must
+//! have written exactly one journal row per row (every row changes):
+//! otherwise the run is invalid and the command exits non-zero. Extras: `takeover` (latency of a
 //! takeover after SIGKILL of the owner process), `rss` (peak RSS of a
 //! worker over a long run), `admin-list` (list latency under concurrent
 //! clients, after a warm-up) and `adaptive` (batch sizes and durations of

@@ -6,12 +6,16 @@ use async_trait::async_trait;
 use backfill::pace::BatchTarget;
 use backfill::repair::{
     even_splits, Batches, BigIntSummary, Mutated, Repair, RepairError, SelectAndMutate,
-    SelectThenMutate, SourceSet, SqlRepair, Validation,
+    SelectThenMutate, SourceSet, SqlRepair, SqlRepairBuilder, Validation,
 };
 use backfill::store::cached;
 use diesel::sql_types::{Array, BigInt};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use std::time::Duration;
+
+/// The columns the bench repair's SET list writes, which its journaled
+/// form records.
+pub(super) const JOURNALED: [&str; 2] = ["email_norm", "touched"];
 
 /// The canonical repair of the bench, over one `items`-shaped table.
 ///
@@ -171,14 +175,36 @@ impl ItemsRepair {
     /// The same update declared as a [`SqlRepair`], which writes its own
     /// statements (the one-statement form, as `fused_sql`).
     pub fn declared(self) -> Result<SqlRepair, BenchError> {
+        self.declaration()
+            .build()
+            .map_err(|e| BenchError::Run(e.to_string()))
+    }
+
+    /// [`declared`](Self::declared) with its journal on: every column the
+    /// SET list writes ([`JOURNALED`]).
+    ///
+    /// Declared rather than hand-written because only the library can say
+    /// that a one-statement form writes its own journal: a hand-written
+    /// repair's journal is written by the engine around the two-statement
+    /// form's `mutate`, and registration refuses it with the one-statement
+    /// form, which would make `engine-journal` also pay `engine-keys`'
+    /// extra round trips. The unjournaled declaration writes the same
+    /// statement as `fused_sql` (`engine-sql / engine` measures that), so
+    /// `engine-journal / engine` is the journal's cost.
+    pub fn journaled(self) -> Result<SqlRepair, BenchError> {
+        self.declaration()
+            .journal(JOURNALED)
+            .build()
+            .map_err(|e| BenchError::Run(e.to_string()))
+    }
+
+    fn declaration(self) -> SqlRepairBuilder {
         SqlRepair::new(self.id, self.table)
             .key("id")
             .set("email_norm = lower(email), touched = touched + 1")
             .validate_where("email_norm IS DISTINCT FROM lower(email)")
             .batch_size(self.batch)
             .overlap_commits(self.overlap)
-            .build()
-            .map_err(|e| BenchError::Run(e.to_string()))
     }
 }
 

@@ -74,8 +74,8 @@ impl Report {
 
     /// `(engine/plpgsql, engine/client, engine-k/(k*engine),
     /// plpgsql-k/(k*plpgsql), engine-sql/engine, engine-p/plpgsql,
-    /// engine-k/plpgsql-k)` for `batch`.
-    fn ratios(&self, batch: u32) -> [Option<f64>; 7] {
+    /// engine-k/plpgsql-k, engine-journal/engine)` for `batch`.
+    fn ratios(&self, batch: u32) -> [Option<f64>; 8] {
         let e = self.median_rps("engine", batch);
         let p = self.median_rps("plpgsql", batch);
         let k = self.k as f64;
@@ -90,6 +90,7 @@ impl Report {
             self.ratio(self.median_rps("engine-sql", batch), e),
             self.ratio(ep, p),
             self.ratio(ek, pk),
+            self.ratio(self.median_rps("engine-journal", batch), e),
         ]
     }
 
@@ -117,7 +118,7 @@ impl Report {
     }
 
     /// [`Report::ratios`]' per-repetition ranges, in the same order.
-    fn ranges(&self, batch: u32) -> [Option<(f64, f64)>; 7] {
+    fn ranges(&self, batch: u32) -> [Option<(f64, f64)>; 8] {
         let k = self.k as f64;
         let ep = self.engine_p().unwrap_or_default();
         [
@@ -128,6 +129,7 @@ impl Report {
             self.rep_range("engine-sql", "engine", 1.0, batch),
             self.rep_range(&ep, "plpgsql", 1.0, batch),
             self.rep_range("engine-k", "plpgsql-k", 1.0, batch),
+            self.rep_range("engine-journal", "engine", 1.0, batch),
         ]
     }
 
@@ -141,6 +143,35 @@ impl Report {
                 self.median_rps("engine", batch),
             ),
             self.rep_range("engine-health", "engine", 1.0, batch),
+        )
+    }
+
+    /// The paragraph on `engine-journal` at `batch`: its ratio to `engine`
+    /// against the target, and the journal's bytes per row (medians over
+    /// the runs); empty when it did not run.
+    fn journal_cost(&self, batch: u32) -> String {
+        let row = self.median_by("engine-journal", batch, |r| {
+            r.journal.as_ref()?.row_bytes_per_row()
+        });
+        let disk = self.median_by("engine-journal", batch, |r| {
+            r.journal.as_ref()?.disk_bytes_per_row()
+        });
+        let (Some(row), Some(disk)) = (row, disk) else {
+            return String::new();
+        };
+        let [.., ratio] = self.ratios(batch);
+        let [.., range] = self.ranges(batch);
+        let ratio = match (ratio, range) {
+            (Some(x), Some((lo, hi))) if self.reps > 1 => {
+                format!("{x:.3} ({lo:.3}-{hi:.3} within repetitions)")
+            }
+            (Some(x), _) => format!("{x:.3}"),
+            _ => "-".into(),
+        };
+        format!(
+            "\nJournal, B = {batch}: engine-journal / engine = {ratio} (target >= 0.7); \
+             {row:.1} bytes per journal row as stored (`pg_column_size`), {disk:.1} bytes per \
+             row of the journal's growth on disk (heap, TOAST and index).\n"
         )
     }
 
@@ -161,6 +192,7 @@ impl Report {
             "engine_sql_vs_engine",
             "engine_p_vs_plpgsql",
             "engine_k_vs_plpgsql_k",
+            "engine_journal_vs_engine",
         ];
         let mut ratios = json!({});
         for key in keys {
@@ -208,7 +240,7 @@ impl Report {
         s.push_str(&self.ratios_table());
         s.push_str(&self.extras());
         s.push_str(&format!(
-            "\nVerification (email_norm = lower(email) and touched = 1 on every row after every run): {}.\n",
+            "\nVerification (email_norm = lower(email) and touched = 1 on every row after every run, and for engine-journal one journal row per row): {}.\n",
             if self.verified() { "passed" } else { "FAILED (invalid runs)" }
         ));
         s
@@ -222,6 +254,7 @@ impl Report {
             "client",
             "engine",
             "engine-sql",
+            "engine-journal",
             "engine-keys",
             "engine-serial",
             "engine-health",
@@ -276,7 +309,7 @@ impl Report {
         let mut s = String::new();
         let bs = self.batches();
         if !bs.is_empty() {
-            s.push_str(&format!("\nRatios of the medians; in parentheses, the lowest and highest of the same ratio within one repetition (runs of a repetition are back to back).\n\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches | engine-sql / engine | {} / plpgsql | engine xK / plpgsql xK |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            s.push_str(&format!("\nRatios of the medians; in parentheses, the lowest and highest of the same ratio within one repetition (runs of a repetition are back to back).\n\n| B | engine / plpgsql | engine / client | engine xK / (K x engine) | plpgsql xK / (K x plpgsql) | engine / plpgsql in batches | engine-sql / engine | {} / plpgsql | engine xK / plpgsql xK | engine-journal / engine |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
                 self.engine_p().unwrap_or_else(|| "engine-p".into())
             ));
             for b in bs {
@@ -287,14 +320,14 @@ impl Report {
                     }
                     _ => f(x),
                 };
-                let [a, c, k, pk, sql, ep, kk] = self.ratios(b);
-                let [ra, rc, rk, rpk, rsql, rep, rkk] = self.ranges(b);
+                let [a, c, k, pk, sql, ep, kk, j] = self.ratios(b);
+                let [ra, rc, rk, rpk, rsql, rep, rkk, rj] = self.ranges(b);
                 let phase = self.ratio(
                     self.median_phase_rps("engine", b),
                     self.median_phase_rps("plpgsql", b),
                 );
                 s.push_str(&format!(
-                    "| {b} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    "| {b} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                     with_range(a, ra),
                     with_range(c, rc),
                     with_range(k, rk),
@@ -302,7 +335,8 @@ impl Report {
                     f(phase),
                     with_range(sql, rsql),
                     with_range(ep, rep),
-                    with_range(kk, rkk)
+                    with_range(kk, rkk),
+                    with_range(j, rj)
                 ));
             }
         }
@@ -323,6 +357,9 @@ impl Report {
                     "\nHealth monitor at its defaults, B = {b}: engine-health / engine = {x:.3}{range} (target >= 0.98).\n"
                 ));
             }
+        }
+        for b in self.batches() {
+            s.push_str(&self.journal_cost(b));
         }
         if let Some(t) = &self.takeover {
             s.push_str(&format!(
@@ -382,6 +419,18 @@ on the first, so the commit's WAL flush is off the critical path.\n\
 (`SqlRepair::new(id, \"items\").key(\"id\").set(..).validate_where(..)`), which writes \
 the same one-statement batch; `engine-sql / engine` is the cost of declaring instead of \
 hand-writing.\n\
+- `engine-journal`: `engine-sql` with the repair's journal on \
+(`.journal([\"email_norm\", \"touched\"])`, the columns its SET list writes): the one \
+statement also locks the selected rows `FOR UPDATE`, reads their before-image, and \
+inserts a `backfill_journal` row per changed row, in the batch's transaction. \
+Declared rather than hand-written, because a hand-written one-statement form \
+cannot be journaled (registration refuses it; the engine journals only the \
+two-statement form, around `mutate`). `engine-journal / engine` is the cost of \
+the journal (plus that of declaring, which `engine-sql / engine` shows). \
+After the run the bench checks one journal row per row (every row changes), \
+and reports the journal's bytes per row as stored and as its growth on disk, \
+then vacuums the journal outside the timed part (autovacuum would otherwise \
+land in the next run).\n\
 - `engine-keys`: the same engine with the repair's two-statement form \
 (select the keys, then update them by id): 3 round trips per batch \
 (select, update, fence + COMMIT + next BEGIN), overlapping commits too.\n\
@@ -415,7 +464,8 @@ per loop iteration. CPU busy = the share of all the machine's cores that \
 were busy over the timed part of the run (`/proc/stat`: PostgreSQL, this \
 process and anything else); near 100% the run is bound by the machine's \
 CPUs, and K runs at once cannot scale past what is left. After every run \
-every row must have `email_norm = lower(email)` and `touched = 1`.\n";
+every row must have `email_norm = lower(email)` and `touched = 1`, and \
+`engine-journal` must have written one journal row per row.\n";
 
 #[cfg(test)]
 mod tests {
@@ -467,5 +517,51 @@ mod tests {
         );
         assert_eq!(report.rep_range("client", "engine", 1.0, 100), None);
         assert!(report.markdown().contains("| 100 | 0.60 (0.50-0.80) |"));
+    }
+
+    /// The journaled run's ratio is keyed by batch size like the others,
+    /// and its paragraph reads the journal's bytes per row off the run.
+    #[test]
+    fn journal_ratio_and_bytes_per_row() {
+        let timing = |seconds| Timing {
+            seconds,
+            cpu_busy: None,
+        };
+        let journal = super::super::stats::JournalUse {
+            rows: 1000,
+            row_bytes: 200_000,
+            disk_bytes: 276_000,
+        };
+        let report = Report {
+            cores: 2,
+            pg_version: String::new(),
+            durability: String::new(),
+            rows: 1000,
+            reps: 1,
+            k: 2,
+            partitions: vec![2],
+            runs: vec![
+                RunResult::new("engine", 100, 1000, 1, timing(10.0), &mut [], true),
+                RunResult::new("engine-journal", 100, 1000, 1, timing(12.5), &mut [], true)
+                    .with_journal(journal),
+            ],
+            takeover: None,
+            rss: None,
+            admin_list: None,
+            adaptive: None,
+        };
+        let json = report.json();
+        assert_eq!(json["ratios"]["engine_journal_vs_engine"]["100"], 0.8);
+        assert_eq!(
+            json["ratio_ranges_within_reps"]["engine_journal_vs_engine"]["100"],
+            serde_json::json!([0.8, 0.8])
+        );
+        assert_eq!(json["runs"][1]["journal"]["disk_bytes_per_row"], 276.0);
+        let text = report.markdown();
+        assert!(
+            text.contains("engine-journal / engine = 0.800 (target >= 0.7); 200.0 bytes"),
+            "{text}"
+        );
+        assert!(text.contains("276.0 bytes per row"), "{text}");
     }
 }

@@ -5,7 +5,7 @@ use super::args::{BenchError, Shape};
 use super::context::Ctx;
 use super::repair::ItemsRepair;
 use super::sql::{plpgsql_procedure_sql, Id, Micros};
-use super::stats::{RunClock, RunResult};
+use super::stats::{JournalUse, RunClock, RunResult};
 use super::timed::Timed;
 use backfill::engine::Engine;
 use backfill::health::{HealthConfig, Monitor};
@@ -192,6 +192,7 @@ impl Ctx {
                 Shape::TwoStatement => registry.register(repair.two_statement()),
                 Shape::Serial => registry.register(repair.serial()),
                 Shape::Sql => registry.register(repair.declared()?),
+                Shape::Journaled => registry.register(repair.journaled()?),
                 Shape::Partitioned(p) => registry.register(repair.partitions(p)),
             }
             .map_err(|e| BenchError::Run(e.to_string()))?;
@@ -225,6 +226,10 @@ impl Ctx {
         engine.register().await?;
         let monitor = match shape {
             Shape::Monitored => Some(monitored(&engine, pool).await),
+            _ => None,
+        };
+        let journal_disk = match shape {
+            Shape::Journaled => Some(self.journal_disk().await?),
             _ => None,
         };
         let total_rows = rows_each * tables.len() as u64;
@@ -263,9 +268,60 @@ impl Ctx {
         for table in tables {
             verified &= self.verify(table).await?;
         }
-        Ok(RunResult::new(
-            runner, batch, total_rows, rep, timing, &mut lat, verified,
-        ))
+        let run = RunResult::new(runner, batch, total_rows, rep, timing, &mut lat, verified);
+        let Some(disk_before) = journal_disk else {
+            return Ok(run);
+        };
+        let journal = self.journal_use(&ids, disk_before).await?;
+        // The verification saw every row changed exactly once, so a
+        // journal with one row per row changed has exactly N rows: a
+        // missing one could not be undone, an extra one would be undone
+        // twice.
+        let mut run = run.with_journal(journal);
+        if journal.rows != total_rows as i64 {
+            eprintln!(
+                "{runner}: {} journal rows for {total_rows} rows changed",
+                journal.rows
+            );
+            run.verified = false;
+        }
+        Ok(run)
+    }
+
+    /// The journal's size on disk (heap, TOAST and index), as `/metrics`
+    /// reads it.
+    async fn journal_disk(&self) -> Result<i64, BenchError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        Ok(store::journal_totals(&mut conn).await?.1)
+    }
+
+    /// What the backfills `ids` journaled, read after their run as the
+    /// admin view reads it, and how far the journal's size on disk grew
+    /// from `disk_before`.
+    async fn journal_use(
+        &self,
+        ids: &[String],
+        disk_before: i64,
+    ) -> Result<JournalUse, BenchError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let mut journal = JournalUse {
+            rows: 0,
+            row_bytes: 0,
+            disk_bytes: 0,
+        };
+        for id in ids {
+            let stats = store::journal_stats(&mut conn, id).await?;
+            journal.rows += stats.rows;
+            journal.row_bytes += stats.bytes;
+        }
+        journal.disk_bytes = store::journal_totals(&mut conn).await?.1 - disk_before;
+        // N freshly inserted journal rows make autovacuum due on the
+        // journal (its insert threshold): left to it, the vacuum would
+        // land inside whichever run comes next and slow that one. Done
+        // here, outside every timed part; it changes no row.
+        conn.batch_execute("VACUUM ANALYZE backfill_journal")
+            .await?;
+        Ok(journal)
     }
 }
 

@@ -20,6 +20,43 @@ pub struct RunResult {
     /// (0 to 1, all processes: PostgreSQL, this process and the rest);
     /// `None` where `/proc/stat` cannot be read.
     pub cpu_busy: Option<f64>,
+    /// What the run's journal took (`engine-journal` only).
+    pub journal: Option<JournalUse>,
+}
+
+/// The journal a journaled run wrote, as the framework's own readings
+/// report it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JournalUse {
+    /// Journal rows the run's backfills wrote.
+    pub rows: i64,
+    /// Their stored size, `pg_column_size` of each row summed.
+    pub row_bytes: i64,
+    /// How much `pg_total_relation_size` of the journal (heap, TOAST and
+    /// index) grew over the run.
+    pub disk_bytes: i64,
+}
+
+impl JournalUse {
+    /// Stored bytes per journal row.
+    pub(super) fn row_bytes_per_row(&self) -> Option<f64> {
+        (self.rows > 0).then(|| self.row_bytes as f64 / self.rows as f64)
+    }
+
+    /// Bytes on disk per journal row, index included.
+    pub(super) fn disk_bytes_per_row(&self) -> Option<f64> {
+        (self.rows > 0).then(|| self.disk_bytes as f64 / self.rows as f64)
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "rows": self.rows,
+            "row_bytes": self.row_bytes,
+            "disk_bytes": self.disk_bytes,
+            "row_bytes_per_row": self.row_bytes_per_row().map(round3),
+            "disk_bytes_per_row": self.disk_bytes_per_row().map(round3),
+        })
+    }
 }
 
 impl RunResult {
@@ -47,7 +84,14 @@ impl RunResult {
             batch_p99_ms,
             verified,
             cpu_busy: timing.cpu_busy,
+            journal: None,
         }
+    }
+
+    /// The same run, with what its journal took.
+    pub(super) fn with_journal(mut self, journal: JournalUse) -> Self {
+        self.journal = Some(journal);
+        self
     }
 
     pub(super) fn rows_per_s(&self) -> f64 {
@@ -74,6 +118,7 @@ impl RunResult {
             "batch_p99_ms": round3(self.batch_p99_ms), "verified": self.verified,
             "batch_phase_rows_per_s": self.batch_phase_rows_per_s().map(f64::round),
             "cpu_busy": self.cpu_busy.map(round3),
+            "journal": self.journal.as_ref().map(JournalUse::json),
         })
     }
 }
