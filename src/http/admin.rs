@@ -123,12 +123,12 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
         // like every other rejection, not an empty body.
         .service(
             web::resource("/admin")
-                .wrap(super::security_headers())
+                .wrap(super::headers::security_headers())
                 .route(web::route().to(no_route)),
         )
         .service(
             web::resource("/admin/{tail:.*}")
-                .wrap(super::security_headers())
+                .wrap(super::headers::security_headers())
                 .route(web::route().to(no_route)),
         );
 }
@@ -143,7 +143,7 @@ fn resource(
     allow: &'static str,
 ) -> impl actix_web::dev::HttpServiceFactory {
     web::resource(path)
-        .wrap(super::security_headers())
+        .wrap(super::headers::security_headers())
         .route(route)
         .default_service(web::to(move || method_not_allowed(allow)))
 }

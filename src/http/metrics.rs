@@ -345,7 +345,7 @@ fn health_families(snapshot: &Snapshot) -> prometheus::Result<Vec<Box<dyn Collec
 pub fn configure(cfg: &mut web::ServiceConfig, source: web::Data<MetricsSource>) {
     cfg.app_data(source).service(
         web::resource("/metrics")
-            .wrap(super::security_headers())
+            .wrap(super::headers::security_headers())
             .route(web::get().to(metrics)),
     );
 }

@@ -24,7 +24,7 @@ async fn app() -> HttpResponse {
 /// Mount `/ui` and `/ui/app.js`, with the security headers (AUTH-4).
 pub fn configure(cfg: &mut web::ServiceConfig) {
     for (path, handler) in [("/ui", true), ("/ui/", true), ("/ui/app.js", false)] {
-        let resource = web::resource(path).wrap(super::security_headers());
+        let resource = web::resource(path).wrap(super::headers::security_headers());
         cfg.service(if handler {
             resource.route(web::get().to(index))
         } else {
