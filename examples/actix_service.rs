@@ -1,10 +1,15 @@
 //! An actix-web service that already has its own `HttpServer` and `App`:
 //! it starts the embedded runtime and mounts the admin boundary and the
 //! readiness endpoints into its App, beside its own route. The table
-//! `items` is the service's own (see `examples/embed.rs` for a migration);
-//! with migrations off here, a missing table fails startup instead.
+//! `items` is the service's own (see `examples/embed.rs` for a migration).
 //!
-//! Run: `DATABASE_URL=... BACKFILL_OPERATOR_TOKEN=... cargo run --example actix_service`
+//! Errors after the start (a busy port, say) leave `main` with `?` and no
+//! `stop()`: that is safe. The runtime is dropped without draining, and
+//! what it claimed is taken over once its lease expires (EMB-9); a
+//! service that wants its claims released at once calls `stop()` first.
+//!
+//! Run: `DATABASE_URL=... BACKFILL_OPERATOR_TOKEN=... cargo run --example
+//! actix_service` (`LISTEN`, default `127.0.0.1:8080`, is where it serves)
 
 use actix_web::{web, App, HttpServer};
 use backfill::host::{Embedded, HostConfig};
@@ -17,6 +22,7 @@ async fn main() -> anyhow::Result<()> {
         .set("email_norm = lower(email)")
         .validate_where("email_norm IS DISTINCT FROM lower(email)")
         .build()?;
+    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:8080".into());
     let mut config = HostConfig::new(std::env::var("DATABASE_URL")?);
     config.migrate = false;
     config.admin_auth = backfill::admin::AuthConfig::from_sources(
@@ -38,9 +44,9 @@ async fn main() -> anyhow::Result<()> {
                 web::get().to(|| async { "the service's own route" }),
             )
     })
-    .bind(("127.0.0.1", 8080))?
+    .bind(&listen)?
     .run();
-    println!("serving http://127.0.0.1:8080 (/orders, /readyz, /admin, /metrics, /ui)");
+    println!("serving http://{listen} (/orders, /readyz, /admin, /metrics, /ui)");
     server.await?; // Ctrl-C stops the server (actix's own signal handling)
     embedded.stop().await; // then drain: claims are released
     Ok(())

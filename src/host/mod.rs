@@ -289,6 +289,12 @@ impl HostConfig {
 /// The runtime embedded in a service, without listeners: the engine, the
 /// actor runtime, the readiness gate, automatic starts (retried in the
 /// background after a passing failure) and the wake-up listener.
+///
+/// Call [`Embedded::stop`] to drain. Dropped without it (for example when
+/// the service returns an error with `?` after the start), it detaches:
+/// the runtime works on while the actix system runs and ends with it,
+/// without a panic; its claims are then taken over once their leases
+/// expire (EMB-9).
 pub struct Embedded {
     pub pool: Pool,
     pub engine: Engine,
