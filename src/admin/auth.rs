@@ -283,7 +283,7 @@ impl AuthConfig {
         if let Some(token) = operator_token {
             if token.len() < 16 {
                 return Err(AuthError::Config(
-                    "--operator-token must be at least 16 characters".into(),
+                    "the operator token must be at least 16 characters".into(),
                 ));
             }
             principals.push(Principal::from_token(
@@ -418,6 +418,8 @@ mod tests {
         let err = AuthConfig::from_sources(Some(&"t".repeat(15)), None, false)
             .expect_err("15 characters");
         assert!(err.to_string().contains("at least 16"), "{err}");
+        // An embedder's service has no such flag: the error names the token.
+        assert!(!err.to_string().contains("--"), "{err}");
         let token = "t".repeat(16);
         let config = AuthConfig::from_sources(Some(&token), None, false).expect("16 characters");
         let authority = config.authenticate(Some(&token)).expect("known token");
