@@ -332,34 +332,16 @@ async fn demo_stopped_while_seeding_removes_its_throwaway_cluster() {
 /// `JsonLines` formatter (without either the field is one string).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn obs2_json_log_writes_list_fields_as_arrays_of_strings() {
-    use std::io::BufRead;
     use std::time::Duration;
     let db = test_db().await;
     example::migrate(&db.url).await.unwrap();
     example::seed(&db.pool, 100, 0).await.unwrap();
     let required = [TOUCH_COUNT_ID, example::repair_ids()[0]];
     assert_ne!(required[0], required[1]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_backfill"))
-        .args(["--log-format", "json", "serve", "--database-url", &db.url])
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .args(["--migrate", "off", "--auto-backfills", "on", "--required"])
-        .args(required)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn backfill serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    // Reads the log to its end, so the server never blocks on a full pipe.
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
+    let mut args = vec!["--admin-listen", "127.0.0.1:0", "--auto-backfills", "on"];
+    args.push("--required");
+    args.extend(required);
+    let (mut child, rx) = serve_logging(&db, &args, &[]);
     let registered = loop {
         let line = rx
             .recv_timeout(Duration::from_secs(90))
@@ -386,8 +368,8 @@ async fn obs2_json_log_writes_list_fields_as_arrays_of_strings() {
 }
 
 /// `backfill serve` on the test database with the example schema and
-/// `args`, `env` set; its JSON log lines arrive on the receiver. The
-/// caller kills it.
+/// `args` (automatic starts off unless they say otherwise), `env` set;
+/// its JSON log lines arrive on the receiver. The caller kills it.
 fn serve_logging(
     db: &TestDb,
     args: &[&str],
@@ -397,8 +379,8 @@ fn serve_logging(
     let mut child = Command::new(env!("CARGO_BIN_EXE_backfill"))
         .args(["--log-format", "json", "serve", "--database-url", &db.url])
         .args(["--listen", "127.0.0.1:0", "--migrate", "off"])
-        .args(["--auto-backfills", "off"])
         .args(args)
+        .args(auto_off(args))
         .env_remove("BACKFILL_OPERATOR_TOKEN")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
@@ -418,6 +400,16 @@ fn serve_logging(
         }
     });
     (child, rx)
+}
+
+/// `--auto-backfills off` unless `args` set the flag themselves (clap
+/// refuses it twice).
+fn auto_off(args: &[&str]) -> &'static [&'static str] {
+    if args.contains(&"--auto-backfills") {
+        &[]
+    } else {
+        &["--auto-backfills", "off"]
+    }
 }
 
 /// The log's events up to and including the first named `until` (or
