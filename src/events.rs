@@ -37,6 +37,16 @@ pub enum Event {
     State { id: String, state: State },
     /// Another process announced a change (NOTIFY); read the row for what.
     Changed { id: String },
+    /// This process's automatic start of it failed and was recorded on
+    /// its row, which stays `pending` (EMB-8): `kind` is `retryable`,
+    /// `blocked` or `fatal`, `diagnostic` the bounded text recorded,
+    /// `retrying` whether the automatic start tries again by itself.
+    StartFailed {
+        id: String,
+        kind: &'static str,
+        diagnostic: String,
+        retrying: bool,
+    },
 }
 
 impl Event {
@@ -46,7 +56,8 @@ impl Event {
             Event::Claimed { id, .. }
             | Event::Progress { id, .. }
             | Event::State { id, .. }
-            | Event::Changed { id } => id,
+            | Event::Changed { id }
+            | Event::StartFailed { id, .. } => id,
         }
     }
 }

@@ -29,6 +29,30 @@ pub fn bounded(message: impl Into<String>) -> String {
     }
 }
 
+/// `message` with `step` appended, the two together bounded to
+/// [`MAX_DIAGNOSTIC_BYTES`]: `message` is the part cut, so the step (what
+/// to do) always survives.
+pub fn bounded_with_step(message: &str, step: &str) -> String {
+    if message.len() + step.len() <= MAX_DIAGNOSTIC_BYTES {
+        return format!("{message}{step}");
+    }
+    let room = MAX_DIAGNOSTIC_BYTES.saturating_sub(step.len() + 3);
+    format!("{}...{step}", cut(message, room))
+}
+
+/// `message` without a closing "then retry" step. A blocked diagnostic
+/// ends with it ([`classify`]'s does, and repairs' own often do): right
+/// for a `blocked` or `failed` row, which the operator's retry continues,
+/// wrong for a `pending` row whose start failed, where retry does not
+/// apply and the caller appends the step that does.
+pub fn without_retry_step(message: &str) -> &str {
+    let trimmed = message.trim_end().trim_end_matches(['.', ' ']);
+    match trimmed.strip_suffix("then retry") {
+        Some(rest) => rest.trim_end_matches([',', ';', ' ']),
+        None => message,
+    }
+}
+
 /// An error a repair returns, classified so the engine can record it durably
 /// before it counts as handled (RT-1).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,6 +6,7 @@
 //! another, independent one (CFG-5). Schema compatibility is checked once
 //! at startup, before any listener opens.
 
+use crate::failure::bounded;
 use crate::lifecycle::State;
 use crate::store::{self, Pool};
 use serde::Serialize;
@@ -18,6 +19,11 @@ pub struct Gating {
     /// exists, which keeps the gate closed (fail closed).
     #[serde(serialize_with = "state_or_missing")]
     pub state: Option<State>,
+    /// For a `pending` row, why its last automatic start failed, as
+    /// recorded on the row (EMB-8): `<kind>: <diagnostic>`, bounded.
+    /// Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_failed: Option<String>,
 }
 
 fn state_or_missing<S: serde::Serializer>(
@@ -98,10 +104,14 @@ impl Readiness {
                             Some(row) => Some(Gating {
                                 id: id.clone(),
                                 state: Some(row.state),
+                                start_failed: row.start_failure().map(|(kind, diagnostic)| {
+                                    bounded(format!("{kind}: {diagnostic}"))
+                                }),
                             }),
                             None => Some(Gating {
                                 id: id.clone(),
                                 state: None,
+                                start_failed: None,
                             }),
                         })
                         .collect();

@@ -13,8 +13,10 @@
 //!   events: `emb3_*`
 //! - EMB-6 settings checked before anything reaches PostgreSQL: `emb6_*`
 //! - EMB-7 the runtime from a plain tokio context: `emb7_*`
+//! - EMB-8 a failed automatic start recorded, shown and waited on, then
+//!   retried; `wait_for` on a backfill that needs an operator: `emb08_*`
 //! - EMB-9 an embedder leaving with `?` after the start, through
-//!   `examples/actix_service.rs` on a busy port: `emb9_*`
+//!   `examples/actix_service.rs` on a busy port: `emb09_*`
 //!
 //! Races (the gate must be closed while validation runs) are forced with
 //! the validation gate of `support::repairs::Hooks`, not with sleeps.
@@ -571,6 +573,164 @@ async fn emb7_runtime_from_plain_tokio_completes_a_backfill() {
     spawned.stop().await;
 }
 
+/// EMB-8, the quickstart on a database without the repair's table, in
+/// automatic mode: startup completes; the row stays `pending` and carries
+/// why its start failed, in words for a pending row (no "then retry");
+/// the admin view, `/readyz` and the event channel name it; `wait_for`
+/// returns the typed error instead of waiting for its timeout; once the
+/// table exists, the automatic start's retry (nudged, not slept for)
+/// starts it, clears the record, and it completes. Guards: the record on
+/// the row (no diagnostic in the view or `/readyz`), the `wait_for` check
+/// (a timeout instead of `NeedsOperator`), the retry of a blocked start
+/// (the row stays `pending`).
+#[actix_rt::test]
+async fn emb08_failed_automatic_start_is_recorded_shown_and_retried() {
+    let db = test_db().await;
+    let hooks = Hooks::new();
+    let app = Registry::new()
+        .with(Counter::new(ID, 10, hooks.clone()).one_statement())
+        .unwrap();
+    let host = Host::start(config(&db, true, true), app).await.unwrap();
+
+    let row = host.engine().get(ID).await.unwrap();
+    assert_eq!(row.state, State::Pending);
+    let (kind, diagnostic) = row.start_failure().expect("the failed start is recorded");
+    assert_eq!(kind, "blocked");
+    assert!(diagnostic.contains("missing relation"), "{diagnostic}");
+    assert!(
+        diagnostic.contains("the automatic start tries again"),
+        "{diagnostic}"
+    );
+    assert!(!diagnostic.contains("then retry"), "{diagnostic}");
+
+    let auth = format!("Bearer {TOKEN}");
+    let view = request(
+        host.admin_addr,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        &[("Authorization", &auth)],
+        None,
+    )
+    .await;
+    assert_eq!(view.status, 200, "{}", view.text);
+    assert_eq!(view.body["state"], "pending", "{}", view.text);
+    assert_eq!(
+        view.body["start_failed"]["kind"], "blocked",
+        "{}",
+        view.text
+    );
+    assert_eq!(
+        view.body["start_failed"]["message"], diagnostic,
+        "{}",
+        view.text
+    );
+    assert!(view.body["last_error"].is_null(), "{}", view.text);
+
+    let ready = get(host.serving_addr, "/readyz").await;
+    assert_eq!(ready.status, 503, "{}", ready.text);
+    let gating = &ready.body["backfill_gate"]["gating"][0];
+    assert_eq!(gating["id"], ID, "{}", ready.text);
+    assert!(
+        gating["start_failed"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("blocked: missing relation")),
+        "{}",
+        ready.text
+    );
+
+    let waited = host
+        .engine()
+        .wait_for(ID, &[State::Completed], Duration::from_secs(10))
+        .await;
+    match &waited {
+        Err(error @ WaitError::NeedsOperator { state, .. }) => {
+            assert_eq!(*state, State::Pending);
+            let text = error.to_string();
+            assert!(text.contains("automatic start failed"), "{text}");
+            assert!(!text.contains("then retry"), "{text}");
+        }
+        other => panic!("expected NeedsOperator, got {other:?}"),
+    }
+
+    // The retry publishes on the engine's channel too.
+    let mut events = host.engine().events().subscribe();
+    host.embedded.retry_auto_starts();
+    let event = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match events.recv().await {
+                Ok(event @ Event::StartFailed { .. }) => return event,
+                Ok(_) => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await
+    .expect("a StartFailed event");
+    assert!(
+        matches!(&event, Event::StartFailed { id, kind: "blocked", retrying: true, diagnostic }
+            if id == ID && diagnostic.contains("missing relation")),
+        "{event:?}"
+    );
+
+    db.exec(&items_sql(200)).await;
+    host.embedded.retry_auto_starts();
+    let engine = host.engine();
+    support::eventually("the retried start", || async {
+        engine.get(ID).await.unwrap().state != State::Pending
+    })
+    .await;
+    let row = engine.get(ID).await.unwrap();
+    assert!(row.last_error.is_none(), "{:?}", row.last_error);
+    completed_and_ready(&host, &db).await;
+    host.stop().await;
+}
+
+/// EMB-8: `wait_for` on a `blocked` backfill returns the typed error at
+/// once when `blocked` is not among the states waited for, with the row's
+/// diagnostic and the step for a blocked row (retry); waiting for
+/// `blocked` itself returns the row. Guard: the check of a blocked row in
+/// `wait_for` (without it the first wait times out).
+#[actix_rt::test]
+async fn emb08_wait_for_a_blocked_row_not_waited_for_is_an_error() {
+    let db = test_db().await;
+    db.exec(&items_sql(30)).await;
+    let hooks = Hooks::new();
+    *hooks.fail_validate.lock() = Some(backfill::repair::RepairError::Blocked(
+        "grant the role, then retry".into(),
+    ));
+    let engine = waiter(&db, &hooks).await;
+    engine.start(ID).await.unwrap();
+    support::drive(&engine, "w1").await;
+    assert_eq!(state(&engine).await, State::Blocked);
+
+    let waited = engine
+        .wait_for(ID, &[State::Completed], Duration::from_secs(10))
+        .await;
+    match &waited {
+        Err(
+            error @ WaitError::NeedsOperator {
+                state: State::Blocked,
+                diagnostic: Some(diagnostic),
+                ..
+            },
+        ) => {
+            assert!(diagnostic.contains("grant the role"), "{diagnostic}");
+            let text = error.to_string();
+            assert!(text.contains("until an operator retries it"), "{text}");
+        }
+        other => panic!("expected NeedsOperator, got {other:?}"),
+    }
+    let row = engine
+        .wait_for(
+            ID,
+            &[State::Blocked, State::Completed],
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.state, State::Blocked);
+}
+
 /// EMB-9: an embedder whose service fails after the runtime started (here
 /// `examples/actix_service.rs` on a port already taken) leaves `main` with
 /// `?`, without `stop()`. The process ends with the service's error and
@@ -579,7 +739,7 @@ async fn emb7_runtime_from_plain_tokio_completes_a_backfill() {
 /// Guard: the reactor check at the top of the supervisor's and the lease
 /// renewer's `started`.
 #[actix_rt::test]
-async fn emb9_dropping_the_runtime_after_a_failed_bind_does_not_panic() {
+async fn emb09_dropping_the_runtime_after_a_failed_bind_does_not_panic() {
     let db = test_db().await;
     db.exec(
         "CREATE TABLE items (id bigint PRIMARY KEY, email text, email_norm text);
@@ -596,7 +756,7 @@ async fn emb9_dropping_the_runtime_after_a_failed_bind_does_not_panic() {
         .expect("examples/actix_service built beside this test (cargo test builds examples)");
     let mut child = std::process::Command::new(example)
         .env("DATABASE_URL", &db.url)
-        .env("BACKFILL_OPERATOR_TOKEN", "emb9-operator-token-0123")
+        .env("BACKFILL_OPERATOR_TOKEN", "emb09-operator-token-0123")
         .env("LISTEN", &listen)
         .env("RUST_BACKTRACE", "0")
         .stdin(std::process::Stdio::null())

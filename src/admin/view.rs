@@ -131,8 +131,15 @@ pub struct BackfillView {
     /// Earliest time a worker may claim it again after a retryable error.
     #[serde(serialize_with = "timestamp::serialize_opt")]
     pub next_attempt_at: Option<DateTime<Utc>>,
-    /// Last execution diagnostic.
+    /// Last execution diagnostic; `null` for a `pending` row, which has
+    /// not run (see `start_failed`).
     pub last_error: Option<Diagnostic>,
+    /// For a `pending` row, why its last automatic start failed (EMB-8),
+    /// as recorded on the row: the row stays `pending`, and the diagnostic
+    /// ends with what to do. Cleared by a successful start; `null`
+    /// otherwise.
+    #[serde(default)]
+    pub start_failed: Option<Diagnostic>,
     /// Latest validation outcome and time.
     pub validation: Option<ValidationSummary>,
     pub readiness: Readiness,
@@ -377,8 +384,17 @@ impl BackfillView {
             generation: row.generation,
             attempts: row.attempts,
             next_attempt_at: row.next_attempt_at,
-            last_error: row.last_error.as_deref().map(|m| Diagnostic {
-                kind: row.last_error_kind.clone(),
+            last_error: row
+                .last_error
+                .as_deref()
+                .filter(|_| row.start_failure().is_none())
+                .map(|m| Diagnostic {
+                    kind: row.last_error_kind.clone(),
+                    message: bounded(m),
+                    at: row.last_error_at,
+                }),
+            start_failed: row.start_failure().map(|(kind, m)| Diagnostic {
+                kind: Some(kind.to_string()),
                 message: bounded(m),
                 at: row.last_error_at,
             }),

@@ -6,6 +6,7 @@ use super::config::millis;
 use super::error::{body_error, EngineError};
 use super::outcome::{ActionOutcome, ExplicitOutcome, ExplicitValidation, Started};
 use super::Engine;
+use crate::events::Event;
 use crate::lifecycle::{Action, State};
 use crate::repair::{bounded, BodyError, DynRepair, EncodedSource, Validation};
 use crate::store::{self, BackfillRow, StartValues, StoreError};
@@ -38,6 +39,32 @@ impl Engine {
                 }
             }
         })
+    }
+
+    /// Record on the `pending` row why its automatic start failed, and
+    /// publish it ([`Event::StartFailed`]) once recorded (EMB-8). `false`:
+    /// the row is no longer `pending` (another process started it), and
+    /// nothing was recorded or published. A later successful start clears
+    /// the record.
+    pub(crate) async fn record_start_failure(
+        &self,
+        id: &str,
+        kind: &'static str,
+        diagnostic: &str,
+        retrying: bool,
+    ) -> Result<bool, EngineError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let recorded =
+            store::backfill_start_failure_record(&mut conn, id, kind, diagnostic).await?;
+        if recorded {
+            self.events.publish(|| Event::StartFailed {
+                id: id.to_string(),
+                kind,
+                diagnostic: diagnostic.to_string(),
+                retrying,
+            });
+        }
+        Ok(recorded)
     }
 
     /// `pause` in its own transaction.

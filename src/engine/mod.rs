@@ -137,6 +137,13 @@ impl Engine {
     /// every event about it and at least every `poll`-ish second, for at
     /// most `timeout`. The answer is always a row read from PostgreSQL,
     /// never an event's word (EMB-3).
+    ///
+    /// Returns [`WaitError::NeedsOperator`] as soon as a read shows the
+    /// backfill cannot get there without an operator (EMB-8): `blocked`
+    /// or `failed` when those are not among `states`, or `pending` with a
+    /// recorded automatic start that failed for other than a passing
+    /// reason. Until the automatic start's next try succeeds, a row whose
+    /// cause was just fixed still carries that record.
     pub async fn wait_for(
         &self,
         id: &str,
@@ -152,6 +159,9 @@ impl Engine {
             let state = row.state;
             if states.contains(&state) {
                 return Ok(row);
+            }
+            if let Some(stuck) = WaitError::needs_operator(&row, states) {
+                return Err(stuck);
             }
             let reread = tokio::time::Instant::now() + Duration::from_secs(1);
             let wake = reread.min(deadline);
@@ -171,7 +181,8 @@ impl Engine {
                 return if states.contains(&state) {
                     Ok(row)
                 } else {
-                    Err(WaitError::Timeout { state })
+                    Err(WaitError::needs_operator(&row, states)
+                        .unwrap_or(WaitError::Timeout { state }))
                 };
             }
         }

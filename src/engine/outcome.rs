@@ -3,7 +3,7 @@
 
 use super::error::EngineError;
 use crate::lifecycle::State;
-use crate::repair::BodyError;
+use crate::repair::{bounded, BodyError};
 use crate::store::BackfillRow;
 use chrono::{DateTime, Utc};
 
@@ -131,6 +131,58 @@ pub enum WaitError {
     /// The timeout passed; `state` is the last one read from PostgreSQL.
     #[error("timed out waiting; the backfill is {state}")]
     Timeout { state: State },
+    /// The backfill cannot reach a state waited for without an operator
+    /// (EMB-8): it is `blocked` or `failed` (and that state was not waited
+    /// for), or `pending` with a recorded automatic start that failed for
+    /// a reason a retry of the same start does not fix by itself.
+    /// `diagnostic` is the row's, bounded; the message says what to do for
+    /// `state`.
+    #[error("{}", needs_operator(.id, *.state, .diagnostic.as_deref()))]
+    NeedsOperator {
+        id: String,
+        state: State,
+        diagnostic: Option<String>,
+    },
     #[error(transparent)]
     Engine(#[from] EngineError),
+}
+
+/// The message of [`WaitError::NeedsOperator`]: what happened and the step
+/// that applies to the state the row is in.
+fn needs_operator(id: &str, state: State, diagnostic: Option<&str>) -> String {
+    let diagnostic = diagnostic.unwrap_or("no diagnostic recorded");
+    match state {
+        State::Pending => {
+            format!("backfill {id:?} is pending: its automatic start failed: {diagnostic}")
+        }
+        _ => format!(
+            "backfill {id:?} is {state} and stays so until an operator retries it: {diagnostic}"
+        ),
+    }
+}
+
+impl WaitError {
+    /// The error for `row` when it cannot reach any of `states` without an
+    /// operator (see [`WaitError::NeedsOperator`]); `None` while waiting
+    /// may still end well. A `pending` row without a recorded start
+    /// failure is not judged: someone may yet start it.
+    pub(crate) fn needs_operator(row: &BackfillRow, states: &[State]) -> Option<WaitError> {
+        if states.contains(&row.state) {
+            return None;
+        }
+        let stuck = match row.state {
+            State::Blocked | State::Failed => true,
+            // A retryable start failure (a lock held during a deploy) is
+            // expected to pass on the automatic start's next try.
+            State::Pending => row
+                .start_failure()
+                .is_some_and(|(kind, _)| kind != "retryable"),
+            _ => false,
+        };
+        stuck.then(|| WaitError::NeedsOperator {
+            id: row.id.clone(),
+            state: row.state,
+            diagnostic: row.last_error.as_deref().map(bounded),
+        })
+    }
 }

@@ -306,6 +306,8 @@ pub struct Embedded {
     auth: AuthConfig,
     /// The `Host` names answered in trusted-network mode (AUTH-3).
     allowed_hosts: Vec<String>,
+    /// Wakes the retry of failed automatic starts before its next turn.
+    retry_now: Arc<tokio::sync::Notify>,
     tasks: Vec<actix_rt::task::JoinHandle<()>>,
 }
 
@@ -377,6 +379,7 @@ impl Embedded {
         }
         let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config.runtime.clone())
             .map_err(|e| HostError::Config(e.to_string()))?;
+        let retry_now = Arc::new(tokio::sync::Notify::new());
         let mut tasks = vec![
             actix_rt::spawn(monitor.run()),
             actix_rt::spawn(auto_start::retry(
@@ -384,6 +387,7 @@ impl Embedded {
                 runtime.clone(),
                 retry_starts,
                 config.runtime.poll_interval,
+                retry_now.clone(),
             )),
             wake::spawn_listener(config.database_url.clone(), runtime.clone(), engine.clone()),
         ];
@@ -400,8 +404,17 @@ impl Embedded {
             automatic: config.auto_backfills,
             auth: config.admin_auth,
             allowed_hosts,
+            retry_now,
             tasks,
         })
+    }
+
+    /// Try the failed automatic starts that are retried (EMB-8) now,
+    /// instead of at their next turn (within 30 s): for a service that has
+    /// just created what they lacked (a table, a grant). A hint, like a
+    /// wake-up: with nothing left to retry it does nothing.
+    pub fn retry_auto_starts(&self) {
+        self.retry_now.notify_one();
     }
 
     /// The admin service over this runtime (authorization, audit,

@@ -71,6 +71,22 @@ pub struct BackfillRow {
     pub db_now: DateTime<Utc>,
 }
 
+impl BackfillRow {
+    /// Why the last automatic start of this `pending` row failed, as
+    /// recorded (EMB-8): `(kind, diagnostic)`. A `pending` row has never
+    /// run, so its error columns hold nothing else; `None` for every other
+    /// state.
+    pub fn start_failure(&self) -> Option<(&str, &str)> {
+        match (self.state, &self.last_error) {
+            (State::Pending, Some(diagnostic)) => Some((
+                self.last_error_kind.as_deref().unwrap_or("fatal"),
+                diagnostic,
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// Decode by position, checking each column's name.
 ///
 /// The derived impl looks every field up by name, a linear search over the

@@ -35,7 +35,8 @@ pub struct StartValues<'a> {
 /// `start`: `pending` -> `running` (or `validating` for an empty source set,
 /// EX-1) with the bound captured, in the caller's transaction. Fence: the
 /// row must still be `pending`, so a second start matches zero rows and can
-/// never recapture the bound. Advances the generation.
+/// never recapture the bound. Advances the generation, and clears the
+/// diagnostic of a failed automatic start (EMB-8).
 pub async fn backfill_start(
     conn: &mut AsyncPgConnection,
     id: &str,
@@ -47,7 +48,8 @@ pub async fn backfill_start(
              state = CASE WHEN $2::bytea IS NULL THEN 'validating' ELSE 'running' END, \
              bound = $2, bound_json = $3, empty_source = ($2::bytea IS NULL), key_type = $4, \
              source_rows = $5, generation = generation + 1, attempts = 0, \
-             next_attempt_at = NULL, started_at = now(), updated_at = now() \
+             next_attempt_at = NULL, last_error_kind = NULL, last_error = NULL, \
+             last_error_at = NULL, started_at = now(), updated_at = now() \
          WHERE id = $1 AND state = 'pending' \
          RETURNING {COLUMNS}"
         ))
@@ -60,6 +62,34 @@ pub async fn backfill_start(
     .get_result(conn)
     .await
     .optional()?)
+}
+
+/// Record why an automatic start failed on the row it left `pending`
+/// (EMB-8): `kind` (`retryable`, `blocked` or `fatal`) and the bounded
+/// `diagnostic`, in their own statement (the start's transaction rolled
+/// back). Fence: the row must still be `pending`, so a row another process
+/// started meanwhile keeps its own diagnostics; `false` = not pending (or
+/// no row). Locks the row for the statement only. No state change, so no
+/// notification is queued; [`backfill_start`] clears it.
+pub async fn backfill_start_failure_record(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    kind: &str,
+    diagnostic: &str,
+) -> Result<bool, StoreError> {
+    let n = super::cached(
+        diesel::sql_query(
+            "UPDATE backfill SET last_error_kind = $2, last_error = $3, \
+             last_error_at = now(), updated_at = now() \
+         WHERE id = $1 AND state = 'pending'",
+        )
+        .bind::<Text, _>(id)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(diagnostic),
+    )
+    .execute(conn)
+    .await?;
+    Ok(n == 1)
 }
 
 /// Fenced completion (VAL-3): `validating` -> `completed` after successful

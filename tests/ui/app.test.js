@@ -182,6 +182,19 @@ test("ct12 rows escape server text and mark gating and blocked diagnostics", () 
   assert.match(app.validationCell(view({ validation: { outcome: "failure", detail: "3 rows" } })), /failure.*3 rows/);
 });
 
+test("emb08 a pending row shows why its automatic start failed, escaped", () => {
+  const failed = view({
+    state: "pending", owner: { disposition: "none" },
+    progress: { rows_done: 0, total_rows: null, fraction: null, batches_done: 0 },
+    start_failed: { kind: "blocked", message: "missing <b>table</b>; the automatic start tries again within 30 s", at: T0 },
+  });
+  const html = app.row(failed, {});
+  assert.match(html, /start failed \(blocked\): missing &lt;b&gt;table&lt;\/b&gt;; the automatic start tries again within 30 s/);
+  assert.doesNotMatch(html, /<b>/);
+  assert.strictEqual(app.startFailedCell(view({ state: "pending", owner: { disposition: "none" } })), "");
+  assert.strictEqual(app.startFailedCell({ ...failed, state: "running" }), "");
+});
+
 test("ct12 the audit trail names who did what, from which state to which", () => {
   const entries = [
     { seq: 3, at: T0, action: "validate", actor: "ops", authority: "token", prior_state: "completed", resulting_state: "completed", outcome: "failure", detail: "1 row", correlation: "k3", request_count: 1 },

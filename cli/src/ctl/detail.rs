@@ -87,14 +87,26 @@ fn owner_line(b: &BackfillView) -> String {
     }
 }
 
-/// The lines only some backfills have: the runner's throttle condition
-/// and the last recorded error.
+/// The lines only some backfills have: the runner's throttle condition,
+/// why the automatic start of a `pending` one failed (EMB-8) and the last
+/// recorded error.
 fn conditions(b: &BackfillView) -> Vec<(&'static str, String)> {
     let mut lines = Vec::new();
     if let Some(t) = &b.throttle {
         lines.push((
             "throttled",
             format!("{} (since {})", screen::one_line(&t.text), time(&t.since)),
+        ));
+    }
+    if let Some(e) = &b.start_failed {
+        lines.push((
+            "start failed",
+            format!(
+                "{} {} ({})",
+                e.kind.as_deref().unwrap_or("-"),
+                screen::one_line(&e.message),
+                time(&e.at)
+            ),
         ));
     }
     if let Some(e) = &b.last_error {
@@ -207,5 +219,28 @@ mod tests {
         assert_eq!(settings_line(&json!({})), "none (defaults apply)");
         let b = throttled();
         assert!(detail(&b).contains("throttled     replication lag 47.7 MiB > 15.3 MiB (since"));
+    }
+
+    /// EMB-8: `show` names why the automatic start of a pending backfill
+    /// failed, on a line of its own.
+    #[test]
+    fn emb08_show_names_a_failed_automatic_start() {
+        let mut b = throttled();
+        b.state = backfill::State::Pending;
+        b.throttle = None;
+        assert!(!detail(&b).contains("start failed"));
+        b.start_failed = Some(backfill::admin::Diagnostic {
+            kind: Some("blocked".into()),
+            message: "missing relation; the automatic start tries again within 30 s".into(),
+            at: None,
+        });
+        assert!(
+            detail(&b).contains(
+                "start failed  blocked missing relation; the automatic start tries again \
+                 within 30 s (-)"
+            ),
+            "{}",
+            detail(&b)
+        );
     }
 }

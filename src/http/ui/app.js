@@ -476,6 +476,13 @@ function diagnosticCell(view) {
   return `<span class="diag">${escapeHtml(view.last_error.kind || "error")}: ${escapeHtml(view.last_error.message)}</span>`;
 }
 
+// Why the automatic start of a pending backfill failed (EMB-8): the row
+// stays pending, and the server's diagnostic ends with what to do.
+function startFailedCell(view) {
+  if (view.state !== "pending" || !view.start_failed) return "";
+  return `<span class="diag">start failed (${escapeHtml(view.start_failed.kind || "error")}): ${escapeHtml(view.start_failed.message)}</span>`;
+}
+
 function validationCell(view) {
   if (!view.validation) return '<span class="unknown">none yet</span>';
   const detail = view.validation.detail ? ` — ${escapeHtml(view.validation.detail)}` : "";
@@ -575,7 +582,7 @@ function row(view, ctx) {
   const c = ctx || {};
   const rate = c.rates ? c.rates.rate(view.id) : null;
   const re = rateEta(view, rate, c.stale);
-  const diag = ["blocked", "failed"].includes(view.state) ? diagnosticCell(view) : "";
+  const diag = ["blocked", "failed"].includes(view.state) ? diagnosticCell(view) : startFailedCell(view);
   const na = (text) => (text === "—" ? '<span class="muted" title="not running">—</span>' : escapeHtml(text));
   const batch = view.batch_size !== undefined && view.batch_size !== null ? `<div class="sub">batch ${escapeHtml(fmtCount(view.batch_size))}</div>` : "";
   return `<tr data-id="${escapeHtml(view.id)}" class="row-${escapeHtml(view.state)}">` +
@@ -815,7 +822,7 @@ if (typeof module !== "undefined") {
     ACTIONS, STATES, CONSEQUENCES, SETTINGS, actionsFor, settingsOffered, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
     fmtTime, fmtClock, progressInfo, progressCell, rowsText, rateFrom, createRates, rateEta, leaseText, ownerText, ownerCell,
     retryText, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
-    settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCell, validationCell, readinessCell, row,
+    settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
     auditCells, auditText, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
@@ -1095,7 +1102,9 @@ if (typeof document !== "undefined") {
       ["attempts", escapeHtml(retryText(v, ms))],
       ["next try", v.next_attempt_at ? when(v.next_attempt_at) : '<span class="muted">—</span>'],
     ])]);
-    cards.push(["Diagnostics", v.last_error ?
+    cards.push(["Diagnostics", startFailedCell(v) ?
+      `<p class="diag diag-block" id="diagnostic">${startFailedCell(v)}</p>` + dl([["recorded", when(v.start_failed.at)]]) :
+      v.last_error ?
       `<p class="diag diag-block" id="diagnostic">${escapeHtml(v.last_error.kind || "error")}: ${escapeHtml(v.last_error.message)}</p>` + dl([["recorded", when(v.last_error.at)]]) :
       '<p class="muted" id="diagnostic">No diagnostic recorded.</p>']);
     // Until the audit trail is read, its absence is unknown, not "none".
