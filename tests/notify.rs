@@ -17,6 +17,12 @@
 //! - `ntf1_a_lasting_throttle_is_notified_once_per_condition`: the sender
 //!   finds a throttle the runner recorded and notifies it once.
 //! - `ntf3_bodies_and_the_admin_view_hold_no_secret_url_or_row_data`.
+//! - `ntf2_https_receiver_gets_the_signed_notification_over_verified_tls`:
+//!   an `https://` target whose certificate a test-time CA issued, with
+//!   that CA in `ca_file`, gets the notification over TLS, signed.
+//! - `ntf2_https_receiver_with_an_untrusted_certificate_never_gets_it`:
+//!   the same receiver without the CA configured: every try fails with
+//!   "certificate not trusted" (no URL, no secret) until it is dead.
 //! - Across processes (SIGKILL with a delivery in flight): cli/tests/
 //!   process.rs, `ntf1_sigkill_*`.
 
@@ -29,7 +35,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use support::admin::{admin, call, serve, setup, ID, READER};
-use support::webhook::{Received, Receiver};
+use support::webhook::{Received, Receiver, TestCa};
 use support::TestDb;
 
 const SECRET: &str = "s3cret-signing-key-0123456789";
@@ -397,4 +403,76 @@ async fn ntf1_a_lasting_throttle_is_notified_once_per_condition() {
         Some("replication byte lag 2 B > 1 B")
     );
     assert_eq!(body.generation, claim.generation);
+}
+
+/// `ca`'s certificate in a PEM file of this test's own.
+fn ca_file(db: &TestDb, ca: &TestCa) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("{}-webhook-ca.pem", db.name));
+    std::fs::write(&path, &ca.ca_pem).expect("write the CA file");
+    path
+}
+
+#[actix_rt::test]
+async fn ntf2_https_receiver_gets_the_signed_notification_over_verified_tls() {
+    let (db, engine, hooks) = setup(10).await;
+    let ca = TestCa::new();
+    let receiver = Receiver::start_tls(204, &ca).await;
+    assert!(receiver.url.starts_with("https://127.0.0.1:"));
+    let mut config = config(&receiver.url, 3);
+    // The receiver's certificate chains to this CA only: without it the
+    // handshake fails (the next test).
+    config.ca_file = Some(ca_file(&db, &ca));
+    let sender = Sender::new(db.pool.clone(), db.url.clone(), config).expect("sender");
+    assert!(sender.run_once().await.expect("pass").leading);
+
+    block(&engine, &hooks, Action::Start).await;
+    let pass = settle(&db, &sender).await;
+    assert_eq!((pass.delivered, pass.retried), (1, 0), "first try");
+    let got = receiver.got();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let body = check_signed(&got[0]);
+    assert_eq!(body.event, "blocked");
+    assert_eq!(outbox(&db, "delivered").await, 1);
+}
+
+#[actix_rt::test]
+async fn ntf2_https_receiver_with_an_untrusted_certificate_never_gets_it() {
+    let (db, engine, hooks) = setup(10).await;
+    let ca = TestCa::new();
+    let receiver = Receiver::start_tls(204, &ca).await;
+    // No `ca_file`: the test CA is not among the public roots.
+    let sender = sender(&db, &receiver.url, 3);
+    assert!(sender.run_once().await.expect("pass").leading);
+
+    block(&engine, &hooks, Action::Start).await;
+    let pass = sender.run_once().await.expect("pass");
+    assert_eq!((pass.delivered, pass.retried), (0, 1), "failed, retried");
+    const UNTRUSTED: &str = "tls handshake failed: certificate not trusted";
+    let last_error = "SELECT last_error AS v FROM backfill_outbox";
+    assert_eq!(db.text(last_error).await.as_deref(), Some(UNTRUSTED));
+    assert_eq!(outbox(&db, "pending").await, 1, "to be tried again");
+
+    let pass = settle(&db, &sender).await;
+    assert_eq!((pass.delivered, pass.dead), (0, 1), "dead after 3 tries");
+    assert_eq!(
+        db.scalar("SELECT attempts::bigint AS v FROM backfill_outbox")
+            .await,
+        3
+    );
+    let stored = db.text(last_error).await.expect("last error");
+    assert_eq!(stored, UNTRUSTED);
+    let address = receiver.url.trim_start_matches("https://").to_string();
+    for forbidden in [
+        receiver.url.as_str(),
+        address.as_str(),
+        "127.0.0.1",
+        "/hooks/",
+        SECRET,
+    ] {
+        assert!(
+            !stored.contains(forbidden),
+            "{stored:?} holds {forbidden:?}"
+        );
+    }
+    assert!(receiver.got().is_empty(), "nothing was received");
 }

@@ -4,6 +4,9 @@
 //! outbox in the same statement (`store::OUTBOX_ENQUEUE`); one [`Sender`]
 //! per fleet (an advisory lock) delivers each row at least once to its
 //! target, signed, with a timeout, bounded retries and a dead state.
+//! Targets are `http://` or `https://` URLs; over https the receiver's
+//! certificate is verified against Mozilla's roots plus the optional
+//! [`NotifyConfig::ca_file`].
 //! Configuration: [`NotifyConfig`]; the body: [`Body`].
 
 mod body;
@@ -15,6 +18,8 @@ pub use post::{sign, SIGNATURE_HEADER};
 pub use sender::{Pass, Sender};
 
 use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The fewest bytes a target's secret may have.
@@ -66,8 +71,10 @@ impl fmt::Debug for Secret {
 #[derive(Clone)]
 pub struct Target {
     pub name: String,
-    /// `http://host[:port][/path]`; https needs a TLS-terminating proxy in
-    /// front of the receiver (this sender speaks plain HTTP/1.1).
+    /// `http://host[:port][/path]` or `https://host[:port][/path]`
+    /// (default ports 80 and 443). Over https the receiver's certificate
+    /// must be valid for the host and chain to a public root or a
+    /// certificate of [`NotifyConfig::ca_file`].
     pub url: String,
     /// Event names from [`EVENTS`].
     pub events: Vec<String>,
@@ -89,9 +96,14 @@ impl fmt::Debug for Target {
 #[derive(Debug, Clone)]
 pub struct NotifyConfig {
     pub targets: Vec<Target>,
+    /// A PEM file of CA certificates trusted for `https://` targets
+    /// besides Mozilla's roots (a private CA's receivers). Read when the
+    /// sender is built. Default none.
+    pub ca_file: Option<PathBuf>,
     /// How often the sender looks for due notifications. Default 1 s.
     pub interval: Duration,
-    /// One delivery's bound: connect, send, and the status line. Default 5 s.
+    /// One delivery's bound: connect, TLS handshake, send, and the
+    /// status line. Default 5 s.
     pub timeout: Duration,
     /// Tries per notification before it is dead. Default 8.
     pub max_attempts: u32,
@@ -115,6 +127,7 @@ impl Default for NotifyConfig {
     fn default() -> Self {
         Self {
             targets: Vec::new(),
+            ca_file: None,
             interval: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
             max_attempts: 8,
@@ -198,8 +211,42 @@ impl NotifyConfig {
         if !(1..=100).contains(&self.max_attempts) {
             return Err(config_error("max_attempts", "must be within 1..=100"));
         }
+        self.tls()?;
         Ok(())
     }
+
+    /// The TLS client configuration of the https targets: Mozilla's roots
+    /// and the certificates of `ca_file`. Its errors name `ca_file`.
+    pub(crate) fn tls(&self) -> Result<Arc<rustls::ClientConfig>, NotifyError> {
+        let extra = match &self.ca_file {
+            Some(path) => read_ca_file(path).map_err(|reason| config_error("ca_file", reason))?,
+            None => Vec::new(),
+        };
+        post::tls_config(&extra).map_err(|reason| config_error("ca_file", reason))
+    }
+}
+
+/// The certificates of a PEM file; other PEM sections (a key) are
+/// skipped. The reason says what is wrong without the path, which the
+/// caller knows.
+fn read_ca_file(
+    path: &std::path::Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let text = std::fs::read(path).map_err(|e| {
+        format!(
+            "cannot be read: {}",
+            format!("{:?}", e.kind()).to_lowercase()
+        )
+    })?;
+    let certs = CertificateDer::pem_slice_iter(&text)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| "is not a valid PEM file".to_string())?;
+    if certs.is_empty() {
+        return Err("holds no PEM certificate".into());
+    }
+    Ok(certs)
 }
 
 fn millis(d: Duration) -> i64 {
@@ -226,8 +273,8 @@ mod tests {
         }
     }
 
-    /// Bad input names its field: a URL that is not http, an unknown
-    /// event, a short secret.
+    /// Bad input names its field: a URL that is neither http nor https,
+    /// an unknown event, a short secret, an unusable CA file.
     #[test]
     fn bad_configuration_names_the_field() {
         let ok = NotifyConfig {
@@ -239,16 +286,69 @@ mod tests {
         c.targets[0].url = "ftp://example/x".into();
         assert_eq!(field_of(&c), "targets[0].url");
         c.targets[0].url = "https://example/x".into();
-        assert_eq!(field_of(&c), "targets[0].url");
+        c.validate().expect("https is accepted");
+        c.targets[0].url = "https://example:8443/x".into();
+        c.validate().expect("https with a port is accepted");
         let mut c = ok.clone();
         c.targets[0].events = vec!["exploded".into()];
         assert_eq!(field_of(&c), "targets[0].events");
         let mut c = ok.clone();
         c.targets[0].secret = Secret::new("short");
         assert_eq!(field_of(&c), "targets[0].secret");
-        let mut c = ok;
+        let mut c = ok.clone();
         c.max_attempts = 0;
         assert_eq!(field_of(&c), "max_attempts");
+        let mut c = ok;
+        c.ca_file = Some("/nonexistent/backfill-ca.pem".into());
+        assert_eq!(field_of(&c), "ca_file");
+    }
+
+    /// NTF-1: a CA file that cannot be read or holds no certificate stops
+    /// startup naming `ca_file`, and the reason says which.
+    #[test]
+    fn ntf1_an_unusable_ca_file_names_the_field() {
+        let dir = std::env::temp_dir().join(format!("backfill-ca-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let reason_of = |text: Option<&[u8]>| {
+            let path = dir.join("ca.pem");
+            let _ = std::fs::remove_file(&path);
+            if let Some(text) = text {
+                std::fs::write(&path, text).expect("write");
+            }
+            let c = NotifyConfig {
+                targets: vec![target()],
+                ca_file: Some(path),
+                ..NotifyConfig::default()
+            };
+            match c.validate() {
+                Err(NotifyError::Config { field, reason }) => {
+                    assert_eq!(field, "ca_file");
+                    reason
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(reason_of(None), "cannot be read: notfound");
+        assert_eq!(reason_of(Some(b"")), "holds no PEM certificate");
+        assert_eq!(
+            reason_of(Some(
+                b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
+            )),
+            "holds no PEM certificate"
+        );
+        assert_eq!(
+            reason_of(Some(
+                b"-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n"
+            )),
+            "is not a valid PEM file"
+        );
+        assert_eq!(
+            reason_of(Some(
+                b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+            )),
+            "certificate 1 is not a usable CA certificate"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Neither the secret nor the URL is in a target's `Debug`.

@@ -45,6 +45,8 @@ pub struct Sender {
     database_url: String,
     config: NotifyConfig,
     targets: BTreeMap<String, (Endpoint, Secret)>,
+    /// The TLS client configuration of the https targets, built once.
+    tls: Arc<rustls::ClientConfig>,
     leadership: tokio::sync::Mutex<Option<Leadership>>,
     upkeep_at: parking_lot::Mutex<Option<Instant>>,
 }
@@ -66,6 +68,7 @@ impl Sender {
         config: NotifyConfig,
     ) -> Result<Self, NotifyError> {
         config.validate()?;
+        let tls = config.tls()?;
         let mut targets = BTreeMap::new();
         for t in &config.targets {
             let endpoint = Endpoint::parse(&t.url).map_err(|reason| NotifyError::Config {
@@ -79,6 +82,7 @@ impl Sender {
             database_url: database_url.into(),
             config,
             targets,
+            tls,
             leadership: tokio::sync::Mutex::new(None),
             upkeep_at: parking_lot::Mutex::new(None),
         })
@@ -252,7 +256,7 @@ impl Sender {
             ("X-Backfill-Event", row.event.clone()),
             (SIGNATURE_HEADER, post::sign(secret.bytes(), &body)),
         ];
-        match post::post(endpoint, &headers, &body, self.config.timeout).await {
+        match post::post(endpoint, &self.tls, &headers, &body, self.config.timeout).await {
             Ok(code) if (200..300).contains(&code) => Ok(()),
             Ok(code) => Err((format!("the receiver answered {code}"), false)),
             Err(why) => Err((why, false)),

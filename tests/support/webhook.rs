@@ -1,14 +1,69 @@
 //! A webhook receiver for the notification tests: a tokio listener on
 //! 127.0.0.1:0 that records every POST, answers a settable status, and can
 //! hold the next request unanswered (the barrier "a delivery is in
-//! flight").
+//! flight"). [`Receiver::start_tls`] speaks TLS with a certificate of a
+//! [`TestCa`] made for the test.
 
 use backfill::notify::Body;
 use std::sync::atomic::AtomicU16;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
+
+/// A CA made at test time and a server certificate it issued for
+/// `localhost` and 127.0.0.1, for an https receiver.
+pub struct TestCa {
+    /// The CA certificate, PEM: what the sender is told to trust.
+    pub ca_pem: String,
+    server: Arc<rustls::ServerConfig>,
+}
+
+impl TestCa {
+    pub fn new() -> TestCa {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair, KeyUsagePurpose,
+        };
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        ca.distinguished_name
+            .push(DnType::CommonName, "backfill test CA");
+        let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().expect("server key");
+        let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".into()])
+            .expect("server params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.signed_by(&key, &issuer).expect("server certificate");
+        // The provider the sender uses (deprecated only for lacking
+        // post-quantum key exchange, see src/notify/post.rs).
+        #[allow(deprecated)]
+        let provider = rustls::crypto::ring::default_provider();
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .expect("server config");
+        TestCa {
+            ca_pem: ca_cert.pem(),
+            server: Arc::new(server),
+        }
+    }
+}
+
+/// A connection the receiver reads a request from: plain or TLS.
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
 
 /// One request the receiver got.
 #[derive(Debug, Clone)]
@@ -32,7 +87,8 @@ impl Received {
 /// A webhook receiver: records every request, answers `status`, and
 /// holds the next request unanswered while a hold is set.
 pub struct Receiver {
-    /// `http://127.0.0.1:PORT/hooks/backfill`.
+    /// `http://127.0.0.1:PORT/hooks/backfill` (`https://` from
+    /// [`Receiver::start_tls`]).
     pub url: String,
     got: Arc<Mutex<Vec<Received>>>,
     /// The status every answer has.
@@ -44,11 +100,22 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start(status: u16) -> Receiver {
+        Self::listen(status, None).await
+    }
+
+    /// A receiver that speaks only TLS, with `ca`'s server certificate.
+    pub async fn start_tls(status: u16, ca: &TestCa) -> Receiver {
+        Self::listen(status, Some(ca.server.clone())).await
+    }
+
+    async fn listen(status: u16, tls: Option<Arc<rustls::ServerConfig>>) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!(
-            "http://{}/hooks/backfill",
+            "{}://{}/hooks/backfill",
+            if tls.is_some() { "https" } else { "http" },
             listener.local_addr().expect("addr")
         );
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
         let r = Receiver {
             url,
             got: Arc::default(),
@@ -64,12 +131,26 @@ impl Receiver {
         );
         tokio::spawn(async move {
             loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
+                let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
-                let (got, status, hold, arrived) =
-                    (got.clone(), status.clone(), hold.clone(), arrived.clone());
+                let (got, status, hold, arrived, acceptor) = (
+                    got.clone(),
+                    status.clone(),
+                    hold.clone(),
+                    arrived.clone(),
+                    acceptor.clone(),
+                );
                 tokio::spawn(async move {
+                    let mut stream: Box<dyn Conn> = match acceptor {
+                        // A client that refuses the certificate ends the
+                        // handshake: nothing is received.
+                        Some(acceptor) => match acceptor.accept(tcp).await {
+                            Ok(tls) => Box::new(tls),
+                            Err(_) => return,
+                        },
+                        None => Box::new(tcp),
+                    };
                     let Some(request) = read_request(&mut stream).await else {
                         return;
                     };
@@ -84,6 +165,7 @@ impl Receiver {
                         "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                     );
                     let _ = stream.write_all(answer.as_bytes()).await;
+                    let _ = stream.shutdown().await;
                 });
             }
         });
@@ -102,7 +184,7 @@ impl Receiver {
     }
 }
 
-async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<Received> {
+async fn read_request(stream: &mut (impl AsyncRead + Unpin)) -> Option<Received> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
