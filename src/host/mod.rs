@@ -233,6 +233,7 @@ impl HostConfig {
     /// AUTH-3: trusted-network mode listens only on loopback unless
     /// [`HostConfig::admin_allow_remote_trusted`] says otherwise, and then
     /// says so at startup.
+    #[cfg(feature = "http")]
     fn check_trusted_listen(&self) -> Result<(), HostError> {
         if !matches!(self.admin_auth, AuthConfig::TrustedNetwork) {
             return Ok(());
