@@ -18,7 +18,8 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(name = "backfill", version, about)]
 struct Cli {
-    /// Log format of the supervisor's structured events.
+    /// Format of the log that `serve`, `demo`, `seed` and `bench` write to
+    /// stderr (`ctl` writes none).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     #[command(subcommand)]

@@ -73,7 +73,11 @@ async fn ctl_drives_the_admin_api_with_exit_codes() {
     );
     let again = ctl(url, Some(OPERATOR), &["start", ID]).await;
     assert_eq!(again.code, 0);
-    assert!(again.stdout.contains("converged"), "{}", again.stdout);
+    assert!(
+        again.stdout.contains("no change, it is already running"),
+        "{}",
+        again.stdout
+    );
 
     let pause = ctl(url, Some(OPERATOR), &["pause", ID]).await;
     assert_eq!(pause.code, 0, "{}", pause.stderr);
@@ -416,7 +420,10 @@ async fn thr4_ctl_set_changes_settings_and_refuses_bad_values() {
 
     let before = stored().await;
     for (args, says) in [
-        (&["set", ID, "--batch-size", "0"][..], "batch_size"),
+        (
+            &["set", ID, "--batch-size", "0"][..],
+            "--batch-size must be",
+        ),
         (&["set", ID, "--target-batch-ms", "50"][..], "exclude"),
         (&["set", ID, "--clear", "bogus"][..], "bogus"),
         (
@@ -638,5 +645,77 @@ async fn aud03_ctl_audit_shows_control_characters_escaped() {
         "{}",
         audit.stdout
     );
+    server.stop().await;
+}
+
+/// Answers that mean what they say (ADM-1 in the client): a validation
+/// that finds the postcondition false exits 7, an ID the server does not
+/// know exits 6 naming that ID, a retry of a running backfill says it
+/// changed nothing and what retry is for, a negative setting is refused
+/// by the CLI naming its flag, and the server's refusal of a combination
+/// names the CLI's flags rather than the API's fields. Guards: the
+/// failure check after `validate`, the 404 mapping, `action_line`,
+/// `setting_value` with negative numbers allowed, `in_flag_words`.
+#[actix_rt::test]
+async fn adm01_ctl_answers_name_failures_ids_and_flags() {
+    let (db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    let url = server.url.as_str();
+
+    let typo = ctl(url, Some(READER), &["show", "items.no-such.v1"]).await;
+    assert_eq!(typo.code, 6, "{}", typo.stderr);
+    assert!(typo.stderr.contains("items.no-such.v1"), "{}", typo.stderr);
+    assert_eq!(typo.stderr.trim().lines().count(), 1, "{}", typo.stderr);
+
+    let start = ctl(url, Some(OPERATOR), &["start", ID]).await;
+    assert_eq!(start.code, 0, "{}", start.stderr);
+    let retry = ctl(url, Some(OPERATOR), &["retry", ID]).await;
+    assert_eq!(retry.code, 0, "{}", retry.stderr);
+    assert!(
+        retry.stdout.contains("no change, it is running")
+            && retry.stdout.contains("only to a blocked or failed"),
+        "{}",
+        retry.stdout
+    );
+    assert!(!retry.stdout.contains("converged"), "{}", retry.stdout);
+
+    let negative = ctl(url, Some(OPERATOR), &["set", ID, "--pause-ms", "-1"]).await;
+    assert_eq!(negative.code, 2, "{}", negative.stderr);
+    assert_eq!(
+        negative.stderr.trim().lines().count(),
+        1,
+        "{}",
+        negative.stderr
+    );
+    assert!(
+        negative.stderr.contains("--pause-ms") && negative.stderr.contains("0 or more"),
+        "{}",
+        negative.stderr
+    );
+    let both = ctl(
+        url,
+        Some(OPERATOR),
+        &["set", ID, "--batch-size", "5", "--target-batch-ms", "100"],
+    )
+    .await;
+    assert_eq!(both.code, 2, "{}", both.stderr);
+    assert!(
+        both.stderr.contains("--batch-size and --target-batch-ms")
+            && both.stderr.contains("--clear NAME")
+            && !both.stderr.contains("null"),
+        "{}",
+        both.stderr
+    );
+
+    drive(&engine).await;
+    let ok = ctl(url, Some(OPERATOR), &["validate", ID]).await;
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    db.exec("UPDATE items SET n = 0 WHERE id = 1").await;
+    let failed = ctl(url, Some(OPERATOR), &["validate", ID]).await;
+    assert_eq!(failed.code, 7, "{} {}", failed.stdout, failed.stderr);
+    assert!(failed.stdout.contains("failure"), "{}", failed.stdout);
+    assert!(failed.stderr.contains("failed"), "{}", failed.stderr);
+    let json = ctl(url, Some(OPERATOR), &["--json", "validate", ID]).await;
+    assert_eq!(json.code, 7, "{}", json.stderr);
     server.stop().await;
 }

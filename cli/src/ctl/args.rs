@@ -62,6 +62,9 @@ pub enum CtlCommand {
     Journal(JournalCommand),
     /// Change live settings while the backfill runs (each process applies
     /// them at its next batch); prints the resulting settings.
+    // A negative value is a value (refused by its parser, naming the
+    // flag), not an unknown flag.
+    #[command(allow_negative_numbers = true)]
     Set(SetArgs),
     /// Show the audit log of one backfill.
     Audit {
@@ -97,37 +100,37 @@ pub enum JournalCommand {
 pub struct SetArgs {
     pub id: String,
     /// A fixed batch size (excludes --target-batch-ms).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub batch_size: Option<u64>,
     /// A target batch duration in ms: the size adapts toward it.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub target_batch_ms: Option<u64>,
     /// The smallest size the adaptive sizing may choose.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub min_batch_size: Option<u64>,
     /// The largest size the adaptive sizing may choose.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub max_batch_size: Option<u64>,
     /// Pause between batches, in ms.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub pause_ms: Option<u64>,
     /// Replication lag limit of every standby, in bytes.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub max_lag_bytes: Option<u64>,
     /// Replication lag limit of every standby, in ms.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub max_lag_ms: Option<u64>,
     /// WAL generated per second, server-wide.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub max_wal_bytes_per_s: Option<u64>,
     /// Sessions waiting for a lock on the repair's tables.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub max_lock_waiters: Option<u64>,
     /// Age of the oldest open transaction of another session, in ms.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub max_xact_age_ms: Option<u64>,
     /// Partitions of a partitioned backfill running at once, fleet-wide.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = setting_value)]
     pub concurrency: Option<u64>,
     /// Clear a setting (e.g. `pause-ms`); repeatable.
     #[arg(long, value_name = "NAME")]
@@ -182,6 +185,40 @@ impl SetArgs {
 }
 
 /// A setting as its flag names it.
-fn flag(field: Field) -> String {
+pub(super) fn flag(field: Field) -> String {
     field.name().replace('_', "-")
+}
+
+/// A setting's value on the command line: a whole number, 0 or more (the
+/// server checks its range).
+fn setting_value(text: &str) -> Result<u64, String> {
+    text.parse()
+        .map_err(|_| "must be a whole number, 0 or more".to_string())
+}
+
+/// A server's message about settings, in the CLI's words: each setting
+/// named by its flag, and `null` (the API's way to clear one) by `--clear`.
+pub(super) fn in_flag_words(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        match Field::parse(word) {
+            Some(field) => {
+                out.push_str("--");
+                out.push_str(&flag(field));
+            }
+            None => out.push_str(word),
+        }
+        word.clear();
+    };
+    for c in message.chars() {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out.replace("clear one with null", "clear one with --clear NAME")
 }

@@ -74,8 +74,8 @@ impl Client {
     }
 
     /// Map non-2xx statuses (other than a 409 conflict body the caller
-    /// renders) to errors.
-    fn check(response: Response) -> Result<Response, CtlError> {
+    /// renders) to errors; a 404 on a backfill's path names its ID.
+    fn check(response: Response, path: &str) -> Result<Response, CtlError> {
         let message = || {
             serde_json::from_value::<ErrorBody>(response.body.clone())
                 .map(|e| format!("{}: {}", e.error, e.message))
@@ -85,19 +85,20 @@ impl Client {
             200..=299 => Ok(response),
             401 | 403 => Err(CtlError::Unauthorized(message())),
             409 => Err(CtlError::Conflict(conflict_line(&response.body))),
+            404 => Err(CtlError::NotFound(not_found_line(path, message()))),
             400..=499 => Err(CtlError::Usage(message())),
             _ => Err(CtlError::Server(message())),
         }
     }
 
     pub(super) async fn get(&self, path: &str) -> Result<Value, CtlError> {
-        Ok(Self::check(self.send("GET", path, None, None).await?)?.body)
+        Ok(Self::check(self.send("GET", path, None, None).await?, path)?.body)
     }
 
     /// POST a request that changes nothing (a dry run): sent once, without
     /// an idempotency key, since repeating it repeats no change.
     pub(super) async fn post(&self, path: &str) -> Result<Value, CtlError> {
-        Ok(Self::check(self.send("POST", path, None, None).await?)?.body)
+        Ok(Self::check(self.send("POST", path, None, None).await?, path)?.body)
     }
 
     /// POST an action with one idempotency key (see [`Client::idempotent`]).
@@ -120,7 +121,7 @@ impl Client {
         loop {
             attempt += 1;
             let result = match self.send(method, path, Some(&key), body).await {
-                Ok(r) => Self::check(r),
+                Ok(r) => Self::check(r, path),
                 Err(e) => Err(e),
             };
             match result {
@@ -131,6 +132,19 @@ impl Client {
                 other => return other.map(|r| r.body),
             }
         }
+    }
+}
+
+/// The line of a 404: the ID the path names, so a typo is visible in the
+/// answer, or the server's message for any other path.
+fn not_found_line(path: &str, message: String) -> String {
+    match path
+        .strip_prefix("/admin/backfills/")
+        .and_then(|rest| rest.split(['/', '?']).next())
+        .filter(|id| !id.is_empty())
+    {
+        Some(id) => format!("not_found: no backfill {id}"),
+        None => message,
     }
 }
 

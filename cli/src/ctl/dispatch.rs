@@ -1,7 +1,7 @@
 //! Each `backfill ctl` command: what it sends to the admin API and how it
 //! prints the answer, as tables or as the API's own JSON (`--json`).
 
-use super::args::{CtlArgs, CtlCommand, JournalCommand, SetArgs};
+use super::args::{in_flag_words, CtlArgs, CtlCommand, JournalCommand, SetArgs};
 use super::client::{decode, list_all, Client};
 use super::detail::{detail, settings_line};
 use super::error::{one_line, CtlError};
@@ -119,12 +119,31 @@ async fn act(client: &Client, action: &str, id: &str, json: bool) -> Result<(), 
         print_json(&body);
     } else {
         let r: ActionResponse = decode(body)?;
-        println!(
-            "{action} {}: {} ({} -> {}), generation {}",
-            r.backfill.id, r.outcome, r.prior_state, r.backfill.state, r.backfill.generation
-        );
+        println!("{}", action_line(action, &r));
     }
     Ok(())
+}
+
+/// How an action's answer reads. A converged action changed nothing: it
+/// says so, and for a retry of a backfill that is neither blocked nor
+/// failed, what retry is for, rather than reading like a transition.
+fn action_line(action: &str, r: &ActionResponse) -> String {
+    let id = &r.backfill.id;
+    let state = r.backfill.state;
+    if r.outcome != "converged" {
+        return format!(
+            "{action} {id}: {} ({} -> {state}), generation {}",
+            r.outcome, r.prior_state, r.backfill.generation
+        );
+    }
+    if action == "retry" {
+        format!(
+            "retry {id}: no change, it is {state}; retry applies only to a blocked or failed \
+             backfill"
+        )
+    } else {
+        format!("{action} {id}: no change, it is already {state}")
+    }
 }
 
 /// `undo`: start the reverse backfill of a journaled backfill.
@@ -173,7 +192,7 @@ async fn validate(client: &Client, id: &str, json: bool) -> Result<(), CtlError>
     if json {
         print_json(&body);
     } else {
-        let r: ValidationResponse = decode(body)?;
+        let r: ValidationResponse = decode(body.clone())?;
         let tail = r
             .detail
             .or(r.reason)
@@ -183,6 +202,13 @@ async fn validate(client: &Client, id: &str, json: bool) -> Result<(), CtlError>
             "validate {}: {} (state {}){tail}",
             r.backfill_id, r.outcome, r.state
         );
+    }
+    // A validation that ran and found the postcondition false is an
+    // answer a script must not mistake for success.
+    if body["outcome"] == "failure" {
+        return Err(CtlError::Failed(format!(
+            "validation of {id} failed: the postcondition does not hold"
+        )));
     }
     Ok(())
 }
@@ -216,7 +242,11 @@ async fn set_settings(client: &Client, set: &SetArgs, json: bool) -> Result<(), 
             &format!("/admin/backfills/{}/settings", checked_id(&set.id)?),
             Some(&change),
         )
-        .await?;
+        .await
+        .map_err(|e| match e {
+            CtlError::Usage(message) => CtlError::Usage(in_flag_words(&message)),
+            other => other,
+        })?;
     if json {
         print_json(&body);
     } else {

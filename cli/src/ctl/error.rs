@@ -2,12 +2,18 @@
 //! line with its exit code, and the bound that keeps every such line
 //! short.
 
-/// Exit codes.
+/// Exit codes (README's table).
 pub const EXIT_OK: i32 = 0;
+/// A command line the CLI or the server refuses as malformed.
 pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_CONFLICT: i32 = 3;
 pub const EXIT_UNAUTHORIZED: i32 = 4;
 pub const EXIT_SERVER: i32 = 5;
+/// The ID names no backfill the server knows.
+pub const EXIT_NOT_FOUND: i32 = 6;
+/// The request was carried out and reports a failure: a validation whose
+/// postcondition does not hold.
+pub const EXIT_FAILED: i32 = 7;
 
 /// Errors of the CLI: one readable line and an exit code.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +26,10 @@ pub enum CtlError {
     Unauthorized(String),
     #[error("{0}")]
     Server(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl CtlError {
@@ -29,6 +39,8 @@ impl CtlError {
             CtlError::Conflict(_) => EXIT_CONFLICT,
             CtlError::Unauthorized(_) => EXIT_UNAUTHORIZED,
             CtlError::Server(_) => EXIT_SERVER,
+            CtlError::NotFound(_) => EXIT_NOT_FOUND,
+            CtlError::Failed(_) => EXIT_FAILED,
         }
     }
 

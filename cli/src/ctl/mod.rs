@@ -21,7 +21,10 @@ mod table;
 mod watch;
 
 pub use args::{CtlArgs, CtlCommand, SetArgs};
-pub use error::{CtlError, EXIT_CONFLICT, EXIT_OK, EXIT_SERVER, EXIT_UNAUTHORIZED, EXIT_USAGE};
+pub use error::{
+    CtlError, EXIT_CONFLICT, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_SERVER, EXIT_UNAUTHORIZED,
+    EXIT_USAGE,
+};
 
 /// Run `backfill ctl`; returns the process exit code.
 pub fn run(args: CtlArgs) -> i32 {
