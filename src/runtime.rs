@@ -207,7 +207,13 @@ impl Backend for Engine {
                     reached_bound,
                 })
             }
-            Ok(BatchOutcome::Stale) => Ok(StepOutcome::Stale),
+            // Why the fence said no, read after the rollback: a pause is
+            // an operator's decision taking effect, and is told apart so
+            // that it neither warns nor counts as a stale owner.
+            Ok(BatchOutcome::Stale) => Ok(match self.get(&claim.id).await {
+                Ok(row) if row.state == State::Paused => StepOutcome::Paused,
+                _ => StepOutcome::Stale,
+            }),
             Err(error) => Ok(match self.record(claim, error).await? {
                 Ok(Some(r)) => StepOutcome::Recorded {
                     disposition: r.disposition,

@@ -20,6 +20,7 @@ use backfill::runtime::{RuntimeConfig, RuntimeHandle};
 use backfill::{Engine, EngineConfig, Registry};
 use std::sync::Arc;
 use std::time::Duration;
+use support::log::Log;
 use support::repairs::*;
 use support::{eventually, test_db, TestDb};
 
@@ -100,11 +101,15 @@ async fn state_of(db: &TestDb, id: &str) -> String {
 /// CT-5 through the runtime: pause while a runner is mid-batch (held at the
 /// gate between mutation and commit). The batch rolls back, the runner
 /// exits without starting another batch, and resume continues from the
-/// checkpoint to completion with every item repaired exactly once.
-/// Guards: the fence at commit (else n = 1 for the paused batch and the
-/// resumed run makes n = 2) and the runner's stop on a stale outcome.
+/// checkpoint to completion with every item repaired exactly once. The
+/// rollback is logged at info as the pause taking effect, never as a
+/// stale owner's warning. Guards: the fence at commit (else n = 1 for the
+/// paused batch and the resumed run makes n = 2), the runner's stop on a
+/// stale outcome, and the runtime's reading of the paused row after the
+/// rejection (without it the pause logs `stale_owner_rejected` at WARN).
 #[actix_rt::test]
 async fn ct05_pause_mid_batch_rolls_back_and_resume_continues() {
+    let (log, _capture) = Log::capture();
     let hooks = Hooks::new();
     let ttl = Duration::from_secs(10);
     let (db, engine) = started(40, hooks.clone(), ttl).await;
@@ -123,6 +128,12 @@ async fn ct05_pause_mid_batch_rolls_back_and_resume_continues() {
             .await,
         0,
         "the in-flight batch rolled back"
+    );
+    assert_eq!(log.lines("stale_owner_rejected"), Vec::<String>::new());
+    let paused = log.lines("batch_paused");
+    assert!(
+        paused.len() == 1 && paused[0].contains("INFO"),
+        "{paused:?}"
     );
     hooks.clear_gates();
 

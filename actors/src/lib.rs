@@ -135,8 +135,12 @@ pub enum StepOutcome {
     /// Mutation and checkpoint committed together. `reached_bound`: the row
     /// is now `validating` and the claim was released.
     Committed { keys: usize, reached_bound: bool },
-    /// The fence rejected the batch (paused, taken over, lease expired).
+    /// The fence rejected the batch (taken over, lease expired).
     Stale,
+    /// The fence rejected the batch because an operator paused the
+    /// backfill while it ran: the rollback is the pause taking effect
+    /// (CT-5), not a stale owner.
+    Paused,
     /// The batch failed; the error was classified and recorded durably
     /// (RT-1) and the claim released. `disposition` is what that left the
     /// backfill in, `kind` the classification, `message` a bounded

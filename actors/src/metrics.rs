@@ -55,7 +55,8 @@ impl BatchEnd {
     fn of(outcome: &Result<StepOutcome, BackendError>) -> Self {
         match outcome {
             Ok(StepOutcome::Committed { .. }) => BatchEnd::Committed,
-            Ok(StepOutcome::Stale) => BatchEnd::Stale,
+            // A batch a pause rolled back ended at the fence all the same.
+            Ok(StepOutcome::Stale | StepOutcome::Paused) => BatchEnd::Stale,
             Ok(StepOutcome::Recorded { .. } | StepOutcome::FailClosed { .. }) | Err(_) => {
                 BatchEnd::Error
             }
@@ -217,7 +218,7 @@ const CLAIM_COUNTERS: Definitions<7> = [
     ),
     (
         "backfill_stale_rejections_total",
-        "Batches or validations rejected by the fence at commit.",
+        "Batches or validations of a stale owner rejected by the fence at commit (a pause's is not counted).",
     ),
 ];
 

@@ -288,6 +288,10 @@ impl<B: Backend> Runner<B> {
                     ctx.notify(NextBatch);
                 }
             }
+            Ok(StepOutcome::Paused) => {
+                tracing::info!(event = "batch_paused", backfill = %self.name, generation = self.generation, duration_ms, "paused by an operator; the batch in flight rolled back");
+                self.exit(ctx, ExitReason::Stale);
+            }
             Ok(StepOutcome::Stale) => {
                 inc(&self.metrics.stale_rejections);
                 tracing::warn!(event = "stale_owner_rejected", backfill = %self.name, generation = self.generation, duration_ms, "the fence rejected this batch; it rolled back");

@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod http;
+pub mod log;
 pub mod prereq;
 pub mod repairs;
 pub mod standby;
