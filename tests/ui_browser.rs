@@ -796,7 +796,9 @@ async fn ui_browser_settings_form_changes_batch_size_in_postgres() {
 
 /// Refused changes from the page of a paused backfill: batch size 0 shows
 /// the server's 422 `invalid_settings` beside the form, marks the field it
-/// names and keeps what was typed; min above max shows the other 422; the
+/// names and keeps what was typed; a value that is not a number is
+/// refused by the form itself, with no dialog; min above max shows the
+/// other 422; the
 /// page's view of the settings stays the server's through later refreshes;
 /// and PostgreSQL holds no setting and two audited refusals. A token that
 /// may read but not operate is refused (403) and the form withdrawn, with

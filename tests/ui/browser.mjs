@@ -488,6 +488,17 @@ const scenarios = {
     check((await page.locator("#set-batch_size").inputValue()) === "0", "what was typed stays, to be corrected");
     await shot("settings-422");
 
+    // A value that is not a number is refused by the form itself: no
+    // dialog, nothing sent, the field named and focused.
+    await page.locator("#set-batch_size").fill("");
+    await page.locator("#set-pause_ms").fill("fast");
+    await page.locator("#set-pause_ms").press("Enter");
+    await until("the form's refusal", settingsMessage, (t) => t === "rejected settings: pause between batches (ms) must be a whole number, 0 or more. Nothing was sent.");
+    check(!(await page.locator("#confirm").isVisible()), "no confirm dialog for a value that is not a number");
+    check((await page.locator("#set-pause_ms").getAttribute("aria-invalid")) === "true", "the field is marked invalid");
+    check((await page.evaluate(() => document.activeElement.id)) === "set-pause_ms", "focus on the field");
+    await page.locator("#set-pause_ms").fill("");
+
     // Two settings that contradict each other.
     await page.locator("#set-batch_size").fill("");
     await page.locator("#set-min_batch_size").fill("50");

@@ -386,10 +386,13 @@ function settingsFormHtml() {
 // The change a filled form asks for, as the JSON merge patch the server
 // takes: an empty field is left out (unchanged), a ticked reset is `null`
 // (the default applies again), and a whole number is sent as a number.
-// Anything else is sent as typed, for the server to refuse by name (it is
-// the one judge of a value). `entries`: [{name, text, clear}].
+// Anything that is not a whole number of 0 or more is not a setting's
+// value at all: it is listed in `invalid` (by name) and not sent, so the
+// form can say so before asking to confirm. Ranges and rules between
+// settings stay the server's to judge. `entries`: [{name, text, clear}].
 function settingsChange(entries) {
   const change = {};
+  const invalid = [];
   for (const e of entries || []) {
     if (e.clear) {
       change[e.name] = null;
@@ -399,10 +402,11 @@ function settingsChange(entries) {
     if (text === "") continue;
     // "100,000" and "100_000" are how people write large numbers; a
     // separator anywhere else makes it not a number.
-    const digits = /^-?\d{1,3}([,_]\d{3})+$/.test(text) ? text.replace(/[,_]/g, "") : text;
-    change[e.name] = /^-?\d+(\.\d+)?$/.test(digits) ? Number(digits) : text;
+    const digits = /^\d{1,3}([,_]\d{3})+$/.test(text) ? text.replace(/[,_]/g, "") : text;
+    if (/^\d+$/.test(digits) && Number.isSafeInteger(Number(digits))) change[e.name] = Number(digits);
+    else invalid.push(e.name);
   }
-  return { change, count: Object.keys(change).length };
+  return { change, count: Object.keys(change).length, invalid };
 }
 
 // JSON with object keys sorted: one change is one request however its
@@ -1487,7 +1491,14 @@ if (typeof document !== "undefined") {
     const v = ui.detail;
     if (ui.busy || !v || ui.route.page !== "detail" || v.id !== ui.route.id) return;
     const entries = SETTINGS.map((f) => ({ name: f.name, text: $(`set-${f.name}`).value, clear: $(`clear-${f.name}`).checked }));
-    const { change, count } = settingsChange(entries);
+    const { change, count, invalid } = settingsChange(entries);
+    if (invalid.length) {
+      const name = invalid[0];
+      ui.settingsMsg = { id: v.id, outcome: "rejected", text: `settings: ${settingLabel(name)} must be a whole number, 0 or more. Nothing was sent.`, field: name };
+      render();
+      $(`set-${name}`).focus();
+      return;
+    }
     if (!count) {
       ui.settingsMsg = { id: v.id, outcome: "rejected", text: "Nothing to change: type a value or tick reset. Nothing was sent.", field: null };
       render();
