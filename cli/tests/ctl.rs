@@ -653,14 +653,20 @@ async fn aud03_ctl_audit_shows_control_characters_escaped() {
 /// know exits 6 naming that ID, a retry of a running backfill says it
 /// changed nothing and what retry is for, a negative setting is refused
 /// by the CLI naming its flag, and the server's refusal of a combination
-/// names the CLI's flags rather than the API's fields. Guards: the
-/// failure check after `validate`, the 404 mapping, `action_line`,
-/// `setting_value` with negative numbers allowed, `in_flag_words`.
+/// names the CLI's flags rather than the API's fields; `audit` says when
+/// there is nothing and shows each row's detail. Guards: the failure
+/// check after `validate`, the 404 mapping, `action_line`,
+/// `setting_value` with negative numbers allowed, `in_flag_words`, the
+/// audit's empty line and detail line.
 #[actix_rt::test]
 async fn adm01_ctl_answers_name_failures_ids_and_flags() {
     let (db, engine, _hooks) = setup(10).await;
     let server = serve(admin(engine.clone()));
     let url = server.url.as_str();
+
+    let empty = ctl(url, Some(READER), &["audit", ID]).await;
+    assert_eq!(empty.code, 0, "{}", empty.stderr);
+    assert_eq!(empty.stdout.trim(), format!("no audit records for {ID}"));
 
     let typo = ctl(url, Some(READER), &["show", "items.no-such.v1"]).await;
     assert_eq!(typo.code, 6, "{}", typo.stderr);
@@ -705,6 +711,14 @@ async fn adm01_ctl_answers_name_failures_ids_and_flags() {
             && !both.stderr.contains("null"),
         "{}",
         both.stderr
+    );
+    let set = ctl(url, Some(OPERATOR), &["set", ID, "--pause-ms", "5"]).await;
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    let audit = ctl(url, Some(READER), &["audit", ID]).await;
+    assert!(
+        audit.stdout.contains("detail: pause_ms: unset -> 5"),
+        "{}",
+        audit.stdout
     );
 
     drive(&engine).await;

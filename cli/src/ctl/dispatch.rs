@@ -269,6 +269,10 @@ async fn audit(client: &Client, id: &str, limit: i64, json: bool) -> Result<(), 
         return Ok(());
     }
     let page: AuditPage = decode(body)?;
+    if page.items.is_empty() {
+        println!("no audit records for {id}");
+        return Ok(());
+    }
     println!(
         "{:<6} {:<20} {:<9} {:<12} {:<24} {:<23} {:>4} CORRELATION",
         "SEQ", "AT", "ACTION", "ACTOR", "OUTCOME", "TRANSITION", "GEN"
@@ -294,6 +298,11 @@ async fn audit(client: &Client, id: &str, limit: i64, json: bool) -> Result<(), 
                 .unwrap_or_else(|| "-".into()),
             shown(&e.correlation.unwrap_or_default())
         );
+        // What changed (a settings change's old and new values) or why it
+        // was refused: on its own line, under the row it belongs to.
+        if let Some(detail) = e.detail.as_deref().filter(|d| !d.is_empty()) {
+            println!("       detail: {}", shown(detail));
+        }
     }
     Ok(())
 }
