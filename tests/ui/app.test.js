@@ -486,3 +486,15 @@ test("dry3 a dry run's sample and error are shown escaped", () => {
   assert.match(html, /Batch 2 failed \(retryable\): lock timeout &lt;now&gt;/);
   assert.deepStrictEqual(app.DRY_RUNNABLE, ["pending", "paused"]);
 });
+
+test("adm02 a diagnostic is current only while blocked, failed or retrying", () => {
+  const error = { kind: "blocked", message: "5 events lack an author", at: "2026-12-04T10:00:00Z" };
+  assert.strictEqual(app.diagnosticCurrent({ state: "blocked", last_error: error, attempts: 0 }), true);
+  assert.strictEqual(app.diagnosticCurrent({ state: "failed", last_error: error, attempts: 0 }), true);
+  assert.strictEqual(app.diagnosticCurrent({ state: "running", last_error: error, attempts: 2 }), true);
+  assert.strictEqual(app.diagnosticCurrent({ state: "completed", last_error: error, attempts: 0 }), false);
+  assert.strictEqual(app.diagnosticCurrent({ state: "running", last_error: error, attempts: 0 }), false);
+  assert.strictEqual(app.diagnosticCurrent({ state: "paused", last_error: error }), false);
+  assert.strictEqual(app.diagnosticCurrent({ state: "blocked", last_error: null }), false);
+});
+

@@ -474,6 +474,16 @@ function markers(view, elapsedMs) {
   return out.join(" ");
 }
 
+// Whether the recorded diagnostic still describes the backfill: it is
+// blocked or failed, or it is retrying after a failed attempt. Otherwise
+// an operator's retry (or the retries themselves) got past it, and it is
+// history: shown as resolved, never as the current state.
+function diagnosticCurrent(view) {
+  if (!view || !view.last_error) return false;
+  if (["blocked", "failed"].includes(view.state)) return true;
+  return isNum(view.attempts) ? view.attempts > 0 : Boolean(view.next_attempt_at);
+}
+
 // The last execution diagnostic, bounded and redacted by the server.
 function diagnosticCell(view) {
   if (!view.last_error) return "";
@@ -826,7 +836,7 @@ if (typeof module !== "undefined") {
     ACTIONS, STATES, CONSEQUENCES, SETTINGS, actionsFor, settingsOffered, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
     fmtTime, fmtClock, progressInfo, progressCell, rowsText, rateFrom, createRates, rateEta, leaseText, ownerText, ownerCell,
     retryText, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
-    settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
+    settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
     auditCells, auditText, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
@@ -1108,8 +1118,10 @@ if (typeof document !== "undefined") {
     ])]);
     cards.push(["Diagnostics", startFailedCell(v) ?
       `<p class="diag diag-block" id="diagnostic">${startFailedCell(v)}</p>` + dl([["recorded", when(v.start_failed.at)]]) :
-      v.last_error ?
+      diagnosticCurrent(v) ?
       `<p class="diag diag-block" id="diagnostic">${escapeHtml(v.last_error.kind || "error")}: ${escapeHtml(v.last_error.message)}</p>` + dl([["recorded", when(v.last_error.at)]]) :
+      v.last_error ?
+      `<p class="muted" id="diagnostic">Resolved, now ${escapeHtml(v.state)}. Last recorded: ${escapeHtml(v.last_error.kind || "error")}: ${escapeHtml(v.last_error.message)}</p>` + dl([["recorded", when(v.last_error.at)]]) :
       '<p class="muted" id="diagnostic">No diagnostic recorded.</p>']);
     // Until the audit trail is read, its absence is unknown, not "none".
     const auditRead = Array.isArray(ui.audit);
