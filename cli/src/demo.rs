@@ -248,7 +248,9 @@ async fn run_on<S: std::future::Future<Output = ()>>(
     };
     let (host, reach) = host;
     let exit = progress(&host, reach, config.exit_when_done, signal).await;
+    println!("stopping: draining the runtime and releasing its claims ...");
     host.stop().await;
+    println!("stopped");
     Ok(exit)
 }
 
@@ -288,14 +290,29 @@ async fn start_host(
         batch_size: config.batch_size,
     };
     let host = Host::start(host_config, app).await?;
+    // Where the data is, without the URL itself: it may carry a password.
+    let database = if config.database_url.is_some() {
+        format!(
+            "database  {} (on DATABASE_URL's server)",
+            config.database_name
+        )
+    } else {
+        format!(
+            "database  {} (throwaway, removed at exit)",
+            config.database_name
+        )
+    };
     let reach = vec![
         String::new(),
+        database,
         format!(
             "serving   http://{}/events  (readiness: /readyz)",
             host.serving_addr
         ),
         format!("admin UI  http://{}/ui", host.admin_addr),
         format!("admin API http://{}/admin/backfills", host.admin_addr),
+        format!("metrics   http://{}/metrics", host.admin_addr),
+        "stop      Ctrl-C (drains: claims released at once)".to_string(),
         format!("operator token: {token}"),
         format!(
             "try: BACKFILL_URL=http://{} BACKFILL_TOKEN={token} backfill ctl list",

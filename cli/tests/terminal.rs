@@ -236,7 +236,9 @@ async fn demo_screen(cols: u16, rows: u16) -> String {
 }
 
 /// An 80x24 terminal: every line fits, each backfill is one row, the
-/// blocked one shows neither rate nor ETA, and its diagnostic is shown.
+/// blocked one shows neither rate nor ETA, and its diagnostic is shown;
+/// the first lines say which database, where the metrics are and how to
+/// stop.
 /// Guard: the width-aware renderer (without it the rows wrap and the
 /// frames stack) and log lines held while the display is live (the
 /// runner's `blocked` warning would shift the frame).
@@ -254,6 +256,9 @@ async fn ui_terminal_demo_fits_80_columns_with_a_blocked_backfill() {
         text.contains("have tags that are not a JSON array") && text.contains(DIAGNOSTIC_END),
         "the diagnostic in full below the table:\n{screen}"
     );
+    for needle in ["database  bft_", "/metrics", "stop      Ctrl-C"] {
+        assert!(screen.contains(needle), "{needle}:\n{screen}");
+    }
 }
 
 /// A 200x50 terminal: the same, with the bar and the diagnostic on the
