@@ -155,8 +155,8 @@ test("thr2 a throttle and live settings render when present and are absent witho
     settings: { batch_size: 500, pause_ms: null, target_batch_ms: 200 },
   });
   const t = app.throttleInfo(throttled, 0);
-  assert.strictEqual(t.text, "throttled by replication_lag_bytes: 19,000,000 past 16,000,000 since 12 s ago");
-  assert.match(app.markers(throttled, 0), /throttled: replication_lag_bytes 19,000,000 past 16,000,000/);
+  assert.strictEqual(t.text, "throttled by replication_lag_bytes: 19,000,000 B past 16,000,000 B since 12 s ago");
+  assert.match(app.markers(throttled, 0), /throttled: replication_lag_bytes 19,000,000 B past 16,000,000 B/);
   assert.deepStrictEqual(app.settingsRows(throttled), [
     ["batch size in force", "500"], ["batch size", "500"], ["target batch duration (ms)", "200"], ["pause between batches (ms)", "default"],
   ]);
@@ -271,7 +271,10 @@ test("thr2 the throttle marker names signal, value and threshold, and the server
   assert.strictEqual(appCheck.value, "not applicable", "no number is not an unknown number");
   assert.strictEqual(appCheck.text, "throttled by application");
   assert.strictEqual(appCheck.condition, "application check: maintenance");
-  assert.strictEqual(app.throttleInfo(view({ throttle: { signal: "wal_rate", value: null, threshold: 5 } }), 0).short, "wal_rate unknown past 5");
+  assert.strictEqual(app.throttleInfo(view({ throttle: { signal: "wal_rate", value: null, threshold: 5 } }), 0).short, "wal_rate unknown past 5 B/s");
+  // Seconds keep a decimal: 1.1 s past 1.0 s never reads as 1 past 1.
+  assert.strictEqual(app.throttleInfo(view({ throttle: { signal: "transaction_age", value: 1.08, threshold: 1 } }), 0).short, "transaction_age 1.1 s past 1.0 s");
+  assert.strictEqual(app.signalAmount("replication_lag", 250.4), "250 s");
 });
 
 test("thr4 live settings list the size in force and what an operator set, unknown names kept", () => {

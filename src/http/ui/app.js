@@ -298,12 +298,26 @@ function retryText(view, elapsedMs) {
   return parts.join(", ");
 }
 
+// The unit of a health signal's value (the server's `Signal::unit`):
+// lock waiters are a plain count, the application's check has no value.
+const SIGNAL_UNITS = { replication_lag_bytes: "B", replication_lag: "s", wal_rate: "B/s", transaction_age: "s" };
+
+// A signal's value or threshold with its unit. Seconds keep a decimal, so
+// that "1.1 s past 1.0 s" never reads as "1 past 1".
+function signalAmount(signal, v) {
+  if (v === null || v === undefined) return "unknown";
+  if (typeof v !== "number") return String(v);
+  const unit = SIGNAL_UNITS[signal];
+  if (unit === "s") return `${v < 100 ? v.toFixed(1) : fmtCount(Math.round(v))} s`;
+  return unit ? `${fmtCount(v)} ${unit}` : fmtCount(v);
+}
+
 // The throttle the runner reports (THR-2), or null when the view carries
 // none. An unreadable signal value is unknown, never zero.
 function throttleInfo(view, elapsedMs) {
   const t = view && view.throttle;
   if (!t || typeof t !== "object") return null;
-  const show = (v) => (v === null || v === undefined ? "unknown" : typeof v === "number" ? fmtCount(v) : String(v));
+  const show = (v) => signalAmount(t.signal, v);
   const signal = t.signal ? String(t.signal) : "unknown signal";
   const since = t.since ? relativeTo(t.since, view.observed_at, elapsedMs) : null;
   // Neither a value nor a threshold: a signal with no number (the
@@ -835,7 +849,7 @@ if (typeof module !== "undefined") {
   module.exports = {
     ACTIONS, STATES, CONSEQUENCES, SETTINGS, actionsFor, settingsOffered, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
     fmtTime, fmtClock, progressInfo, progressCell, rowsText, rateFrom, createRates, rateEta, leaseText, ownerText, ownerCell,
-    retryText, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
+    retryText, signalAmount, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
