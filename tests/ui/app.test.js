@@ -501,3 +501,8 @@ test("adm02 a diagnostic is current only while blocked, failed or retrying", () 
   assert.strictEqual(app.diagnosticCurrent({ state: "blocked", last_error: null }), false);
 });
 
+
+test("val01 the validation card does not contradict itself without explicit validations", () => {
+  assert.match(app.noExplicitValidation({ validation: { outcome: "success", at: "2026-12-04T10:00:00Z" } }), /the run's own/);
+  assert.strictEqual(app.noExplicitValidation({ validation: null }), "No explicit validation in the audit trail.");
+});

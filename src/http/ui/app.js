@@ -750,6 +750,16 @@ function auditCells(entry) {
   };
 }
 
+// What the Validation card says when the audit trail holds no explicit
+// validation: the latest outcome above it is then the run's own, checked
+// when its last batch reached the bound, and the card says so rather
+// than seem to contradict itself.
+function noExplicitValidation(view) {
+  return view && view.validation && view.validation.outcome
+    ? "No explicit validation: the latest outcome is the run's own, checked when it reached its bound."
+    : "No explicit validation in the audit trail.";
+}
+
 // Explicit validations from the audit trail, newest first.
 function validationHistory(entries) {
   return (entries || []).filter((e) => e.action === "validate");
@@ -853,7 +863,7 @@ if (typeof module !== "undefined") {
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
-    auditCells, auditText, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
+    auditCells, auditText, noExplicitValidation, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
   };
 }
 
@@ -1146,7 +1156,7 @@ if (typeof document !== "undefined") {
       ["at", when(v.validation && v.validation.at)],
     ]) + (history.length ? `<table class="mini"><caption>Explicit validations</caption><thead><tr><th scope="col">when</th><th scope="col">outcome</th><th scope="col">detail</th><th scope="col">by</th></tr></thead><tbody>` +
       history.map((e) => { const c = auditCells(e); return `<tr><td>${when(c.at)}</td><td><span class="outcome outcome-${escapeHtml(e.outcome)}">${escapeHtml(c.outcome)}</span></td><td>${escapeHtml(c.detail)}</td><td>${escapeHtml(c.who)}</td></tr>`; }).join("") +
-      "</tbody></table>" : `<p class="muted">${auditRead ? "No explicit validation in the audit trail." : notRead}</p>`)]);
+      "</tbody></table>" : `<p class="muted">${auditRead ? noExplicitValidation(v) : notRead}</p>`)]);
     const t = throttleInfo(v, ms);
     if (t) {
       cards.push(["Throttle", dl([
