@@ -662,21 +662,21 @@ mod tests {
     /// to watch: a default naming a table would count lock waiters on a
     /// relation the repair never writes.
     #[test]
-    fn thr1_a_repair_names_no_tables_by_default() {
+    fn thr01_a_repair_names_no_tables_by_default() {
         assert!(Minimal.tables().is_empty());
     }
 
     /// EX-6: a repair that does not ask for overlapped commits runs its
     /// batches one after the other.
     #[test]
-    fn ex6_batches_do_not_overlap_commits_by_default() {
+    fn ex06_batches_do_not_overlap_commits_by_default() {
         assert!(!Minimal.overlap_commits());
     }
 
     /// REG-2, PAR-1, THR-3: without a declaration a repair has an empty
     /// description, runs in one partition and keeps its fixed batch size.
     #[test]
-    fn reg2_other_trait_defaults_are_the_documented_ones() {
+    fn reg02_other_trait_defaults_are_the_documented_ones() {
         assert_eq!(Minimal.description(), "");
         assert_eq!(Minimal.partitions(), 1);
         assert_eq!(Minimal.batch_target(), None);
@@ -685,7 +685,7 @@ mod tests {
     /// EMB-4: the two-statement batch form reads as its name in logs and
     /// assertions (the one-statement form is checked with `SqlRepair`).
     #[test]
-    fn emb4_batch_forms_debug_as_their_names() {
+    fn emb04_batch_forms_debug_as_their_names() {
         assert_eq!(format!("{:?}", Minimal.batches()), "Batches::TwoStatements");
     }
 }

@@ -232,7 +232,7 @@ async fn runner_stops_when_renewals_fail_before_the_lease_can_expire() {
 /// status, though its trust window (45 s of a minute's lease) would
 /// allow them for the rest of the test.
 #[actix_rt::test]
-async fn clm3_runner_stops_at_once_when_its_claim_is_lost() {
+async fn clm03_runner_stops_at_once_when_its_claim_is_lost() {
     let fake = Arc::new(Fake {
         ids: Mutex::new(vec!["lost".into()]),
         step_delay: Duration::from_millis(5),
@@ -293,7 +293,7 @@ async fn rt01_recorded_failure_ends_the_runner_and_is_counted_by_disposition() {
 /// CLM-3: a renewer with no claims makes no backend calls: an idle
 /// process costs PostgreSQL nothing between claim polls.
 #[actix_rt::test]
-async fn clm3_an_idle_renewer_makes_no_backend_calls() {
+async fn clm03_an_idle_renewer_makes_no_backend_calls() {
     let fake = Arc::new(Fake::default());
     let config = RuntimeConfig {
         renew_interval: Some(Duration::from_millis(20)),
@@ -548,7 +548,7 @@ fn runtime_config_rejects_a_zero_progress_interval() {
 /// claim; after that at most the round already in flight renews it, not
 /// one every interval.
 #[actix_rt::test]
-async fn clm3_a_claim_is_not_renewed_after_its_holder_exits() {
+async fn clm03_a_claim_is_not_renewed_after_its_holder_exits() {
     let fake = Arc::new(Fake {
         ids: Mutex::new(vec!["ends".into()]),
         renew_ok: AtomicBool::new(true),
@@ -575,7 +575,7 @@ async fn clm3_a_claim_is_not_renewed_after_its_holder_exits() {
 /// REG-1: a process registers its definitions once. Claim polls that come
 /// while the registration is still under way do not start another one.
 #[actix_rt::test]
-async fn reg1_polls_during_a_slow_registration_do_not_register_again() {
+async fn reg01_polls_during_a_slow_registration_do_not_register_again() {
     let fake = Arc::new(Fake {
         register_delay: Duration::from_millis(300),
         ..Fake::default()

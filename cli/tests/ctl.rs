@@ -374,7 +374,7 @@ async fn ctl_list_and_watch_follow_every_page() {
 /// (without them nothing is stored), `Client::check`'s 4xx mapping (a 422 would
 /// exit 5), and the throttle marker in `table`/`detail`.
 #[actix_rt::test]
-async fn thr4_ctl_set_changes_settings_and_refuses_bad_values() {
+async fn thr04_ctl_set_changes_settings_and_refuses_bad_values() {
     let (db, engine, _hooks) = setup(10).await;
     let server = serve(admin(engine.clone()));
     let url = server.url.as_str();
@@ -499,7 +499,7 @@ async fn thr4_ctl_set_changes_settings_and_refuses_bad_values() {
 /// too. Guard: the query the client builds (without `batches` the server
 /// runs its default of 3, not 2).
 #[actix_rt::test]
-async fn dry1_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
+async fn dry01_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
     let (db, engine, _hooks) = setup(10).await;
     let server = serve(admin(engine.clone()));
     let url = server.url.as_str();
@@ -539,7 +539,7 @@ async fn dry1_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
 /// and `ctl journal prune` deletes the journal once the undo completed.
 /// Guard: the CLI's undo and prune paths and the journal lines of `show`.
 #[actix_rt::test]
-async fn undo2_ctl_undoes_shows_the_journal_and_prunes() {
+async fn undo02_ctl_undoes_shows_the_journal_and_prunes() {
     use backfill::repair::SqlRepair;
     use backfill::{Engine, Registry};
     const JOURNALED: &str = "items.bump.v1";

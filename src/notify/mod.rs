@@ -306,7 +306,7 @@ mod tests {
     /// NTF-1: a CA file that cannot be read or holds no certificate stops
     /// startup naming `ca_file`, and the reason says which.
     #[test]
-    fn ntf1_an_unusable_ca_file_names_the_field() {
+    fn ntf01_an_unusable_ca_file_names_the_field() {
         let dir = std::env::temp_dir().join(format!("backfill-ca-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).expect("dir");
         let reason_of = |text: Option<&[u8]>| {

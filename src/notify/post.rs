@@ -337,7 +337,7 @@ mod tests {
 
     /// NTF-1: `https://` is accepted, on 443 unless a port is given.
     #[test]
-    fn ntf1_https_endpoints_default_to_port_443() {
+    fn ntf01_https_endpoints_default_to_port_443() {
         let e = Endpoint::parse("https://hooks.slack.com/services/T0/B0/x").expect("parse");
         assert!(e.tls);
         assert_eq!(
@@ -361,7 +361,7 @@ mod tests {
     /// NTF-3: a TLS failure is stored as a fixed phrase; the rustls
     /// error's own text, which can name the host, is not used.
     #[test]
-    fn ntf3_tls_failures_are_fixed_phrases() {
+    fn ntf03_tls_failures_are_fixed_phrases() {
         let untrusted = std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer),
@@ -380,7 +380,7 @@ mod tests {
     /// NTF-1: the extra CA file's certificates must be CA certificates
     /// rustls can use; the Mozilla roots are always there.
     #[test]
-    fn ntf1_tls_config_takes_the_public_roots_and_refuses_garbage() {
+    fn ntf01_tls_config_takes_the_public_roots_and_refuses_garbage() {
         tls_config(&[]).expect("the public roots alone");
         let garbage = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x00]);
         let e = tls_config(&[garbage]).expect_err("not a certificate");

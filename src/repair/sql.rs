@@ -678,7 +678,7 @@ mod tests {
     /// partitions from these answers only, so a setter whose value never
     /// reaches them would change nothing the engine does.
     #[test]
-    fn emb4_built_repair_answers_with_its_builder_settings() {
+    fn emb04_built_repair_answers_with_its_builder_settings() {
         let plain = items().build().expect("valid");
         assert_eq!(plain.id(), "items.email-norm.v1");
         assert_eq!(plain.description(), "SQL repair of items, by id");
@@ -717,7 +717,7 @@ mod tests {
     /// EMB-4: a SQL definition's batch form reads as its name in logs and
     /// assertions.
     #[test]
-    fn emb4_sql_batch_form_debugs_as_its_name() {
+    fn emb04_sql_batch_form_debugs_as_its_name() {
         let sql = SqlRepair::new("t.v1", "t")
             .key("id")
             .set("a = 1")

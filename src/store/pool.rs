@@ -305,7 +305,7 @@ mod tests {
     /// retryable, RT-1; OBS-1): never for an untranslated setting, once
     /// for the first translated one, and not again after.
     #[test]
-    fn rt1_translated_server_messages_are_warned_about_once() {
+    fn rt01_translated_server_messages_are_warned_about_once() {
         let buffer = Buffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::fmt()
