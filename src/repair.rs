@@ -582,7 +582,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stable_ids_are_validated() {
+    fn emb02_stable_ids_are_validated() {
         assert!(validate_id("events.author-norm_v1").is_ok());
         assert!(validate_id(&"a".repeat(128)).is_ok());
         for bad in ["", "Upper", "with space", "semi;colon", &"a".repeat(129)] {
@@ -594,7 +594,7 @@ mod tests {
     }
 
     #[test]
-    fn diagnostics_are_bounded_on_char_boundaries() {
+    fn aud02_diagnostics_are_bounded_on_char_boundaries() {
         let long = "é".repeat(400);
         let b = bounded(long);
         assert!(b.len() <= MAX_DIAGNOSTIC_BYTES);

@@ -9,12 +9,12 @@
 //! - AUD-1 audit atomicity: `aud01_*`; completeness is asserted at the end
 //!   of every test that performs accepted actions.
 //! - ADM-2/3 projection, ADM-6 absent destructive routes, supervisor
-//!   waker: `adm02_*`, `adm06_*`, `adm_waker_*`
-//! - OpenAPI document: `adm_openapi_*`; its declared constraints and key
+//!   waker: `adm02_*`, `adm06_*`, `adm04_waker_*`
+//! - API-1 OpenAPI document: `api01_openapi_*`; its declared constraints and key
 //!   types: `api01_*` (live responses: `.ci/api-check`)
 //! - API-2 405 with `Allow` on a known path: `api02_*`
 //! - API-3 flood of rejected requests: `api03_*`
-//! - Bad input: IDs no backfill can have: `adm_invalid_ids_*`; malformed
+//! - Bad input: IDs no backfill can have: `aud01_invalid_ids_*`; malformed
 //!   Idempotency-Keys: `adm04_*`
 //!
 //! Races use PostgreSQL's own lock queue (a test session holds the row lock
@@ -820,7 +820,7 @@ async fn adm02_detail_and_list_project_postgres_state() {
 /// every route with its methods and error bodies. The document is written
 /// to `target/tmp/openapi.json` for `.ci/run`'s openapi-spec-validator step.
 #[actix_rt::test]
-async fn adm_openapi_document_lists_every_route() {
+async fn api01_openapi_document_lists_every_route() {
     let (_db, engine, _hooks) = setup(1).await;
     let server = serve(admin(engine));
     let r = call(&server.url, "GET", "/openapi.json", None, None).await;
@@ -882,7 +882,7 @@ async fn adm_openapi_document_lists_every_route() {
 /// start/resume/retry commits; converged repeats, conflicts, pauses and
 /// replays do not wake it (the wake is a hint, never authority).
 #[actix_rt::test]
-async fn adm_waker_fires_only_after_accepted_activation() {
+async fn adm04_waker_fires_only_after_accepted_activation() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let (db, engine, _hooks) = setup(3).await;
@@ -1158,7 +1158,7 @@ async fn ct11_explicit_validation_cannot_commit_definition_writes() {
 /// statement: a 500) and `audit_id` (without it the audit insert of a NUL
 /// ID fails, and the rejection goes unaudited).
 #[actix_rt::test]
-async fn adm_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
+async fn aud01_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
     let (db, engine, _hooks) = setup(3).await;
     let server = serve(admin(engine));
     let before = snapshot(&db, ID).await;

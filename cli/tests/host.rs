@@ -9,7 +9,7 @@
 //! - (migrate on,  auto off): `ct13_on_off_*`
 //! - (migrate on,  auto on):  `ct13_on_on_*`
 //! - CFG-2 restart rebuilds the gate: `ct13_restart_*`; NOTIFY as a hint:
-//!   `cfg_notify_*`; CFG-3 and OBS-1/2 (admin listener, /metrics) inside
+//!   `clm01_notify_*`; CFG-3 and OBS-1/2 (admin listener, /metrics) inside
 //!   `ct13_off_on_*`; OBS-2 unknown is not zero: `obs02_*`
 //! - OBS-1 durations of execution and validation as histograms in
 //!   seconds, every family with HELP and TYPE: `obs01_*`
@@ -447,7 +447,7 @@ async fn ct13_restart_rebuilds_gate_from_postgres() {
 /// commits a NOTIFY the host LISTENs for. Guard: `wake_notify` in the start
 /// transaction and the host's listener (without them this waits 10 min).
 #[actix_rt::test]
-async fn cfg_notify_wakes_the_supervisor_as_a_hint() {
+async fn clm01_notify_wakes_the_supervisor_as_a_hint() {
     let db = app_db(200, 0).await;
     let mut config = host_config(&db, false, false);
     config.runtime.poll_interval = Duration::from_secs(600);

@@ -4,8 +4,8 @@
 //!
 //! Index:
 //! - CT-4 across processes: `ct04_sigkill_*`
-//! - graceful shutdown releases claims: `clm_sigterm_*`
-//! - the demo's throwaway cluster outlives no signal: `demo_stopped_*`
+//! - EMB-9 graceful shutdown releases claims: `emb09_sigterm_*`
+//! - EMB-1 the demo's throwaway cluster outlives no signal: `emb01_demo_*`
 //! - `--log-format json` writes list-valued fields as arrays: `obs02_*`
 //! - startup refusals and warnings of the admin boundary: `auth03_*`
 //!   (trusted-network mode on a non-loopback address), `auth05_*` (a token
@@ -250,7 +250,7 @@ async fn ct04_sigkill_before_after_commit_and_during_validation_resumes_exactly_
 /// continues at once instead of after the lease TTL. Guard: the release on
 /// drain (without it the owner stays set until expiry).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clm_sigterm_releases_the_claim_and_exits_cleanly() {
+async fn emb09_sigterm_releases_the_claim_and_exits_cleanly() {
     let db = test_db().await;
     example::migrate(&db.url).await.unwrap();
     example::seed(&db.pool, 3000, 0).await.unwrap();
@@ -279,7 +279,7 @@ async fn clm_sigterm_releases_the_claim_and_exits_cleanly() {
 /// (without it the first SIGTERM kills the process at once, and the
 /// cluster pg_ctl detached keeps running with its directory).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn demo_stopped_while_seeding_removes_its_throwaway_cluster() {
+async fn emb01_demo_stopped_while_seeding_removes_its_throwaway_cluster() {
     use std::io::BufRead;
     let mut child = Command::new(env!("CARGO_BIN_EXE_backfill"))
         .args(["demo", "--rows", "20000000", "--listen", "127.0.0.1:0"])

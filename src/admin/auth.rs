@@ -376,7 +376,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn roles_grant_nothing_and_tokens_match_by_digest() {
+    fn auth01_roles_grant_nothing_and_tokens_match_by_digest() {
         let file = format!(
             r#"[{{"name":"mod","sha256":"{}","capabilities":["community:owner","channel:admin","member"]}},
                 {{"name":"ro","sha256":"{}","capabilities":["backfill:read"]}}]"#,
@@ -394,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_tokens_file_is_rejected_without_echoing_it() {
+    fn auth05_bad_tokens_file_is_rejected_without_echoing_it() {
         let err = AuthConfig::parse_tokens_file(r#"[{"name":"x","sha256":"secretish"}]"#)
             .expect_err("bad digest");
         assert!(!err.to_string().contains("secretish"));

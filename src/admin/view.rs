@@ -668,7 +668,7 @@ mod timestamp {
         struct Ours(#[serde(serialize_with = "super::serialize")] DateTime<Utc>);
 
         #[test]
-        fn writes_what_chrono_writes() {
+        fn api01_writes_what_chrono_writes() {
             let day = NaiveDate::from_ymd_opt(2026, 11, 30).expect("date");
             let mut cases: Vec<DateTime<Utc>> = [0, 1_000_000, 123_456_000, 123_456_789]
                 .into_iter()

@@ -443,7 +443,7 @@ mod tests {
     /// The wait for a spare connection is half the open transaction's idle
     /// allowance, capped at a second.
     #[test]
-    fn spare_wait_is_half_the_statement_timeout_up_to_a_second() {
+    fn ex05_spare_wait_is_half_the_statement_timeout_up_to_a_second() {
         let ms = Duration::from_millis;
         assert_eq!(spare_wait(ms(601)), ms(300) + Duration::from_micros(500));
         assert_eq!(spare_wait(ms(1_999)), ms(999) + Duration::from_micros(500));

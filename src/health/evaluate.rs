@@ -653,7 +653,7 @@ mod tests {
     }
 
     #[test]
-    fn config_defaults_are_valid_and_out_of_range_values_are_refused() {
+    fn thr01_config_defaults_are_valid_and_out_of_range_values_are_refused() {
         let config = HealthConfig::default();
         assert_eq!(config.validate(), Ok(()));
         assert_eq!(config.interval, Duration::from_secs(1));

@@ -414,7 +414,7 @@ mod tests {
     }
 
     #[test]
-    fn relation_names_are_checked_as_postgresql_splits_them() {
+    fn thr01_relation_names_are_checked_as_postgresql_splits_them() {
         for ok in [
             "items",
             "public.items",

@@ -276,7 +276,7 @@ mod tests {
     /// Bad input names its field: a URL that is neither http nor https,
     /// an unknown event, a short secret, an unusable CA file.
     #[test]
-    fn bad_configuration_names_the_field() {
+    fn ntf03_bad_configuration_names_the_field() {
         let ok = NotifyConfig {
             targets: vec![target()],
             ..NotifyConfig::default()
@@ -353,13 +353,13 @@ mod tests {
 
     /// Neither the secret nor the URL is in a target's `Debug`.
     #[test]
-    fn debug_hides_url_and_secret() {
+    fn ntf03_debug_hides_url_and_secret() {
         let text = format!("{:?}", target());
         assert!(!text.contains("0123456789abcdef") && !text.contains("127.0.0.1"));
     }
 
     #[test]
-    fn a_secret_file_loses_its_trailing_newline() {
+    fn ntf01_a_secret_file_loses_its_trailing_newline() {
         assert_eq!(Secret::from_file_text(b"abc\r\n").bytes(), b"abc");
         assert_eq!(Secret::from_file_text(b"abc").bytes(), b"abc");
     }

@@ -299,7 +299,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_parse_and_refuse() {
+    fn ntf03_endpoints_parse_and_refuse() {
         let e = Endpoint::parse("http://127.0.0.1:8088/hooks/a?x=1").expect("parse");
         assert_eq!(
             (e.host.as_str(), e.port, e.path.as_str()),
@@ -389,7 +389,7 @@ mod tests {
 
     /// RFC 4231 test case 2.
     #[test]
-    fn signature_is_hmac_sha256() {
+    fn ntf02_signature_is_hmac_sha256() {
         assert_eq!(
             sign(b"Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
@@ -397,7 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn status_lines() {
+    fn ntf02_status_lines() {
         assert_eq!(status_code(b"HTTP/1.1 204 No Content"), Some(204));
         assert_eq!(status_code(b"HTTP/1.0 503"), Some(503));
         assert_eq!(status_code(b"SSH-2.0"), None);

@@ -104,7 +104,7 @@ mod tests {
     use crate::repair::BigIntSummary;
 
     #[test]
-    fn selection_contract_is_checked() {
+    fn ex03_selection_contract_is_checked() {
         assert!(check_selection(&[2i64, 3], Some(&1), &3, 2).is_ok());
         assert_eq!(
             check_selection(&[2i64, 3, 4], Some(&1), &9, 2),
@@ -125,7 +125,7 @@ mod tests {
     }
 
     #[test]
-    fn one_statement_summary_is_checked() {
+    fn ex03_one_statement_summary_is_checked() {
         let keys = |first, last, count| Mutated::Keys { first, last, count };
         assert!(check_mutated(&keys(2i64, 3, 2), Some(&1), &3, 2).is_ok());
         assert!(check_mutated(&keys(5i64, 5, 1), None, &5, 1).is_ok());

@@ -105,7 +105,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn even_splits_cover_the_range_in_order() {
+    fn par01_even_splits_cover_the_range_in_order() {
         assert_eq!(even_splits(1, 100, 4), vec![25, 50, 75]);
         assert_eq!(even_splits(1, 2, 4), vec![1]);
         assert!(even_splits(5, 5, 4).is_empty());

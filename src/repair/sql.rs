@@ -585,7 +585,7 @@ mod tests {
     }
 
     #[test]
-    fn identifiers_are_plain_or_schema_qualified() {
+    fn emb04_identifiers_are_plain_or_schema_qualified() {
         for good in ["items", "_t1", "app.items", &"a".repeat(63)] {
             assert!(check_identifier(good, true).is_ok(), "{good}");
         }
@@ -615,7 +615,7 @@ mod tests {
     }
 
     #[test]
-    fn statements_carry_the_batch_size_and_the_filter() {
+    fn emb04_statements_carry_the_batch_size_and_the_filter() {
         let repair = items()
             .filter("email IS NOT NULL")
             .batch_size(250)
@@ -645,7 +645,7 @@ mod tests {
     }
 
     #[test]
-    fn missing_parts_are_typed_errors() {
+    fn emb04_missing_parts_are_typed_errors() {
         let missing = |builder: SqlRepairBuilder| match builder.build() {
             Err(DefinitionError::Incomplete { missing, .. }) => missing,
             other => panic!("{other:?}"),
