@@ -275,7 +275,7 @@ mod tests {
     /// The binaries are found under Debian's versioned directories without
     /// `PATH`, the newest version by number that has the tool.
     #[test]
-    fn finds_the_newest_versions_binary_without_path() {
+    fn emb01_finds_the_newest_versions_binary_without_path() {
         let root = std::env::temp_dir().join(format!("bf-pgbin-{}", unique()));
         for (version, tools) in [("9.6", &["initdb"][..]), ("10", &["initdb"]), ("17", &[])] {
             let bin = root.join(version).join("bin");
@@ -293,7 +293,7 @@ mod tests {
 
     /// No binaries: one line that names the install command.
     #[test]
-    fn missing_binaries_say_in_one_line_what_to_install() {
+    fn emb01_missing_binaries_say_in_one_line_what_to_install() {
         let line = EphemeralError::NoBinaries.to_string();
         assert!(!line.contains('\n'), "{line}");
         assert!(line.contains("apt-get install -y postgresql"), "{line}");

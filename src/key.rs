@@ -306,13 +306,13 @@ mod tests {
     }
 
     #[test]
-    fn integers_keep_order_across_sign() {
+    fn ex02_integers_keep_order_across_sign() {
         assert_order_preserved(vec![i64::MIN, -300, -1, 0, 1, 255, 256, i64::MAX]);
         assert_order_preserved(vec![i32::MIN, -2, 0, 7, i32::MAX]);
     }
 
     #[test]
-    fn text_keeps_prefix_and_nul_order() {
+    fn ex02_text_keeps_prefix_and_nul_order() {
         assert_order_preserved(
             ["", "a", "a\0", "a\0b", "ab", "b", "\u{e9}", "zz"]
                 .iter()
@@ -322,7 +322,7 @@ mod tests {
     }
 
     #[test]
-    fn compound_keys_order_ties_by_second_component() {
+    fn ex02_compound_keys_order_ties_by_second_component() {
         let t0 = Utc.timestamp_micros(1_000).unwrap();
         let t1 = Utc.timestamp_micros(-5).unwrap();
         assert_order_preserved(vec![(t0, 2i64), (t0, 1), (t1, 9), (t1, -9)]);
@@ -334,7 +334,7 @@ mod tests {
     }
 
     #[test]
-    fn wrong_type_is_a_typed_mismatch() {
+    fn reg04_wrong_type_is_a_typed_mismatch() {
         let bytes = "x".to_string().to_bytes();
         assert!(matches!(
             i64::from_bytes(&bytes),
@@ -347,7 +347,7 @@ mod tests {
     }
 
     #[test]
-    fn render_json_reads_any_stored_key() {
+    fn api01_render_json_reads_any_stored_key() {
         let t = Utc.timestamp_micros(0).unwrap();
         assert_eq!(render_json(&7i64.to_bytes()), Some(Value::from(7)));
         assert_eq!(

@@ -81,7 +81,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn a_json_field_renders_as_its_value_and_plain_text_as_text() {
+    fn obs02_a_json_field_renders_as_its_value_and_plain_text_as_text() {
         let ids = vec!["a".to_string(), "b \"quoted\"".to_string()];
         assert_eq!(
             render(&format_args!("{}", Json(&ids))),

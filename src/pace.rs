@@ -178,7 +178,7 @@ mod tests {
     }
 
     #[test]
-    fn thr3_policy_prefers_operator_then_definition() {
+    fn thr03_policy_prefers_operator_then_definition() {
         let none = Settings::default();
         assert_eq!(Policy::new(&none, 500, None), Policy::Fixed(500));
         let t = target(50, 10, 1000);
@@ -199,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn thr3_adaptive_size_grows_gently_and_shrinks_at_once() {
+    fn thr03_adaptive_size_grows_gently_and_shrinks_at_once() {
         let mut s = Sizing::new(Policy::Adaptive(target(50, 10, 100_000)), None);
         assert_eq!(s.size(), 10);
         // 0.1 ms per key: the target is 500 keys, reached by steps of 1.5x.
@@ -224,7 +224,7 @@ mod tests {
     }
 
     #[test]
-    fn thr3_timeout_halves_within_range_and_fixed_stays() {
+    fn thr03_timeout_halves_within_range_and_fixed_stays() {
         let mut s = Sizing::new(Policy::Adaptive(target(50, 10, 1000)), Some(400));
         assert_eq!(s.size(), 400);
         assert_eq!(s.on_timeout(), 200);
@@ -241,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn thr3_policy_change_keeps_size_in_the_new_range() {
+    fn thr03_policy_change_keeps_size_in_the_new_range() {
         let mut s = Sizing::new(Policy::Adaptive(target(50, 10, 1000)), Some(900));
         s.set_policy(Policy::Adaptive(target(50, 10, 100)));
         assert_eq!(s.size(), 100);

@@ -582,7 +582,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stable_ids_are_validated() {
+    fn emb02_stable_ids_are_validated() {
         assert!(validate_id("events.author-norm_v1").is_ok());
         assert!(validate_id(&"a".repeat(128)).is_ok());
         for bad in ["", "Upper", "with space", "semi;colon", &"a".repeat(129)] {
@@ -594,7 +594,7 @@ mod tests {
     }
 
     #[test]
-    fn diagnostics_are_bounded_on_char_boundaries() {
+    fn aud02_diagnostics_are_bounded_on_char_boundaries() {
         let long = "é".repeat(400);
         let b = bounded(long);
         assert!(b.len() <= MAX_DIAGNOSTIC_BYTES);
@@ -662,21 +662,21 @@ mod tests {
     /// to watch: a default naming a table would count lock waiters on a
     /// relation the repair never writes.
     #[test]
-    fn thr1_a_repair_names_no_tables_by_default() {
+    fn thr01_a_repair_names_no_tables_by_default() {
         assert!(Minimal.tables().is_empty());
     }
 
     /// EX-6: a repair that does not ask for overlapped commits runs its
     /// batches one after the other.
     #[test]
-    fn ex6_batches_do_not_overlap_commits_by_default() {
+    fn ex06_batches_do_not_overlap_commits_by_default() {
         assert!(!Minimal.overlap_commits());
     }
 
     /// REG-2, PAR-1, THR-3: without a declaration a repair has an empty
     /// description, runs in one partition and keeps its fixed batch size.
     #[test]
-    fn reg2_other_trait_defaults_are_the_documented_ones() {
+    fn reg02_other_trait_defaults_are_the_documented_ones() {
         assert_eq!(Minimal.description(), "");
         assert_eq!(Minimal.partitions(), 1);
         assert_eq!(Minimal.batch_target(), None);
@@ -685,7 +685,7 @@ mod tests {
     /// EMB-4: the two-statement batch form reads as its name in logs and
     /// assertions (the one-statement form is checked with `SqlRepair`).
     #[test]
-    fn emb4_batch_forms_debug_as_their_names() {
+    fn emb04_batch_forms_debug_as_their_names() {
         assert_eq!(format!("{:?}", Minimal.batches()), "Batches::TwoStatements");
     }
 }

@@ -345,7 +345,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn thr4_apply_sets_clears_and_checks_every_field() {
+    fn thr04_apply_sets_clears_and_checks_every_field() {
         let s = Settings::default()
             .apply(&json!({"batch_size": 500, "pause_ms": 0}))
             .unwrap();
@@ -398,7 +398,7 @@ mod tests {
     }
 
     #[test]
-    fn thr4_apply_refuses_unknown_empty_and_contradicting_changes() {
+    fn thr04_apply_refuses_unknown_empty_and_contradicting_changes() {
         let s = Settings::default();
         assert_eq!(
             s.apply(&json!({"batch_sise": 5})),
@@ -420,7 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn thr4_target_must_be_below_the_statement_timeout() {
+    fn thr04_target_must_be_below_the_statement_timeout() {
         let timeout = Duration::from_secs(30);
         let at = |ms: u64| {
             Settings::default()
@@ -442,7 +442,7 @@ mod tests {
     }
 
     #[test]
-    fn thr4_stored_settings_keep_known_fields_in_range() {
+    fn thr04_stored_settings_keep_known_fields_in_range() {
         let s = Settings::from_stored(&json!({
             "batch_size": 7, "pause_ms": 10, "later_field": 3, "max_batch_size": 0
         }));

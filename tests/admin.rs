@@ -6,16 +6,16 @@
 //! - CT-10 idempotent actions (duplicate, concurrent, restart), conflicts:
 //!   `ct10_*`
 //! - CT-11 explicit validation on a completed row: `ct11_*`
-//! - AUD-1 audit atomicity: `aud1_*`; completeness is asserted at the end
+//! - AUD-1 audit atomicity: `aud01_*`; completeness is asserted at the end
 //!   of every test that performs accepted actions.
 //! - ADM-2/3 projection, ADM-6 absent destructive routes, supervisor
-//!   waker: `adm2_*`, `adm6_*`, `adm_waker_*`
-//! - OpenAPI document: `adm_openapi_*`; its declared constraints and key
-//!   types: `api1_*` (live responses: `.ci/api-check`)
-//! - API-2 405 with `Allow` on a known path: `api2_*`
-//! - API-3 flood of rejected requests: `api3_*`
-//! - Bad input: IDs no backfill can have: `adm_invalid_ids_*`; malformed
-//!   Idempotency-Keys: `adm4_*`
+//!   waker: `adm02_*`, `adm06_*`, `adm04_waker_*`
+//! - API-1 OpenAPI document: `api01_openapi_*`; its declared constraints and key
+//!   types: `api01_*` (live responses: `.ci/api-check`)
+//! - API-2 405 with `Allow` on a known path: `api02_*`
+//! - API-3 flood of rejected requests: `api03_*`
+//! - Bad input: IDs no backfill can have: `aud01_invalid_ids_*`; malformed
+//!   Idempotency-Keys: `adm04_*`
 //!
 //! Races use PostgreSQL's own lock queue (a test session holds the row lock
 //! and the test waits until every request is queued) or repair gates.
@@ -490,7 +490,7 @@ async fn ct10_conflicts_carry_current_state_and_repeats_converge() {
 /// fault is gone the same key applies the transition. Guard: the audit
 /// insert inside the action's transaction in `Admin::act_tx`.
 #[actix_rt::test]
-async fn aud1_failed_audit_insert_rolls_back_the_transition() {
+async fn aud01_failed_audit_insert_rolls_back_the_transition() {
     let (db, engine, _hooks) = setup(10).await;
     let server = serve(admin(engine));
     db.exec(
@@ -713,7 +713,7 @@ async fn ct11_explicit_validation_on_completed_row_is_read_only_and_idempotent()
 /// progress as a fraction (null while unknown), owner disposition, the
 /// gating flag; the list pages by ID.
 #[actix_rt::test]
-async fn adm2_detail_and_list_project_postgres_state() {
+async fn adm02_detail_and_list_project_postgres_state() {
     let (db, engine, _hooks) = setup(10).await;
     let server = serve(admin(engine.clone()));
     let d = call(
@@ -820,7 +820,7 @@ async fn adm2_detail_and_list_project_postgres_state() {
 /// every route with its methods and error bodies. The document is written
 /// to `target/tmp/openapi.json` for `.ci/run`'s openapi-spec-validator step.
 #[actix_rt::test]
-async fn adm_openapi_document_lists_every_route() {
+async fn api01_openapi_document_lists_every_route() {
     let (_db, engine, _hooks) = setup(1).await;
     let server = serve(admin(engine));
     let r = call(&server.url, "GET", "/openapi.json", None, None).await;
@@ -882,7 +882,7 @@ async fn adm_openapi_document_lists_every_route() {
 /// start/resume/retry commits; converged repeats, conflicts, pauses and
 /// replays do not wake it (the wake is a hint, never authority).
 #[actix_rt::test]
-async fn adm_waker_fires_only_after_accepted_activation() {
+async fn adm04_waker_fires_only_after_accepted_activation() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let (db, engine, _hooks) = setup(3).await;
@@ -923,7 +923,7 @@ async fn adm_waker_fires_only_after_accepted_activation() {
 /// catch-all `no_route` of the admin routes; without it the body is
 /// empty).
 #[actix_rt::test]
-async fn adm6_no_destructive_routes() {
+async fn adm06_no_destructive_routes() {
     let (db, engine, _hooks) = setup(3).await;
     let server = serve(admin(engine));
     let r = call(
@@ -1158,7 +1158,7 @@ async fn ct11_explicit_validation_cannot_commit_definition_writes() {
 /// statement: a 500) and `audit_id` (without it the audit insert of a NUL
 /// ID fails, and the rejection goes unaudited).
 #[actix_rt::test]
-async fn adm_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
+async fn aud01_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
     let (db, engine, _hooks) = setup(3).await;
     let server = serve(admin(engine));
     let before = snapshot(&db, ID).await;
@@ -1226,7 +1226,7 @@ async fn adm_invalid_ids_are_a_400_and_rejected_actions_are_audited() {
 /// `http::admin` and `view::key_schema` (removing one fails its assertion;
 /// `.ci/api-check` then checks live responses against the document).
 #[actix_rt::test]
-async fn api1_openapi_declares_constraints_and_key_types() {
+async fn api01_openapi_declares_constraints_and_key_types() {
     let (_db, engine, _hooks) = setup(1).await;
     let server = serve(admin(engine));
     let doc = call(&server.url, "GET", "/openapi.json", None, None)
@@ -1309,7 +1309,7 @@ async fn api1_openapi_declares_constraints_and_key_types() {
 /// service in `http::admin::resource` (without it the catch-all answers
 /// 404 and the test fails on the status).
 #[actix_rt::test]
-async fn api2_unsupported_method_on_a_known_path_is_405_with_allow() {
+async fn api02_unsupported_method_on_a_known_path_is_405_with_allow() {
     let (db, engine, _hooks) = setup(3).await;
     let server = serve(admin(engine));
     let before = snapshot(&db, ID).await;
@@ -1367,7 +1367,7 @@ async fn api2_unsupported_method_on_a_known_path_is_405_with_allow() {
 /// rows; without the rate there is no 429) and the order in
 /// `Admin::authorize` (authentication before the gate).
 #[actix_rt::test]
-async fn api3_flood_of_rejected_requests_is_coalesced_and_authorized_requests_succeed() {
+async fn api03_flood_of_rejected_requests_is_coalesced_and_authorized_requests_succeed() {
     use futures_util::StreamExt;
     use std::cell::Cell;
     const FLOOD: usize = 2_000;
@@ -1486,7 +1486,7 @@ async fn api3_flood_of_rejected_requests_is_coalesced_and_authorized_requests_su
 /// header that changes nothing; a key of exactly 200 bytes is accepted.
 /// Guard: `Admin::require_key`.
 #[actix_rt::test]
-async fn adm4_idempotency_key_is_one_to_200_printable_bytes() {
+async fn adm04_idempotency_key_is_one_to_200_printable_bytes() {
     let (db, engine, _hooks) = setup(3).await;
     let server = serve(admin(engine));
     let start = format!("/admin/backfills/{ID}/start");
@@ -1514,7 +1514,7 @@ async fn adm4_idempotency_key_is_one_to_200_printable_bytes() {
 /// no `next_after` or `next_before` points past the end. Guard: the
 /// `limit + 1` look-ahead in `Admin::list` and `Admin::audit`.
 #[actix_rt::test]
-async fn adm2_a_page_of_exactly_limit_items_is_the_last() {
+async fn adm02_a_page_of_exactly_limit_items_is_the_last() {
     let (db, engine, _hooks) = setup(3).await;
     let server = serve(admin(engine));
     let page = |path: String| {
@@ -1559,7 +1559,7 @@ async fn adm2_a_page_of_exactly_limit_items_is_the_last() {
 /// throttled window's row says why. Guard: the `NewAudit` that
 /// `FloodGate::flush` writes.
 #[actix_rt::test]
-async fn api3_a_coalesced_row_describes_the_first_request_of_its_window() {
+async fn api03_a_coalesced_row_describes_the_first_request_of_its_window() {
     use backfill::admin::FloodLimits;
     let (db, engine, _hooks) = setup(3).await;
     let admin = admin(engine).with_flood_limits(FloodLimits {
@@ -1614,7 +1614,7 @@ async fn api3_a_coalesced_row_describes_the_first_request_of_its_window() {
 /// the row already committed. Guard: `FloodGate::written` (without the
 /// wait, the 401 arrives while its row cannot have been written).
 #[actix_rt::test]
-async fn api3_a_401_answers_only_once_its_rejection_is_audited() {
+async fn api03_a_401_answers_only_once_its_rejection_is_audited() {
     use backfill::admin::FloodLimits;
     let (db, engine, _hooks) = setup(3).await;
     let admin = admin(engine).with_flood_limits(FloodLimits {
@@ -1722,7 +1722,7 @@ async fn coalesced(db: &support::TestDb, outcome: &str) -> String {
 /// in any case and with any port. Guard: the Host check in
 /// `Admin::boundary`.
 #[actix_rt::test]
-async fn auth3_foreign_host_is_refused_in_trusted_network_mode() {
+async fn auth03_foreign_host_is_refused_in_trusted_network_mode() {
     let (db, engine, _hooks) = setup(3).await;
     let admin = trusted_admin(engine).with_allowed_hosts(["admin.internal:9000".to_string()]);
     let server = serve(admin);
@@ -1773,7 +1773,7 @@ async fn auth3_foreign_host_is_refused_in_trusted_network_mode() {
 /// and nothing else. A cross-site read and a same-origin post are
 /// answered. Guard: `cross_site` in `Admin::boundary`.
 #[actix_rt::test]
-async fn auth3_cross_site_posts_are_refused_in_both_modes() {
+async fn auth03_cross_site_posts_are_refused_in_both_modes() {
     const POSTS: usize = 300;
     for trusted in [false, true] {
         let (db, engine, _hooks) = setup(3).await;
@@ -1856,7 +1856,7 @@ const SECURITY_HEADERS: [(&str, &str); 5] = [
 /// document and the web client carry the CSP, nosniff, no-referrer, no
 /// framing and no-store. Guard: `http::security_headers` on each resource.
 #[actix_rt::test]
-async fn auth4_every_admin_response_carries_the_security_headers() {
+async fn auth04_every_admin_response_carries_the_security_headers() {
     let (_db, engine, _hooks) = setup(3).await;
     let server = serve_with_ui(admin(engine).with_flood_limits(roomy()));
     let operator = format!("Bearer {OPERATOR}");

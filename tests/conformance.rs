@@ -28,7 +28,8 @@
 //!   `ex06_runner_does_not_wait_*`, `ex06_second_connection_goes_back_*`,
 //!   `ct05_pause_rejects_an_overlapped_*`, `clm01_release_ends_both_*`
 //! - REG-1/REG-4, LC-1, EX-2: registration, fail-closed keys, lifecycle
-//!   enforced by the database, compound keys: `reg*`, `lc01_*`, `ex02_*`
+//!   enforced by the database, compound keys: `reg01_*`, `reg04_*`, `lc01_*`,
+//!   `ex02_*`; an invalid stable ID (EMB-2): `emb02_*`
 //! - RT-1 errors classified whatever the server's language: `rt01_*`
 //! - EMB-4 the store's statements prepared once per connection: `emb04_*`
 //! - AUD-2 an engine's `Debug` leaves the database out: `aud02_*`

@@ -5,14 +5,14 @@
 //! Index:
 //! - EMB-1 the configuration matrix of CT-13 through `Host::start` with
 //!   this application, and its listeners on one address or on an address
-//!   in use: `emb1_*`; the admin boundary and readiness mounted
-//!   into an `App` the test builds itself: `emb1_admin_routes_mount_*`
+//!   in use: `emb01_*`; the admin boundary and readiness mounted
+//!   into an `App` the test builds itself: `emb01_admin_routes_mount_*`
 //! - EMB-1, PAR-2, PAR-4 a partitioned repair of the application run by
-//!   the host to `completed`: `emb1_partitioned_*`
+//!   the host to `completed`: `emb01_partitioned_*`
 //! - EMB-3 awaiting (re-reading PostgreSQL about once a second) and
-//!   events: `emb3_*`
-//! - EMB-6 settings checked before anything reaches PostgreSQL: `emb6_*`
-//! - EMB-7 the runtime from a plain tokio context: `emb7_*`
+//!   events: `emb03_*`
+//! - EMB-6 settings checked before anything reaches PostgreSQL: `emb06_*`
+//! - EMB-7 the runtime from a plain tokio context: `emb07_*`
 //! - EMB-8 a failed automatic start recorded, shown and waited on, then
 //!   retried; `wait_for` on a backfill that needs an operator: `emb08_*`
 //! - EMB-9 an embedder leaving with `?` after the start, through
@@ -191,14 +191,14 @@ async fn never_gates(db: &TestDb, migrate: bool) {
 /// Migrations on, automatic on. Guards: the application's migration (no
 /// `items`: the schema check fails), the gate (503 while validating).
 #[actix_rt::test]
-async fn emb1_migrate_on_auto_on_gates_until_completed() {
+async fn emb01_migrate_on_auto_on_gates_until_completed() {
     let db = test_db().await;
     gates_until_validated(&db, true).await;
 }
 
 /// Migrations on, automatic off.
 #[actix_rt::test]
-async fn emb1_migrate_on_auto_off_never_gates() {
+async fn emb01_migrate_on_auto_off_never_gates() {
     let db = test_db().await;
     never_gates(&db, true).await;
 }
@@ -207,7 +207,7 @@ async fn emb1_migrate_on_auto_off_never_gates() {
 /// the automatic mode above; without it, startup fails with the schema
 /// check's words and nothing listens.
 #[actix_rt::test]
-async fn emb1_migrate_off_auto_on_needs_the_schema() {
+async fn emb01_migrate_off_auto_on_needs_the_schema() {
     let db = test_db().await;
     let hooks = Hooks::new();
     let err = Host::start(config(&db, false, true), shop(&hooks))
@@ -222,7 +222,7 @@ async fn emb1_migrate_off_auto_on_needs_the_schema() {
 
 /// Migrations off, automatic off.
 #[actix_rt::test]
-async fn emb1_migrate_off_auto_off_never_gates() {
+async fn emb01_migrate_off_auto_off_never_gates() {
     let db = test_db().await;
     db.exec(&items_sql(200)).await;
     never_gates(&db, false).await;
@@ -233,7 +233,7 @@ async fn emb1_migrate_off_auto_off_never_gates() {
 /// authorization (401 without a token), the gate (503 while pending in
 /// automatic mode).
 #[actix_rt::test]
-async fn emb1_admin_routes_mount_into_an_app_of_the_service() {
+async fn emb01_admin_routes_mount_into_an_app_of_the_service() {
     use actix_web::{test, web, App};
     let db = test_db().await;
     let hooks = Hooks::new();
@@ -285,7 +285,7 @@ async fn emb1_admin_routes_mount_into_an_app_of_the_service() {
 /// admin routes on the serving listener when the addresses are equal
 /// (without them the admin list is a 404).
 #[actix_rt::test]
-async fn emb1_one_address_serves_the_application_and_the_admin_api() {
+async fn emb01_one_address_serves_the_application_and_the_admin_api() {
     let db = test_db().await;
     let hooks = Hooks::new();
     let mut config = config(&db, true, false);
@@ -319,7 +319,7 @@ async fn emb1_one_address_serves_the_application_and_the_admin_api() {
 /// it, for the serving listener and for the admin one alike. Guard: the
 /// address each failure is reported with.
 #[actix_rt::test]
-async fn emb1_address_in_use_fails_the_start_naming_it() {
+async fn emb01_address_in_use_fails_the_start_naming_it() {
     let db = test_db().await;
     let hooks = Hooks::new();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -369,7 +369,7 @@ fn assert_timed_out_pending<T: std::fmt::Debug>(waited: &Result<T, WaitError>) {
 /// of reads (the first, one a second and the last), counted as the
 /// connections its pool handed out.
 #[actix_rt::test]
-async fn emb3_wait_for_rereads_about_once_a_second() {
+async fn emb03_wait_for_rereads_about_once_a_second() {
     let db = test_db().await;
     let waiter = waiter(&db, &Hooks::new()).await;
     let before = waiter.pool().state().statistics.get_started;
@@ -387,7 +387,7 @@ async fn emb3_wait_for_rereads_about_once_a_second() {
 /// validating, completed in that order; one that lagged behind still ends
 /// with the right final state, read from PostgreSQL.
 #[actix_rt::test]
-async fn emb3_wait_for_and_events_follow_another_process() {
+async fn emb03_wait_for_and_events_follow_another_process() {
     let db = test_db().await;
     // 1,200 batches: more events than a subscriber may lag behind by.
     db.exec(&items_sql(12_000)).await;
@@ -467,7 +467,7 @@ async fn emb3_wait_for_and_events_follow_another_process() {
 /// migrations ran). So are a duplicate definition and a required ID the
 /// application does not define.
 #[actix_rt::test]
-async fn emb6_bad_configuration_fails_before_postgresql_is_touched() {
+async fn emb06_bad_configuration_fails_before_postgresql_is_touched() {
     let db = test_db().await;
     db.exec("DROP TABLE IF EXISTS backfill CASCADE").await;
     let hooks = Hooks::new();
@@ -521,7 +521,7 @@ async fn emb6_bad_configuration_fails_before_postgresql_is_touched() {
 /// them nothing moves and the wait times out) and the completion at the
 /// last partition's end.
 #[actix_rt::test]
-async fn emb1_partitioned_repair_runs_to_completed_in_the_host() {
+async fn emb01_partitioned_repair_runs_to_completed_in_the_host() {
     let db = test_db().await;
     let hooks = Hooks::new();
     let app = Shop {
@@ -550,7 +550,7 @@ async fn emb1_partitioned_repair_runs_to_completed_in_the_host() {
 /// EMB-7: a plain tokio service (no actix system of its own) starts the
 /// runtime, starts a backfill and awaits its completion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn emb7_runtime_from_plain_tokio_completes_a_backfill() {
+async fn emb07_runtime_from_plain_tokio_completes_a_backfill() {
     let db = test_db().await;
     db.exec(&items_sql(500)).await;
     let hooks = Hooks::new();

@@ -81,7 +81,7 @@ async fn wal_position(conn: &mut AsyncPgConnection) -> i64 {
 /// verdict names the byte lag with its value and limit, and after replay
 /// resumes the lag falls back and the verdict is go again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr1_replication_lag_bytes_grow_while_replay_is_paused() {
+async fn thr01_replication_lag_bytes_grow_while_replay_is_paused() {
     let pair = StandbyPair::start().await;
     let mut primary = pair.primary().await;
     primary
@@ -150,7 +150,7 @@ async fn thr1_replication_lag_bytes_grow_while_replay_is_paused() {
 /// listed under Proceed, throttling under Throttle; the signals it can
 /// read stay known. Granted pg_monitor, the same monitor reads the lag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr2_a_role_without_pg_monitor_reads_replication_lag_as_unknown() {
+async fn thr02_a_role_without_pg_monitor_reads_replication_lag_as_unknown() {
     let pair = StandbyPair::start().await;
     let mut primary = pair.primary().await;
     primary
@@ -218,7 +218,7 @@ async fn thr2_a_role_without_pg_monitor_reads_replication_lag_as_unknown() {
 /// WAL position and lags are unknown with the reason, and the other
 /// signals are still read: one unreadable signal fails no other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr2_a_standby_in_recovery_reads_wal_signals_as_unknown_and_the_rest() {
+async fn thr02_a_standby_in_recovery_reads_wal_signals_as_unknown_and_the_rest() {
     let pair = StandbyPair::start().await;
     pair.primary()
         .await
@@ -281,7 +281,7 @@ async fn waiters_reach(monitor: &Monitor, table: &str, count: u64) -> Arc<Snapsh
 /// another; so do sessions queued for one row, the first of which waits on
 /// the holder's transaction rather than on a lock of the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr1_lock_waiters_count_sessions_blocked_on_the_repairs_tables() {
+async fn thr01_lock_waiters_count_sessions_blocked_on_the_repairs_tables() {
     let db = support::test_db().await;
     db.exec(
         "CREATE SCHEMA s; CREATE TABLE s.items (id int PRIMARY KEY, v int); \
@@ -358,7 +358,7 @@ async fn thr1_lock_waiters_count_sessions_blocked_on_the_repairs_tables() {
 /// the time since it began; the monitor's own session and transactions in
 /// other databases do not count, and the age is gone once it commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr1_an_open_transaction_of_another_session_shows_its_age() {
+async fn thr01_an_open_transaction_of_another_session_shows_its_age() {
     let db = support::test_db().await;
     let monitor = Monitor::new(db.pool.clone(), config(), vec![], None);
     let limits = Thresholds {
@@ -401,7 +401,7 @@ async fn thr1_an_open_transaction_of_another_session_shows_its_age() {
 /// THR-1: the WAL rate is unknown until a second reading, then at least
 /// the WAL written between the two readings over the time between them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr1_wal_rate_is_known_from_the_second_reading_and_counts_the_writes() {
+async fn thr01_wal_rate_is_known_from_the_second_reading_and_counts_the_writes() {
     let db = support::test_db().await;
     let monitor = Monitor::new(db.pool.clone(), config(), vec![], None);
     let limits = Thresholds {
@@ -465,7 +465,7 @@ impl HealthCheck for Switch {
 /// it fails; one that hangs past the timeout or panics is unknown, and
 /// the monitor goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr1_an_application_check_that_fails_throttles_with_its_reason() {
+async fn thr01_an_application_check_that_fails_throttles_with_its_reason() {
     let db = support::test_db().await;
     let switch = Arc::new(Switch(AtomicU8::new(HEALTHY)));
     let check: Arc<dyn HealthCheck> = switch.clone();
@@ -520,7 +520,7 @@ async fn thr1_an_application_check_that_fails_throttles_with_its_reason() {
 /// THR-2: a snapshot older than the staleness bound is every checked
 /// signal unknown, however healthy it read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr2_a_stale_snapshot_counts_every_checked_signal_unknown() {
+async fn thr02_a_stale_snapshot_counts_every_checked_signal_unknown() {
     let db = support::test_db().await;
     db.exec("CREATE TABLE t (id int)").await;
     let tables = vec!["t".to_string()];
@@ -561,7 +561,7 @@ async fn thr2_a_stale_snapshot_counts_every_checked_signal_unknown() {
 /// THR-2: a malformed or missing table name makes the lock waiters
 /// unknown and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr2_a_bad_table_name_makes_only_lock_waiters_unknown() {
+async fn thr02_a_bad_table_name_makes_only_lock_waiters_unknown() {
     let db = support::test_db().await;
     for (table, reason) in [("a.b.c", "not a table name"), ("missing", "not found")] {
         let monitor = Monitor::new(db.pool.clone(), config(), vec![table.to_string()], None);
@@ -576,7 +576,7 @@ async fn thr2_a_bad_table_name_makes_only_lock_waiters_unknown() {
 /// THR-1: the monitor's task reads on its interval and keeps the latest
 /// snapshot, so a runner reads a cached one and never queries per batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr1_the_monitor_task_keeps_the_latest_snapshot() {
+async fn thr01_the_monitor_task_keeps_the_latest_snapshot() {
     let db = support::test_db().await;
     let config = HealthConfig {
         interval: Duration::from_millis(20),
@@ -639,7 +639,7 @@ async fn replay(primary: &mut AsyncPgConnection) -> Replay {
 /// paused the same limit holds batches back. Guard: the
 /// `replay_lsn >= c.lsn` case in `store::health_read_replication`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr5_a_standby_zero_bytes_behind_with_a_stale_replay_lag_holds_nothing_back() {
+async fn thr05_a_standby_zero_bytes_behind_with_a_stale_replay_lag_holds_nothing_back() {
     let pair = StandbyPair::start_with(&[("wal_receiver_status_interval", "2s")]).await;
     let mut primary = pair.primary().await;
     primary
@@ -738,7 +738,7 @@ fn shown(text: &str) -> ((f64, String), String, (f64, String)) {
 /// one unit. Guard: the loop over decimals in `comparison_text`
 /// (`src/health/evaluate.rs`).
 #[test]
-fn thr5_a_throttle_text_never_reads_as_false() {
+fn thr05_a_throttle_text_never_reads_as_false() {
     let text = |lag: Duration, limit: Duration| {
         let limits = Thresholds {
             max_lag: Some(limit),

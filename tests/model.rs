@@ -5,28 +5,28 @@
 //!
 //! Index (each test names the guard whose removal it shows to matter):
 //! - PAR-2..4 with every guard in place every property holds and every
-//!   reachability property is reached: `par2_model_all_properties_hold_*`
+//!   reachability property is reached: `par02_model_all_properties_hold_*`
 //! - PAR-2 with the generation and partition-end checks in place, the
 //!   fence's owner, lease, state, expected-checkpoint and forward checks
-//!   are redundant here: `par2_model_generation_alone_*`
+//!   are redundant here: `par02_model_generation_alone_*`
 //! - PAR-2 (CLM-1) no two owners commit under one generation; breaks when a
-//!   claim does not advance the generation: `par2_model_no_two_owners_*`
+//!   claim does not advance the generation: `par02_model_no_two_owners_*`
 //! - PAR-2 (EX-3) a checkpoint never decreases and never passes its
 //!   partition's end; passes it when the fence checks the backfill's bound
 //!   instead, decreases when the fence checks neither the claim nor that
-//!   the checkpoint moves forward: `par2_model_checkpoint_*`
+//!   the checkpoint moves forward: `par02_model_checkpoint_*`
 //! - PAR-3 (CT-5) no batch from before a pause commits after it; breaks
 //!   when the fence ignores the generation, and when the pause neither
 //!   advances the partitions' generations nor drops their leases:
-//!   `par3_model_no_batch_from_before_a_pause_*`; either of those two alone
-//!   suffices here: `par3_model_either_half_*` (ignored by default, it
+//!   `par03_model_no_batch_from_before_a_pause_*`; either of those two alone
+//!   suffices here: `par03_model_either_half_*` (ignored by default, it
 //!   takes as long as the rest together)
 //! - PAR-4 (VAL-3) completed only after every partition ended and a
 //!   validation of this run succeeded; breaks when completion is not
-//!   fenced: `par4_model_completed_only_after_*`
+//!   fenced: `par04_model_completed_only_after_*`
 //! - PAR-4 the commit that ends the last partition leaves `running`;
 //!   breaks when that decision is not serialized through the backfill row:
-//!   `par4_model_last_ending_commit_*`
+//!   `par04_model_last_ending_commit_*`
 //!
 //! # The model
 //!
@@ -733,7 +733,7 @@ fn assert_counterexample(guards: Guards, property: &'static str) -> Path<State, 
 /// and every `sometimes` property has an example, so the checks below are
 /// not vacuous.
 #[test]
-fn par2_model_all_properties_hold_with_all_guards() {
+fn par02_model_all_properties_hold_with_all_guards() {
     assert_holds(Guards::ALL);
 }
 
@@ -743,7 +743,7 @@ fn par2_model_all_properties_hold_with_all_guards() {
 /// `running` advances every partition's generation, and a batch that
 /// begins on the current generation starts from the current checkpoint.
 #[test]
-fn par2_model_generation_alone_fences_batches_here() {
+fn par02_model_generation_alone_fences_batches_here() {
     assert_holds(Guards {
         fence_checks_owner: false,
         fence_checks_lease: false,
@@ -758,7 +758,7 @@ fn par2_model_generation_alone_fences_batches_here() {
 /// worker that takes over an expired lease commits under the generation the
 /// previous owner committed under.
 #[test]
-fn par2_model_no_two_owners_commit_under_one_generation() {
+fn par02_model_no_two_owners_commit_under_one_generation() {
     let guards = Guards {
         claim_advances_generation: false,
         ..Guards::ALL
@@ -770,7 +770,7 @@ fn par2_model_no_two_owners_commit_under_one_generation() {
 /// end. Against the backfill's bound only, a batch of the first partition
 /// runs into the keys of the second.
 #[test]
-fn par2_model_checkpoint_never_passes_its_end() {
+fn par02_model_checkpoint_never_passes_its_end() {
     let guards = Guards {
         fence_checks_partition_end: false,
         ..Guards::ALL
@@ -781,11 +781,11 @@ fn par2_model_checkpoint_never_passes_its_end() {
 
 /// Guard: the fence checks that the new checkpoint is beyond the current
 /// one. That check is backed by the claim checks (see
-/// `par2_model_generation_alone_*`); without all of them, after a
+/// `par02_model_generation_alone_*`); without all of them, after a
 /// takeover both the previous owner's batch and the new owner's commit, and
 /// the later one moves the checkpoint back.
 #[test]
-fn par2_model_checkpoint_never_decreases() {
+fn par02_model_checkpoint_never_decreases() {
     let guards = Guards {
         fence_checks_forward: false,
         fence_checks_owner: false,
@@ -802,7 +802,7 @@ fn par2_model_checkpoint_never_decreases() {
 /// a batch before a pause, and claimed the same partition again after the
 /// resume, commits that batch: owner, lease, state and checkpoint all match.
 #[test]
-fn par3_model_no_batch_from_before_a_pause_commits_without_generation_check() {
+fn par03_model_no_batch_from_before_a_pause_commits_without_generation_check() {
     let guards = Guards {
         fence_checks_generation: false,
         ..Guards::ALL
@@ -814,7 +814,7 @@ fn par3_model_no_batch_from_before_a_pause_commits_without_generation_check() {
 /// lease. Without both, a batch in flight across a pause and a resume
 /// commits under the claim it began with.
 #[test]
-fn par3_model_no_batch_from_before_a_pause_commits_without_partition_fence() {
+fn par03_model_no_batch_from_before_a_pause_commits_without_partition_fence() {
     let guards = Guards {
         pause_advances_generations: false,
         pause_drops_leases: false,
@@ -828,7 +828,7 @@ fn par3_model_no_batch_from_before_a_pause_commits_without_partition_fence() {
 /// backfill from `paused`, or after the resume, on a result of the run that
 /// was interrupted.
 #[test]
-fn par4_model_completed_only_after_every_partition_and_validation() {
+fn par04_model_completed_only_after_every_partition_and_validation() {
     let guards = Guards {
         completion_fenced: false,
         ..Guards::ALL
@@ -841,7 +841,7 @@ fn par4_model_completed_only_after_every_partition_and_validation() {
 /// two partitions that end concurrently each see the other still running,
 /// and the backfill stays `running` with nothing left to claim.
 #[test]
-fn par4_model_last_ending_commit_moves_to_validating() {
+fn par04_model_last_ending_commit_moves_to_validating() {
     let guards = Guards {
         last_ending_serialized: false,
         ..Guards::ALL
@@ -857,7 +857,7 @@ fn par4_model_last_ending_commit_moves_to_validating() {
 /// time; `cargo test -p backfill --test model -- --ignored` runs it.
 #[test]
 #[ignore = "two more full checks, about 15 s; run with --ignored"]
-fn par3_model_either_half_of_the_pause_fence_suffices_here() {
+fn par03_model_either_half_of_the_pause_fence_suffices_here() {
     assert_holds(Guards {
         pause_advances_generations: false,
         ..Guards::ALL

@@ -2,29 +2,29 @@
 //! against real PostgreSQL and a receiver on 127.0.0.1 in the test.
 //!
 //! Index:
-//! - `ntf1_blocked_retried_completed_each_arrive_signed`: a backfill
+//! - `ntf01_blocked_retried_completed_each_arrive_signed`: a backfill
 //!   blocks, is retried and completes; the receiver sees `blocked` then
 //!   `completed`, each with the documented body and a valid signature.
-//! - `ntf1_a_change_committed_while_no_sender_runs_is_delivered_later`:
+//! - `ntf01_a_change_committed_while_no_sender_runs_is_delivered_later`:
 //!   one sender per fleet; a change committed after the first sender
 //!   stopped (and a try that failed before) is delivered by the next
 //!   sender with the event ID queued in the change's statement; a
 //!   fenced-out change queues nothing.
-//! - `ntf2_a_failing_receiver_ends_dead_and_never_holds_a_batch`: while
+//! - `ntf02_a_failing_receiver_ends_dead_and_never_holds_a_batch`: while
 //!   the receiver holds a delivery unanswered the backfill runs to
 //!   completion; answering 500 every time, each notification is dead
 //!   after the configured tries, in the admin view and the counts.
-//! - `ntf1_a_lasting_throttle_is_notified_once_per_condition`: the sender
+//! - `ntf01_a_lasting_throttle_is_notified_once_per_condition`: the sender
 //!   finds a throttle the runner recorded and notifies it once.
-//! - `ntf3_bodies_and_the_admin_view_hold_no_secret_url_or_row_data`.
-//! - `ntf2_https_receiver_gets_the_signed_notification_over_verified_tls`:
+//! - `ntf03_bodies_and_the_admin_view_hold_no_secret_url_or_row_data`.
+//! - `ntf02_https_receiver_gets_the_signed_notification_over_verified_tls`:
 //!   an `https://` target whose certificate a test-time CA issued, with
 //!   that CA in `ca_file`, gets the notification over TLS, signed.
-//! - `ntf2_https_receiver_with_an_untrusted_certificate_never_gets_it`:
+//! - `ntf02_https_receiver_with_an_untrusted_certificate_never_gets_it`:
 //!   the same receiver without the CA configured: every try fails with
 //!   "certificate not trusted" (no URL, no secret) until it is dead.
 //! - Across processes (SIGKILL with a delivery in flight): cli/tests/
-//!   process.rs, `ntf1_sigkill_*`.
+//!   process.rs, `ntf01_sigkill_*`.
 
 mod support;
 
@@ -128,7 +128,7 @@ fn check_signed(r: &Received) -> Body {
 }
 
 #[actix_rt::test]
-async fn ntf1_blocked_retried_completed_each_arrive_signed() {
+async fn ntf01_blocked_retried_completed_each_arrive_signed() {
     let (db, engine, hooks) = setup(10).await;
     let receiver = Receiver::start(204).await;
     let sender = sender(&db, &receiver.url, 3);
@@ -166,7 +166,7 @@ async fn ntf1_blocked_retried_completed_each_arrive_signed() {
 }
 
 #[actix_rt::test]
-async fn ntf1_a_change_committed_while_no_sender_runs_is_delivered_later() {
+async fn ntf01_a_change_committed_while_no_sender_runs_is_delivered_later() {
     let (db, engine, hooks) = setup(10).await;
     let receiver = Receiver::start(503).await;
     let first = sender(&db, &receiver.url, 5);
@@ -228,7 +228,7 @@ async fn ntf1_a_change_committed_while_no_sender_runs_is_delivered_later() {
 }
 
 #[actix_rt::test]
-async fn ntf2_a_failing_receiver_ends_dead_and_never_holds_a_batch() {
+async fn ntf02_a_failing_receiver_ends_dead_and_never_holds_a_batch() {
     let (db, engine, hooks) = setup(40).await;
     let receiver = Receiver::start(500).await;
     let sender = Arc::new(sender(&db, &receiver.url, 3));
@@ -304,7 +304,7 @@ async fn ntf2_a_failing_receiver_ends_dead_and_never_holds_a_batch() {
 }
 
 #[actix_rt::test]
-async fn ntf3_bodies_and_the_admin_view_hold_no_secret_url_or_row_data() {
+async fn ntf03_bodies_and_the_admin_view_hold_no_secret_url_or_row_data() {
     let (db, engine, hooks) = setup(10).await;
     db.exec(&format!(
         "ALTER TABLE items ADD COLUMN note text NOT NULL DEFAULT '{ROW_MARKER}'"
@@ -361,7 +361,7 @@ async fn ntf3_bodies_and_the_admin_view_hold_no_secret_url_or_row_data() {
 }
 
 #[actix_rt::test]
-async fn ntf1_a_lasting_throttle_is_notified_once_per_condition() {
+async fn ntf01_a_lasting_throttle_is_notified_once_per_condition() {
     let (db, engine, _hooks) = setup(10).await;
     let receiver = Receiver::start(200).await;
     let mut config = config(&receiver.url, 3);
@@ -413,7 +413,7 @@ fn ca_file(db: &TestDb, ca: &TestCa) -> std::path::PathBuf {
 }
 
 #[actix_rt::test]
-async fn ntf2_https_receiver_gets_the_signed_notification_over_verified_tls() {
+async fn ntf02_https_receiver_gets_the_signed_notification_over_verified_tls() {
     let (db, engine, hooks) = setup(10).await;
     let ca = TestCa::new();
     let receiver = Receiver::start_tls(204, &ca).await;
@@ -436,7 +436,7 @@ async fn ntf2_https_receiver_gets_the_signed_notification_over_verified_tls() {
 }
 
 #[actix_rt::test]
-async fn ntf2_https_receiver_with_an_untrusted_certificate_never_gets_it() {
+async fn ntf02_https_receiver_with_an_untrusted_certificate_never_gets_it() {
     let (db, engine, hooks) = setup(10).await;
     let ca = TestCa::new();
     let receiver = Receiver::start_tls(204, &ca).await;

@@ -6,20 +6,20 @@
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - PAR-1 split validation, exact cover, partitions written at `start`:
-//!   `par1_*` (also a refused split through the admin API: a 422)
+//!   `par01_*` (also a refused split through the admin API: a 422)
 //! - PAR-2 partitions claimed by two engines on separate pools, a stale
 //!   partition owner rejected at commit, a runtime completing a
-//!   partitioned backfill: `par2_*`
+//!   partitioned backfill: `par02_*`
 //! - PAR-3 pause, resume and a blocked partition across partitions:
-//!   `par3_*`
+//!   `par03_*`
 //! - PAR-4 the last partition's end moves the backfill to `validating`
-//!   exactly once; validation decides completion: `par4_*`
+//!   exactly once; validation decides completion: `par04_*`
 //! - PAR-5 the admin view aggregates and shows each partition; unknown
-//!   totals stay unknown: `par5_*`
+//!   totals stay unknown: `par05_*`
 //! - THR-4 the live `concurrency` setting caps partitions at once,
-//!   fleet-wide, raised and lowered while it runs: `thr4_*`
+//!   fleet-wide, raised and lowered while it runs: `thr04_*`
 //! - THR-2 the throttle condition written only by the claim in force, on
-//!   the backfill's row and on a partition's: `thr2_*`
+//!   the backfill's row and on a partition's: `thr02_*`
 //!
 //! Races are forced with gates in the test repair (between mutation and
 //! commit) and a second session holding a row lock; nothing sleeps to make

@@ -5,13 +5,13 @@
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - DRY-1 nothing changes (table checksum and the backfill row, pending
 //!   and paused, with and without partitions), the forecast counts the
-//!   real run's rows, other states 409, bad input 404/422: `dry1_*`
+//!   real run's rows, other states 409, bad input 404/422: `dry01_*`
 //! - DRY-2 per-batch counts equal the real run's first K batches, and the
-//!   dry run is audited: `dry2_*`
+//!   dry run is audited: `dry02_*`
 //! - DRY-3 the sample of changed rows only with `backfill:inspect`:
-//!   `dry3_*`
+//!   `dry03_*`
 //! - DRY-4 a failing batch reports its classified error and changes
-//!   nothing; no event moves: `dry4_*`
+//!   nothing; no event moves: `dry04_*`
 
 mod support;
 
@@ -165,7 +165,7 @@ fn keys(report: &Value) -> Vec<u64> {
 /// `Engine::dry_run` (a commit there changes the checksum), and the state
 /// check in `dry_run_in`.
 #[actix_rt::test]
-async fn dry1_dry_runs_of_pending_and_paused_backfills_change_nothing() {
+async fn dry01_dry_runs_of_pending_and_paused_backfills_change_nothing() {
     let (db, engine) = setup().await;
     let server = serve(admin(engine.clone()));
     let before = fingerprint(&db, ID).await;
@@ -254,7 +254,7 @@ async fn dry1_dry_runs_of_pending_and_paused_backfills_change_nothing() {
 /// the split in `capture_ranges` (without it the batches carry no
 /// partition) and the rollback.
 #[actix_rt::test]
-async fn dry1_partitioned_dry_runs_follow_the_partitions() {
+async fn dry01_partitioned_dry_runs_follow_the_partitions() {
     let (db, engine) = setup().await;
     let server = serve(admin(engine.clone()));
     let partitions = |r: &Resp| -> Vec<Value> {
@@ -300,7 +300,7 @@ async fn dry1_partitioned_dry_runs_follow_the_partitions() {
 /// event of the engine moved. Guard: the per-batch measurement
 /// (`run_batches`) and the audit insert in `Admin::dry_run`.
 #[actix_rt::test]
-async fn dry2_per_batch_counts_equal_the_real_runs_first_batches() {
+async fn dry02_per_batch_counts_equal_the_real_runs_first_batches() {
     let (db, engine) = setup().await;
     let server = serve(admin(engine.clone()));
     let mut events = engine.events().subscribe();
@@ -349,7 +349,7 @@ async fn dry2_per_batch_counts_equal_the_real_runs_first_batches() {
 /// none. Nothing of it stays in the journal. Guard: the capability check
 /// in `Admin::dry_run`, and the sample read before the rollback.
 #[actix_rt::test]
-async fn dry3_the_sample_needs_the_inspect_capability_and_is_truncated() {
+async fn dry03_the_sample_needs_the_inspect_capability_and_is_truncated() {
     let (db, engine) = setup().await;
     let server = serve(admin(engine.clone()));
     let r = dry_run(&server.url, ID, "?sample=3", INSPECTOR).await;
@@ -416,7 +416,7 @@ async fn dry3_the_sample_needs_the_inspect_capability_and_is_truncated() {
 /// savepoint rollback and classification of a failed batch in
 /// `run_batches`.
 #[actix_rt::test]
-async fn dry4_a_failing_batch_reports_its_classified_error_and_changes_nothing() {
+async fn dry04_a_failing_batch_reports_its_classified_error_and_changes_nothing() {
     let (db, engine) = setup().await;
     let server = serve(admin(engine.clone()));
     let before = fingerprint(&db, ID).await;

@@ -2,9 +2,9 @@
 //! registry and engine against a real PostgreSQL.
 //!
 //! Index:
-//! - EMB-2 stable IDs computed by the repair value: `emb2_*`
+//! - EMB-2 stable IDs computed by the repair value: `emb02_*`
 //! - EMB-4 one batch form per repair, and the declarative `SqlRepair`:
-//!   `emb4_*`
+//!   `emb04_*`
 
 mod support;
 
@@ -233,7 +233,7 @@ async fn run_all(db: &TestDb, registry: Registry) -> Engine {
 /// type-level ID would register one definition and refuse the second as a
 /// duplicate).
 #[tokio::test]
-async fn emb2_parametrized_repair_registers_two_ids_from_one_type() {
+async fn emb02_parametrized_repair_registers_two_ids_from_one_type() {
     let db = test_db().await;
     items_table(&db, "items_a", 25).await;
     items_table(&db, "items_b", 7).await;
@@ -264,7 +264,7 @@ async fn emb2_parametrized_repair_registers_two_ids_from_one_type() {
 /// parameter twice is `DuplicateId`. Guard: `validate_id` and the
 /// duplicate check in `Registry::register`.
 #[tokio::test]
-async fn emb2_invalid_computed_id_is_a_typed_error() {
+async fn emb02_invalid_computed_id_is_a_typed_error() {
     let err = Registry::new()
         .with(Bump::for_table("Items"))
         .expect_err("upper case in a computed ID");
@@ -282,7 +282,7 @@ async fn emb2_invalid_computed_id_is_a_typed_error() {
 /// once. Guard: `Erased::batch` dispatching on `Repair::batches` (with the
 /// two-statement path taken, this type has no selection to run).
 #[tokio::test]
-async fn emb4_one_statement_form_alone_completes() {
+async fn emb04_one_statement_form_alone_completes() {
     let db = test_db().await;
     items_table(&db, "items", 25).await;
     let registry = Registry::new()
@@ -320,7 +320,7 @@ async fn emb4_one_statement_form_alone_completes() {
 /// repaired once. Guard: `Erased::batch` running the selection, its check
 /// and the mutation for `Batches::TwoStatements`.
 #[tokio::test]
-async fn emb4_two_statement_form_alone_completes() {
+async fn emb04_two_statement_form_alone_completes() {
     let db = test_db().await;
     items_table(&db, "items", 25).await;
     let registry = Registry::new()
@@ -376,7 +376,7 @@ async fn emails_table(db: &TestDb) {
 /// statement (without it, validation cannot tell the corrupted row from
 /// the repaired ones: the rejection and the completion cannot both hold).
 #[tokio::test]
-async fn emb4_sql_repair_completes_and_validates() {
+async fn emb04_sql_repair_completes_and_validates() {
     let db = test_db().await;
     emails_table(&db).await;
     let registry = Registry::new().with(email_norm()).expect("valid");
@@ -451,7 +451,7 @@ async fn emb4_sql_repair_completes_and_validates() {
 /// schema-qualified table is accepted. Guard: `check_identifier` in
 /// `SqlRepairBuilder::build`.
 #[tokio::test]
-async fn emb4_sql_repair_rejects_bad_identifiers() {
+async fn emb04_sql_repair_rejects_bad_identifiers() {
     let build = |table: &str, key: &str| {
         SqlRepair::new("t.fix.v1", table)
             .key(key)

@@ -4,8 +4,8 @@
 //! Index:
 //! - CT-5 through the runtime: `ct05_pause_mid_batch_*`
 //! - CT-6 rolling deployment: `ct06_*`
-//! - graceful shutdown releases claims: `clm_graceful_shutdown_*`
-//! - the concurrency cap: `rt_concurrency_cap_*`
+//! - EMB-9 graceful shutdown releases claims: `emb09_graceful_shutdown_*`
+//! - EMB-6 the concurrency cap: `emb06_concurrency_cap_*`
 //! - RT-1/CLM-3 a repair that panics: `rt01_panic_*`
 //! - VAL-6 lifecycle validation waits for an explicit one at the poll
 //!   interval: `val06_*`
@@ -250,7 +250,7 @@ async fn ct06_rolling_deployment_one_row_takeover_fences_prior_owner() {
 /// batch, gives the claim back, and another process continues at once,
 /// without waiting for lease expiry. Guard: `lease_release` on stop.
 #[actix_rt::test]
-async fn clm_graceful_shutdown_releases_claims_for_immediate_pickup() {
+async fn emb09_graceful_shutdown_releases_claims_for_immediate_pickup() {
     let db = test_db().await;
     db.exec(&items_sql(50)).await;
     let ttl = Duration::from_secs(60);
@@ -314,7 +314,7 @@ async fn clm_graceful_shutdown_releases_claims_for_immediate_pickup() {
 /// The runtime caps concurrency: with four backfills and a cap of two, it
 /// never holds more than two claims, and all complete.
 #[actix_rt::test]
-async fn rt_concurrency_cap_is_respected() {
+async fn emb06_concurrency_cap_is_respected() {
     let db = test_db().await;
     let ttl = Duration::from_secs(10);
     let ids = ["c.one", "c.two", "c.three", "c.four"];

@@ -6,14 +6,14 @@
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - an accepted change, visible at once, audited, announced; clearing:
-//!   `thr4_change_*`
-//! - refused changes: `thr4_invalid_*`, `thr4_malformed_*`; the body limit:
-//!   `thr4_a_change_of_exactly_16_kib_*`
-//! - authorization: `thr4_unauthorized_*`
-//! - idempotency: `thr4_same_key_*`
-//! - a completed backfill: `thr4_completed_*`
-//! - the view's size in force and throttle condition: `thr4_view_*`
-//! - the OpenAPI document: `thr4_openapi_*`
+//!   `thr04_change_*`
+//! - refused changes: `thr04_invalid_*`, `thr04_malformed_*`; the body limit:
+//!   `thr04_a_change_of_exactly_16_kib_*`
+//! - authorization: `thr04_unauthorized_*`
+//! - idempotency: `thr04_same_key_*`
+//! - a completed backfill: `thr04_completed_*`
+//! - the view's size in force and throttle condition: `thr04_view_*`
+//! - the OpenAPI document: `thr04_openapi_*`
 
 mod support;
 
@@ -87,7 +87,7 @@ async fn start(server: &TestServer) {
 /// the UPDATE leaving the generation alone (a generation advance makes
 /// the claim's next batch stale).
 #[actix_rt::test]
-async fn thr4_change_is_audited_visible_at_once_and_cleared_with_null() {
+async fn thr04_change_is_audited_visible_at_once_and_cleared_with_null() {
     let (db, engine, _hooks) = setup(20).await;
     let server = serve(admin(engine.clone()));
     start(&server).await;
@@ -199,7 +199,7 @@ async fn thr4_change_is_audited_visible_at_once_and_cleared_with_null() {
 /// the values are stored), `Settings::fits_timeout` there (the timeout
 /// cases are stored), and `ErrorBody::field` from `SettingsError::field`.
 #[actix_rt::test]
-async fn thr4_invalid_changes_are_422_with_the_field_and_change_nothing() {
+async fn thr04_invalid_changes_are_422_with_the_field_and_change_nothing() {
     let (db, engine, _hooks) = setup(5).await;
     let server = serve(admin(engine));
     start(&server).await;
@@ -273,7 +273,7 @@ async fn thr4_invalid_changes_are_422_with_the_field_and_change_nothing() {
 /// (without the media type check a form post is parsed as JSON; without
 /// the limit a large body is read whole and answered 422).
 #[actix_rt::test]
-async fn thr4_malformed_requests_are_400_413_415_and_change_nothing() {
+async fn thr04_malformed_requests_are_400_413_415_and_change_nothing() {
     let (db, engine, _hooks) = setup(5).await;
     let server = serve(admin(engine));
     let path = settings_path(ID);
@@ -388,7 +388,7 @@ async fn thr4_malformed_requests_are_400_413_415_and_change_nothing() {
 /// by name). Guard: the `Capability::Operate` check of
 /// `Admin::update_settings` (with `Read` the viewer's change is applied).
 #[actix_rt::test]
-async fn thr4_unauthorized_changes_are_401_403_audited_and_change_nothing() {
+async fn thr04_unauthorized_changes_are_401_403_audited_and_change_nothing() {
     let (db, engine, _hooks) = setup(5).await;
     let server = serve(admin(engine));
     let cases = [
@@ -434,7 +434,7 @@ async fn thr4_unauthorized_changes_are_401_403_audited_and_change_nothing() {
 /// answer) and the replay in `Admin::update_settings` (without it the
 /// first change is applied again over the second).
 #[actix_rt::test]
-async fn thr4_same_key_replays_and_another_change_is_422() {
+async fn thr04_same_key_replays_and_another_change_is_422() {
     let (db, engine, _hooks) = setup(5).await;
     let server = serve(admin(engine));
     let first = patch(&server, Some(OPERATOR), "k1", r#"{"pause_ms": 10}"#).await;
@@ -489,7 +489,7 @@ async fn thr4_same_key_replays_and_another_change_is_422() {
 /// invalid change is a 422) and the `state <> 'completed'` fence of
 /// `store::backfill_settings_update` (without it the direct call stores).
 #[actix_rt::test]
-async fn thr4_completed_backfill_is_409_with_the_current_state() {
+async fn thr04_completed_backfill_is_409_with_the_current_state() {
     let (db, engine, _hooks) = setup(5).await;
     let server = serve(admin(engine.clone()));
     start(&server).await;
@@ -534,7 +534,7 @@ async fn thr4_completed_backfill_is_409_with_the_current_state() {
 /// generation checks of `Throttle::from_row` (without them a report of an
 /// earlier claim, or of a paused row, is shown as current).
 #[actix_rt::test]
-async fn thr4_view_shows_size_in_force_and_throttle_of_the_current_claim() {
+async fn thr04_view_shows_size_in_force_and_throttle_of_the_current_claim() {
     let (db, engine, _hooks) = setup(10).await;
     let server = serve(admin(engine.clone()));
     start(&server).await;
@@ -624,7 +624,7 @@ async fn thr4_view_shows_size_in_force_and_throttle_of_the_current_claim() {
 /// `crate::settings` fails here; `.ci/api-check` then checks live answers
 /// against the document).
 #[actix_rt::test]
-async fn thr4_openapi_declares_the_change_ranges_and_statuses() {
+async fn thr04_openapi_declares_the_change_ranges_and_statuses() {
     use backfill::settings::Field;
     let (_db, engine, _hooks) = setup(1).await;
     let server = serve(admin(engine));
@@ -697,7 +697,7 @@ async fn thr4_openapi_declares_the_change_ranges_and_statuses() {
 /// the crate, so a changed limit fails. Guard: `MAX_BODY_BYTES` and the
 /// body reader of the HTTP layer.
 #[actix_rt::test]
-async fn thr4_a_change_of_exactly_16_kib_is_read_and_one_byte_more_is_413() {
+async fn thr04_a_change_of_exactly_16_kib_is_read_and_one_byte_more_is_413() {
     const LIMIT: usize = 16 * 1024;
     let (db, engine, _hooks) = setup(5).await;
     let server = serve(admin(engine));

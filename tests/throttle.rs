@@ -8,15 +8,15 @@
 //! - THR-1 batches held back by a real standby's replication lag, by
 //!   sessions waiting for a lock on the repair's table, and by the
 //!   application's own check, with the claim renewed meanwhile:
-//!   `thr1_*`
+//!   `thr01_*`
 //! - THR-1/EX-5 a claim throttled mid-run gives back the batch it sent
 //!   ahead and waits without an open transaction: `ex05_*`
 //! - THR-2 the throttled condition in the admin view, `/metrics` and the
-//!   log, and an unreadable signal shown as unknown: `thr2_*`
+//!   log, and an unreadable signal shown as unknown: `thr02_*`
 //! - THR-3 sizing toward a target, the statement-timeout halving and the
-//!   batch contract at the size in force: `thr3_*`
+//!   batch contract at the size in force: `thr03_*`
 //! - THR-5 the admin view's reading refreshed while throttled, and a
-//!   partitioned backfill's own counters moving while it runs: `thr5_*`
+//!   partitioned backfill's own counters moving while it runs: `thr05_*`
 //!   (a stale replay lag and the throttle text are in `tests/health.rs`)
 //!
 //! Batch cost is made real with `pg_sleep` per row in the repair's SET
@@ -120,7 +120,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// duration and settles there: the later batches take within 25 % of the
 /// target, and no step grows by more than the gentle factor.
 #[actix_rt::test]
-async fn thr3_batch_size_converges_to_the_target_duration() {
+async fn thr03_batch_size_converges_to_the_target_duration() {
     let db = test_db().await;
     db.exec(&items_sql(4000)).await;
     let target = Duration::from_millis(40);
@@ -182,7 +182,7 @@ async fn thr3_batch_size_converges_to_the_target_duration() {
 /// the retry, and the backfill completes instead of failing; the size in
 /// force survives the claim (it is stored with the row).
 #[actix_rt::test]
-async fn thr3_statement_timeout_halves_the_size_and_completes() {
+async fn thr03_statement_timeout_halves_the_size_and_completes() {
     let db = test_db().await;
     db.exec(&items_sql(1500)).await;
     let mut config = config(&db);
@@ -236,7 +236,7 @@ async fn thr3_statement_timeout_halves_the_size_and_completes() {
 /// own limit whatever it is asked is refused once an operator's batch
 /// size is smaller, and nothing of that batch commits.
 #[actix_rt::test]
-async fn thr3_selection_is_checked_against_the_size_in_force() {
+async fn thr03_selection_is_checked_against_the_size_in_force() {
     let db = test_db().await;
     db.exec(&items_sql(300)).await;
     let hooks = Hooks::new();
@@ -438,7 +438,7 @@ async fn completed(host: &Host) {
 /// limit (THR-2). Once replay resumes, the backfill completes and the
 /// condition is gone.
 #[actix_rt::test]
-async fn thr1_replication_lag_holds_batches_back_until_replay_resumes() {
+async fn thr01_replication_lag_holds_batches_back_until_replay_resumes() {
     let pair = support::standby::StandbyPair::start().await;
     let mut primary = pair.primary().await;
     primary
@@ -497,7 +497,7 @@ async fn thr1_replication_lag_holds_batches_back_until_replay_resumes() {
 /// then sessions queued for a lock on the repair's own table do, until
 /// the lock is released, and the backfill completes.
 #[actix_rt::test]
-async fn thr1_application_check_and_lock_waiters_hold_batches_back() {
+async fn thr01_application_check_and_lock_waiters_hold_batches_back() {
     let db = test_db().await;
     db.exec(&items_sql(300)).await;
     let mut config = host_config(&db.url);
@@ -612,7 +612,7 @@ async fn next_batch(
 /// NOTIFY on the wake-up channel makes its claim read the settings again
 /// before the next batch. Then a pause between batches spaces the commits.
 #[actix_rt::test]
-async fn thr4_change_reaches_a_runner_in_another_process_at_its_next_batch() {
+async fn thr04_change_reaches_a_runner_in_another_process_at_its_next_batch() {
     let db = test_db().await;
     // Far more batches of three keys than the test watches, so the run
     // cannot reach its bound first on a loaded machine.
@@ -704,7 +704,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 /// `throttled` event naming signal and condition); after recovery the
 /// view shows none, the gauges say so, and an `unthrottled` event follows.
 #[actix_rt::test]
-async fn thr2_throttled_condition_in_view_metrics_and_log_then_gone() {
+async fn thr02_throttled_condition_in_view_metrics_and_log_then_gone() {
     let (log, _guard) = Log::capture();
     let db = test_db().await;
     db.exec(&items_sql(200)).await;
@@ -772,7 +772,7 @@ async fn thr2_throttled_condition_in_view_metrics_and_log_then_gone() {
 /// so and exports no value for it, the runner says once that it goes
 /// ahead without it (the default policy), and the backfill completes.
 #[actix_rt::test]
-async fn thr2_an_unreadable_signal_is_unknown_never_healthy() {
+async fn thr02_an_unreadable_signal_is_unknown_never_healthy() {
     let (log, _guard) = Log::capture();
     let db = test_db().await;
     db.exec(&items_sql(100)).await;
@@ -871,7 +871,7 @@ async fn ex05_a_throttled_claim_waits_without_an_open_transaction() {
 /// (`src/engine/pacing.rs`) and the kept `since` in
 /// `store::backfill_throttle_set`.
 #[actix_rt::test]
-async fn thr5_the_views_throttle_reading_is_refreshed_while_throttled() {
+async fn thr05_the_views_throttle_reading_is_refreshed_while_throttled() {
     let db = test_db().await;
     db.exec(&items_sql(100)).await;
     let mut holder = db.connect().await;
@@ -984,7 +984,7 @@ async fn rolled(conn: &mut AsyncPgConnection) -> Rolled {
 /// renewed every 0.5 s; the run takes several seconds. Guard: the call
 /// of `store::backfill_progress_roll_up` in `Engine::renew_partitions`.
 #[actix_rt::test]
-async fn thr5_a_partitioned_backfills_counters_move_while_it_runs() {
+async fn thr05_a_partitioned_backfills_counters_move_while_it_runs() {
     let db = test_db().await;
     db.exec(&items_sql(4_000)).await;
     let host = Host::start(host_config(&db.url), Parted).await.unwrap();

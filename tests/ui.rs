@@ -29,7 +29,7 @@ fn ct12_client_projection_tests_pass_under_node() {
 /// node, against `Field::ALL`. A field added, renamed or re-ranged on one
 /// side only fails here.
 #[test]
-fn thr4_client_settings_are_the_servers_fields_and_ranges() {
+fn thr04_client_settings_are_the_servers_fields_and_ranges() {
     let script = "const s = require('./src/http/ui/app.js').SETTINGS; \
                   process.stdout.write(JSON.stringify(s.map((f) => [f.name, f.min, f.max])))";
     let output = Command::new(support::prereq::node())

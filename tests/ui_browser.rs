@@ -11,21 +11,21 @@
 //! Index (each test's doc comment names the behaviour whose removal fails
 //! it):
 //! - the list renders the server's state, rates only for running rows:
-//!   `ui_browser_list_renders_server_state`
-//! - unknown totals: `ui_browser_unknown_total_renders_unknown`
-//! - a failed refresh: `ui_browser_failed_refresh_shows_stale_marker`
-//! - blocked: `ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate`
+//!   `ct12_ui_browser_list_renders_server_state`
+//! - unknown totals: `adm03_ui_browser_unknown_total_renders_unknown`
+//! - a failed refresh: `adm03_ui_browser_failed_refresh_shows_stale_marker`
+//! - blocked: `ct12_ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate`
 //! - actions from the page reach PostgreSQL, a lost response is retried
-//!   with its key: `ui_browser_pause_then_resume_changes_postgresql`
-//! - explicit validation: `ui_browser_validate_completed_shows_typed_outcome`
-//! - authorization: `ui_browser_unauthorized_shows_token_prompt_and_no_data`
+//!   with its key: `adm04_ui_browser_pause_then_resume_changes_postgresql`
+//! - explicit validation: `ct11_ui_browser_validate_completed_shows_typed_outcome`
+//! - authorization: `ct09_ui_browser_unauthorized_shows_token_prompt_and_no_data`
 //! - live settings from the page reach PostgreSQL and the audit, a lost
 //!   answer is retried with its key:
-//!   `ui_browser_settings_form_changes_batch_size_in_postgres`
+//!   `thr04_ui_browser_settings_form_changes_batch_size_in_postgres`
 //! - a refused change shows the server's 422 (and a reader's 403) and
-//!   changes nothing: `ui_browser_settings_form_shows_422_and_changes_nothing`
+//!   changes nothing: `thr04_ui_browser_settings_form_shows_422_and_changes_nothing`
 //! - a runner held back by a real health signal:
-//!   `ui_browser_throttled_backfill_shows_signal_value_and_threshold`
+//!   `thr02_ui_browser_throttled_backfill_shows_signal_value_and_threshold`
 //! - AUTH-4, in every scenario: the page is served under the admin
 //!   listener's Content-Security-Policy and the client runs with no
 //!   violation of it (`browser.mjs` fails the scenario otherwise)
@@ -446,10 +446,10 @@ impl Browser {
 /// `prerequisites` (without it the scenario fails later, inside node, with
 /// playwright's launch error, or a fixture's database is built first).
 #[test]
-fn ui_browser_missing_chromium_fails_in_one_line_naming_the_fix() {
+fn ct12_ui_browser_missing_chromium_fails_in_one_line_naming_the_fix() {
     let missing = "/nonexistent/chromium";
     let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", "ui_browser_list_renders_server_state"])
+        .args(["--exact", "ct12_ui_browser_list_renders_server_state"])
         .env(prereq::CHROMIUM_ENV, missing)
         .output()
         .expect("run the test binary");
@@ -478,7 +478,7 @@ fn ui_browser_missing_chromium_fails_in_one_line_naming_the_fix() {
 /// the list. Guards: `row`/`progressCell`/`markers`/`rateEta`/`actionsFor`
 /// in app.js (any of them wrong fails the comparison with PostgreSQL).
 #[actix_rt::test]
-async fn ui_browser_list_renders_server_state() {
+async fn ct12_ui_browser_list_renders_server_state() {
     let fx = Fixture::new().await;
     let mut claims = fx.all_states().await;
     let mut browser = Browser::start("list", &fx.url(), &fx.expected_rows().await).await;
@@ -494,7 +494,7 @@ async fn ui_browser_list_renders_server_state() {
 /// "unknown (total unknown)" once its rate is measured, never 0%. Guard:
 /// `progressInfo`/`rateEta` treating a null total as unknown.
 #[actix_rt::test]
-async fn ui_browser_unknown_total_renders_unknown() {
+async fn adm03_ui_browser_unknown_total_renders_unknown() {
     let fx = Fixture::new().await;
     let mut claims = fx.all_states().await;
     let mut browser = Browser::start("unknown", &fx.url(), &fx.expected_rows().await).await;
@@ -510,7 +510,7 @@ async fn ui_browser_unknown_total_renders_unknown() {
 /// too. Guard: the refresh's error path (keeping `views`, setting
 /// `lastError`) and `statusLine`.
 #[actix_rt::test]
-async fn ui_browser_failed_refresh_shows_stale_marker() {
+async fn adm03_ui_browser_failed_refresh_shows_stale_marker() {
     let mut fx = Fixture::new().await;
     let _claims = fx.all_states().await;
     let mut browser = Browser::start("stale", &fx.url(), &fx.expected_rows().await).await;
@@ -525,7 +525,7 @@ async fn ui_browser_failed_refresh_shows_stale_marker() {
 /// who started it. Guards: `actionsFor("blocked")`, the diagnostic card
 /// and the audit read of the detail page.
 #[actix_rt::test]
-async fn ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate() {
+async fn ct12_ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate() {
     let fx = Fixture::new().await;
     let _claims = fx.all_states().await;
     let mut expect = fx.expected_rows().await;
@@ -546,7 +546,7 @@ async fn ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate() {
 /// on retry would record a second, `converged` pause) and the actions'
 /// requests.
 #[actix_rt::test]
-async fn ui_browser_pause_then_resume_changes_postgresql() {
+async fn adm04_ui_browser_pause_then_resume_changes_postgresql() {
     let fx = Fixture::new().await;
     let _claims = fx.all_states().await;
     let generation = format!("SELECT generation AS v FROM backfill WHERE id = '{RUNNING}'");
@@ -622,7 +622,7 @@ async fn ui_browser_pause_then_resume_changes_postgresql() {
 /// history, each with its own key. Guards: `describeResult`/`resultOutcome`
 /// and the validation card.
 #[actix_rt::test]
-async fn ui_browser_validate_completed_shows_typed_outcome() {
+async fn ct11_ui_browser_validate_completed_shows_typed_outcome() {
     let fx = Fixture::new().await;
     let _claims = fx.all_states().await;
     let mut browser = Browser::start("validate", &fx.url(), &fx.expected_rows().await).await;
@@ -660,7 +660,7 @@ async fn ui_browser_validate_completed_shows_typed_outcome() {
 /// branch of the refresh (`dropData`) and the prompt; the 401-only branch
 /// of the action.
 #[actix_rt::test]
-async fn ui_browser_unauthorized_shows_token_prompt_and_no_data() {
+async fn ct09_ui_browser_unauthorized_shows_token_prompt_and_no_data() {
     let fx = Fixture::new().await;
     let _claims = fx.all_states().await;
     let browser = Browser::start("unauthorized", &fx.url(), &fx.expected_rows().await).await;
@@ -716,7 +716,7 @@ async fn settings_audits(
 /// `settingsChange`, `keyFor` with the change as its request, the refresh
 /// after an answer, and `settingsRows`.
 #[actix_rt::test]
-async fn ui_browser_settings_form_changes_batch_size_in_postgres() {
+async fn thr04_ui_browser_settings_form_changes_batch_size_in_postgres() {
     let fx = Fixture::new().await;
     let _claims = fx.all_states().await;
     let generation = format!("SELECT generation AS v FROM backfill WHERE id = '{RUNNING}'");
@@ -805,7 +805,7 @@ async fn ui_browser_settings_form_changes_batch_size_in_postgres() {
 /// nothing stored. Guards: `describeSettingsResult` and the form's error
 /// path (showing the body, never applying it), and the 403 withdrawal.
 #[actix_rt::test]
-async fn ui_browser_settings_form_shows_422_and_changes_nothing() {
+async fn thr04_ui_browser_settings_form_shows_422_and_changes_nothing() {
     let fx = Fixture::new().await;
     let _claims = fx.all_states().await;
     let mut browser =
@@ -909,7 +909,7 @@ async fn wait_for_throttle(db: &TestDb, signal: &str) {
 /// the marker and card go. Guards: `markers`/`throttleInfo` and the
 /// throttle card.
 #[actix_rt::test]
-async fn ui_browser_throttled_backfill_shows_signal_value_and_threshold() {
+async fn thr02_ui_browser_throttled_backfill_shows_signal_value_and_threshold() {
     prerequisites();
     let db = support::test_db().await;
     db.exec(&items_sql(300)).await;
@@ -995,7 +995,7 @@ async fn ui_browser_throttled_backfill_shows_signal_value_and_threshold() {
 /// conflicts. Guards: `undoOffered`, the undo's consequence text,
 /// `journalRows`.
 #[actix_rt::test]
-async fn ui_browser_undo_names_the_conflict_rule_and_shows_progress() {
+async fn undo02_ui_browser_undo_names_the_conflict_rule_and_shows_progress() {
     const JOURNALED: &str = "people.email-norm.v1";
     prerequisites();
     let db = support::test_db().await;

@@ -2,10 +2,10 @@
 //! production engine, admin layer and HTTP server against real PostgreSQL.
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
-//! - UNDO-1 the journal commits with its batch, or not at all: `undo1_*`
-//! - UNDO-2 the reverse backfill, its conflict rule, partitions: `undo2_*`
-//! - UNDO-3 the undo's validation, no undo of an undo, one undo: `undo3_*`
-//! - UNDO-4 the journal's visibility and its audited prune: `undo4_*`
+//! - UNDO-1 the journal commits with its batch, or not at all: `undo01_*`
+//! - UNDO-2 the reverse backfill, its conflict rule, partitions: `undo02_*`
+//! - UNDO-3 the undo's validation, no undo of an undo, one undo: `undo03_*`
+//! - UNDO-4 the journal's visibility and its audited prune: `undo04_*`
 //!
 //! Races are forced with PostgreSQL's own fence (a pause committed
 //! between a claim and its batch), never with sleeps.
@@ -101,7 +101,7 @@ async fn journal_rows(db: &TestDb, id: &str) -> i64 {
 /// restored), the conflict rule's equality (the application's values
 /// would be overwritten).
 #[actix_rt::test]
-async fn undo1_undo_restores_every_untouched_row_and_keeps_the_applications_changes() {
+async fn undo01_undo_restores_every_untouched_row_and_keeps_the_applications_changes() {
     let (db, before) = people(2_000).await;
     let engine = repaired(&db, 1).await;
     assert_eq!(
@@ -184,7 +184,7 @@ async fn undo1_undo_restores_every_untouched_row_and_keeps_the_applications_chan
 /// the journal written in the batch's own transaction (a journal written
 /// on its own would stay).
 #[actix_rt::test]
-async fn undo1_a_batch_rejected_at_the_fence_leaves_no_journal_rows() {
+async fn undo01_a_batch_rejected_at_the_fence_leaves_no_journal_rows() {
     let (db, before) = people(300).await;
     let engine = engine(&db, Registry::new().with(email_norm(1)).expect("registers"));
     engine.register().await.expect("register");
@@ -313,7 +313,7 @@ impl SelectThenMutate<i64> for HandWritten {
 /// around its `mutate`, only the rows it changed, and the undo restores
 /// them. Guard: the engine's journal capture in the two-statement path.
 #[actix_rt::test]
-async fn undo1_the_engine_journals_a_two_statement_repair() {
+async fn undo01_the_engine_journals_a_two_statement_repair() {
     let (db, before) = people(500).await;
     let engine = engine(&db, Registry::new().with(HandWritten).expect("registers"));
     engine.register().await.expect("register");
@@ -353,7 +353,7 @@ async fn undo1_the_engine_journals_a_two_statement_repair() {
 /// many partitions and restores every row of every one. Guard: the undo's
 /// `partitions`/`split_points` (one partition would be made).
 #[actix_rt::test]
-async fn undo2_a_partitioned_repair_is_undone_in_every_partition() {
+async fn undo02_a_partitioned_repair_is_undone_in_every_partition() {
     let (db, before) = people(1_000).await;
     let engine = repaired(&db, 4).await;
     let server = serve(admin(engine.clone()));
@@ -391,7 +391,7 @@ async fn undo2_a_partitioned_repair_is_undone_in_every_partition() {
 /// a resume of an undone original is refused (`undone`); `operate` is
 /// needed. Guards: the state check, the journal check, the capability.
 #[actix_rt::test]
-async fn undo2_refusals_are_typed_and_change_nothing() {
+async fn undo02_refusals_are_typed_and_change_nothing() {
     let (db, _) = people(300).await;
     let plain = SqlRepair::new("people.plain.v1", "people")
         .key("id")
@@ -469,7 +469,7 @@ async fn undo2_refusals_are_typed_and_change_nothing() {
 /// undo-of-undo check, the row lock and existence check, the validation
 /// query.
 #[actix_rt::test]
-async fn undo3_one_undo_per_backfill_never_an_undo_of_an_undo() {
+async fn undo03_one_undo_per_backfill_never_an_undo_of_an_undo() {
     let (db, _) = people(500).await;
     let engine = repaired(&db, 1).await;
     let server = serve(admin(engine.clone()));
@@ -529,7 +529,7 @@ async fn undo3_one_undo_per_backfill_never_an_undo_of_an_undo() {
 /// runs, and an applied prune deletes the journal and is audited with its
 /// count. Guards: the unfinished-undo check, the audit row.
 #[actix_rt::test]
-async fn undo4_prune_waits_for_the_undo_and_is_audited() {
+async fn undo04_prune_waits_for_the_undo_and_is_audited() {
     let (db, _) = people(400).await;
     let engine = repaired(&db, 1).await;
     let server = serve(admin(engine.clone()));
@@ -595,7 +595,7 @@ impl backfill::host::Application for People {
 /// its row estimate. Guards: the undo IDs among the claimable ones, the
 /// journal families of the scrape.
 #[actix_rt::test]
-async fn undo4_a_host_runs_the_undo_and_exports_the_journal() {
+async fn undo04_a_host_runs_the_undo_and_exports_the_journal() {
     use backfill::host::{Host, HostConfig};
     use std::time::Duration;
     use support::http::{get, request};

@@ -387,7 +387,7 @@ mod tests {
     /// its edge: a 1- and 128-byte worker ID, a 100 ms lease, a renewal
     /// at exactly half the lease; one step past each is refused.
     #[test]
-    fn clm3_runtime_config_limits_hold_exactly_at_their_edges() {
+    fn clm03_runtime_config_limits_hold_exactly_at_their_edges() {
         let ttl = Duration::from_secs(3);
         let with = |f: &dyn Fn(&mut RuntimeConfig)| {
             let mut c = config();
@@ -434,7 +434,7 @@ mod tests {
     /// CLM-3: a claim is trusted for three quarters of its lease from the
     /// moment its request was sent.
     #[test]
-    fn clm3_trust_window_is_three_quarters_of_the_lease() {
+    fn clm03_trust_window_is_three_quarters_of_the_lease() {
         let timing = Timing {
             lease_ttl: Duration::from_secs(4),
             renew_interval: Duration::from_secs(1),

@@ -438,7 +438,7 @@ mod tests {
     /// histogram is exported for every outcome from the start, with all
     /// its buckets.
     #[test]
-    fn every_family_registers_with_every_outcome() {
+    fn obs01_every_family_registers_with_every_outcome() {
         let metrics = RuntimeMetrics::new();
         let registry = Registry::new();
         metrics.register(&registry).expect("register");
@@ -465,7 +465,7 @@ mod tests {
     /// Each counter field exports the name made of its own (the groups'
     /// definitions are bound to the fields by position), so no two swap.
     #[test]
-    fn every_counter_exports_its_fields_name() {
+    fn obs01_every_counter_exports_its_fields_name() {
         let m = RuntimeMetrics::new();
         let fields: [(&str, &IntCounter); 18] = [
             ("claims_acquired", &m.claims_acquired),
@@ -499,7 +499,7 @@ mod tests {
 
     /// An observation lands under the outcome it is given and in seconds.
     #[test]
-    fn observations_land_under_their_outcome_in_seconds() {
+    fn obs01_observations_land_under_their_outcome_in_seconds() {
         let metrics = RuntimeMetrics::new();
         let committed = Ok(StepOutcome::Committed {
             keys: 1,

@@ -202,7 +202,7 @@ fn renewing_fake(ids: Vec<String>) -> Arc<Fake> {
 /// The trust window: when renewals fail, the runner stops starting batches
 /// before the lease (by the backend's clock) could have expired.
 #[actix_rt::test]
-async fn runner_stops_when_renewals_fail_before_the_lease_can_expire() {
+async fn clm03_runner_stops_when_renewals_fail_before_the_lease_can_expire() {
     let fake = Arc::new(Fake {
         ids: Mutex::new(vec!["a".into()]),
         step_delay: Duration::from_millis(5),
@@ -232,7 +232,7 @@ async fn runner_stops_when_renewals_fail_before_the_lease_can_expire() {
 /// status, though its trust window (45 s of a minute's lease) would
 /// allow them for the rest of the test.
 #[actix_rt::test]
-async fn clm3_runner_stops_at_once_when_its_claim_is_lost() {
+async fn clm03_runner_stops_at_once_when_its_claim_is_lost() {
     let fake = Arc::new(Fake {
         ids: Mutex::new(vec!["lost".into()]),
         step_delay: Duration::from_millis(5),
@@ -293,7 +293,7 @@ async fn rt01_recorded_failure_ends_the_runner_and_is_counted_by_disposition() {
 /// CLM-3: a renewer with no claims makes no backend calls: an idle
 /// process costs PostgreSQL nothing between claim polls.
 #[actix_rt::test]
-async fn clm3_an_idle_renewer_makes_no_backend_calls() {
+async fn clm03_an_idle_renewer_makes_no_backend_calls() {
     let fake = Arc::new(Fake::default());
     let config = RuntimeConfig {
         renew_interval: Some(Duration::from_millis(20)),
@@ -316,7 +316,7 @@ async fn clm3_an_idle_renewer_makes_no_backend_calls() {
 /// Wake-ups are hints, so the test repeats one until it lands between
 /// rounds.
 #[actix_rt::test]
-async fn wake_starts_a_claim_round_before_the_next_poll() {
+async fn clm01_wake_starts_a_claim_round_before_the_next_poll() {
     let fake = renewing_fake(Vec::new());
     let config = RuntimeConfig {
         poll_interval: Duration::from_secs(3600),
@@ -339,7 +339,7 @@ async fn wake_starts_a_claim_round_before_the_next_poll() {
 
 /// With renewals succeeding, the runner keeps going past the lease TTL.
 #[actix_rt::test]
-async fn renewals_extend_the_trust_window() {
+async fn clm03_renewals_extend_the_trust_window() {
     let fake = renewing_fake(vec!["a".into()]);
     let rt = start(&fake, 300, config());
     tokio::time::sleep(Duration::from_millis(900)).await;
@@ -359,7 +359,7 @@ async fn renewals_extend_the_trust_window() {
 /// this, the renewer's interval and the supervisor's poll kept them for
 /// the life of the process.
 #[actix_rt::test]
-async fn shutdown_lets_go_of_the_backend() {
+async fn emb09_shutdown_lets_go_of_the_backend() {
     let fake = renewing_fake(vec!["a".into(), "b".into()]);
     let rt = start(&fake, 300, config());
     // Claims and actor stops are asynchronous: poll, bounded.
@@ -386,7 +386,7 @@ async fn shutdown_lets_go_of_the_backend() {
 
 /// The supervisor never holds more than `max_concurrent_runners` claims.
 #[actix_rt::test]
-async fn supervisor_caps_concurrent_runners() {
+async fn emb06_supervisor_caps_concurrent_runners() {
     let fake = renewing_fake((0..5).map(|i| format!("id{i}")).collect());
     let rt = start(&fake, 10_000, config());
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -535,7 +535,7 @@ fn progress_fields(id: &str) -> Vec<[u64; 4]> {
 }
 
 #[test]
-fn runtime_config_rejects_a_zero_progress_interval() {
+fn emb06_runtime_config_rejects_a_zero_progress_interval() {
     let config = RuntimeConfig {
         progress_log_interval: Duration::ZERO,
         ..RuntimeConfig::default()
@@ -548,7 +548,7 @@ fn runtime_config_rejects_a_zero_progress_interval() {
 /// claim; after that at most the round already in flight renews it, not
 /// one every interval.
 #[actix_rt::test]
-async fn clm3_a_claim_is_not_renewed_after_its_holder_exits() {
+async fn clm03_a_claim_is_not_renewed_after_its_holder_exits() {
     let fake = Arc::new(Fake {
         ids: Mutex::new(vec!["ends".into()]),
         renew_ok: AtomicBool::new(true),
@@ -575,7 +575,7 @@ async fn clm3_a_claim_is_not_renewed_after_its_holder_exits() {
 /// REG-1: a process registers its definitions once. Claim polls that come
 /// while the registration is still under way do not start another one.
 #[actix_rt::test]
-async fn reg1_polls_during_a_slow_registration_do_not_register_again() {
+async fn reg01_polls_during_a_slow_registration_do_not_register_again() {
     let fake = Arc::new(Fake {
         register_delay: Duration::from_millis(300),
         ..Fake::default()

@@ -141,7 +141,7 @@ mod tests {
     /// Each kind of field keeps its JSON type; a `Json` list is an array,
     /// and a plain string that looks like one stays a string.
     #[test]
-    fn fields_keep_their_types_and_json_lists_are_arrays() {
+    fn obs02_fields_keep_their_types_and_json_lists_are_arrays() {
         let buffer = Buffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::fmt()

@@ -548,7 +548,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cut_counts_characters_and_marks_the_cut() {
+    fn ct12_cut_counts_characters_and_marks_the_cut() {
         assert_eq!(cut("héllo", 5), "héllo");
         assert_eq!(cut("héllo wörld", 6), "héllo…");
         assert_eq!(width(&cut("ééééééééé", 4)), 4);
@@ -556,7 +556,7 @@ mod tests {
     }
 
     #[test]
-    fn wrap_is_bounded_and_says_so() {
+    fn ct12_wrap_is_bounded_and_says_so() {
         let text = "one two three four five six seven eight nine ten";
         let lines = wrap(text, 10, 2);
         assert_eq!(lines.len(), 2);
@@ -566,12 +566,12 @@ mod tests {
     }
 
     #[test]
-    fn one_line_removes_control_characters() {
+    fn ct12_one_line_removes_control_characters() {
         assert_eq!(one_line(" a\n\tb\x1b[2Jc "), "a b?[2Jc");
     }
 
     #[test]
-    fn table_drops_columns_before_it_would_wrap() {
+    fn ct12_table_drops_columns_before_it_would_wrap() {
         let table = Table {
             columns: vec![
                 Column::new("ID").shrink_to(6),

@@ -8,7 +8,7 @@
 use std::process::Command;
 
 #[test]
-fn bench_json_shape_and_verification() {
+fn emb04_bench_json_shape_and_verification() {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
@@ -108,7 +108,7 @@ fn bench_json_shape_and_verification() {
 /// The `adaptive` run (THR-3) reports every committed batch, starting at
 /// `--start-batch` keys and growing from there, and verifies its rows.
 #[test]
-fn bench_adaptive_traces_every_batch_from_its_start_size() {
+fn thr03_bench_adaptive_traces_every_batch_from_its_start_size() {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
@@ -155,7 +155,7 @@ fn bench_adaptive_traces_every_batch_from_its_start_size() {
 /// `--partitions` runs `engine-p` once per P, each run named by its P and
 /// verified; `engine-p1` is the unpartitioned path.
 #[test]
-fn bench_engine_p_runs_at_each_partition_count() {
+fn par02_bench_engine_p_runs_at_each_partition_count() {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
@@ -195,7 +195,7 @@ fn bench_engine_p_runs_at_each_partition_count() {
 }
 
 #[test]
-fn bench_rejects_bad_input_with_one_line() {
+fn emb04_bench_rejects_bad_input_with_one_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
         .args([
             "bench",

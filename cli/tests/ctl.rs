@@ -40,7 +40,7 @@ async fn ctl(url: &str, token: Option<&str>, args: &[&str]) -> Out {
 /// CLI's status mapping (409 -> 3, 401/403 -> 4) and the idempotency key
 /// it sends (without it the server answers 400 and the start fails).
 #[actix_rt::test]
-async fn ctl_drives_the_admin_api_with_exit_codes() {
+async fn adm01_ctl_drives_the_admin_api_with_exit_codes() {
     let (db, engine, _hooks) = setup(10).await;
     let server = serve(admin(engine.clone()));
     let url = server.url.as_str();
@@ -182,7 +182,7 @@ async fn ctl_drives_the_admin_api_with_exit_codes() {
 /// ADM-3: when the server cannot be reached, `watch` shows the refresh as
 /// stale (never zero) and exits 5; so do reads and actions.
 #[actix_rt::test]
-async fn ctl_failed_refresh_is_stale_and_exits_5() {
+async fn adm03_ctl_failed_refresh_is_stale_and_exits_5() {
     let (_db, engine, _hooks) = setup(3).await;
     let server = serve(admin(engine));
     let url = server.url.clone();
@@ -254,7 +254,7 @@ fn lossy_proxy(upstream: &str) -> String {
 /// Guard: the client's key reuse across re-sends (a fresh key per attempt
 /// would print `converged`) and the server's stored response.
 #[actix_rt::test]
-async fn ctl_resends_with_the_same_key_after_a_lost_response() {
+async fn adm04_ctl_resends_with_the_same_key_after_a_lost_response() {
     let (db, engine, _hooks) = setup(5).await;
     let server = serve(admin(engine));
     let proxy = lossy_proxy(&server.url);
@@ -297,7 +297,7 @@ async fn ctl_resends_with_the_same_key_after_a_lost_response() {
 /// bound on `--interval` (without it `watch` goes on to send requests,
 /// and after its first refresh panics turning 1e20 s into a `Duration`).
 #[actix_rt::test]
-async fn ctl_usage_errors_are_one_line_with_exit_2() {
+async fn adm01_ctl_usage_errors_are_one_line_with_exit_2() {
     // Nothing listens here: a request would fail with exit 5, not 2.
     let url = "http://127.0.0.1:9";
     for (args, names) in [
@@ -332,7 +332,7 @@ async fn ctl_usage_errors_are_one_line_with_exit_2() {
 /// them. Guard: `list_all` following `next_after` (without it the client
 /// shows the first 500 and says nothing of the rest).
 #[actix_rt::test]
-async fn ctl_list_and_watch_follow_every_page() {
+async fn adm02_ctl_list_and_watch_follow_every_page() {
     let (db, engine, _hooks) = setup(3).await;
     let ids: Vec<String> = (0..1200).map(|i| format!("bulk.{i:05}")).collect();
     let descriptions = vec![String::new(); ids.len()];
@@ -378,7 +378,7 @@ async fn ctl_list_and_watch_follow_every_page() {
 /// (without them nothing is stored), `Client::check`'s 4xx mapping (a 422 would
 /// exit 5), and the throttle marker in `table`/`detail`.
 #[actix_rt::test]
-async fn thr4_ctl_set_changes_settings_and_refuses_bad_values() {
+async fn thr04_ctl_set_changes_settings_and_refuses_bad_values() {
     let (db, engine, _hooks) = setup(10).await;
     let server = serve(admin(engine.clone()));
     let url = server.url.as_str();
@@ -506,7 +506,7 @@ async fn thr4_ctl_set_changes_settings_and_refuses_bad_values() {
 /// too. Guard: the query the client builds (without `batches` the server
 /// runs its default of 3, not 2).
 #[actix_rt::test]
-async fn dry1_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
+async fn dry01_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
     let (db, engine, _hooks) = setup(10).await;
     let server = serve(admin(engine.clone()));
     let url = server.url.as_str();
@@ -546,7 +546,7 @@ async fn dry1_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
 /// and `ctl journal prune` deletes the journal once the undo completed.
 /// Guard: the CLI's undo and prune paths and the journal lines of `show`.
 #[actix_rt::test]
-async fn undo2_ctl_undoes_shows_the_journal_and_prunes() {
+async fn undo02_ctl_undoes_shows_the_journal_and_prunes() {
     use backfill::repair::SqlRepair;
     use backfill::{Engine, Registry};
     const JOURNALED: &str = "items.bump.v1";

@@ -4,7 +4,10 @@
 //! HttpServer with repaired and unrepaired rows side by side.
 //!
 //! Index:
-//! - CFG (migrations off needs a compatible schema): `cfg_*`
+//! - CFG-5 (migrations off needs a compatible schema): `cfg05_*`; EMB-1
+//!   (the host's own migrations on top of the framework's, the demo's
+//!   seeder speed): `emb01_*`; EX-2 (the seeder's ties): `ex02_seed_*`;
+//!   EMB-4 (repair throughput): `emb04_*`
 //! - EX-1/EX-2/EX-4 (empty sets, compound keys with ties, batch limit): `ex01_*`, `ex02_*`
 //! - EX-7 (repaired and unrepaired rows side by side): `ex07_*`
 //! - RT-1/RT-3 (blocked with a bounded diagnostic, operator retry): `rt01_*`
@@ -59,7 +62,7 @@ async fn state(engine: &Engine, id: &str) -> State {
 /// The example's migrations apply on top of the framework's, are
 /// idempotent, and leave a schema `check_schema` accepts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cfg_example_migrations_apply_and_schema_checks_pass() {
+async fn emb01_example_migrations_apply_and_schema_checks_pass() {
     let db = example_db().await;
     example::migrate(&db.url)
         .await
@@ -73,7 +76,7 @@ async fn cfg_example_migrations_apply_and_schema_checks_pass() {
 /// the check with an error naming exactly what is missing (CFG: a backfill
 /// never changes schema, so startup must fail clearly instead).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cfg_check_schema_names_what_is_missing() {
+async fn cfg05_check_schema_names_what_is_missing() {
     // Framework tables only: the example's table is missing.
     let db = test_db().await;
     let mut conn = db.pool.get().await.expect("pool");
@@ -110,7 +113,7 @@ async fn cfg_check_schema_names_what_is_missing() {
 /// The seeder inserts exactly N rows, unrepaired, with many created_at
 /// ties, padded mixed-case authors, and exactly the requested bad tags.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seed_inserts_unrepaired_rows_with_ties_and_bad_tags() {
+async fn ex02_seed_inserts_unrepaired_rows_with_ties_and_bad_tags() {
     let db = example_db().await;
     let n = example::seed(&db.pool, 250_123, 17).await.expect("seed");
     assert_eq!(n, 250_123);
@@ -144,7 +147,7 @@ async fn seed_inserts_unrepaired_rows_with_ties_and_bad_tags() {
 /// Speed of a 1,000,000-row seed (run with `--ignored`; prints rows/s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: seeds one million rows"]
-async fn seed_one_million_rows_speed() {
+async fn emb01_seed_one_million_rows_speed() {
     let db = example_db().await;
     let t = Instant::now();
     let n = example::seed(&db.pool, 1_000_000, 100).await.expect("seed");
@@ -171,7 +174,7 @@ async fn seed_one_million_rows_speed() {
 /// 1000 (run with `--ignored`; prints rows/s per repair).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: repairs 200,000 rows four times"]
-async fn repair_throughput() {
+async fn emb04_repair_throughput() {
     let db = example_db().await;
     example::seed(&db.pool, 200_000, 0).await.expect("seed");
     let engine = example_engine(&db, example::DEFAULT_BATCH).await;

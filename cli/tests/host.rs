@@ -9,13 +9,13 @@
 //! - (migrate on,  auto off): `ct13_on_off_*`
 //! - (migrate on,  auto on):  `ct13_on_on_*`
 //! - CFG-2 restart rebuilds the gate: `ct13_restart_*`; NOTIFY as a hint:
-//!   `cfg_notify_*`; CFG-3 and OBS-1/2 (admin listener, /metrics) inside
-//!   `ct13_off_on_*`; OBS-2 unknown is not zero: `obs2_*`
+//!   `clm01_notify_*`; CFG-3 and OBS-1/2 (admin listener, /metrics) inside
+//!   `ct13_off_on_*`; OBS-2 unknown is not zero: `obs02_*`
 //! - OBS-1 durations of execution and validation as histograms in
-//!   seconds, every family with HELP and TYPE: `obs1_*`
+//!   seconds, every family with HELP and TYPE: `obs01_*`
 //! - AUTH-3 the Host allow-list of a started trusted-network host and its
-//!   refusal of a non-loopback address: `auth3_*`; AUTH-4 the headers of
-//!   the admin listener, unknown paths and `/metrics` included: `auth4_*`
+//!   refusal of a non-loopback address: `auth03_*`; AUTH-4 the headers of
+//!   the admin listener, unknown paths and `/metrics` included: `auth04_*`
 //!
 //! Gates are held closed deterministically with a second session's row lock
 //! (the batches wait on it), never with sleeps.
@@ -240,7 +240,7 @@ fn histogram(text: &str, family: &str, outcome: &str) -> (u64, f64) {
 /// milliseconds. Guards: `observe_batch` in the runner and
 /// `observe_validation` in the validator (without them the counts stay 0).
 #[actix_rt::test]
-async fn obs1_batch_and_validation_durations_are_histograms_in_seconds() {
+async fn obs01_batch_and_validation_durations_are_histograms_in_seconds() {
     let db = app_db(300, 0).await;
     let host = Host::start(host_config(&db, false, true), app())
         .await
@@ -447,7 +447,7 @@ async fn ct13_restart_rebuilds_gate_from_postgres() {
 /// commits a NOTIFY the host LISTENs for. Guard: `wake_notify` in the start
 /// transaction and the host's listener (without them this waits 10 min).
 #[actix_rt::test]
-async fn cfg_notify_wakes_the_supervisor_as_a_hint() {
+async fn clm01_notify_wakes_the_supervisor_as_a_hint() {
     let db = app_db(200, 0).await;
     let mut config = host_config(&db, false, false);
     config.runtime.poll_interval = Duration::from_secs(600);
@@ -497,7 +497,7 @@ async fn cfg_notify_wakes_the_supervisor_as_a_hint() {
 /// `backfill_gate_gating` in src/http/metrics.rs (without it the count of
 /// an unread gate is exported as 0).
 #[actix_rt::test]
-async fn obs2_metrics_of_an_unreadable_database_are_unknown_not_zero() {
+async fn obs02_metrics_of_an_unreadable_database_are_unknown_not_zero() {
     use backfill::http::metrics::MetricsSource;
     use backfill::readiness::Readiness;
     // A database that does not exist on a live server: every checkout
@@ -590,7 +590,7 @@ fn bare_config(db: &TestDb) -> HostConfig {
 /// `admin_allow_remote_trusted` is set. Guards: the allow-list built in
 /// `HostConfig::allowed_hosts` and `HostConfig::check_trusted_listen`.
 #[actix_rt::test]
-async fn auth3_trusted_host_answers_only_its_names() {
+async fn auth03_trusted_host_answers_only_its_names() {
     use support::http::request;
     let db = test_db().await;
     let mut config = bare_config(&db);
@@ -636,7 +636,7 @@ async fn auth3_trusted_host_answers_only_its_names() {
 /// security headers. Guard: `http::security_headers` on the admin
 /// listener's App and resources.
 #[actix_rt::test]
-async fn auth4_admin_listener_answers_carry_the_security_headers() {
+async fn auth04_admin_listener_answers_carry_the_security_headers() {
     let db = test_db().await;
     let host = Host::start(bare_config(&db), backfill::Registry::new())
         .await

@@ -4,14 +4,14 @@
 //!
 //! Index:
 //! - CT-4 across processes: `ct04_sigkill_*`
-//! - graceful shutdown releases claims: `clm_sigterm_*`
-//! - the demo's throwaway cluster outlives no signal: `demo_stopped_*`
-//! - `--log-format json` writes list-valued fields as arrays: `obs2_*`
-//! - startup refusals and warnings of the admin boundary: `auth3_*`
-//!   (trusted-network mode on a non-loopback address), `auth5_*` (a token
+//! - EMB-9 graceful shutdown releases claims: `emb09_sigterm_*`
+//! - EMB-1 the demo's throwaway cluster outlives no signal: `emb01_demo_*`
+//! - `--log-format json` writes list-valued fields as arrays: `obs02_*`
+//! - startup refusals and warnings of the admin boundary: `auth03_*`
+//!   (trusted-network mode on a non-loopback address), `auth05_*` (a token
 //!   on the command line, malformed tokens files)
 //! - a notification in flight when its sender is SIGKILLed is delivered
-//!   after restart with the same event ID: `ntf1_*`
+//!   after restart with the same event ID: `ntf01_*`
 //!
 //! Each kill point is reached with a PostgreSQL barrier, not a sleep: a
 //! second session holds a row lock that the worker's batch waits on (kill
@@ -250,7 +250,7 @@ async fn ct04_sigkill_before_after_commit_and_during_validation_resumes_exactly_
 /// continues at once instead of after the lease TTL. Guard: the release on
 /// drain (without it the owner stays set until expiry).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clm_sigterm_releases_the_claim_and_exits_cleanly() {
+async fn emb09_sigterm_releases_the_claim_and_exits_cleanly() {
     let db = test_db().await;
     example::migrate(&db.url).await.unwrap();
     example::seed(&db.pool, 3000, 0).await.unwrap();
@@ -279,7 +279,7 @@ async fn clm_sigterm_releases_the_claim_and_exits_cleanly() {
 /// (without it the first SIGTERM kills the process at once, and the
 /// cluster pg_ctl detached keeps running with its directory).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn demo_stopped_while_seeding_removes_its_throwaway_cluster() {
+async fn emb01_demo_stopped_while_seeding_removes_its_throwaway_cluster() {
     use std::io::BufRead;
     let mut child = Command::new(env!("CARGO_BIN_EXE_backfill"))
         .args(["demo", "--rows", "20000000", "--listen", "127.0.0.1:0"])
@@ -331,7 +331,7 @@ async fn demo_stopped_while_seeding_removes_its_throwaway_cluster() {
 /// `Json` wrapper on `required` in `Embedded::start` and the binary's
 /// `JsonLines` formatter (without either the field is one string).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn obs2_json_log_writes_list_fields_as_arrays_of_strings() {
+async fn obs02_json_log_writes_list_fields_as_arrays_of_strings() {
     use std::time::Duration;
     let db = test_db().await;
     example::migrate(&db.url).await.unwrap();
@@ -450,7 +450,7 @@ fn serve_exits(db: &TestDb, args: &[&str]) -> (Option<i32>, String) {
 /// it, with nothing served; with `--admin-allow-remote-trusted` it starts,
 /// with a warning. Guard: `HostConfig::check_trusted_listen`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auth3_trusted_network_on_a_non_loopback_address_needs_the_second_flag() {
+async fn auth03_trusted_network_on_a_non_loopback_address_needs_the_second_flag() {
     let db = test_db().await;
     example::migrate(&db.url).await.unwrap();
     let trusted = [
@@ -486,7 +486,7 @@ async fn auth3_trusted_network_on_a_non_loopback_address_needs_the_second_flag()
 /// `--operator-token-file` logs none. Guard: `warn_token_on_argv` in the
 /// binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auth5_a_token_on_the_command_line_logs_a_warning() {
+async fn auth05_a_token_on_the_command_line_logs_a_warning() {
     let db = test_db().await;
     example::migrate(&db.url).await.unwrap();
     let token = "argv-token-0123456789";
@@ -535,7 +535,7 @@ async fn auth5_a_token_on_the_command_line_logs_a_warning() {
 /// markup characters, the built-in principal's name. Guard: the checks
 /// in `AuthConfig::parse_tokens_file`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auth5_each_malformed_tokens_file_is_refused_naming_its_line() {
+async fn auth05_each_malformed_tokens_file_is_refused_naming_its_line() {
     let db = test_db().await;
     let entry = |name: &str, token: &str, caps: &str| {
         let digest = hex::encode(backfill::admin::auth::sha256(token));
@@ -583,7 +583,7 @@ async fn auth5_each_malformed_tokens_file_is_refused_naming_its_line() {
 /// Guard: the outbox row written with the state change (without it the
 /// notification exists only in the killed process, or nowhere).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ntf1_sigkill_with_a_delivery_in_flight_redelivers_the_same_event_id() {
+async fn ntf01_sigkill_with_a_delivery_in_flight_redelivers_the_same_event_id() {
     let db = test_db().await;
     example::migrate(&db.url).await.unwrap();
     example::seed(&db.pool, 300, 0).await.unwrap();

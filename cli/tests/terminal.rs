@@ -5,9 +5,9 @@
 //! log line written between frames does the same.
 //!
 //! Index:
-//! - demo at 80x24 with a blocked backfill: `ui_terminal_demo_fits_80_*`
-//! - demo at 200x50: `ui_terminal_demo_fits_200_*`
-//! - `ctl watch` at 80x24: `ui_terminal_ctl_watch_fits_80_*`
+//! - demo at 80x24 with a blocked backfill: `ct12_ui_terminal_demo_fits_80_*`
+//! - demo at 200x50: `ct12_ui_terminal_demo_fits_200_*`
+//! - `ctl watch` at 80x24: `ct12_ui_terminal_ctl_watch_fits_80_*`
 //!
 //! Waiting is polling of the screen with a deadline, never a fixed sleep.
 //! After the awaited state is on screen, the screen is sampled a few more
@@ -243,7 +243,7 @@ async fn demo_screen(cols: u16, rows: u16) -> String {
 /// frames stack) and log lines held while the display is live (the
 /// runner's `blocked` warning would shift the frame).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ui_terminal_demo_fits_80_columns_with_a_blocked_backfill() {
+async fn ct12_ui_terminal_demo_fits_80_columns_with_a_blocked_backfill() {
     let screen = demo_screen(80, 24).await;
     println!("{screen}");
     let row = screen
@@ -265,7 +265,7 @@ async fn ui_terminal_demo_fits_80_columns_with_a_blocked_backfill() {
 /// row. Guard: log lines held while the display is live (the `blocked`
 /// warning is wider than 200 columns and would shift the frame).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ui_terminal_demo_fits_200_columns() {
+async fn ct12_ui_terminal_demo_fits_200_columns() {
     let screen = demo_screen(200, 50).await;
     let row = screen
         .lines()
@@ -333,7 +333,7 @@ fn serve(url: &str) -> Serve {
 /// shown. Guard: the width-aware table (without it each row wraps onto a
 /// second line).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ui_terminal_ctl_watch_fits_80_columns() {
+async fn ct12_ui_terminal_ctl_watch_fits_80_columns() {
     support::prereq::tmux();
     let db = test_db().await;
     example::migrate(&db.url).await.expect("example schema");

@@ -376,7 +376,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn roles_grant_nothing_and_tokens_match_by_digest() {
+    fn auth01_roles_grant_nothing_and_tokens_match_by_digest() {
         let file = format!(
             r#"[{{"name":"mod","sha256":"{}","capabilities":["community:owner","channel:admin","member"]}},
                 {{"name":"ro","sha256":"{}","capabilities":["backfill:read"]}}]"#,
@@ -394,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_tokens_file_is_rejected_without_echoing_it() {
+    fn auth05_bad_tokens_file_is_rejected_without_echoing_it() {
         let err = AuthConfig::parse_tokens_file(r#"[{"name":"x","sha256":"secretish"}]"#)
             .expect_err("bad digest");
         assert!(!err.to_string().contains("secretish"));
@@ -402,7 +402,7 @@ mod tests {
 
     /// AUTH-1: a principal's name, recorded in audit, is 1 to 128 bytes.
     #[test]
-    fn auth1_principal_names_are_one_to_128_bytes() {
+    fn auth01_principal_names_are_one_to_128_bytes() {
         let caps = ["backfill:read"];
         assert!(Principal::from_token("", "token", &caps).is_err());
         assert!(Principal::from_token("a", "token", &caps).is_ok());
@@ -414,7 +414,7 @@ mod tests {
     /// AUTH-1: `--operator-token` needs at least 16 characters and grants
     /// every capability (read, operate, inspect) to the principal `operator`.
     #[test]
-    fn auth1_operator_token_has_sixteen_characters_and_both_capabilities() {
+    fn auth01_operator_token_has_sixteen_characters_and_both_capabilities() {
         let err = AuthConfig::from_sources(Some(&"t".repeat(15)), None, false)
             .expect_err("15 characters");
         assert!(err.to_string().contains("at least 16"), "{err}");
@@ -441,7 +441,7 @@ mod tests {
     /// AUTH-2: trusted-network mode takes no tokens; every request holds
     /// every capability and is recorded with no individual actor.
     #[test]
-    fn auth2_trusted_network_takes_no_tokens_and_grants_both_capabilities() {
+    fn auth02_trusted_network_takes_no_tokens_and_grants_both_capabilities() {
         let token = "t".repeat(16);
         assert!(AuthConfig::from_sources(Some(&token), None, true).is_err());
         let path = Path::new("/nonexistent/tokens.json");
@@ -458,7 +458,7 @@ mod tests {
     /// AUTH-1: a tokens file is read from its path; one that cannot be read
     /// is a configuration error that names the kind of failure only.
     #[test]
-    fn auth1_tokens_file_is_read_and_an_unreadable_one_is_refused() {
+    fn auth01_tokens_file_is_read_and_an_unreadable_one_is_refused() {
         let dir = std::env::temp_dir().join(format!("backfill-auth-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("tokens.json");
@@ -490,7 +490,7 @@ mod tests {
     /// AUTH-1: when two principals share a token the first listed is the
     /// one recorded, whichever order the comparison loop finishes in.
     #[test]
-    fn auth1_first_principal_with_a_token_is_the_one_recorded() {
+    fn auth01_first_principal_with_a_token_is_the_one_recorded() {
         let caps = ["backfill:read"];
         let config = AuthConfig::Tokens(vec![
             Principal::from_token("first", "shared-token", &caps).expect("first"),
@@ -505,7 +505,7 @@ mod tests {
     /// principal's debug output names it and its capabilities, never its
     /// digest; an anonymous caller holds nothing.
     #[test]
-    fn auth1_capability_names_debug_output_and_anonymous_callers() {
+    fn auth01_capability_names_debug_output_and_anonymous_callers() {
         for capability in [Capability::Read, Capability::Operate, Capability::Inspect] {
             assert_eq!(Capability::parse(capability.as_str()), Some(capability));
         }
@@ -535,7 +535,7 @@ mod tests {
     /// AUTH-1: a parsed principal holds exactly the capabilities its entry
     /// names, for an embedder that inspects a tokens file before serving.
     #[test]
-    fn auth1_a_principal_holds_exactly_its_named_capabilities() {
+    fn auth01_a_principal_holds_exactly_its_named_capabilities() {
         let reader = Principal::from_token("r", "reader-token", &["backfill:read", "member"])
             .expect("principal");
         assert!(reader.can(Capability::Read));
@@ -576,7 +576,7 @@ mod tokens_file_checks {
     /// characters, and the built-in principal's name; other roles are
     /// still kept as strings that grant nothing.
     #[test]
-    fn auth5_each_malformed_tokens_file_is_refused_naming_its_line() {
+    fn auth05_each_malformed_tokens_file_is_refused_naming_its_line() {
         let ok = entry(
             "ops",
             "ops-token",
@@ -620,7 +620,7 @@ mod tokens_file_checks {
     /// AUTH-5: entries on one line, or spread over several, are found by
     /// where they start, whatever strings with brackets they hold.
     #[test]
-    fn auth5_lines_are_where_entries_start() {
+    fn auth05_lines_are_where_entries_start() {
         let text = "[{\"a\": \"[{,\\\"\"},\n\n  {\"b\": [1, {\"c\": 2}]}, {\"d\": 3}\n]";
         assert_eq!(element_lines(text), [1, 3, 3]);
         assert_eq!(element_lines("[]"), Vec::<usize>::new());
@@ -629,7 +629,7 @@ mod tokens_file_checks {
     /// AUTH-5: the operator token file's first line is the token; an
     /// empty or unreadable file is refused without its content or path.
     #[test]
-    fn auth5_operator_token_file_is_read_from_its_first_line() {
+    fn auth05_operator_token_file_is_read_from_its_first_line() {
         let dir = std::env::temp_dir().join(format!("backfill-token-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("token");

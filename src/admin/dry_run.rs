@@ -173,7 +173,7 @@ mod tests {
     /// DRY-1: absent options take their defaults; options out of range
     /// are a 422 naming the field and the limit.
     #[test]
-    fn dry1_request_options_default_and_are_bounded() {
+    fn dry01_request_options_default_and_are_bounded() {
         let d = options(None, None).expect("defaults");
         assert_eq!(
             (d.batches, d.sample),

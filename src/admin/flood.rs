@@ -506,7 +506,7 @@ mod tests {
     /// API-3: tokens refill at exactly `per_second` over the elapsed time,
     /// up to `burst`; a source holding exactly one token is answered 401.
     #[test]
-    fn api3_tokens_refill_at_the_rate_up_to_the_burst() {
+    fn api03_tokens_refill_at_the_rate_up_to_the_burst() {
         let gate = FloodGate::new(FloodLimits {
             burst: 3,
             per_second: 2,
@@ -529,7 +529,7 @@ mod tests {
     /// API-3: a `per_second` of 0 is taken as 1, so a throttled source is
     /// told to retry after one second and gets a token back by then.
     #[test]
-    fn api3_a_rate_of_zero_is_one_per_second() {
+    fn api03_a_rate_of_zero_is_one_per_second() {
         let gate = FloodGate::new(FloodLimits {
             burst: 1,
             per_second: 0,
@@ -545,7 +545,7 @@ mod tests {
     /// whole seconds and at least one: with a quarter token at one a
     /// second, and with no token at two a second, both are 1.
     #[test]
-    fn api3_retry_after_is_the_wait_for_the_next_token() {
+    fn api03_retry_after_is_the_wait_for_the_next_token() {
         let t0 = Instant::now();
         let slow = FloodGate::new(FloodLimits {
             burst: 1,
@@ -636,7 +636,7 @@ mod tests {
     /// API-3: a throttled window's row says why; an unauthorized one keeps
     /// the request's own detail. Both keep the request's action.
     #[test]
-    fn api3_throttled_rows_say_why_and_unauthorized_rows_keep_the_detail() {
+    fn api03_throttled_rows_say_why_and_unauthorized_rows_keep_the_detail() {
         let gate = FloodGate::new(FloodLimits {
             burst: 1,
             ..FloodLimits::default()
@@ -666,7 +666,7 @@ mod tests {
     /// API-3: every rejection, 401 or 429, takes the next ticket, and only
     /// the first one after the writer stopped starts it again.
     #[test]
-    fn api3_tickets_count_rejections_and_one_writer_is_started() {
+    fn api03_tickets_count_rejections_and_one_writer_is_started() {
         let gate = FloodGate::new(FloodLimits {
             burst: 2,
             ..FloodLimits::default()
@@ -692,7 +692,7 @@ mod tests {
     /// API-3: the map tracks up to `max_sources` sources; later ones share
     /// the overflow entry, while tracked ones keep their own entries.
     #[test]
-    fn api3_sources_past_the_cap_share_the_overflow_entry() {
+    fn api03_sources_past_the_cap_share_the_overflow_entry() {
         let gate = FloodGate::new(FloodLimits {
             max_sources: 4,
             ..FloodLimits::default()
@@ -714,7 +714,7 @@ mod tests {
     /// younger than the window, so no count is lost and an open window
     /// keeps its row.
     #[test]
-    fn api3_a_full_map_sweeps_only_sources_with_nothing_left_to_write() {
+    fn api03_a_full_map_sweeps_only_sources_with_nothing_left_to_write() {
         let window = Duration::from_secs(60);
         let gate = FloodGate::new(FloodLimits {
             window,
@@ -741,7 +741,7 @@ mod tests {
     /// API-3: a full map is swept at most once a second, and the overflow
     /// entry is never swept, even with nothing pending.
     #[test]
-    fn api3_the_map_is_swept_at_most_once_a_second_but_never_the_overflow() {
+    fn api03_the_map_is_swept_at_most_once_a_second_but_never_the_overflow() {
         let gate = FloodGate::new(FloodLimits {
             max_sources: 2,
             ..FloodLimits::default()
@@ -773,7 +773,7 @@ mod tests {
     /// API-3: a flood from more addresses than the cap keeps the map at the
     /// cap plus the overflow entry, and every rejection stays counted.
     #[test]
-    fn api3_a_flood_from_many_addresses_loses_no_count() {
+    fn api03_a_flood_from_many_addresses_loses_no_count() {
         let gate = FloodGate::new(FloodLimits {
             max_sources: 4,
             ..FloodLimits::default()

@@ -1121,7 +1121,7 @@ mod tests {
     /// lower case, without port, brackets or a trailing dot; what is no
     /// hostname matches nothing.
     #[test]
-    fn auth3_hostnames_are_compared_without_port_or_case() {
+    fn auth03_hostnames_are_compared_without_port_or_case() {
         let name = |s: &str| hostname(s);
         assert_eq!(name("LocalHost.:8081").as_deref(), Some("localhost"));
         assert_eq!(name("[::1]:8081").as_deref(), Some("::1"));
@@ -1151,7 +1151,7 @@ mod tests {
     /// Host's (scheme default ports compared as such), `Origin: null`, or
     /// an origin with no Host to compare it with. No header says nothing.
     #[test]
-    fn auth3_cross_site_is_what_origin_or_fetch_site_says() {
+    fn auth03_cross_site_is_what_origin_or_fetch_site_says() {
         let h = Some("127.0.0.1:8081");
         assert!(!cross_site(&meta(h, None, None)));
         assert!(!cross_site(&meta(h, None, Some("same-origin"))));

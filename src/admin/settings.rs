@@ -211,7 +211,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn thr4_the_same_change_is_the_same_request() {
+    fn thr04_the_same_change_is_the_same_request() {
         let a: Value = serde_json::from_str(r#"{"pause_ms": 5, "batch_size": null}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{ "batch_size":null,"pause_ms":5 }"#).unwrap();
         assert_eq!(request_name(&a), request_name(&b));
@@ -220,7 +220,7 @@ mod tests {
     }
 
     #[test]
-    fn thr4_only_json_media_types_are_a_change() {
+    fn thr04_only_json_media_types_are_a_change() {
         let body = |content_type: Option<&'static str>, bytes: &'static [u8]| {
             RequestBody::Complete {
                 content_type,
@@ -259,7 +259,7 @@ mod tests {
     /// exactly JSON with sorted keys and no spaces, at every depth, so two
     /// different changes never share a digest (`[1,2]` is not `[12]`).
     #[test]
-    fn thr4_canonical_form_is_sorted_compact_json() {
+    fn thr04_canonical_form_is_sorted_compact_json() {
         let mut text = String::new();
         canonical(
             &json!({"b": [1, 2, {"z": true, "y": "s"}], "a": {"d": null, "c": "x"}}),
@@ -277,7 +277,7 @@ mod tests {
 
     /// THR-4: a body that could not be read is a bad request.
     #[test]
-    fn thr4_unreadable_body_is_a_bad_request() {
+    fn thr04_unreadable_body_is_a_bad_request() {
         assert!(matches!(
             RequestBody::Unreadable.change(),
             Err(AdminError::BadRequest(message)) if message.contains("could not be read")

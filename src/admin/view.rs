@@ -668,7 +668,7 @@ mod timestamp {
         struct Ours(#[serde(serialize_with = "super::serialize")] DateTime<Utc>);
 
         #[test]
-        fn writes_what_chrono_writes() {
+        fn api01_writes_what_chrono_writes() {
             let day = NaiveDate::from_ymd_opt(2026, 11, 30).expect("date");
             let mut cases: Vec<DateTime<Utc>> = [0, 1_000_000, 123_456_000, 123_456_789]
                 .into_iter()
@@ -822,7 +822,7 @@ mod tests {
     }
 
     #[test]
-    fn adm2_a_claim_is_held_only_before_its_lease_expiry_by_the_database_clock() {
+    fn adm02_a_claim_is_held_only_before_its_lease_expiry_by_the_database_clock() {
         let now = at(0);
         let worker = "worker-1".to_string();
         let owner = Some(&worker);
@@ -847,7 +847,7 @@ mod tests {
     }
 
     #[test]
-    fn thr2_a_throttle_is_current_only_under_a_claim_of_its_generation() {
+    fn thr02_a_throttle_is_current_only_under_a_claim_of_its_generation() {
         let stored = reported(3, "lag 2048 > 1024");
         assert_eq!(
             Throttle::current(Some(&stored), true, 3),
@@ -874,7 +874,7 @@ mod tests {
     }
 
     #[test]
-    fn thr2_a_current_throttle_with_missing_fields_shows_them_as_unknown() {
+    fn thr02_a_current_throttle_with_missing_fields_shows_them_as_unknown() {
         let bare = json!({"generation": 3, "value": "high", "since": "yesterday"});
         assert_eq!(
             Throttle::current(Some(&bare), true, 3),
@@ -893,7 +893,7 @@ mod tests {
     }
 
     #[test]
-    fn thr2_rows_and_partitions_report_their_own_current_throttle() {
+    fn thr02_rows_and_partitions_report_their_own_current_throttle() {
         let mut row = backfill("b", State::Running);
         row.throttle = Some(reported(3, "row"));
         assert_eq!(Throttle::from_row(&row), None, "an unclaimed row");
@@ -916,7 +916,7 @@ mod tests {
     }
 
     #[test]
-    fn cfg1_only_a_required_automatic_backfill_gates_readiness_until_it_completes() {
+    fn cfg01_only_a_required_automatic_backfill_gates_readiness_until_it_completes() {
         let cases = [
             (false, false, State::Running, false),
             (false, false, State::Completed, false),
@@ -938,7 +938,7 @@ mod tests {
     }
 
     #[test]
-    fn adm3_fraction_is_unknown_without_a_positive_total_and_capped_at_one() {
+    fn adm03_fraction_is_unknown_without_a_positive_total_and_capped_at_one() {
         let of = |state: State, total: Option<i64>, rows_done: i64| {
             let mut row = backfill("b", state);
             row.source_rows = total;
@@ -965,7 +965,7 @@ mod tests {
     }
 
     #[test]
-    fn adm2_a_backfill_view_projects_its_row() {
+    fn adm02_a_backfill_view_projects_its_row() {
         let mut row = backfill("b", State::Running);
         row.source_rows = Some(20);
         row.rows_done = 5;
@@ -997,7 +997,7 @@ mod tests {
     }
 
     #[test]
-    fn par5_progress_aggregates_the_backfills_own_partitions() {
+    fn par05_progress_aggregates_the_backfills_own_partitions() {
         let mut row = backfill("b", State::Running);
         row.source_rows = Some(100);
         row.rows_done = 7;
@@ -1029,7 +1029,7 @@ mod tests {
     }
 
     #[test]
-    fn par5_without_partitions_of_its_own_the_view_is_the_rows() {
+    fn par05_without_partitions_of_its_own_the_view_is_the_rows() {
         let mut row = backfill("b", State::Running);
         row.source_rows = Some(100);
         row.rows_done = 7;
@@ -1040,7 +1040,7 @@ mod tests {
     }
 
     #[test]
-    fn par5_thr2_the_first_throttled_partition_stands_for_an_unthrottled_backfill() {
+    fn par05_thr2_the_first_throttled_partition_stands_for_an_unthrottled_backfill() {
         let mut row = backfill("b", State::Running);
         row.owner = Some("worker-1".into());
         let parts = [
@@ -1060,7 +1060,7 @@ mod tests {
     }
 
     #[test]
-    fn par5_a_partition_view_projects_its_row() {
+    fn par05_a_partition_view_projects_its_row() {
         let mut ended = partition("b", 2);
         ended.checkpoint = Some(vec![100]);
         ended.checkpoint_json = Some(json!(100));
@@ -1111,7 +1111,7 @@ mod tests {
     }
 
     #[test]
-    fn aud1_an_audit_entry_copies_every_field_of_its_row() {
+    fn aud01_an_audit_entry_copies_every_field_of_its_row() {
         let entry = AuditEntry::from(AuditRow {
             seq: 41,
             at: at(-5),
@@ -1152,7 +1152,7 @@ mod tests {
     }
 
     #[test]
-    fn adm3_an_unknown_time_serializes_as_null() {
+    fn adm03_an_unknown_time_serializes_as_null() {
         #[derive(Serialize)]
         struct Opt(#[serde(serialize_with = "timestamp::serialize_opt")] Option<DateTime<Utc>>);
 

@@ -443,7 +443,7 @@ mod tests {
     /// The wait for a spare connection is half the open transaction's idle
     /// allowance, capped at a second.
     #[test]
-    fn spare_wait_is_half_the_statement_timeout_up_to_a_second() {
+    fn ex05_spare_wait_is_half_the_statement_timeout_up_to_a_second() {
         let ms = Duration::from_millis;
         assert_eq!(spare_wait(ms(601)), ms(300) + Duration::from_micros(500));
         assert_eq!(spare_wait(ms(1_999)), ms(999) + Duration::from_micros(500));
@@ -472,7 +472,7 @@ mod tests {
     /// changed, so the next batch's body counts only when it ran and
     /// succeeded.
     #[test]
-    fn thr3_the_next_batch_counts_the_keys_its_body_changed() {
+    fn thr03_the_next_batch_counts_the_keys_its_body_changed() {
         assert_eq!(Next::Same(Some(Ok(selected(7, Some(9))))).keys(), 7);
         assert_eq!(Next::Same(None).keys(), 0);
         assert_eq!(Next::Fresh.keys(), 0);
@@ -484,7 +484,7 @@ mod tests {
     /// when no key was left, and only strictly forward: a last key at or
     /// below the committed checkpoint is refused as a selection error.
     #[test]
-    fn ex3_the_checkpoint_moves_strictly_forward_to_the_last_key_or_the_bound() {
+    fn ex03_the_checkpoint_moves_strictly_forward_to_the_last_key_or_the_bound() {
         let bound = 100i64.to_bytes();
         let forward = next_checkpoint(&claim_at(Some(5)), selected(2, Some(7)), &bound);
         assert_eq!(forward.ok(), Some((7i64.to_bytes(), serde_json::json!(7))));
@@ -511,7 +511,7 @@ mod tests {
     /// free, and keeps one only while two do, so the pool's reserve for
     /// claims, renewals, validation and the admin API holds.
     #[test]
-    fn emb6_a_spare_connection_leaves_the_pools_reserve_free() {
+    fn emb06_a_spare_connection_leaves_the_pools_reserve_free() {
         for (max_size, take, keep) in [(3, true, true), (2, false, true), (1, false, false)] {
             let engine = unconnected_engine(one_definition(10), max_size);
             assert_eq!(engine.pool_can_spare(false), take, "take of {max_size}");

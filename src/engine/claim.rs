@@ -280,7 +280,7 @@ pub(in crate::engine) mod tests {
     /// give: a fixed limit as declared, a target resumed from the size the
     /// row left in force.
     #[test]
-    fn thr3_the_size_in_force_follows_the_definition_and_the_stored_size() {
+    fn thr03_the_size_in_force_follows_the_definition_and_the_stored_size() {
         let fixed = registry(sql().batch_size(40));
         let def = fixed.get("t.v1").expect("registered");
         assert_eq!(Pacing::default().size(&**def), 40);
@@ -297,7 +297,7 @@ pub(in crate::engine) mod tests {
     /// the claim reports its size and duration: 64 keys in 64 ms cost 1 ms
     /// each, so a 50 ms target sizes the next batch at 50.
     #[test]
-    fn thr3_a_committed_batch_is_measured_and_reported() {
+    fn thr03_a_committed_batch_is_measured_and_reported() {
         let target = registry(sql().target_batch(Duration::from_millis(50), 1, 100));
         let def = target.get("t.v1").expect("registered");
         let mut claim = claim(
@@ -320,7 +320,7 @@ pub(in crate::engine) mod tests {
     /// THR-4: only a pause the operator set keeps the commit from opening
     /// the next batch's transaction.
     #[test]
-    fn thr4_a_claim_is_pausing_only_under_a_set_pause() {
+    fn thr04_a_claim_is_pausing_only_under_a_set_pause() {
         let paused = Pacing {
             settings: Settings::from_stored(&serde_json::json!({ "pause_ms": 250 })),
             ..Pacing::default()
@@ -333,7 +333,7 @@ pub(in crate::engine) mod tests {
     /// half in force; a size already at the range's minimum, a fixed
     /// size and a claim that has not sized a batch yet leave nothing new.
     #[test]
-    fn thr3_a_statement_timeout_leaves_half_the_adaptive_size() {
+    fn thr03_a_statement_timeout_leaves_half_the_adaptive_size() {
         assert_eq!(adaptive(64).after_timeout(), Some(32));
         assert_eq!(adaptive(1).after_timeout(), None);
         let fixed = Pacing {
@@ -348,7 +348,7 @@ pub(in crate::engine) mod tests {
     /// failure leaves in force; any other failure, or a timeout the
     /// repair judged fatal, leaves it.
     #[test]
-    fn thr3_only_a_statement_timeout_shrinks_the_size_after_a_failure() {
+    fn thr03_only_a_statement_timeout_shrinks_the_size_after_a_failure() {
         let claim = claim(None, adaptive(64));
         let timeout = RepairError::Retryable("statement timeout".into());
         assert_eq!(claim.size_after(&timeout), Some(32));
@@ -364,7 +364,7 @@ pub(in crate::engine) mod tests {
     /// ADM-3: the claim's checkpoint renders as its key; bytes that are no
     /// key encoding render as unknown, never as a value.
     #[test]
-    fn adm3_a_claims_checkpoint_renders_as_its_key_or_unknown() {
+    fn adm03_a_claims_checkpoint_renders_as_its_key_or_unknown() {
         let at = claim(Some(42i64.to_bytes()), Pacing::default());
         assert_eq!(at.checkpoint_json(), Some(serde_json::json!(42)));
         let garbled = claim(Some(vec![0xff]), Pacing::default());
@@ -375,7 +375,7 @@ pub(in crate::engine) mod tests {
     /// REG-4: a claimed row runs only under a local definition, and only
     /// when every stored key it carries is of the definition's key type.
     #[test]
-    fn reg4_a_claimed_row_needs_a_definition_and_keys_of_its_type() {
+    fn reg04_a_claimed_row_needs_a_definition_and_keys_of_its_type() {
         let registry = registry(sql());
         let bigint = 7i64.to_bytes();
         let text = "seven".to_string().to_bytes();
@@ -397,7 +397,7 @@ pub(in crate::engine) mod tests {
     /// EX-5: a claim's debug output says whether it holds an open batch
     /// transaction.
     #[test]
-    fn ex5_a_claim_without_an_open_batch_says_so() {
+    fn ex05_a_claim_without_an_open_batch_says_so() {
         assert_eq!(format!("{:?}", OpenBatch::default()), "OpenBatch(none)");
     }
 }

@@ -114,7 +114,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_rejects_timeouts_postgresql_cannot_take() {
+    fn ex05_config_rejects_timeouts_postgresql_cannot_take() {
         assert!(EngineConfig::default().validate().is_ok());
         let day = Duration::from_secs(86_400);
         for config in [
@@ -148,7 +148,7 @@ mod tests {
     /// the first refused one, each alone on an otherwise valid config, so
     /// each comparison is pinned to its operator.
     #[test]
-    fn config_limits_hold_exactly_at_their_edges() {
+    fn emb06_config_limits_hold_exactly_at_their_edges() {
         let ms = Duration::from_millis;
         let max = ms(i32::MAX as u64);
         let over = max + ms(1);
@@ -199,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn millis_is_whole_milliseconds_and_saturates() {
+    fn ex05_millis_is_whole_milliseconds_and_saturates() {
         assert_eq!(millis(Duration::from_micros(2_999)), 2);
         assert_eq!(millis(Duration::from_secs(3)), 3_000);
         assert_eq!(millis(Duration::MAX), i64::MAX);

@@ -318,7 +318,7 @@ mod tests {
     /// DRY-2: the forecast scales the measured batches to the remaining
     /// rows at the size in force, with the pause between batches.
     #[test]
-    fn dry2_forecast_scales_the_measured_batches() {
+    fn dry02_forecast_scales_the_measured_batches() {
         let measured = ran(vec![batch(10, 4.0, Some(1000)), batch(10, 6.0, Some(3000))]);
         let f = Forecast::from_measured(RowCount::Exact(95), &measured, Duration::from_millis(2));
         assert_eq!(f.rows, Some(95));
@@ -333,7 +333,7 @@ mod tests {
     /// DRY-2: unknowns stay unknown: no count, no forecast; no measured
     /// WAL or no batch with keys, no WAL or time forecast.
     #[test]
-    fn dry2_unknowns_stay_unknown() {
+    fn dry02_unknowns_stay_unknown() {
         let measured = ran(vec![batch(10, 4.0, None)]);
         let f = Forecast::from_measured(RowCount::Unknown, &measured, Duration::ZERO);
         assert_eq!((f.rows, f.batches, f.duration_ms), (None, None, None));
@@ -350,7 +350,7 @@ mod tests {
     /// DRY-3: every value of a sample is cut to its documented length,
     /// column by column; short values and numbers pass unchanged.
     #[test]
-    fn dry3_sample_values_are_truncated() {
+    fn dry03_sample_values_are_truncated() {
         let long = "é".repeat(SAMPLE_VALUE_MAX_CHARS + 10);
         let image = serde_json::json!({
             "note": long,
@@ -373,7 +373,7 @@ mod tests {
 
     /// DRY-2: a sum of counts is exact only when every part is.
     #[test]
-    fn dry2_counts_add_up_to_the_weakest_basis() {
+    fn dry02_counts_add_up_to_the_weakest_basis() {
         use RowCount::*;
         assert_eq!(add_counts(Exact(2), Exact(3)), Exact(5));
         assert_eq!(add_counts(Exact(2), Estimate(3)), Estimate(5));
@@ -383,7 +383,7 @@ mod tests {
     /// DRY-1: the number of batches and the sample size are bounded, and
     /// the refusal names the limit.
     #[test]
-    fn dry1_options_are_bounded() {
+    fn dry01_options_are_bounded() {
         assert!(DryRunOptions::default().check().is_ok());
         let err = DryRunOptions {
             batches: DRY_RUN_MAX_BATCHES + 1,

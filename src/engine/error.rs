@@ -162,7 +162,7 @@ mod tests {
     /// error is recorded as it was classified; this process's problems
     /// (here a key mismatch and its configuration) are not recorded.
     #[test]
-    fn rt1_store_errors_are_retryable_only_when_transient() {
+    fn rt01_store_errors_are_retryable_only_when_transient() {
         let classify = |e: EngineError| e.classification();
         assert!(matches!(
             classify(EngineError::Store(StoreError::Pool("no connection".into()))),

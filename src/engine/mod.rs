@@ -272,7 +272,7 @@ mod tests {
     /// subscription taken through one call hears what is published
     /// through another (and through a clone of the engine).
     #[test]
-    fn emb3_events_is_the_engines_one_bus() {
+    fn emb03_events_is_the_engines_one_bus() {
         let engine = unconnected_engine(one_definition(10), 4);
         let mut events = engine.events().subscribe();
         let changed = Event::Changed { id: "t.v1".into() };

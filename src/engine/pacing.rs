@@ -256,7 +256,7 @@ mod tests {
     /// announced since, are not read again, and the pause counts from the
     /// last commit: what is left of it, never more.
     #[tokio::test]
-    async fn thr4_fresh_settings_are_kept_and_the_pause_counts_from_the_commit() {
+    async fn thr04_fresh_settings_are_kept_and_the_pause_counts_from_the_commit() {
         let engine = unconnected_engine(one_definition(10), 4);
         let mut claim = claim_read(Some(Duration::ZERO));
         let gate = engine.gate(&mut claim).await;
@@ -271,7 +271,7 @@ mod tests {
     /// THR-4: an announced change, settings older than `SETTINGS_REFRESH`
     /// and settings never read are each read again before the batch.
     #[tokio::test]
-    async fn thr4_changed_stale_or_unread_settings_are_read_again() {
+    async fn thr04_changed_stale_or_unread_settings_are_read_again() {
         let engine = unconnected_engine(one_definition(10), 4);
         engine.note_changed();
         let gate = engine.gate(&mut claim_read(Some(Duration::ZERO))).await;
@@ -286,7 +286,7 @@ mod tests {
     /// THR-2: the row's record of a throttle names the signal, its value,
     /// its threshold and the text.
     #[test]
-    fn thr2_a_throttle_is_recorded_with_signal_value_threshold_and_text() {
+    fn thr02_a_throttle_is_recorded_with_signal_value_threshold_and_text() {
         let throttle = Throttle {
             signal: Signal::ReplicationLagBytes,
             value: Some(48.0),
@@ -308,7 +308,7 @@ mod tests {
     /// signal holds the claim back; a changed reading of the same signal
     /// at most once per interval, an unchanged one never again.
     #[test]
-    fn thr5_a_changed_reading_is_recorded_at_most_once_per_interval() {
+    fn thr05_a_changed_reading_is_recorded_at_most_once_per_interval() {
         let reading = |signal: &str, value: f64| serde_json::json!({"signal": signal, "value": value, "threshold": 1.0, "text": ""});
         let second = Duration::from_secs(1);
         let now = Instant::now();

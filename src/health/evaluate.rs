@@ -355,7 +355,7 @@ mod tests {
     }
 
     #[test]
-    fn thr1_quiet_signals_go_and_each_signal_past_its_limit_throttles() {
+    fn thr01_quiet_signals_go_and_each_signal_past_its_limit_throttles() {
         let limits = every_limit();
         assert_eq!(
             judge(&quiet(), &limits, UnknownPolicy::Throttle),
@@ -410,7 +410,7 @@ mod tests {
     }
 
     #[test]
-    fn thr1_the_first_signal_past_its_limit_is_named_and_unchecked_ones_are_ignored() {
+    fn thr01_the_first_signal_past_its_limit_is_named_and_unchecked_ones_are_ignored() {
         let mut s = quiet();
         s.lag_bytes = Reading::Known(Some(48 * MIB));
         s.xact_age = Reading::Known(Duration::from_secs(95));
@@ -432,7 +432,7 @@ mod tests {
     }
 
     #[test]
-    fn thr1_no_standby_is_no_lag() {
+    fn thr01_no_standby_is_no_lag() {
         let mut s = quiet();
         s.lag_bytes = Reading::Known(None);
         s.lag = Reading::Known(None);
@@ -444,7 +444,7 @@ mod tests {
     }
 
     #[test]
-    fn thr1_lock_waiters_count_only_the_repairs_tables() {
+    fn thr01_lock_waiters_count_only_the_repairs_tables() {
         let mut s = quiet();
         s.lock_waiters = Reading::Known(BTreeMap::from([
             ("items".to_string(), 0),
@@ -485,7 +485,7 @@ mod tests {
     }
 
     #[test]
-    fn thr2_unknown_signals_are_listed_under_proceed_and_throttle_under_throttle() {
+    fn thr02_unknown_signals_are_listed_under_proceed_and_throttle_under_throttle() {
         let mut s = quiet();
         s.lag_bytes = Reading::Unknown("no privilege".into());
         s.wal_bytes_per_s = Reading::Known(None);
@@ -523,7 +523,7 @@ mod tests {
     }
 
     #[test]
-    fn thr2_a_stale_snapshot_is_every_checked_signal_unknown() {
+    fn thr02_a_stale_snapshot_is_every_checked_signal_unknown() {
         let mut s = quiet();
         s.application = Some(Reading::Known(Ok(())));
         let limits = Thresholds {
@@ -574,7 +574,7 @@ mod tests {
     }
 
     #[test]
-    fn thr2_texts_are_bounded() {
+    fn thr02_texts_are_bounded() {
         let mut s = quiet();
         s.application = Some(Reading::Known(Err("x".repeat(5000))));
         let t = throttle(judge(&s, &Thresholds::none(), UnknownPolicy::Proceed));
@@ -617,7 +617,7 @@ mod tests {
     }
 
     #[test]
-    fn thr4_settings_overlay_the_process_limits() {
+    fn thr04_settings_overlay_the_process_limits() {
         let process = Thresholds {
             max_xact_age: Some(Duration::from_secs(60)),
             ..Thresholds::default()
@@ -653,7 +653,7 @@ mod tests {
     }
 
     #[test]
-    fn config_defaults_are_valid_and_out_of_range_values_are_refused() {
+    fn thr01_config_defaults_are_valid_and_out_of_range_values_are_refused() {
         let config = HealthConfig::default();
         assert_eq!(config.validate(), Ok(()));
         assert_eq!(config.interval, Duration::from_secs(1));

@@ -414,7 +414,7 @@ mod tests {
     }
 
     #[test]
-    fn relation_names_are_checked_as_postgresql_splits_them() {
+    fn thr01_relation_names_are_checked_as_postgresql_splits_them() {
         for ok in [
             "items",
             "public.items",
@@ -443,7 +443,7 @@ mod tests {
     }
 
     #[test]
-    fn thr1_wal_rate_needs_two_readings_and_restarts_when_the_position_goes_back() {
+    fn thr01_wal_rate_needs_two_readings_and_restarts_when_the_position_goes_back() {
         let mut mark = None;
         let mut r = replication();
         assert_eq!(wal_rate(&mut mark, &r), Reading::Known(None));
@@ -465,7 +465,7 @@ mod tests {
     }
 
     #[test]
-    fn thr2_hidden_standbys_make_replication_unknown_and_a_stalled_replay_has_no_time_lag() {
+    fn thr02_hidden_standbys_make_replication_unknown_and_a_stalled_replay_has_no_time_lag() {
         let mut r = replication();
         assert_eq!(
             replication_readings(&r),

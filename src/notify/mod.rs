@@ -276,7 +276,7 @@ mod tests {
     /// Bad input names its field: a URL that is neither http nor https,
     /// an unknown event, a short secret, an unusable CA file.
     #[test]
-    fn bad_configuration_names_the_field() {
+    fn ntf03_bad_configuration_names_the_field() {
         let ok = NotifyConfig {
             targets: vec![target()],
             ..NotifyConfig::default()
@@ -306,7 +306,7 @@ mod tests {
     /// NTF-1: a CA file that cannot be read or holds no certificate stops
     /// startup naming `ca_file`, and the reason says which.
     #[test]
-    fn ntf1_an_unusable_ca_file_names_the_field() {
+    fn ntf01_an_unusable_ca_file_names_the_field() {
         let dir = std::env::temp_dir().join(format!("backfill-ca-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).expect("dir");
         let reason_of = |text: Option<&[u8]>| {
@@ -353,13 +353,13 @@ mod tests {
 
     /// Neither the secret nor the URL is in a target's `Debug`.
     #[test]
-    fn debug_hides_url_and_secret() {
+    fn ntf03_debug_hides_url_and_secret() {
         let text = format!("{:?}", target());
         assert!(!text.contains("0123456789abcdef") && !text.contains("127.0.0.1"));
     }
 
     #[test]
-    fn a_secret_file_loses_its_trailing_newline() {
+    fn ntf01_a_secret_file_loses_its_trailing_newline() {
         assert_eq!(Secret::from_file_text(b"abc\r\n").bytes(), b"abc");
         assert_eq!(Secret::from_file_text(b"abc").bytes(), b"abc");
     }

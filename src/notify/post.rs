@@ -299,7 +299,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_parse_and_refuse() {
+    fn ntf03_endpoints_parse_and_refuse() {
         let e = Endpoint::parse("http://127.0.0.1:8088/hooks/a?x=1").expect("parse");
         assert_eq!(
             (e.host.as_str(), e.port, e.path.as_str()),
@@ -337,7 +337,7 @@ mod tests {
 
     /// NTF-1: `https://` is accepted, on 443 unless a port is given.
     #[test]
-    fn ntf1_https_endpoints_default_to_port_443() {
+    fn ntf01_https_endpoints_default_to_port_443() {
         let e = Endpoint::parse("https://hooks.slack.com/services/T0/B0/x").expect("parse");
         assert!(e.tls);
         assert_eq!(
@@ -361,7 +361,7 @@ mod tests {
     /// NTF-3: a TLS failure is stored as a fixed phrase; the rustls
     /// error's own text, which can name the host, is not used.
     #[test]
-    fn ntf3_tls_failures_are_fixed_phrases() {
+    fn ntf03_tls_failures_are_fixed_phrases() {
         let untrusted = std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer),
@@ -380,7 +380,7 @@ mod tests {
     /// NTF-1: the extra CA file's certificates must be CA certificates
     /// rustls can use; the Mozilla roots are always there.
     #[test]
-    fn ntf1_tls_config_takes_the_public_roots_and_refuses_garbage() {
+    fn ntf01_tls_config_takes_the_public_roots_and_refuses_garbage() {
         tls_config(&[]).expect("the public roots alone");
         let garbage = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x00]);
         let e = tls_config(&[garbage]).expect_err("not a certificate");
@@ -389,7 +389,7 @@ mod tests {
 
     /// RFC 4231 test case 2.
     #[test]
-    fn signature_is_hmac_sha256() {
+    fn ntf02_signature_is_hmac_sha256() {
         assert_eq!(
             sign(b"Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
@@ -397,7 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn status_lines() {
+    fn ntf02_status_lines() {
         assert_eq!(status_code(b"HTTP/1.1 204 No Content"), Some(204));
         assert_eq!(status_code(b"HTTP/1.0 503"), Some(503));
         assert_eq!(status_code(b"SSH-2.0"), None);

@@ -104,7 +104,7 @@ mod tests {
     use crate::repair::BigIntSummary;
 
     #[test]
-    fn selection_contract_is_checked() {
+    fn ex03_selection_contract_is_checked() {
         assert!(check_selection(&[2i64, 3], Some(&1), &3, 2).is_ok());
         assert_eq!(
             check_selection(&[2i64, 3, 4], Some(&1), &9, 2),
@@ -125,7 +125,7 @@ mod tests {
     }
 
     #[test]
-    fn one_statement_summary_is_checked() {
+    fn ex03_one_statement_summary_is_checked() {
         let keys = |first, last, count| Mutated::Keys { first, last, count };
         assert!(check_mutated(&keys(2i64, 3, 2), Some(&1), &3, 2).is_ok());
         assert!(check_mutated(&keys(5i64, 5, 1), None, &5, 1).is_ok());
@@ -193,7 +193,7 @@ mod tests {
     /// EX-4: a selection of exactly the limit passes and one key more is
     /// refused, with the count and the limit reported.
     #[test]
-    fn ex4_selection_may_reach_the_limit_but_not_pass_it() {
+    fn ex04_selection_may_reach_the_limit_but_not_pass_it() {
         assert_eq!(check_selection(&[1i64, 2, 3], None, &9, 3), Ok(()));
         assert_eq!(
             check_selection(&[1i64, 2, 3], None, &9, 2),
@@ -209,7 +209,7 @@ mod tests {
     /// EX-3: a repeated key is refused like one out of order, at the
     /// position of the second of the pair, wherever the pair stands.
     #[test]
-    fn ex3_selection_refuses_a_repeated_key_at_its_position() {
+    fn ex03_selection_refuses_a_repeated_key_at_its_position() {
         assert_eq!(
             check_selection(&[2i64, 2], None, &9, 5),
             Err(SelectionError::NotAscending(1))
@@ -229,7 +229,7 @@ mod tests {
     /// equal to the bound passes and the one after it is refused; without
     /// a checkpoint any first key passes, and an empty selection passes.
     #[test]
-    fn ex3_selection_is_checked_at_both_ends_of_its_range() {
+    fn ex03_selection_is_checked_at_both_ends_of_its_range() {
         assert_eq!(
             check_selection(&[4i64, 5], Some(&4), &9, 5),
             Err(SelectionError::NotAfterCheckpoint)
@@ -250,7 +250,7 @@ mod tests {
     /// checkpoint, a last key equal to the bound; and it hands back the
     /// last key and the count the checkpoint advances by.
     #[test]
-    fn ex3_one_statement_summary_is_checked_at_every_edge() {
+    fn ex03_one_statement_summary_is_checked_at_every_edge() {
         let keys = |first, last, count| Mutated::Keys { first, last, count };
         assert_eq!(
             check_mutated(&keys(5i64, 9, 3), Some(&4), &9, 3),

@@ -404,7 +404,7 @@ mod tests {
     /// unchanged: the engine reads the batch size, target, overlap, tables
     /// and partitions only through it.
     #[test]
-    fn reg3_erased_repair_forwards_the_repairs_answers() {
+    fn reg03_erased_repair_forwards_the_repairs_answers() {
         let plain = erased(events().build().expect("valid"));
         assert_eq!(plain.id(), "registered.v1");
         assert_eq!(plain.description(), "SQL repair of events, by id");
@@ -439,7 +439,7 @@ mod tests {
     /// REG-4: the face names the repair's key type and refuses a stored key
     /// of another type or a malformed one, and takes one of its own.
     #[test]
-    fn reg4_erased_repair_checks_stored_keys_against_its_key_type() {
+    fn reg04_erased_repair_checks_stored_keys_against_its_key_type() {
         let plain = erased(events().build().expect("valid"));
         assert_eq!(plain.key_type(), i64::type_name());
         assert!(plain.check_key(&7i64.to_bytes()).is_ok());
@@ -450,7 +450,7 @@ mod tests {
     /// EX-4: a batch limit of 0 cannot make progress and is refused before
     /// any statement runs; any other limit passes through unchanged.
     #[test]
-    fn ex4_a_zero_batch_limit_is_refused() {
+    fn ex04_a_zero_batch_limit_is_refused() {
         assert_eq!(nonzero(0), Err(SelectionError::ZeroLimit));
         assert_eq!(nonzero(1), Ok(1));
         assert_eq!(nonzero(7), Ok(7));

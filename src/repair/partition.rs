@@ -105,7 +105,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn even_splits_cover_the_range_in_order() {
+    fn par01_even_splits_cover_the_range_in_order() {
         assert_eq!(even_splits(1, 100, 4), vec![25, 50, 75]);
         assert_eq!(even_splits(1, 2, 4), vec![1]);
         assert!(even_splits(5, 5, 4).is_empty());
@@ -142,7 +142,7 @@ mod tests {
     /// and no more. The cap is exact on both sides, and a count far above
     /// it is refused too, not only the one just past it.
     #[test]
-    fn par1_split_points_are_capped_at_one_less_than_the_partitions() {
+    fn par01_split_points_are_capped_at_one_less_than_the_partitions() {
         assert_eq!(
             plan(&[10, 20], 100, 3)
                 .expect("two points, three parts")
@@ -187,7 +187,7 @@ mod tests {
     /// of the later point. The first point has nothing before it and is
     /// accepted whatever its value.
     #[test]
-    fn par1_split_points_must_strictly_increase() {
+    fn par01_split_points_must_strictly_increase() {
         assert_eq!(
             plan(&[5, 5], 100, 4),
             Err(SplitError::NotIncreasing { index: 1 })
@@ -211,7 +211,7 @@ mod tests {
     /// PAR-1: a point equal to the bound would make an empty last range,
     /// so every point must be strictly below it; one just below is fine.
     #[test]
-    fn par1_split_points_must_lie_strictly_below_the_bound() {
+    fn par01_split_points_must_lie_strictly_below_the_bound() {
         assert_eq!(
             plan(&[100], 100, 4),
             Err(SplitError::OutsideBound { index: 0 })
@@ -227,7 +227,7 @@ mod tests {
     /// index one past the last point, so it cannot be mistaken for a
     /// point; a point of another type is refused under its own index.
     #[test]
-    fn par1_key_type_of_the_bound_and_of_each_point_is_checked() {
+    fn par01_key_type_of_the_bound_and_of_each_point_is_checked() {
         let foreign_bound = 100i32.to_bytes();
         let mismatch = bigint(&foreign_bound).expect_err("an integer is not a bigint");
         assert_eq!(
@@ -257,7 +257,7 @@ mod tests {
     /// point to the next, and from the last point to the bound, with each
     /// end also rendered as JSON for the admin view.
     #[test]
-    fn par1_ranges_run_from_nothing_through_each_point_to_the_bound() {
+    fn par01_ranges_run_from_nothing_through_each_point_to_the_bound() {
         assert_eq!(
             plan(&[-5, 20], 100, 3),
             Ok(vec![
@@ -297,7 +297,7 @@ mod tests {
     /// divide evenly, a range across zero, one at the top of `i64`, the
     /// narrowest ranges, and the partition counts that make no points.
     #[test]
-    fn par1_even_splits_are_exact_for_small_and_edge_ranges() {
+    fn par01_even_splits_are_exact_for_small_and_edge_ranges() {
         assert_eq!(even_splits(0, 9, 2), vec![4]);
         assert_eq!(even_splits(1, 100, 3), vec![33, 66]);
         assert_eq!(even_splits(1, 100, 2), vec![50]);

@@ -237,7 +237,7 @@ mod tests {
     /// EX-4: a batch limit of 0 could never make progress and is refused
     /// at registration; a limit of 1 is the smallest that is accepted.
     #[test]
-    fn ex4_a_zero_batch_limit_is_refused_at_registration() {
+    fn ex04_a_zero_batch_limit_is_refused_at_registration() {
         assert_eq!(
             register_one(sql("t.v1", "t").batch_size(0)),
             Err(DefinitionError::ZeroBatchLimit("t.v1".into()))
@@ -250,7 +250,7 @@ mod tests {
     /// refused on its own while the others hold, and a range of one size
     /// (min equal to max) is accepted.
     #[test]
-    fn thr3_batch_targets_are_checked_at_registration() {
+    fn thr03_batch_targets_are_checked_at_registration() {
         let target = |millis, min, max| {
             register_one(sql("t.v1", "t").target_batch(Duration::from_millis(millis), min, max))
         };
@@ -281,7 +281,7 @@ mod tests {
     /// PAR-1: a definition allows 1 to `MAX_PARTITIONS` partitions, both
     /// ends included; 0 and one more than the maximum are refused.
     #[test]
-    fn par1_partitions_are_checked_at_registration() {
+    fn par01_partitions_are_checked_at_registration() {
         let parts = |partitions| register_one(sql("t.v1", "t").partitions(partitions));
         let invalid = |partitions| {
             Err(DefinitionError::InvalidPartitions {
@@ -299,7 +299,7 @@ mod tests {
     /// REG-3: one process holds one definition per stable ID; a second
     /// one under the same ID is refused and the first stays registered.
     #[test]
-    fn reg3_a_duplicate_stable_id_is_refused() {
+    fn reg03_a_duplicate_stable_id_is_refused() {
         let mut registry = Registry::new();
         registry
             .register(sql("t.v1", "t").build().expect("valid"))
@@ -317,7 +317,7 @@ mod tests {
     /// in it, by ID, so a process never claims an ID it holds no
     /// definition for; the empty registry answers for none.
     #[test]
-    fn reg4_registry_answers_for_exactly_its_definitions() {
+    fn reg04_registry_answers_for_exactly_its_definitions() {
         let empty = Registry::new();
         assert!(empty.is_empty());
         assert_eq!(empty.len(), 0);
@@ -355,7 +355,7 @@ mod tests {
     /// definition names, each once and in order, however many definitions
     /// name it.
     #[test]
-    fn thr1_registry_tables_are_deduplicated_and_sorted() {
+    fn thr01_registry_tables_are_deduplicated_and_sorted() {
         let registry = Registry::new()
             .with(sql("a.v1", "items").build().expect("valid"))
             .expect("registers")
@@ -369,7 +369,7 @@ mod tests {
     /// EX-6: the registry reports overlapped commits as soon as one
     /// definition asks for them, and not while none does.
     #[test]
-    fn ex6_any_overlaps_follows_the_definitions() {
+    fn ex06_any_overlaps_follows_the_definitions() {
         let plain = Registry::new()
             .with(sql("a.v1", "t").build().expect("valid"))
             .expect("registers");
@@ -390,7 +390,7 @@ mod tests {
     /// and `len` count what the developer registered, `claimable_ids`
     /// adds the undo.
     #[test]
-    fn undo2_a_journaled_definition_adds_a_claimable_undo_not_a_definition() {
+    fn undo02_a_journaled_definition_adds_a_claimable_undo_not_a_definition() {
         let registry = Registry::new()
             .with(sql("j.v1", "items").journal(["n"]).build().expect("valid"))
             .expect("registers");

@@ -585,7 +585,7 @@ mod tests {
     }
 
     #[test]
-    fn identifiers_are_plain_or_schema_qualified() {
+    fn emb04_identifiers_are_plain_or_schema_qualified() {
         for good in ["items", "_t1", "app.items", &"a".repeat(63)] {
             assert!(check_identifier(good, true).is_ok(), "{good}");
         }
@@ -615,7 +615,7 @@ mod tests {
     }
 
     #[test]
-    fn statements_carry_the_batch_size_and_the_filter() {
+    fn emb04_statements_carry_the_batch_size_and_the_filter() {
         let repair = items()
             .filter("email IS NOT NULL")
             .batch_size(250)
@@ -645,7 +645,7 @@ mod tests {
     }
 
     #[test]
-    fn missing_parts_are_typed_errors() {
+    fn emb04_missing_parts_are_typed_errors() {
         let missing = |builder: SqlRepairBuilder| match builder.build() {
             Err(DefinitionError::Incomplete { missing, .. }) => missing,
             other => panic!("{other:?}"),
@@ -678,7 +678,7 @@ mod tests {
     /// partitions from these answers only, so a setter whose value never
     /// reaches them would change nothing the engine does.
     #[test]
-    fn emb4_built_repair_answers_with_its_builder_settings() {
+    fn emb04_built_repair_answers_with_its_builder_settings() {
         let plain = items().build().expect("valid");
         assert_eq!(plain.id(), "items.email-norm.v1");
         assert_eq!(plain.description(), "SQL repair of items, by id");
@@ -717,7 +717,7 @@ mod tests {
     /// EMB-4: a SQL definition's batch form reads as its name in logs and
     /// assertions.
     #[test]
-    fn emb4_sql_batch_form_debugs_as_its_name() {
+    fn emb04_sql_batch_form_debugs_as_its_name() {
         let sql = SqlRepair::new("t.v1", "t")
             .key("id")
             .set("a = 1")

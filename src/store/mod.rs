@@ -108,7 +108,7 @@ mod tests {
 
     /// Which `lc_messages` values the pool warns about (RT-1).
     #[test]
-    fn translated_message_settings_are_told_apart() {
+    fn rt01_translated_message_settings_are_told_apart() {
         for english in [
             "C",
             "c",
@@ -133,7 +133,7 @@ mod tests {
     /// RT-2: a session the server ended or the client lost is transient;
     /// a PostgreSQL restart must not fail running backfills.
     #[test]
-    fn lost_sessions_are_retryable() {
+    fn rt02_lost_sessions_are_retryable() {
         for error in [
             db_error(DatabaseErrorKind::UnableToSendCommand, "connection closed"),
             db_error(DatabaseErrorKind::ClosedConnection, "closed"),
@@ -165,7 +165,7 @@ mod tests {
     /// (the server may be restarting); a bad database name or a failed
     /// migration is not.
     #[test]
-    fn pool_errors_are_transient_and_configuration_errors_are_not() {
+    fn rt01_pool_errors_are_transient_and_configuration_errors_are_not() {
         assert!(is_transient(&StoreError::Pool("timed out".into())));
         assert!(!is_transient(&StoreError::InvalidDatabaseName));
         assert!(!is_transient(&StoreError::Migration("failed".into())));
@@ -182,7 +182,7 @@ mod tests {
     /// The classification's text is the fixed vocabulary, never the
     /// server's message (which can carry row values).
     #[test]
-    fn diagnostics_are_the_fixed_vocabulary() {
+    fn aud02_diagnostics_are_the_fixed_vocabulary() {
         let error = db_error(
             DatabaseErrorKind::Unknown,
             "terminating connection due to administrator command: secret-row-value",

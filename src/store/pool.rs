@@ -236,7 +236,7 @@ mod tests {
     /// outside `[a-z0-9_]{1,63}` is refused as such, and a plain one gets
     /// as far as connecting (here to a port nothing listens on).
     #[tokio::test]
-    async fn database_names_are_checked_before_connecting() {
+    async fn emb01_database_names_are_checked_before_connecting() {
         let nowhere = "postgres://postgres@127.0.0.1:1/postgres";
         for bad in [
             "",
@@ -269,7 +269,7 @@ mod tests {
     /// The database name of a URL is replaced; user, host, port and query
     /// are kept.
     #[test]
-    fn url_with_database_keeps_everything_but_the_name() {
+    fn emb01_url_with_database_keeps_everything_but_the_name() {
         for (url, expected) in [
             ("postgres://u@h:5/old", "postgres://u@h:5/new"),
             (
@@ -305,7 +305,7 @@ mod tests {
     /// retryable, RT-1; OBS-1): never for an untranslated setting, once
     /// for the first translated one, and not again after.
     #[test]
-    fn rt1_translated_server_messages_are_warned_about_once() {
+    fn rt01_translated_server_messages_are_warned_about_once() {
         let buffer = Buffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::fmt()

@@ -42,7 +42,7 @@ async fn aud02_engine_debug_names_its_definitions_never_its_database() {
 /// Bad input: an invalid stable ID is a typed error before anything reaches
 /// the database.
 #[tokio::test]
-async fn reg_invalid_stable_id_is_a_typed_error() {
+async fn emb02_invalid_stable_id_is_a_typed_error() {
     let err = Registry::new()
         .with(Counter::new("Not Valid!", 10, Hooks::new()))
         .unwrap_err();

@@ -11,7 +11,7 @@ use super::*;
 /// `backfill_partition_advance` (owner, generation, lease); checked by
 /// hand: with them removed, A's stale batch commits and this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par2_stale_partition_owner_is_rejected_at_commit() {
+async fn par02_stale_partition_owner_is_rejected_at_commit() {
     let db = test_db().await;
     db.exec(&items_sql(200)).await;
     let hooks_a = Hooks::new();
@@ -75,7 +75,7 @@ async fn par2_stale_partition_owner_is_rejected_at_commit() {
 /// (the counter's validation fails on any row not at 1), with both
 /// holding partitions.
 #[actix_rt::test]
-async fn par2_two_runtimes_complete_a_partitioned_backfill() {
+async fn par02_two_runtimes_complete_a_partitioned_backfill() {
     use backfill::runtime::{RuntimeConfig, RuntimeHandle};
     let (db, first, _hooks) = started(400, 5, 4).await;
     let second = engine_for(&db, parted(5, Hooks::new(), 4, Points::Even)).await;
@@ -130,7 +130,7 @@ async fn par2_two_runtimes_complete_a_partitioned_backfill() {
 /// checked by hand: without it the partitions keep their claims and this
 /// test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par3_pause_stops_every_partition_and_resume_continues_each() {
+async fn par03_pause_stops_every_partition_and_resume_continues_each() {
     let (db, engine, hooks) = started(400, 10, 4).await;
     let mut claims = claim_all(&engine, 4).await;
     let mut gate = hooks.gate_after_mutate();
@@ -177,7 +177,7 @@ async fn par3_pause_stops_every_partition_and_resume_continues_each() {
 /// Guard: `partitions_fence` in the actions' transactions; checked by
 /// hand: without it the stale batch commits and this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par3_pause_and_resume_under_a_batch_in_flight_reject_it() {
+async fn par03_pause_and_resume_under_a_batch_in_flight_reject_it() {
     let (db, engine, hooks) = started(400, 10, 4).await;
     let mut claims = claim_all(&engine, 4).await;
     let before = checkpoints(&db).await;
@@ -205,7 +205,7 @@ async fn par3_pause_and_resume_under_a_batch_in_flight_reject_it() {
 /// branch of `partition_record_failure` (backfill state and
 /// `partitions_fence`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par3_blocked_partition_blocks_the_backfill_and_names_itself() {
+async fn par03_blocked_partition_blocks_the_backfill_and_names_itself() {
     let (db, engine, hooks) = started(400, 10, 4).await;
     let mut claims = claim_all(&engine, 4).await;
     let before = checkpoints(&db).await;
@@ -247,7 +247,7 @@ async fn par3_blocked_partition_blocks_the_backfill_and_names_itself() {
 /// `Engine::act_in` (checked by hand: set on every action, the pause
 /// clears the count and this test fails).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par3_converged_action_fences_nothing_and_only_retry_resets_attempts() {
+async fn par03_converged_action_fences_nothing_and_only_retry_resets_attempts() {
     let (db, engine, hooks) = started(400, 10, 4).await;
     let mut claims = claim_all(&engine, 4).await;
     assert!(matches!(
@@ -305,7 +305,7 @@ async fn attempts(db: &TestDb) -> String {
 /// it removed, the two commits never wait on the row together and this
 /// test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par4_last_partition_end_moves_to_validating_exactly_once() {
+async fn par04_last_partition_end_moves_to_validating_exactly_once() {
     let (db, engine, hooks) = started(80, 10, 4).await;
     let mut claims = claim_all(&engine, 4).await;
     for claim in &mut claims[..2] {
@@ -372,7 +372,7 @@ async fn par4_last_partition_end_moves_to_validating_exactly_once() {
 /// validation completes. Guard: the fenced completion of lifecycle
 /// validation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par4_validation_failure_leaves_every_partition_ended_and_not_completed() {
+async fn par04_validation_failure_leaves_every_partition_ended_and_not_completed() {
     let (db, engine, _hooks) = started(80, 10, 4).await;
     for mut claim in claim_all(&engine, 4).await {
         run_to_end(&engine, &mut claim).await;
@@ -395,7 +395,7 @@ async fn par4_validation_failure_leaves_every_partition_ended_and_not_completed(
 /// `[min(key), bound]` evenly at `start`, and the partitions run to
 /// `completed` with every row repaired once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par2_sql_repair_runs_in_partitions() {
+async fn par02_sql_repair_runs_in_partitions() {
     let db = test_db().await;
     db.exec(&items_sql(100)).await;
     let repair = backfill::repair::SqlRepair::new(ID, "items")
@@ -424,7 +424,7 @@ async fn par2_sql_repair_runs_in_partitions() {
 /// claim back again reports that it was already gone. Guard: the owner
 /// and generation fence of `partition_release` and the outcome it reports.
 #[tokio::test]
-async fn par2_a_partition_claim_is_given_back_once() {
+async fn par02_a_partition_claim_is_given_back_once() {
     let (db, engine, _hooks) = started(40, 10, 2).await;
     let claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
     let part = claim.partition.expect("a partition claim");

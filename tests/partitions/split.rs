@@ -7,7 +7,7 @@ use super::*;
 /// more than the partitions allow. Guard: the checks of
 /// `repair::plan_partitions`, and the start transaction rolling back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par1_bad_split_points_are_refused_at_start_and_nothing_is_written() {
+async fn par01_bad_split_points_are_refused_at_start_and_nothing_is_written() {
     let db = test_db().await;
     db.exec(&items_sql(100)).await;
     type Expect = fn(&SplitError) -> bool;
@@ -51,7 +51,7 @@ async fn par1_bad_split_points_are_refused_at_start_and_nothing_is_written() {
 /// PAR-1: a split point of another key type is refused by its type tag.
 /// Guard: `check_key` in `plan_partitions`.
 #[test]
-fn par1_split_points_of_another_key_type_are_refused() {
+fn par01_split_points_of_another_key_type_are_refused() {
     let check = |bytes: &[u8]| i64::from_bytes(bytes).map(|_| ());
     let bound = 100i64.to_bytes();
     let text = "m".to_string().to_bytes();
@@ -69,7 +69,7 @@ fn par1_split_points_of_another_key_type_are_refused() {
 /// PAR-1: 0 partitions, or more than the documented maximum, is a
 /// registration error. Guard: the check in `Registry::register`.
 #[test]
-fn par1_zero_or_too_many_partitions_are_a_definition_error() {
+fn par01_zero_or_too_many_partitions_are_a_definition_error() {
     for partitions in [0, backfill::repair::MAX_PARTITIONS + 1] {
         let repair = parted(10, Hooks::new(), partitions, Points::Even);
         assert!(matches!(
@@ -127,7 +127,7 @@ fn assert_exact_cover<K: Key>(points: &[K], bound: &K, probes: &[K]) {
 /// `(timestamp, bigint)` keys: contiguous, disjoint ranges whose union is
 /// `(nothing, bound]`. Guard: the range construction of `plan_partitions`.
 #[test]
-fn par1_ranges_cover_the_range_exactly() {
+fn par01_ranges_cover_the_range_exactly() {
     let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
     for _ in 0..200 {
         let mut keys: Vec<i64> = (0..(rng.next() % 20 + 2))
@@ -164,7 +164,7 @@ fn par1_ranges_cover_the_range_exactly() {
 /// ranges the split made; one partition (the default) writes none.
 /// Guard: `split_in` in `Engine::start_in`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par1_start_writes_the_partitions_and_one_partition_writes_none() {
+async fn par01_start_writes_the_partitions_and_one_partition_writes_none() {
     let (db, engine, _hooks) = started(100, 10, 4).await;
     assert_eq!(state(&engine).await, State::Running);
     let uppers = db
@@ -209,7 +209,7 @@ async fn par1_start_writes_the_partitions_and_one_partition_writes_none() {
 /// the backfill completes. Guard: the move to the partition's upper end
 /// when nothing is left (`next_checkpoint`) under the partition fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par1_a_partition_without_rows_ends_at_once() {
+async fn par01_a_partition_without_rows_ends_at_once() {
     let db = test_db().await;
     db.exec(&items_sql(100)).await;
     db.exec("DELETE FROM items WHERE id > 20 AND id <= 40")
@@ -251,7 +251,7 @@ async fn par1_a_partition_without_rows_ends_at_once() {
 /// (AUD-1). Guard: `AdminError::InvalidSplit` for `EngineError::Split`
 /// (without it the answer is a 500 `internal`).
 #[actix_rt::test]
-async fn par1_refused_split_is_a_422_through_the_admin_api() {
+async fn par01_refused_split_is_a_422_through_the_admin_api() {
     use support::admin::{admin, call, serve, OPERATOR};
     let db = test_db().await;
     db.exec(&items_sql(100)).await;

@@ -9,7 +9,7 @@ use super::*;
 /// total and the fraction stay unknown (ADM-3), never 0. Guard:
 /// `BackfillView::with_partitions` in the admin reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par5_admin_view_aggregates_and_shows_each_partition() {
+async fn par05_admin_view_aggregates_and_shows_each_partition() {
     use support::admin::{admin, OPERATOR};
     let (_db, engine, _hooks) = started(400, 10, 4).await;
     let mut claims = claim_all(&engine, 4).await;
@@ -116,7 +116,7 @@ async fn par5_admin_view_aggregates_and_shows_each_partition() {
 
 /// A backfill without partitions shows none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par5_a_backfill_without_partitions_shows_none() {
+async fn par05_a_backfill_without_partitions_shows_none() {
     use support::admin::{admin, OPERATOR};
     let db = test_db().await;
     db.exec(&items_sql(40)).await;
@@ -143,7 +143,7 @@ async fn par5_a_backfill_without_partitions_shows_none() {
 /// granted. Guard: the live-claim count in `partition_claim` and
 /// `partition_renew`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr4_concurrency_setting_caps_partitions_at_once() {
+async fn thr04_concurrency_setting_caps_partitions_at_once() {
     let (db, a, _hooks) = started(400, 10, 4).await;
     let b = engine_for(&db, parted(10, Hooks::new(), 4, Points::Even)).await;
     a.update_settings(ID, &serde_json::json!({"concurrency": 2}))
@@ -200,7 +200,7 @@ impl backfill::health::HealthCheck for Switch {
 /// (`store::partition_throttle_set`); the backfill row has no owner
 /// while partitions run, so a write fenced by it shows nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn par5_a_throttled_partition_shows_its_condition_until_it_recovers() {
+async fn par05_a_throttled_partition_shows_its_condition_until_it_recovers() {
     use backfill::engine::Gate;
     use backfill::health::{HealthConfig, Monitor};
     use support::admin::{admin, OPERATOR};
@@ -253,7 +253,7 @@ async fn par5_a_throttled_partition_shows_its_condition_until_it_recovers() {
 /// `backfill_throttle_set` and `partition_throttle_set`, and the outcome
 /// they report.
 #[tokio::test]
-async fn thr2_only_the_claim_in_force_records_a_throttle() {
+async fn thr02_only_the_claim_in_force_records_a_throttle() {
     use backfill::store;
     let throttle = serde_json::json!({
         "signal": "application", "value": 1.0, "threshold": 0.5, "text": "busy",

@@ -212,7 +212,7 @@ mod tests {
     /// Convergence is the first batch after which every batch (but the
     /// short last one) is within the tolerance; a late outlier moves it.
     #[test]
-    fn convergence_is_where_every_later_batch_holds_the_target() {
+    fn thr03_convergence_is_where_every_later_batch_holds_the_target() {
         let t0 = Instant::now();
         let target = Duration::from_millis(50);
         let ms = [2, 5, 20, 45, 55, 48, 10];

@@ -341,7 +341,7 @@ mod tests {
     /// The repair's statements carry the batch size as a literal; a smaller
     /// limit gets the bound form with the limit as its third parameter.
     #[test]
-    fn items_repair_writes_its_batch_size_into_the_text() {
+    fn emb04_items_repair_writes_its_batch_size_into_the_text() {
         let repair = ItemsRepair::new("bench.t".into(), "items", 100);
         let text = |limit| {
             let q = repair.query(&repair.select, Some(&7), &9, limit);

@@ -475,7 +475,7 @@ mod tests {
     /// Ratios pair runs of the same repetition; the medians of the ratio
     /// table and the per-repetition range come from the same runs.
     #[test]
-    fn ratio_ranges_pair_runs_of_one_repetition() {
+    fn emb04_ratio_ranges_pair_runs_of_one_repetition() {
         // rows / seconds = rows/s: engine 100 then 80, plpgsql 200 then 100.
         let run = |runner, rep, seconds| {
             let timing = Timing {
@@ -522,7 +522,7 @@ mod tests {
     /// The journaled run's ratio is keyed by batch size like the others,
     /// and its paragraph reads the journal's bytes per row off the run.
     #[test]
-    fn journal_ratio_and_bytes_per_row() {
+    fn undo01_journal_ratio_and_bytes_per_row() {
         let timing = |seconds| Timing {
             seconds,
             cpu_busy: None,

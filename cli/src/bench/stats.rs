@@ -231,7 +231,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_clock_reads_the_machine_line_of_proc_stat() {
+    fn emb04_cpu_clock_reads_the_machine_line_of_proc_stat() {
         let stat = "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n";
         assert_eq!(
             CpuClock::parse(stat),
@@ -246,7 +246,7 @@ mod tests {
     }
 
     #[test]
-    fn stats() {
+    fn emb04_stats() {
         let mut xs: Vec<u64> = (1..=100).map(|x| x * 1000).collect();
         let (mean, p99) = latency_stats(&mut xs);
         assert!((mean - 50.5).abs() < 1e-9);

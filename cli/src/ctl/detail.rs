@@ -211,7 +211,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn thr4_settings_line_lists_fields_in_order() {
+    fn thr04_settings_line_lists_fields_in_order() {
         assert_eq!(
             settings_line(&json!({"pause_ms": 250, "batch_size": 500, "later": 1})),
             "batch_size=500 pause_ms=250 later=1"

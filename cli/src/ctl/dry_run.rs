@@ -103,7 +103,7 @@ mod tests {
     /// DRY-1: the client sends only the options given, so the server's
     /// defaults apply to the others.
     #[test]
-    fn dry1_the_path_carries_only_the_options_given() {
+    fn dry01_the_path_carries_only_the_options_given() {
         assert_eq!(path("a.v1", None, None), "/admin/backfills/a.v1/dry-run");
         assert_eq!(
             path("a.v1", Some(2), None),

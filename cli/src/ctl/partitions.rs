@@ -74,7 +74,7 @@ mod tests {
 
     /// PAR-5: each partition's range, checkpoint, progress and owner.
     #[test]
-    fn par5_a_line_per_partition() {
+    fn par05_a_line_per_partition() {
         assert_eq!(
             partition_line(&part(0, None, Some(30), false)),
             "partition 0   (start, 100] at 30, 30 rows in 3 batches, held by w1\n"

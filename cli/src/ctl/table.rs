@@ -188,7 +188,7 @@ mod tests {
     /// row's note in `table` (a row fill, which `Table::layout` cuts, shown
     /// below when cut like a diagnostic).
     #[test]
-    fn thr4_throttled_marker_is_on_the_row_and_fits_every_width() {
+    fn thr04_throttled_marker_is_on_the_row_and_fits_every_width() {
         let items = [throttled()];
         let piped = table(&items, &BTreeMap::new(), None, None);
         assert!(

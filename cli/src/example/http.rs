@@ -309,7 +309,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn post_body_validation_names_the_field() {
+    fn emb01_post_body_validation_names_the_field() {
         let ok = NewEvent::parse(br#"{"author":" Ann ","kind":1,"content":"hi","tags":["a"]}"#);
         assert_eq!(
             ok.map(|e| e.tags),

@@ -119,7 +119,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn registry_holds_every_repair_id() {
+    fn emb01_registry_holds_every_repair_id() {
         let all = registry(DEFAULT_BATCH).expect("valid definitions");
         let mut ids = repair_ids();
         ids.sort_unstable();

@@ -161,7 +161,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errors_name_what_is_missing() {
+    fn cfg05_errors_name_what_is_missing() {
         let e = SchemaError::Incompatible(vec![
             SchemaItem::MissingColumn {
                 table: "events".into(),
