@@ -833,6 +833,7 @@ async fn api01_openapi_document_lists_every_route() {
         ("/admin/backfills/{id}", "get"),
         ("/admin/audit", "get"),
         ("/admin/notifications", "get"),
+        ("/admin/me", "get"),
         ("/openapi.json", "get"),
     ];
     let actions = [
@@ -857,9 +858,15 @@ async fn api01_openapi_document_lists_every_route() {
         let op = &paths.get(*path).unwrap_or_else(|| panic!("missing {path}"))[*method];
         assert!(op.is_object(), "missing {method} {path}");
         if path.starts_with("/admin") {
-            for status in ["200", "401", "403"] {
+            // The caller's own capabilities need none: no 403.
+            let statuses: &[&str] = if *path == "/admin/me" {
+                &["200", "401"]
+            } else {
+                &["200", "401", "403"]
+            };
+            for status in statuses {
                 assert!(
-                    op["responses"][status].is_object(),
+                    op["responses"][*status].is_object(),
                     "{method} {path} lacks {status}"
                 );
             }
@@ -2098,4 +2105,40 @@ async fn aud03_a_second_principal_reusing_a_key_gets_its_own_answer() {
     );
     server.stop().await;
     assert_audit_complete(&db).await;
+}
+
+/// AUTH-1: `GET /admin/me` tells a valid token what it may do, so a client
+/// offers only that: the reader holds read alone, the operator read and
+/// operate, a principal with roles that are no capabilities none at all
+/// (and no 403: knowing that is its answer), and a token-less or unknown
+/// caller is refused (401) like on every route. Guard: `Admin::me`
+/// reporting the authority's capabilities.
+#[actix_rt::test]
+async fn auth01_me_reports_the_callers_capabilities() {
+    let (_db, engine, _hooks) = setup(1).await;
+    let server = serve(admin(engine.clone()));
+    let reader = call(&server.url, "GET", "/admin/me", Some(READER), None).await;
+    assert_eq!(reader.status, 200, "{}", reader.text);
+    assert_eq!(
+        reader.body["capabilities"],
+        serde_json::json!(["backfill:read"])
+    );
+    assert_eq!(reader.body["authority"], "token");
+    let operator = call(&server.url, "GET", "/admin/me", Some(OPERATOR), None).await;
+    assert_eq!(
+        operator.body["capabilities"],
+        serde_json::json!(["backfill:read", "backfill:operate"]),
+        "{}",
+        operator.text
+    );
+    assert_eq!(operator.body["principal"], "ops");
+    let none = call(&server.url, "GET", "/admin/me", Some(COMMUNITY), None).await;
+    assert_eq!(none.status, 200, "{}", none.text);
+    assert_eq!(none.body["capabilities"], serde_json::json!([]));
+    for token in [None, Some("not-a-known-token-0123")] {
+        let refused = call(&server.url, "GET", "/admin/me", token, None).await;
+        assert_eq!(refused.status, 401, "{}", refused.text);
+        assert!(refused.body.get("capabilities").is_none());
+    }
+    server.stop().await;
 }

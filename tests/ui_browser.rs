@@ -655,10 +655,10 @@ async fn ct11_ui_browser_validate_completed_shows_typed_outcome() {
 /// A token the server rejects (401) shows the token prompt, focused, and no
 /// data at all, on the list and on a detail page; a valid token then shows
 /// the list, and changing to a rejected token drops it again. A token that
-/// may read but not operate keeps its list when an action is refused (403)
-/// and sees the refusal, and nothing changes in PostgreSQL. Guard: the 401
-/// branch of the refresh (`dropData`) and the prompt; the 401-only branch
-/// of the action.
+/// may read but not operate reads every row and is offered no action
+/// button, and nothing changes in PostgreSQL. Guard: the 401 branch of the
+/// refresh (`dropData`) and the prompt; the capabilities read from
+/// `GET /admin/me`.
 #[actix_rt::test]
 async fn ct09_ui_browser_unauthorized_shows_token_prompt_and_no_data() {
     let fx = Fixture::new().await;
@@ -801,9 +801,10 @@ async fn thr04_ui_browser_settings_form_changes_batch_size_in_postgres() {
 /// other 422; the
 /// page's view of the settings stays the server's through later refreshes;
 /// and PostgreSQL holds no setting and two audited refusals. A token that
-/// may read but not operate is refused (403) and the form withdrawn, with
-/// nothing stored. Guards: `describeSettingsResult` and the form's error
-/// path (showing the body, never applying it), and the 403 withdrawal.
+/// may read but not operate is offered neither the form nor an action
+/// (`GET /admin/me` names its capabilities), so it sends nothing. Guards:
+/// `describeSettingsResult` and the form's error path (showing the body,
+/// never applying it), and the withdrawal on the caller's capabilities.
 #[actix_rt::test]
 async fn thr04_ui_browser_settings_form_shows_422_and_changes_nothing() {
     let fx = Fixture::new().await;
@@ -831,8 +832,8 @@ async fn thr04_ui_browser_settings_form_shows_422_and_changes_nothing() {
                  AND action = 'settings' AND outcome = 'forbidden' AND actor = 'viewer'"
             ))
             .await,
-        1,
-        "the reader's refusal is audited"
+        0,
+        "the reader is offered nothing to send"
     );
     assert_eq!(fx.state(PAUSED).await, "paused");
     browser.go().await;

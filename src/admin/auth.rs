@@ -328,6 +328,14 @@ impl Authority {
         self.capabilities.contains(&capability)
     }
 
+    /// The capabilities the caller holds, by name, in a stable order.
+    pub fn capability_names(&self) -> Vec<String> {
+        self.capabilities
+            .iter()
+            .map(|c| c.as_str().to_string())
+            .collect()
+    }
+
     /// The scope of the caller's idempotency keys: the principal's name,
     /// or '' when the authority names no individual. Principal names are
     /// never empty, so no principal shares another's keys.

@@ -636,18 +636,7 @@ impl Admin {
         action: &str,
         need: Capability,
     ) -> Result<Authority, AdminError> {
-        if let Some(reason) = self.boundary(meta, need) {
-            let error = match reason {
-                flood::Reason::Misdirected => AdminError::Misdirected,
-                _ => AdminError::CrossSite,
-            };
-            return Err(self.refuse(None, meta, id, action, reason, error).await);
-        }
-        let Some(authority) = self.config.auth.authenticate(meta.bearer) else {
-            let reason = flood::Reason::Unauthorized;
-            let error = AdminError::Unauthorized;
-            return Err(self.refuse(None, meta, id, action, reason, error).await);
-        };
+        let authority = self.authenticate(meta, id, action, need).await?;
         if !authority.can(need) {
             let error = AdminError::Forbidden(need);
             let reason = flood::Reason::Forbidden;
@@ -656,6 +645,46 @@ impl Admin {
                 .await);
         }
         Ok(authority)
+    }
+
+    /// GET /admin/me: the caller's principal and capabilities (AUTH-1).
+    /// Any authenticated caller may read its own: it is no secret to it,
+    /// and a client needs it before offering an action. The boundary and
+    /// the refusal of a missing or unknown token are those of every route.
+    pub async fn me(&self, meta: &RequestMeta<'_>) -> Result<CallerView, AdminError> {
+        let authority = self.authenticate(meta, ALL, "me", Capability::Read).await?;
+        Ok(CallerView {
+            principal: authority.actor.clone(),
+            authority: authority.source.to_string(),
+            capabilities: authority.capability_names(),
+        })
+    }
+
+    /// The boundary (for a request needing `need`) and the caller's
+    /// credentials, without a capability check; refusals as in
+    /// [`Admin::authorize`].
+    async fn authenticate(
+        &self,
+        meta: &RequestMeta<'_>,
+        id: &str,
+        action: &str,
+        need: Capability,
+    ) -> Result<Authority, AdminError> {
+        if let Some(reason) = self.boundary(meta, need) {
+            let error = match reason {
+                flood::Reason::Misdirected => AdminError::Misdirected,
+                _ => AdminError::CrossSite,
+            };
+            return Err(self.refuse(None, meta, id, action, reason, error).await);
+        }
+        match self.config.auth.authenticate(meta.bearer) {
+            Some(authority) => Ok(authority),
+            None => {
+                let reason = flood::Reason::Unauthorized;
+                let error = AdminError::Unauthorized;
+                Err(self.refuse(None, meta, id, action, reason, error).await)
+            }
+        }
     }
 
     /// GET /admin/backfills: a page ordered by ID (ADM-2), read from

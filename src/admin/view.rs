@@ -470,6 +470,22 @@ fn fraction(row: &BackfillRow, rows_done: i64) -> Option<f64> {
     }
 }
 
+/// Who the caller is to the admin API and what it may do (AUTH-1): what
+/// a client reads before it offers an action, rather than learn it from a
+/// refusal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+pub struct CallerView {
+    /// The principal the token names; `null` in trusted-network mode,
+    /// where no individual is named.
+    pub principal: Option<String>,
+    /// `token` or `trusted-network`.
+    pub authority: String,
+    /// The capabilities held: `backfill:read`, `backfill:operate`,
+    /// `backfill:inspect`.
+    pub capabilities: Vec<String>,
+}
+
 /// A page of backfills, ordered by ID.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]

@@ -8,9 +8,9 @@
 
 use crate::admin::{
     ActionResponse, Admin, AdminError, AuditEntry, AuditPage, BackfillPage, BackfillView,
-    ConflictBody, Diagnostic, ErrorBody, JournalView, NotificationPage, NotificationView,
-    Ownership, PartitionView, Progress, Readiness, Reply, RequestBody, RequestMeta, Throttle,
-    UndoLink, ValidationResponse, ValidationSummary, MAX_BODY_BYTES,
+    CallerView, ConflictBody, Diagnostic, ErrorBody, JournalView, NotificationPage,
+    NotificationView, Ownership, PartitionView, Progress, Readiness, Reply, RequestBody,
+    RequestMeta, Throttle, UndoLink, ValidationResponse, ValidationSummary, MAX_BODY_BYTES,
 };
 use crate::engine::{DryBatch, DryRunError, DryRunReport, Forecast, SampleRow};
 use crate::lifecycle::Action;
@@ -25,14 +25,14 @@ use utoipa::{IntoParams, Modify, OpenApi};
 #[openapi(
     info(
         title = "backfill admin API",
-        description = "Operator boundary of backfill (docs/CONTRACT.md section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions and dry runs); a dry run's sample of changed rows also needs backfill:inspect."
+        description = "Operator boundary of backfill (docs/CONTRACT.md section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions and dry runs); a dry run's sample of changed rows also needs backfill:inspect. GET /admin/me answers any valid token with the capabilities it holds."
     ),
     paths(
-        list, detail, start, pause, resume, retry, validate, dry_run, settings, undo, journal_prune,
-        audit, notifications, openapi_json
+        me, list, detail, start, pause, resume, retry, validate, dry_run, settings, undo,
+        journal_prune, audit, notifications, openapi_json
     ),
     components(schemas(
-        BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
+        CallerView, BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
         Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
         AuditEntry, Throttle, PartitionView, SettingsPatch, UndoLink, JournalView, DryRunReport,
         DryBatch, DryRunError, Forecast, SampleRow, NotificationPage, NotificationView
@@ -62,6 +62,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             web::get().to(openapi_json),
             "GET",
         ))
+        .service(resource("/admin/me", web::get().to(me), "GET"))
         .service(resource("/admin/backfills", web::get().to(list), "GET"))
         .service(resource(
             "/admin/backfills/{id}",
@@ -780,6 +781,26 @@ async fn notifications(req: HttpRequest, admin: web::Data<Admin>) -> HttpRespons
             .notifications(&meta.as_meta(), q.status.as_deref(), q.before, q.limit)
             .await,
     )
+}
+
+/// The caller: its principal and the capabilities it holds (AUTH-1), so a
+/// client offers only what the token may do. Needs a valid token, no
+/// capability.
+#[utoipa::path(
+    get, path = "/admin/me",
+    responses(
+        (status = 200, description = "The caller", body = CallerView),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+    )
+)]
+async fn me(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
+    let meta = Meta::from(&req);
+    render(admin.me(&meta.as_meta()).await)
 }
 
 /// This document.

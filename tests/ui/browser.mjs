@@ -514,18 +514,14 @@ const scenarios = {
     check((await text("#hint-min_batch_size")) === "1 to 100,000; now default", "the hints are unchanged");
     await step("refused");
 
-    // A token that may read but not operate.
+    // A token that may read but not operate: /admin/me says so, and the
+    // page offers neither the form nor an action button.
     await page.locator("#change-token").click();
     await signIn(readerToken);
     await until("a live page for the reader", bannerLabel, (t) => t === "Live");
-    await until("the form for the reader", () => page.locator("#settings-fields").isVisible(), (v) => v);
-    await page.locator("#set-min_batch_size").fill("");
-    await page.locator("#set-max_batch_size").fill("");
-    await page.locator("#set-batch_size").fill("5");
-    await submitSettings("#set-batch_size");
-    await until("the 403", settingsMessage, (t) => t.startsWith("rejected settings: HTTP 403 forbidden: "));
-    check(!(await page.locator("#settings-fields").isVisible()), "the form is withdrawn");
-    check(await page.locator("#settings-refused").isVisible(), "and says why");
+    await until("the form withdrawn for the reader", () => page.locator("#settings-refused").isVisible(), (v) => v);
+    check(!(await page.locator("#settings-fields").isVisible()), "no form for the reader");
+    check((await page.locator("#detail-actions button").count()) === 0, "no action button for the reader");
     check((await liveSettings()) === before, "the reader still reads the view");
     await shot("settings-403");
     await step("forbidden");
@@ -592,15 +588,12 @@ const scenarios = {
     check((await page.evaluate(() => document.activeElement.id)) === "token", "the prompt has focus");
     await signIn("another-unknown-token-0123456789");
     await noData("after a valid token");
-    // A token that may read but not operate: a refused action is its
-    // result (403), and the data it may read stays.
+    // A token that may read but not operate: it reads every row and is
+    // offered no action (GET /admin/me names its capabilities).
     await signIn(readerToken);
     await until("a live list for the reader", bannerLabel, (t) => t === "Live");
     await until("rows", () => page.locator("#rows tr").count(), (n) => n === 6);
-    await rowOf(PAUSED).locator('button[data-action="resume"]').click();
-    await page.locator("#confirm-ok").click();
-    await until("the refusal", () => text("#result-text"), (t) => t.startsWith(`${PAUSED}: resume: HTTP 403 forbidden`));
-    check((await text("#result-outcome")) === "rejected", "a rejected outcome");
+    check((await page.locator("#rows button[data-action]").count()) === 0, "no action button for the reader");
     check((await page.locator("#rows tr").count()) === 6 && (await bannerLabel()) !== "Not authorized", "the reader keeps what it may read");
     check(!(await page.locator("#auth").isVisible()), "no token prompt for a refusal to operate");
   },

@@ -623,7 +623,7 @@ function row(view, ctx) {
     `<td class="col-eta num">${na(re.eta)}</td>` +
     `<td class="col-markers">${markers(view, c.elapsedMs)}</td>` +
     `<td class="col-owner">${ownerCell(view.owner, view.observed_at, c.elapsedMs)}</td>` +
-    `<td class="col-actions">${actionButtons(view, c.busy)}</td></tr>`;
+    `<td class="col-actions">${c.cannotOperate ? "" : actionButtons(view, c.busy)}</td></tr>`;
 }
 
 // Counts per state for the filter.
@@ -888,11 +888,12 @@ if (typeof document !== "undefined") {
     busy: false,
     pending: null, // {action, id, key, unanswered, request?, change?}
     result: null, // {text, outcome, retry}
-    // The server answered 403 to an operate request with this token: it
-    // may read but not operate, so the settings form is withdrawn until
-    // another token is entered. (The API names no capability before a
-    // request; the first refusal is how the page learns it.)
+    // This token may read but not operate: `GET /admin/me` says so, or
+    // the server answered 403 to an operate request (a token whose
+    // capabilities changed meanwhile). Action buttons and the settings
+    // and dry-run forms are withdrawn until another token is entered.
     cannotOperate: false,
+    capsFor: null, // the token whose capabilities were last read
     settingsFor: null, // the ID the settings form was last filled for
     settingsMsg: null, // {id, outcome, text, field}: the last answer beside the form
     dryRun: null, // {id, sending, stamp, html}: the last dry run's report on the detail page
@@ -991,7 +992,7 @@ if (typeof document !== "undefined") {
     setText($("summary"), `${views.length} backfill${views.length === 1 ? "" : "s"}` +
       `${ui.route.state === "all" ? "" : `, ${shown.length} ${ui.route.state}`}` +
       `${gating ? `, ${gating} gating readiness` : ""}${throttled ? `, ${throttled} throttled` : ""}`);
-    setHtml(tbody, shown.map((v) => row(v, { rates, stale: stale(), elapsedMs: since(ui.viewsAt), busy: ui.busy })).join(""));
+    setHtml(tbody, shown.map((v) => row(v, { rates, stale: stale(), elapsedMs: since(ui.viewsAt), busy: ui.busy, cannotOperate: ui.cannotOperate })).join(""));
     empty.hidden = shown.length > 0;
     setText(empty, views.length === 0 ? "No backfills are registered." : `No backfill is ${ui.route.state}.`);
   };
@@ -1114,7 +1115,7 @@ if (typeof document !== "undefined") {
     const re = rateEta(v, rates.rate(v.id), stale());
     setHtml($("detail-state"), stateBadge(v.state));
     setHtml($("detail-markers"), markers(v, ms));
-    setHtml($("detail-actions"), actionButtons(v, ui.busy, true));
+    setHtml($("detail-actions"), ui.cannotOperate ? "" : actionButtons(v, ui.busy, true));
     const when = (iso) => {
       if (!iso) return '<span class="muted">—</span>';
       const rel = relativeTo(iso, v.observed_at, ms) || "";
@@ -1256,6 +1257,22 @@ if (typeof document !== "undefined") {
     if (!ui.token || ui.unauthorized) return render();
     const my = ++seq;
     const route = ui.route;
+    // What this token may do, read once per token: buttons are offered
+    // for it, not learnt from a refusal. A failed read offers them as
+    // before; the server still decides.
+    if (ui.capsFor !== ui.token) {
+      const token = ui.token;
+      try {
+        const me = await fetch("/admin/me", { headers: authHeaders(), cache: "no-store" });
+        if (me.ok && token === ui.token) {
+          const caps = (await me.json()).capabilities;
+          ui.capsFor = token;
+          if (Array.isArray(caps)) ui.cannotOperate = !caps.includes("backfill:operate");
+        }
+      } catch (e) {
+        // Unknown: the refusal of an action still withdraws them.
+      }
+    }
     let got;
     try {
       if (route.page === "list") {
