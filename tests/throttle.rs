@@ -214,10 +214,18 @@ async fn thr03_statement_timeout_halves_the_size_and_completes() {
         .unwrap();
     spawned.stop().await;
     assert_eq!(row.state, State::Completed);
-    assert_eq!(
-        row.last_error.as_deref(),
-        Some("statement timeout"),
-        "the timeouts were recorded"
+    // The timeouts were recorded. On a loaded machine the last recorded
+    // error may instead be the next one: the open next batch idles past
+    // this test's 200 ms idle-in-transaction bound (EX-5) before its
+    // runner reaches it, and the server ends the session ("connection
+    // lost"). The halving below is what only statement timeouts cause.
+    assert!(
+        matches!(
+            row.last_error.as_deref(),
+            Some("statement timeout" | "database error: connection lost")
+        ),
+        "the timeouts were recorded: {:?}",
+        row.last_error
     );
     assert!(
         batches[0].size <= 250,
