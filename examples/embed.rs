@@ -2,7 +2,9 @@
 //! its admin API, `/metrics`, UI and readiness gate, and the
 //! application's own migration and route.
 //!
-//! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo run --example embed`
+//! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
+//! BACKFILL_OPERATOR_TOKEN=... cargo run --example embed` (`LISTEN` and
+//! `ADMIN_LISTEN` move the listeners off 127.0.0.1:8080 and :8081).
 
 use backfill::host::{AppError, Application, Host, HostConfig};
 use backfill::repair::{DefinitionError, Registry, SqlRepair};
@@ -41,6 +43,13 @@ impl Application for Items {
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
     let mut config = HostConfig::new(std::env::var("DATABASE_URL")?);
+    // Where to listen, when not the defaults (127.0.0.1:8080 and :8081).
+    if let Ok(addr) = std::env::var("LISTEN") {
+        config.listen = addr.parse()?;
+    }
+    if let Ok(addr) = std::env::var("ADMIN_LISTEN") {
+        config.admin_listen = addr.parse()?;
+    }
     config.admin_auth = backfill::admin::AuthConfig::from_sources(
         Some(&std::env::var("BACKFILL_OPERATOR_TOKEN")?),
         None,
