@@ -506,3 +506,18 @@ test("val01 the validation card does not contradict itself without explicit vali
   assert.match(app.noExplicitValidation({ validation: { outcome: "success", at: "2026-12-04T10:00:00Z" } }), /the run's own/);
   assert.strictEqual(app.noExplicitValidation({ validation: null }), "No explicit validation in the audit trail.");
 });
+
+test("adm02 the list's search finds IDs and descriptions in any case, within the state filter", () => {
+  const views = [
+    { id: "events.author-norm.v1", state: "running", description: "Normalize authors" },
+    { id: "events.tag-count.v1", state: "blocked", description: "Count tags" },
+    { id: "items.email-norm.v1", state: "running" },
+  ];
+  const ids = (vs) => vs.map((v) => v.id);
+  assert.deepStrictEqual(ids(app.filterViews(views, "all", "NORM")), ["events.author-norm.v1", "items.email-norm.v1"]);
+  assert.deepStrictEqual(ids(app.filterViews(views, "running", "events")), ["events.author-norm.v1"]);
+  assert.deepStrictEqual(ids(app.filterViews(views, "all", "count tags")), ["events.tag-count.v1"]);
+  assert.deepStrictEqual(ids(app.filterViews(views, "all", "  ")), ids(views));
+  assert.deepStrictEqual(app.filterViews(views, "blocked", "items"), []);
+});
+

@@ -208,7 +208,8 @@ const scenarios = {
     await shot("undone");
   },
 
-  // The list as PostgreSQL has it; rates only for running rows; the filter.
+  // The list as PostgreSQL has it; rates only for running rows; the filter
+  // and the search.
   async list() {
     await openList();
     await checkRows();
@@ -230,6 +231,14 @@ const scenarios = {
     check((await page.evaluate(() => location.hash)) === "#/?state=blocked", "the filter is in the address");
     check((await page.locator("#filter option:checked").innerText()) === "blocked (1)", "the filter counts");
     await page.locator("#filter").selectOption("all");
+    await until("all rows again", () => page.locator("#rows tr").count(), (n) => n === 6);
+    // The search, in any case, over what the filter shows.
+    await page.locator("#search").fill(BLOCKED.toUpperCase());
+    await until("only the row searched for", () => page.locator("#rows tr").evaluateAll((rs) => rs.map((r) => r.dataset.id)), (ids) => ids.length === 1 && ids[0] === BLOCKED);
+    check((await text("#summary")).includes("1 shown"), "the summary counts what is shown");
+    await page.locator("#search").fill("no-such-backfill");
+    await until("nothing matches", () => text("#list-empty"), (t) => t === 'No backfill matches "no-such-backfill".');
+    await page.locator("#search").fill("");
     await until("all rows again", () => page.locator("#rows tr").count(), (n) => n === 6);
     await openDetail(RUNNING);
     const owner = await until("the owner", () => page.locator("#detail-body").innerText(), (t) => /held by worker-1, lease expires in \d+ s/.test(t));

@@ -637,9 +637,14 @@ function stateCounts(views) {
   return counts;
 }
 
-function filterViews(views, state) {
-  if (!state || state === "all") return views || [];
-  return (views || []).filter((v) => v.state === state);
+function filterViews(views, state, text) {
+  const all = views || [];
+  const byState = !state || state === "all" ? all : all.filter((v) => v.state === state);
+  // IDs are lower case: a search typed in any case finds them.
+  const needle = String(text || "").trim().toLowerCase();
+  if (!needle) return byState;
+  return byState.filter((v) => String(v.id).includes(needle) ||
+    (typeof v.description === "string" && v.description.toLowerCase().includes(needle)));
 }
 
 // The status banner: `cls` for its colour, `label` and `text` (announced
@@ -893,6 +898,7 @@ if (typeof document !== "undefined") {
     // capabilities changed meanwhile). Action buttons and the settings
     // and dry-run forms are withdrawn until another token is entered.
     cannotOperate: false,
+    search: "", // the list's search text: IDs and descriptions containing it
     capsFor: null, // the token whose capabilities were last read
     settingsFor: null, // the ID the settings form was last filled for
     settingsMsg: null, // {id, outcome, text, field}: the last answer beside the form
@@ -986,15 +992,18 @@ if (typeof document !== "undefined") {
       setText($("summary"), "");
       return;
     }
-    const shown = filterViews(views, ui.route.state);
+    const shown = filterViews(views, ui.route.state, ui.search);
+    const searching = ui.search.trim() !== "";
     const gating = views.filter((v) => v.readiness && v.readiness.gating).length;
     const throttled = views.filter((v) => v.throttle).length;
     setText($("summary"), `${views.length} backfill${views.length === 1 ? "" : "s"}` +
-      `${ui.route.state === "all" ? "" : `, ${shown.length} ${ui.route.state}`}` +
+      `${searching ? `, ${shown.length} shown` : ui.route.state === "all" ? "" : `, ${shown.length} ${ui.route.state}`}` +
       `${gating ? `, ${gating} gating readiness` : ""}${throttled ? `, ${throttled} throttled` : ""}`);
     setHtml(tbody, shown.map((v) => row(v, { rates, stale: stale(), elapsedMs: since(ui.viewsAt), busy: ui.busy, cannotOperate: ui.cannotOperate })).join(""));
     empty.hidden = shown.length > 0;
-    setText(empty, views.length === 0 ? "No backfills are registered." : `No backfill is ${ui.route.state}.`);
+    setText(empty, views.length === 0 ? "No backfills are registered." :
+      searching ? `No ${ui.route.state === "all" ? "" : `${ui.route.state} `}backfill matches "${ui.search.trim()}".` :
+      `No backfill is ${ui.route.state}.`);
   };
 
   const dl = (pairs) => `<dl>${pairs.map(([k, v]) => `<dt>${escapeHtml(k)}</dt><dd>${v}</dd>`).join("")}</dl>`;
@@ -1513,6 +1522,10 @@ if (typeof document !== "undefined") {
     render();
     $("token").value = "";
     $("token").focus();
+  });
+  $("search").addEventListener("input", (e) => {
+    ui.search = e.target.value;
+    render();
   });
   $("filter").addEventListener("change", (e) => {
     location.hash = e.target.value === "all" ? "#/" : `#/?state=${e.target.value}`;
