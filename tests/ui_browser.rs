@@ -537,6 +537,45 @@ async fn ct12_ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate(
     browser.finish().await;
 }
 
+/// Bulk pause (ADM-4): the running rows, filtered, paused with one
+/// confirmation; each gets one audited request of its own, and no row the
+/// list did not show is touched. Guards: `bulkTargets` over the shown
+/// rows and one request (one key) per backfill in `sendBulk`.
+#[actix_rt::test]
+async fn adm04_ui_browser_bulk_pause_sends_one_audited_request_each() {
+    let fx = Fixture::new().await;
+    let _claims = fx.all_states().await;
+    let mut browser = Browser::start("bulk", &fx.url(), &fx.expected_rows().await).await;
+    browser.step("paused").await;
+    for id in [RUNNING, UNKNOWN] {
+        assert_eq!(fx.state(id).await, "paused", "{id}");
+        assert_eq!(
+            fx.db
+                .scalar(&format!(
+                    "SELECT count(DISTINCT correlation) AS v FROM backfill_audit \
+                     WHERE backfill_id = '{id}' AND action = 'pause' AND outcome = 'applied'"
+                ))
+                .await,
+            1,
+            "{id}: one audited request"
+        );
+    }
+    for id in [PENDING, PAUSED, BLOCKED, COMPLETED] {
+        assert_eq!(
+            fx.db
+                .scalar(&format!(
+                    "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{id}' \
+                     AND action = 'pause' AND correlation LIKE 'ui-%'"
+                ))
+                .await,
+            0,
+            "{id} was not shown: the page sent it nothing"
+        );
+    }
+    browser.go().await;
+    browser.finish().await;
+}
+
 /// Pause from the detail page, confirmed in the page's dialog (Escape sends
 /// nothing), with its response lost after the commit: the page says the
 /// outcome is unknown and offers to retry, and the retry carries the same

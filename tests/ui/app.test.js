@@ -521,3 +521,21 @@ test("adm02 the list's search finds IDs and descriptions in any case, within the
   assert.deepStrictEqual(app.filterViews(views, "blocked", "items"), []);
 });
 
+
+test("adm04 a bulk action targets only the rows it applies to and counts every outcome", () => {
+  const views = [
+    { id: "a.v1", state: "running" }, { id: "b.v1", state: "paused" },
+    { id: "c.v1", state: "validating" }, { id: "d.v1", state: "completed" },
+  ];
+  assert.deepStrictEqual(app.bulkTargets(views, "pause"), ["a.v1", "c.v1"]);
+  assert.deepStrictEqual(app.bulkTargets(views, "resume"), ["b.v1"]);
+  assert.deepStrictEqual(app.bulkTargets([], "pause"), []);
+  assert.strictEqual(
+    app.bulkSummary("pause", [
+      { id: "a.v1", outcome: "applied" }, { id: "c.v1", outcome: "converged" },
+      { id: "e.v1", outcome: "conflict" }, { id: "f.v1", outcome: "unknown" },
+    ]),
+    "pause 4 backfills: 1 applied, 1 unchanged, 1 refused (e.v1), 1 without an answer (f.v1): refresh to see their state",
+  );
+  assert.strictEqual(app.bulkSummary("resume", [{ id: "b.v1", outcome: "applied" }]), "resume 1 backfill: 1 applied");
+});

@@ -309,6 +309,26 @@ const scenarios = {
   },
 
   // Pause (a lost response retried with its key), then resume by keyboard.
+  // Bulk pause over the running rows: offered only on a narrowed list, one
+  // confirmation, one audited request per backfill, the outcome counted.
+  async bulk() {
+    await openList();
+    await until("rows", () => page.locator("#rows tr").count(), (n) => n === 6);
+    check(!(await page.locator("#bulk-pause").isVisible()), "no bulk action over the whole list");
+    await page.locator("#filter").selectOption("running");
+    await until("the bulk pause offered", () => text("#bulk-pause"), (t) => t === "Pause shown (2)…");
+    check(!(await page.locator("#bulk-resume").isVisible()), "no resume for running rows");
+    await page.locator("#bulk-pause").click();
+    await until("the confirm dialog", () => page.locator("#confirm").isVisible(), (v) => v);
+    check((await text("#confirm-title")) === "Pause 2 backfills?", "the dialog counts them");
+    const said = await text("#confirm-text");
+    check(said.includes(RUNNING) && said.includes(UNKNOWN), `the dialog names them: ${said}`);
+    await page.locator("#confirm-ok").click();
+    await until("the bulk result", () => text("#result-text"), (t) => t === "pause 2 backfills: 2 applied");
+    await shot("bulk-paused");
+    await step("paused");
+  },
+
   async "pause-resume"() {
     await openList();
     await openDetail(RUNNING);

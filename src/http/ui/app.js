@@ -647,6 +647,31 @@ function filterViews(views, state, text) {
     (typeof v.description === "string" && v.description.toLowerCase().includes(needle)));
 }
 
+// The bulk actions: pause and resume every backfill the list shows (a
+// filter or a search narrowed it) that the action applies to, one
+// audited request each.
+const BULK_ACTIONS = ["pause", "resume"];
+
+// The IDs among `views` that `action` applies to in their state.
+function bulkTargets(views, action) {
+  return (views || []).filter((v) => actionsFor(v.state).includes(action)).map((v) => v.id);
+}
+
+// A bulk action's outcome in one line: how many were applied, changed
+// nothing, were refused (409 and the rest, by ID) or have no answer yet.
+// `results`: [{id, outcome}] with `resultOutcome`'s words.
+function bulkSummary(action, results) {
+  const by = (o) => results.filter((r) => r.outcome === o).map((r) => r.id);
+  const parts = [`${by("applied").length} applied`];
+  const unchanged = by("converged");
+  if (unchanged.length) parts.push(`${unchanged.length} unchanged`);
+  const refused = results.filter((r) => !["applied", "converged", "unknown"].includes(r.outcome)).map((r) => r.id);
+  if (refused.length) parts.push(`${refused.length} refused (${refused.join(", ")})`);
+  const unknown = by("unknown");
+  if (unknown.length) parts.push(`${unknown.length} without an answer (${unknown.join(", ")}): refresh to see their state`);
+  return `${action} ${results.length} backfill${results.length === 1 ? "" : "s"}: ${parts.join(", ")}`;
+}
+
 // The status banner: `cls` for its colour, `label` and `text` (announced
 // when they change) and `age` (updated every second, not announced).
 // Stale data keeps its age; nothing is shown as current when a read failed.
@@ -866,7 +891,7 @@ if (typeof module !== "undefined") {
     fmtTime, fmtClock, progressInfo, progressCell, rowsText, rateFrom, createRates, rateEta, leaseText, ownerText, ownerCell,
     retryText, signalAmount, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
-    stateCounts, filterViews, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
+    stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
     auditCells, auditText, noExplicitValidation, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
   };
@@ -1000,6 +1025,15 @@ if (typeof document !== "undefined") {
       `${searching ? `, ${shown.length} shown` : ui.route.state === "all" ? "" : `, ${shown.length} ${ui.route.state}`}` +
       `${gating ? `, ${gating} gating readiness` : ""}${throttled ? `, ${throttled} throttled` : ""}`);
     setHtml(tbody, shown.map((v) => row(v, { rates, stale: stale(), elapsedMs: since(ui.viewsAt), busy: ui.busy, cannotOperate: ui.cannotOperate })).join(""));
+    // Bulk actions only over a list narrowed on purpose, never over all.
+    const narrowed = searching || ui.route.state !== "all";
+    for (const action of BULK_ACTIONS) {
+      const button = $(`bulk-${action}`);
+      const n = bulkTargets(shown, action).length;
+      button.hidden = !narrowed || ui.cannotOperate || n === 0;
+      button.disabled = ui.busy;
+      setText(button, `${action[0].toUpperCase()}${action.slice(1)} shown (${n})…`);
+    }
     empty.hidden = shown.length > 0;
     setText(empty, views.length === 0 ? "No backfills are registered." :
       searching ? `No ${ui.route.state === "all" ? "" : `${ui.route.state} `}backfill matches "${ui.search.trim()}".` :
@@ -1465,6 +1499,40 @@ if (typeof document !== "undefined") {
     $("confirm-cancel").focus();
   };
 
+  // A bulk action: one request per backfill, in order, each with its own
+  // Idempotency-Key and audit row; the result line counts the outcomes.
+  const sendBulk = async (action, ids) => {
+    ui.busy = true;
+    ui.result = { text: `${action} ${ids.length} backfills: sending…`, outcome: "sending", retry: null };
+    render();
+    const results = [];
+    for (const id of ids) {
+      let status = null;
+      let body = null;
+      try {
+        const res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/${action}`, {
+          method: "POST",
+          headers: { ...authHeaders(), "Idempotency-Key": newKey() },
+        });
+        status = res.status;
+        try { body = await res.json(); } catch (e) { body = null; }
+      } catch (e) {
+        status = null;
+      }
+      if (status === 401 || status === 403) {
+        if (status === 403) ui.cannotOperate = true;
+        results.push({ id, outcome: "rejected" });
+        break;
+      }
+      results.push({ id, outcome: resultOutcome(status, body) });
+    }
+    ui.busy = false;
+    const all = results.every((r) => r.outcome === "applied" || r.outcome === "converged");
+    ui.result = { text: bulkSummary(action, results), outcome: all ? "applied" : "rejected", retry: null };
+    render();
+    refresh();
+  };
+
   const confirmAction = (action, id, opener) => {
     const name = `${action[0].toUpperCase()}${action.slice(1)}`;
     confirmDialog({
@@ -1523,6 +1591,22 @@ if (typeof document !== "undefined") {
     $("token").value = "";
     $("token").focus();
   });
+  for (const action of BULK_ACTIONS) {
+    $(`bulk-${action}`).addEventListener("click", () => {
+      if (ui.busy || !ui.views) return;
+      const ids = bulkTargets(filterViews(ui.views, ui.route.state, ui.search), action);
+      if (!ids.length) return;
+      const name = `${action[0].toUpperCase()}${action.slice(1)}`;
+      const listed = ids.length > 10 ? `${ids.slice(0, 10).join(", ")} and ${ids.length - 10} more` : ids.join(", ");
+      confirmDialog({
+        title: `${name} ${ids.length} backfill${ids.length === 1 ? "" : "s"}?`,
+        text: `${listed}. Each: ${CONSEQUENCES[action]} One audited request per backfill.`,
+        ok: `${name} ${ids.length}`,
+        openerKey: `bulk-${action}`,
+        onOk: () => sendBulk(action, ids),
+      });
+    });
+  }
   $("search").addEventListener("input", (e) => {
     ui.search = e.target.value;
     render();
