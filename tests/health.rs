@@ -355,7 +355,8 @@ async fn thr01_lock_waiters_count_sessions_blocked_on_the_repairs_tables() {
 }
 
 /// THR-1: another session's open transaction shows its age, bounded by
-/// the time since it began; the monitor's own session and transactions in
+/// the time since it began, and the throttle names the session holding it
+/// (PID and application name); the monitor's own session and transactions in
 /// other databases do not count, and the age is gone once it commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thr01_an_open_transaction_of_another_session_shows_its_age() {
@@ -372,7 +373,11 @@ async fn thr01_an_open_transaction_of_another_session_shows_its_age() {
     assert_eq!(known(&idle.xact_age), Duration::ZERO);
 
     let began = Instant::now();
-    let mut other = session(&db.url, "BEGIN; SELECT 1").await;
+    let mut other = session(
+        &db.url,
+        "SET application_name = 'nightly report'; BEGIN; SELECT 1",
+    )
+    .await;
     let mut wait = Deadline::new("the open transaction ages");
     let old = loop {
         let snapshot = monitor.run_once().await;
@@ -390,6 +395,12 @@ async fn thr01_an_open_transaction_of_another_session_shows_its_age() {
     assert_eq!(t.signal, Signal::TransactionAge);
     assert_eq!(t.value, Some(age.as_secs_f64()));
     assert_eq!(t.threshold, Some(0.25));
+    // The text names the session holding it.
+    assert!(
+        t.text.contains(", held by pid ") && t.text.ends_with("(application \"nightly report\")"),
+        "{}",
+        t.text
+    );
 
     other.batch_execute("COMMIT").await.expect("commit");
     let after = monitor.run_once().await;
@@ -710,6 +721,7 @@ fn lagging(lag: Duration) -> Snapshot {
         standbys: Reading::Known(1),
         wal_bytes_per_s: Reading::Known(Some(0)),
         xact_age: Reading::Known(Duration::ZERO),
+        xact_holder: None,
         lock_waiters: Reading::Known(BTreeMap::new()),
         application: None,
     }

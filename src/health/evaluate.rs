@@ -134,7 +134,15 @@ impl Snapshot {
             Signal::TransactionAge => match (&self.xact_age, thresholds.max_xact_age) {
                 (_, None) => Judged::Within,
                 (Reading::Known(age), Some(max)) => {
-                    past(signal, age.as_secs_f64(), max.as_secs_f64(), seconds_unit)
+                    match past(signal, age.as_secs_f64(), max.as_secs_f64(), seconds_unit) {
+                        // Name the session, so the operator can find it.
+                        Judged::Past(mut throttle) if self.xact_holder.is_some() => {
+                            let holder = self.xact_holder.as_deref().unwrap_or_default();
+                            throttle.text = bounded(format!("{}, held by {holder}", throttle.text));
+                            Judged::Past(throttle)
+                        }
+                        judged => judged,
+                    }
                 }
                 (Reading::Unknown(reason), _) => Judged::Unknown(reason.clone()),
             },
@@ -315,6 +323,7 @@ mod tests {
             standbys: Reading::Known(1),
             wal_bytes_per_s: Reading::Known(Some(0)),
             xact_age: Reading::Known(Duration::ZERO),
+            xact_holder: None,
             lock_waiters: Reading::Known(BTreeMap::from([
                 ("items".to_string(), 0),
                 ("other".to_string(), 0),

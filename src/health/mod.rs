@@ -374,6 +374,10 @@ pub struct Snapshot {
     /// Age of the oldest open transaction of another client session of
     /// the database (zero when there is none).
     pub xact_age: Reading<Duration>,
+    /// Who holds that transaction, for the throttle's text: `pid N`, and
+    /// the session's application name when it has one; `None` without an
+    /// open transaction.
+    pub xact_holder: Option<String>,
     /// Sessions waiting for a lock, per table name as given to the monitor.
     pub lock_waiters: Reading<BTreeMap<String, u64>>,
     /// The application check's answer; `None` without a check.

@@ -126,6 +126,7 @@ impl Monitor {
                 Reading::Unknown(reason),
             ),
         };
+        let xact_holder = transactions.as_ref().ok().and_then(holder);
         let xact_age = match transactions {
             Ok(t) if t.hidden > 0 => Reading::Unknown(NO_PRIVILEGE.into()),
             Ok(t) => Reading::Known(micros(t.oldest_us.unwrap_or(0))),
@@ -139,6 +140,7 @@ impl Monitor {
             standbys,
             wal_bytes_per_s,
             xact_age,
+            xact_holder,
             lock_waiters,
             application,
         });
@@ -244,6 +246,17 @@ impl DatabaseReadings {
 /// A store error as a reading's reason: the store's redacted text.
 fn reason_of(error: &StoreError) -> String {
     cut(&error.to_string(), MAX_REASON_BYTES)
+}
+
+/// The session holding the oldest transaction, as the throttle names it:
+/// `pid 4242 (application "psql")`. The name is the session's own text,
+/// so it is shown quoted with control characters escaped.
+fn holder(t: &HealthTransactions) -> Option<String> {
+    let pid = t.oldest_pid?;
+    Some(match &t.oldest_application {
+        Some(name) => format!("pid {pid} (application {:?})", cut(name, 64)),
+        None => format!("pid {pid}"),
+    })
 }
 
 fn micros(us: i64) -> Duration {

@@ -12,7 +12,7 @@
 
 use super::StoreError;
 use chrono::{DateTime, Utc};
-use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
@@ -109,11 +109,20 @@ pub struct HealthTransactions {
     /// here. Server processes without a role are not counted.
     #[diesel(sql_type = BigInt)]
     pub hidden: i64,
+    /// The process ID of the session holding the oldest transaction.
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub oldest_pid: Option<i32>,
+    /// That session's `application_name`, cut to 64 characters; `None`
+    /// without one (or without a transaction).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub oldest_application: Option<String>,
 }
 
 /// Read the age of the oldest open transaction among the other client
 /// sessions of the current database from `pg_stat_activity`, leaving out
-/// this session. Locks nothing; reads the backends' shared status.
+/// this session, and which session holds it (its PID and application
+/// name, so an operator can find it). Locks nothing; reads the backends'
+/// shared status.
 /// Transactions in other databases are left out: they hold neither locks
 /// on this database's tables nor back its vacuum horizon (shared catalogs
 /// aside).
@@ -121,12 +130,21 @@ pub async fn health_read_transactions(
     mut conn: &AsyncPgConnection,
 ) -> Result<HealthTransactions, StoreError> {
     Ok(super::cached(diesel::sql_query(
-        "SELECT (extract(epoch FROM max(clock_timestamp() - a.xact_start) \
+        "WITH o AS ( \
+             SELECT pid, nullif(left(application_name, 64), '') AS application \
+             FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' \
+               AND datname = current_database() AND xact_start IS NOT NULL \
+             ORDER BY xact_start LIMIT 1 \
+         ) \
+         SELECT (extract(epoch FROM max(clock_timestamp() - a.xact_start) \
                      FILTER (WHERE a.backend_type = 'client backend' \
                                  AND a.datname = current_database())) \
                  * 1000000)::bigint AS oldest_us, \
                 count(*) FILTER (WHERE a.backend_type IS NULL AND a.usesysid IS NOT NULL) \
-                    AS hidden \
+                    AS hidden, \
+                (SELECT pid FROM o) AS oldest_pid, \
+                (SELECT application FROM o) AS oldest_application \
          FROM pg_stat_activity a \
          WHERE a.pid <> pg_backend_pid()",
     ))
