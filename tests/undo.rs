@@ -82,6 +82,11 @@ async fn repaired(db: &TestDb, partitions: u32) -> Engine {
     engine
 }
 
+/// The operator's undo of `ID` through the API, with key `u-1`.
+async fn undo_by_operator(url: &str) -> Resp {
+    post(url, &format!("/admin/backfills/{ID}/undo"), OPERATOR, "u-1").await
+}
+
 async fn post(url: &str, path: &str, token: &str, key: &str) -> Resp {
     call(url, "POST", path, Some(token), Some(key)).await
 }
@@ -115,13 +120,7 @@ async fn undo01_undo_restores_every_untouched_row_and_keeps_the_applications_cha
     db.exec("UPDATE people SET email_norm = 'app:' || id, touched = 1 WHERE id % 20 = 0")
         .await;
     let server = serve(admin(engine.clone()));
-    let undo = post(
-        &server.url,
-        &format!("/admin/backfills/{ID}/undo"),
-        OPERATOR,
-        "u-1",
-    )
-    .await;
+    let undo = undo_by_operator(&server.url).await;
     assert_eq!(undo.status, 200, "{}", undo.text);
     assert_eq!(undo.body["outcome"], "applied");
     assert_eq!(undo.body["backfill"]["id"], UNDO);
@@ -336,13 +335,7 @@ async fn undo01_the_engine_journals_a_two_statement_repair() {
         r#"{"id": 1} {"email_norm": null} {"email_norm": "user1@example.com"}"#
     );
     let server = serve(admin(engine.clone()));
-    let undo = post(
-        &server.url,
-        &format!("/admin/backfills/{ID}/undo"),
-        OPERATOR,
-        "u-1",
-    )
-    .await;
+    let undo = undo_by_operator(&server.url).await;
     assert_eq!(undo.status, 200, "{}", undo.text);
     drive(&engine).await;
     assert_eq!(checksum(&db).await, before);
@@ -357,13 +350,7 @@ async fn undo02_a_partitioned_repair_is_undone_in_every_partition() {
     let (db, before) = people(1_000).await;
     let engine = repaired(&db, 4).await;
     let server = serve(admin(engine.clone()));
-    let undo = post(
-        &server.url,
-        &format!("/admin/backfills/{ID}/undo"),
-        OPERATOR,
-        "u-1",
-    )
-    .await;
+    let undo = undo_by_operator(&server.url).await;
     assert_eq!(undo.status, 200, "{}", undo.text);
     assert_eq!(
         undo.body["backfill"]["partitions"].as_array().map(Vec::len),
