@@ -741,9 +741,9 @@ fn shown(text: &str) -> ((f64, String), String, (f64, String)) {
     )
 }
 
-/// THR-5: a throttle text cannot read as false. Shown rounded to one
-/// decimal, a time lag of 1.04 s past a limit of 1 s read "1.0 s > 1.0 s";
-/// the value is now shown with the decimals it takes to be greater than
+/// THR-5: a throttle text cannot read as false. Rounded to one decimal, a
+/// time lag of 1.04 s past a limit of 1 s would read "1.0 s > 1.0 s", so
+/// the value is shown with the decimals it takes to be greater than
 /// the limit shown, both in one unit, or "≥" when it is closer than a
 /// microsecond. Over lags just past, well past and microseconds past
 /// limits below and above a second, the text states a true comparison in

@@ -987,7 +987,7 @@ async fn rolled(conn: &mut AsyncPgConnection) -> Rolled {
 
 /// THR-5 / PAR-5: a partitioned backfill's own row carries its progress
 /// while it runs: its `rows_done` and `batches_done` move before its
-/// last partition ends (they used to stay 0 until then), never ahead of
+/// last partition ends (a reader of the row sees it move), never ahead of
 /// the partitions' sums, and equal them at the end. Leases of 1.5 s are
 /// renewed every 0.5 s; the run takes several seconds. Guard: the call
 /// of `store::backfill_progress_roll_up` in `Engine::renew_partitions`.

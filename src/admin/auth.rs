@@ -625,8 +625,9 @@ mod tokens_file_checks {
         }
     }
 
-    /// AUTH-5: entries on one line, or spread over several, are found by
-    /// where they start, whatever strings with brackets they hold.
+    /// AUTH-5: an entry's line is the line it starts on, whether entries
+    /// share a line or spread over several, and whatever strings with
+    /// brackets they hold.
     #[test]
     fn auth05_lines_are_where_entries_start() {
         let text = "[{\"a\": \"[{,\\\"\"},\n\n  {\"b\": [1, {\"c\": 2}]}, {\"d\": 3}\n]";
