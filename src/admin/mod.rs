@@ -865,67 +865,47 @@ impl Admin {
                 {
                     return Ok((reply, false));
                 }
-                let outcome = match self.engine.act_in(conn, id, action).await {
-                    Err(e @ EngineError::Undone(_)) => {
-                        let refusal = self.refusal(conn, id, "undone", &e).await?;
-                        let row = &refusal.row;
-                        store::audit_insert(
-                            conn,
-                            &NewAudit {
-                                backfill_id: id,
-                                action: action.as_str(),
-                                actor: authority.actor.as_deref(),
-                                authority: authority.source,
-                                correlation: Some(key),
-                                prior_state: Some(row.state),
-                                resulting_state: Some(row.state),
-                                generation: Some(row.generation),
-                                outcome: "undone",
-                                detail: Some(&refusal.message),
-                            },
-                        )
-                        .await?;
-                        store::request_insert(
-                            conn,
-                            authority.principal(),
-                            key,
-                            id,
-                            action.as_str(),
-                            409,
-                            &refusal.body,
-                        )
-                        .await?;
-                        return Ok((
-                            Reply {
-                                status: 409,
-                                body: refusal.body,
-                            },
-                            false,
-                        ));
-                    }
-                    other => other?,
-                };
-                let (prior, code, status) = match &outcome {
-                    ActionOutcome::Applied { prior, .. } => (*prior, "applied", 200),
-                    ActionOutcome::Converged(row) => (row.state, "converged", 200),
-                    ActionOutcome::Conflict(row) => (row.state, "conflict", 409),
-                };
-                let row = outcome.row();
-                let view = self.view_on(conn, row).await?;
-                let body = if status == 409 {
-                    to_json(&ConflictBody {
-                        error: "conflict".into(),
-                        message: format!("{} is not allowed from {}", action.as_str(), row.state),
-                        current: view,
-                    })?
-                } else {
-                    to_json(&ActionResponse {
-                        outcome: code.into(),
-                        action: action.as_str().into(),
-                        prior_state: prior,
-                        backfill: view,
-                    })?
-                };
+                // What to audit and answer: the refusal of an undone
+                // backfill's resume or retry (UNDO-2), or the action's own
+                // outcome; both take the one audited, stored path below.
+                let (prior, row, code, status, body, detail) =
+                    match self.engine.act_in(conn, id, action).await {
+                        Err(e @ EngineError::Undone(_)) => {
+                            let refusal = self.refusal(conn, id, "undone", &e).await?;
+                            let prior = refusal.row.state;
+                            let detail = Some(refusal.message);
+                            (prior, refusal.row, "undone", 409, refusal.body, detail)
+                        }
+                        other => {
+                            let outcome = other?;
+                            let (prior, code, status) = match &outcome {
+                                ActionOutcome::Applied { prior, .. } => (*prior, "applied", 200),
+                                ActionOutcome::Converged(row) => (row.state, "converged", 200),
+                                ActionOutcome::Conflict(row) => (row.state, "conflict", 409),
+                            };
+                            let row = outcome.row().clone();
+                            let view = self.view_on(conn, &row).await?;
+                            let body = if status == 409 {
+                                to_json(&ConflictBody {
+                                    error: "conflict".into(),
+                                    message: format!(
+                                        "{} is not allowed from {}",
+                                        action.as_str(),
+                                        row.state
+                                    ),
+                                    current: view,
+                                })?
+                            } else {
+                                to_json(&ActionResponse {
+                                    outcome: code.into(),
+                                    action: action.as_str().into(),
+                                    prior_state: prior,
+                                    backfill: view,
+                                })?
+                            };
+                            (prior, row, code, status, body, None)
+                        }
+                    };
                 store::audit_insert(
                     conn,
                     &NewAudit {
@@ -938,7 +918,7 @@ impl Admin {
                         resulting_state: Some(row.state),
                         generation: Some(row.generation),
                         outcome: code,
-                        detail: None,
+                        detail: detail.as_deref(),
                     },
                 )
                 .await?;
