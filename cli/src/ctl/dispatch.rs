@@ -112,14 +112,23 @@ async fn show(client: &Client, id: &str, json: bool) -> Result<(), CtlError> {
 
 /// `start`, `pause`, `resume`, `retry`: one operator action.
 async fn act(client: &Client, action: &str, id: &str, json: bool) -> Result<(), CtlError> {
-    let body = client
-        .act(&format!("/admin/backfills/{}/{action}", checked_id(id)?))
-        .await?;
+    let path = format!("/admin/backfills/{}/{action}", checked_id(id)?);
+    send_action(client, &path, json, |r| action_line(action, r)).await
+}
+
+/// POST the action at `path` once (with one idempotency key) and print
+/// the API's JSON, or the answer as `line` words it.
+async fn send_action(
+    client: &Client,
+    path: &str,
+    json: bool,
+    line: impl FnOnce(&ActionResponse) -> String,
+) -> Result<(), CtlError> {
+    let body = client.act(path).await?;
     if json {
         print_json(&body);
     } else {
-        let r: ActionResponse = decode(body)?;
-        println!("{}", action_line(action, &r));
+        println!("{}", line(&decode(body)?));
     }
     Ok(())
 }
@@ -148,40 +157,27 @@ fn action_line(action: &str, r: &ActionResponse) -> String {
 
 /// `undo`: start the reverse backfill of a journaled backfill.
 async fn undo(client: &Client, id: &str, json: bool) -> Result<(), CtlError> {
-    let body = client
-        .act(&format!("/admin/backfills/{}/undo", checked_id(id)?))
-        .await?;
-    if json {
-        print_json(&body);
-    } else {
-        let r: ActionResponse = decode(body)?;
-        println!(
+    let path = format!("/admin/backfills/{}/undo", checked_id(id)?);
+    send_action(client, &path, json, |r| {
+        format!(
             "undo {id}: {}; {} is {} (it restores the rows that still hold what the repair \
              wrote; rows changed since are left alone as conflicts)",
             r.outcome, r.backfill.id, r.backfill.state
-        );
-    }
-    Ok(())
+        )
+    })
+    .await
 }
 
 /// `journal prune`: delete a backfill's journal.
 async fn prune(client: &Client, id: &str, json: bool) -> Result<(), CtlError> {
-    let body = client
-        .act(&format!(
-            "/admin/backfills/{}/journal/prune",
-            checked_id(id)?
-        ))
-        .await?;
-    if json {
-        print_json(&body);
-    } else {
-        let r: ActionResponse = decode(body)?;
-        println!(
+    let path = format!("/admin/backfills/{}/journal/prune", checked_id(id)?);
+    send_action(client, &path, json, |r| {
+        format!(
             "journal prune {id}: {}; the journal is deleted and {id} can no longer be undone",
             r.outcome
-        );
-    }
-    Ok(())
+        )
+    })
+    .await
 }
 
 /// `validate`: an explicit validation and its outcome.
