@@ -129,6 +129,16 @@ impl std::fmt::Display for ErrorKind {
     }
 }
 
+/// Whether an actor's `started` runs while its actix system is being
+/// dropped. An actor that never ran is polled once more then (an embedder
+/// that returns, for example with `?`, before stopping the runtime); no
+/// reactor runs, so no timer can be armed and no child started. An actor
+/// that arms timers stops instead of panicking; the claims of a runtime
+/// dropped this way expire with their leases (EMB-9).
+pub(crate) fn system_dropping() -> bool {
+    tokio::runtime::Handle::try_current().is_err()
+}
+
 /// The outcome of one batch step, after the backend made it durable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StepOutcome {

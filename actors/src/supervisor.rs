@@ -269,13 +269,7 @@ impl<B: Backend> Actor for Supervisor<B> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        // An actor that never ran is polled once more while its actix
-        // system is dropped (an embedder that returns, for example with
-        // `?`, before `stop()`); no reactor runs then, so no timer can be
-        // armed and no child started. It stops instead of panicking; the
-        // claims of a runtime dropped this way expire with their leases
-        // (EMB-9).
-        if tokio::runtime::Handle::try_current().is_err() {
+        if crate::system_dropping() {
             ctx.stop();
             return;
         }
