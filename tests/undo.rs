@@ -8,7 +8,9 @@
 //! - UNDO-4 the journal's visibility and its audited prune: `undo04_*`
 //!
 //! Races are forced with PostgreSQL's own fence (a pause committed
-//! between a claim and its batch), never with sleeps.
+//! between a claim and its batch) and row locks (a second connection's
+//! uncommitted change a batch waits for, seen in `pg_locks`), never with
+//! sleeps.
 
 mod support;
 
@@ -19,7 +21,7 @@ use backfill::repair::{
 use backfill::{BatchOutcome, Engine, Registry, State};
 use diesel::sql_types::BigInt;
 use diesel::QueryableByName;
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde_json::Value;
 use support::admin::{admin, call, drive, serve, Resp, OPERATOR, READER};
 use support::TestDb;
@@ -93,7 +95,8 @@ async fn post(url: &str, path: &str, token: &str, key: &str) -> Resp {
 
 async fn journal_rows(db: &TestDb, id: &str) -> i64 {
     db.scalar(&format!(
-        "SELECT count(*) AS v FROM backfill_journal WHERE backfill_id = '{id}'"
+        "SELECT coalesce(sum(row_count), 0)::bigint AS v FROM backfill_journal \
+         WHERE backfill_id = '{id}'"
     ))
     .await
 }
@@ -112,7 +115,7 @@ async fn undo01_undo_restores_every_untouched_row_and_keeps_the_applications_cha
     assert_eq!(
         journal_rows(&db, ID).await,
         2_000,
-        "one journal row per changed row"
+        "every changed row journaled"
     );
     let original = engine.get(ID).await.expect("row");
 
@@ -214,6 +217,69 @@ async fn undo01_a_batch_rejected_at_the_fence_leaves_no_journal_rows() {
     );
     drop(claim);
     assert_eq!(journal_rows(&db, ID).await, 100);
+}
+
+/// UNDO-1: a row an application changes while a batch waits for it is
+/// journaled as the application left it, not as the batch's snapshot saw
+/// it: a second connection holds the row's lock with an uncommitted
+/// change, the batch blocks on it (seen in `pg_locks`), the change
+/// commits, and the batch goes on. The undo then restores the
+/// application's value. Guard: `FOR UPDATE` on the rows whose images the
+/// batch reads (without it the image is the snapshot's, and the undo puts
+/// back NULL over the application's write).
+#[actix_rt::test]
+async fn undo01_a_row_changed_while_the_batch_waits_is_journaled_as_changed() {
+    let (db, _) = people(300).await;
+    let engine = engine(&db, Registry::new().with(email_norm(1)).expect("registers"));
+    engine.register().await.expect("register");
+    engine.start(ID).await.expect("start");
+    let mut claim = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let mut writer = db.connect().await;
+    writer
+        .batch_execute("BEGIN; UPDATE people SET email_norm = 'app' WHERE id = 5")
+        .await
+        .expect("the application's change");
+    let (outcome, ()) = tokio::join!(engine.run_batch(&mut claim), async {
+        support::admin::wait_for_lock_waiters(&db, 1).await;
+        writer.batch_execute("COMMIT").await.expect("commit");
+    });
+    assert!(
+        matches!(outcome, Ok(BatchOutcome::Committed { keys: 100, .. })),
+        "{outcome:?}"
+    );
+    drop(claim);
+    let journaled = db
+        .text(&format!(
+            "SELECT {before} AS v FROM backfill_journal AS j, \
+                 jsonb_array_elements(j.row_key->'id') WITH ORDINALITY AS k(id, pos) \
+             WHERE j.backfill_id = '{ID}' AND k.id = '5'",
+            before = "(j.before->'email_norm'->(k.pos::int - 1))::text",
+        ))
+        .await;
+    assert_eq!(journaled.as_deref(), Some(r#""app""#));
+    db.expire_lease(ID).await;
+    drive(&engine).await;
+    let server = serve(admin(engine.clone()));
+    let undo = undo_by_operator(&server.url).await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    drive(&engine).await;
+    assert_eq!(engine.get(UNDO).await.expect("row").state, State::Completed);
+    assert_eq!(
+        db.text("SELECT coalesce(email_norm, 'NULL') AS v FROM people WHERE id = 5")
+            .await
+            .as_deref(),
+        Some("app")
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM people WHERE email_norm IS NOT NULL")
+            .await,
+        1
+    );
+    server.stop().await;
 }
 
 /// A hand-written two-statement repair that sets `email_norm` and
@@ -325,15 +391,13 @@ async fn undo01_the_engine_journals_a_two_statement_repair() {
     assert_eq!(journal_rows(&db, ID).await, changed);
     let sample = db
         .text(&format!(
-            "SELECT row_key::text || ' ' || before::text || ' ' || after::text AS v \
+            "SELECT (row_key->'id'->0)::text || ' ' || (before->'email_norm'->0)::text || ' ' \
+                 || (after->'email_norm'->0)::text || ' ' || row_count AS v \
              FROM backfill_journal WHERE backfill_id = '{ID}' ORDER BY seq LIMIT 1"
         ))
         .await
         .expect("a journal row");
-    assert_eq!(
-        sample,
-        r#"{"id": 1} {"email_norm": null} {"email_norm": "user1@example.com"}"#
-    );
+    assert_eq!(sample, r#"1 null "user1@example.com" 43"#);
     let server = serve(admin(engine.clone()));
     let undo = undo_by_operator(&server.url).await;
     assert_eq!(undo.status, 200, "{}", undo.text);
@@ -366,7 +430,7 @@ async fn undo02_a_partitioned_repair_is_undone_in_every_partition() {
     assert_eq!(checksum(&db).await, before);
     let restored = db
         .scalar(&format!(
-            "SELECT count(*) AS v FROM backfill_journal WHERE backfill_id = '{ID}' AND undo = 'restored'"
+            "SELECT sum(restored)::bigint AS v FROM backfill_journal WHERE backfill_id = '{ID}'"
         ))
         .await;
     assert_eq!(restored, 1_000);
@@ -502,7 +566,8 @@ async fn undo03_one_undo_per_backfill_never_an_undo_of_an_undo() {
     let ok = post(&server.url, &validate, OPERATOR, "v-1").await;
     assert_eq!(ok.body["outcome"], "success", "{}", ok.text);
     db.exec(&format!(
-        "UPDATE backfill_journal SET undo = NULL WHERE backfill_id = '{ID}' AND seq = \
+        "UPDATE backfill_journal SET restored = NULL, conflicts = NULL \
+         WHERE backfill_id = '{ID}' AND seq = \
          (SELECT min(seq) FROM backfill_journal WHERE backfill_id = '{ID}')"
     ))
     .await;
@@ -529,7 +594,11 @@ async fn undo04_prune_waits_for_the_undo_and_is_audited() {
     )
     .await;
     assert_eq!(view.body["journal"]["rows"], 400, "{}", view.text);
-    assert!(view.body["journal"]["bytes"].as_i64().unwrap_or(0) > 400 * 40);
+    assert!(
+        view.body["journal"]["bytes"].as_i64().unwrap_or(0) > 0,
+        "{}",
+        view.text
+    );
 
     let prune = format!("/admin/backfills/{ID}/journal/prune");
     let undo = post(
@@ -560,7 +629,7 @@ async fn undo04_prune_waits_for_the_undo_and_is_audited() {
              WHERE backfill_id = '{ID}' AND action = 'journal_prune' AND correlation = 'p-3'"
         ))
         .await;
-    assert_eq!(audit.as_deref(), Some("applied: 400 journal rows deleted"));
+    assert_eq!(audit.as_deref(), Some("applied: 400 journaled rows deleted"));
     support::admin::assert_audit_complete(&db).await;
     server.stop().await;
 }
@@ -579,7 +648,7 @@ impl backfill::host::Application for People {
 /// and `/metrics`), the automatic backfill completes, the undo started
 /// over HTTP is claimed and run to `completed` by the supervisor like any
 /// backfill, and `/metrics` shows the journal's size and, once analyzed,
-/// its row estimate. Guards: the undo IDs among the claimable ones, the
+/// its entry estimate. Guards: the undo IDs among the claimable ones, the
 /// journal families of the scrape.
 #[actix_rt::test]
 async fn undo04_a_host_runs_the_undo_and_exports_the_journal() {
@@ -618,8 +687,9 @@ async fn undo04_a_host_runs_the_undo_and_exports_the_journal() {
     assert_eq!(checksum(&db).await, before);
     db.exec("ANALYZE backfill_journal").await;
     let metrics = get(host.admin_addr, "/metrics").await.text;
+    // One entry per batch of 100 rows.
     assert!(
-        metrics.contains("\nbackfill_journal_rows_estimate 600\n"),
+        metrics.contains("\nbackfill_journal_entries_estimate 6\n"),
         "{metrics}"
     );
     let bytes = metrics

@@ -91,7 +91,7 @@ fn emb04_bench_json_shape_and_verification() {
         // The machine's CPU use over the run, from /proc/stat (this is Linux).
         let cpu = run["cpu_busy"].as_f64().expect("cpu_busy");
         assert!((0.0..=1.0).contains(&cpu), "cpu_busy {cpu}");
-        // Only the journaled run has a journal: one row per row changed
+        // Only the journaled run has a journal: every row changed
         // (every row), each of some bytes.
         let journal = &run["journal"];
         if run["runner"] == "engine-journal" {

@@ -24,7 +24,7 @@ pub struct UndoLink {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct JournalView {
-    /// Journal rows: one per table row a committed batch changed.
+    /// Journaled rows: the table rows committed batches changed.
     pub rows: i64,
     /// Their size as stored, in bytes.
     pub bytes: i64,

@@ -503,7 +503,7 @@ impl Admin {
 
     /// The journal a detail view shows (UNDO-2, UNDO-4): a journaled
     /// backfill's own, or for an undo the one it takes back. It counts the
-    /// backfill's journal rows (an index range), so only the detail view
+    /// backfill's journal entries (an index range), so only the detail view
     /// reads it, outside any transaction an action holds.
     async fn journal_on(
         &self,

@@ -182,7 +182,7 @@ impl Admin {
             })?,
             outcome: "applied",
             prior: row.state,
-            detail: Some(format!("{rows} journal rows deleted")),
+            detail: Some(format!("{rows} journaled rows deleted")),
             row: *row,
         })
     }

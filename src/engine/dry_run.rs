@@ -128,8 +128,8 @@ impl Engine {
             ),
             row.batch_size.and_then(|s| u32::try_from(s).ok()),
         );
-        // The journal rows the batches write are the ones after the last
-        // committed one: read where the batches start, before any of them.
+        // The journal entries the batches write are the ones after the
+        // last committed one: read where the batches start, before any of them.
         let journal_from = match (def.journal(), options.sample) {
             (None, _) => {
                 report.sample_note = Some(NO_JOURNAL.into());

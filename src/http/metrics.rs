@@ -49,7 +49,7 @@ struct Scrape {
     counts: Option<Vec<(State, i64)>>,
     /// Partitions per status; `None` when PostgreSQL could not be read.
     partitions: Option<[(&'static str, i64); 3]>,
-    /// The journal's planner row estimate and its bytes on disk (UNDO-4);
+    /// The journal's planner entry estimate and its bytes on disk (UNDO-4);
     /// `None` when they could not be read.
     journal: Option<(i64, i64)>,
     /// Queued notifications per status; `None` when PostgreSQL could not
@@ -149,15 +149,16 @@ fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>
     }
     // UNDO-4: the before-image journal of every backfill together (an ID
     // is never a label, OBS-2; the admin view has it per backfill). The
-    // row count is the planner's estimate, absent until the table was
-    // first analyzed, so a scrape never scans the journal.
-    if let Some((rows, bytes)) = scrape.journal {
-        if rows >= 0 {
+    // entry count (one entry per journaled batch) is the planner's
+    // estimate, absent until the table was first analyzed, so a scrape
+    // never scans the journal.
+    if let Some((entries, bytes)) = scrape.journal {
+        if entries >= 0 {
             let estimate = IntGauge::new(
-                "backfill_journal_rows_estimate",
-                "Rows of the before-image journal of all backfills (planner estimate).",
+                "backfill_journal_entries_estimate",
+                "Entries (one per journaled batch) of the before-image journal of all backfills (planner estimate).",
             )?;
-            estimate.set(rows);
+            estimate.set(entries);
             out.push(Box::new(estimate));
         }
         let size = IntGauge::new(

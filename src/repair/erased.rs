@@ -312,7 +312,7 @@ fn nonzero(limit: u32) -> Result<u32, SelectionError> {
 impl<R: Repair> Erased<R> {
     /// `mutate` with the journal written around it (UNDO-1), on the
     /// batch's transaction: the selected rows' images read FOR UPDATE
-    /// before, read again after, and a journal row for each that changed.
+    /// before, read again after, and one journal entry of those that changed.
     async fn mutate_journaled(
         &self,
         capture: &Capture,

@@ -21,7 +21,7 @@ pub struct Journal {
     pub(crate) table: String,
     pub(crate) key_columns: Vec<String>,
     pub(crate) columns: Vec<String>,
-    /// Whether the repair's own batch statement writes the journal rows
+    /// Whether the repair's own batch statement writes the journal entry
     /// (as [`crate::SqlRepair`]'s does). Otherwise the engine writes them
     /// around the two-statement form's `mutate`, which needs the keys
     /// before the mutation runs.

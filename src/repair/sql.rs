@@ -28,7 +28,7 @@ use super::{
     RepairError, RowCount, SelectAndMutate, SourceSet, Validation,
 };
 use crate::pace::BatchTarget;
-use crate::store::{cached, journal_image, journal_insert_from};
+use crate::store::{cached, journal_entry_from};
 use async_trait::async_trait;
 use diesel::sql_types::{BigInt, Json, Nullable};
 use diesel::QueryableByName;
@@ -237,7 +237,7 @@ impl SqlRepairBuilder {
     /// Journal `columns`, the ones the SET list writes, so the backfill can
     /// be undone (what [`Repair::journal`] answers; UNDO-1). Each batch's
     /// statement then locks the rows it selected, reads those columns,
-    /// updates, and inserts a journal row for every row whose columns
+    /// updates, and inserts one journal entry of every row whose columns
     /// changed, all in the one statement that commits with the batch's
     /// fenced checkpoint. Registration checks the names.
     pub fn journal<I>(mut self, columns: I) -> Self
@@ -321,20 +321,40 @@ impl SqlRepairBuilder {
                 // The before-image is read from the rows locked FOR
                 // UPDATE, so it is the version the update changes even
                 // when a concurrent writer committed after the statement's
-                // snapshot; the update joins those rows by key.
-                Some(journal) => format!(
-                    "{keys}__bf_o AS (SELECT {key} AS __bf_key, {before} AS __bf_before \
-                         FROM {table} WHERE {key} = ANY((SELECT a FROM k)::bigint[]){and_filter} \
-                         FOR UPDATE), \
-                     u AS (UPDATE {table} SET {set} FROM __bf_o \
-                         WHERE {table}.{key} = __bf_o.__bf_key{and_filter} \
-                         RETURNING jsonb_build_object('{key}', __bf_o.__bf_key) AS __bf_row_key, \
-                             __bf_o.__bf_before, {after} AS __bf_after), \
-                     __bf_w AS ({insert}) {summary}",
-                    before = journal_image(table, &journal.columns),
-                    after = journal_image(table, &journal.columns),
-                    insert = journal_insert_from(&self.id, "u"),
-                ),
+                // snapshot (the lock returns the newest version, and
+                // nobody else can change it before this statement does).
+                // The update joins those rows by key, not by the ctid the
+                // lock returned: a version committed after the snapshot is
+                // invisible to a TID scan, so the row would be skipped;
+                // found by key, the snapshot's version leads the update
+                // to the newest one.
+                Some(journal) => {
+                    let before: Vec<String> = journal
+                        .columns
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| format!(", {c} AS __bf_b{i}"))
+                        .collect();
+                    let returning: Vec<String> = journal
+                        .columns
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| format!(", __bf_o.__bf_b{i}, {table}.{c} AS __bf_a{i}"))
+                        .collect();
+                    format!(
+                        "{keys}__bf_o AS (SELECT {key} AS __bf_k0{before} \
+                             FROM {table} WHERE {key} = ANY((SELECT a FROM k)::bigint[]){and_filter} \
+                             FOR UPDATE), \
+                         u AS (UPDATE {table} SET {set} FROM __bf_o \
+                             WHERE {table}.{key} = __bf_o.__bf_k0 \
+                             RETURNING __bf_o.__bf_k0{returning}), \
+                         __bf_w AS ({insert}) {summary}",
+                        before = before.concat(),
+                        returning = returning.concat(),
+                        insert =
+                            journal_entry_from(&self.id, "u", &journal.key_columns, &journal.columns),
+                    )
+                }
             }
         };
         Ok(SqlRepair {

@@ -128,7 +128,7 @@ impl Repair for Undo {
         Batches::OneStatement(self)
     }
 
-    /// Every journal row up to the bound was restored or recorded as a
+    /// Every journaled row up to the bound was restored or recorded as a
     /// conflict (UNDO-3).
     async fn validate(
         &self,

@@ -1,7 +1,7 @@
 //! Statements of a dry run (DRY-1, DRY-2): the share lock that keeps the
 //! backfill's state still while it runs, the savepoint around each of its
 //! batches, the two measurements it reads inside its transaction before
-//! the rollback, and where its journal rows start. None of them writes a
+//! the rollback, and where its journal entries start. None of them writes a
 //! row.
 
 use super::backfill::COLUMNS;
@@ -101,7 +101,7 @@ pub async fn dry_run_table_changes(
 }
 
 /// The greatest journal `seq` of `id` (0 when it has none): a dry run's
-/// batches write their journal rows after it, inside its transaction, and
+/// batches write their journal entries after it, inside its transaction, and
 /// its sample reads them back before the rollback. Reads the end of the
 /// journal's primary key; no lock.
 pub async fn journal_seq_last(conn: &mut AsyncPgConnection, id: &str) -> Result<i64, StoreError> {

@@ -2,6 +2,14 @@
 //! statements that write it (inside a batch's own transaction), the undo's
 //! restoring batch over it, and the reads and the prune an operator uses.
 //!
+//! A journaled batch writes one entry: its rows' keys and journaled
+//! columns before and after, column-major (`{"id": [1, 2], ...}`, element
+//! i of every array belonging to row i), so that a batch costs one heap
+//! tuple, one index entry and one compressed value per image rather than
+//! one of each per row. Reads that show rows ([`journal_entries`],
+//! [`journal_conflicts`]) and the undo take an entry apart again with
+//! [`entry_row`].
+//!
 //! Identifiers spliced into these texts (the journaled table, its key and
 //! journaled columns) were checked to be plain identifiers at registration
 //! and are fixed per process, so every text is cached as a prepared
@@ -14,7 +22,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
 /// `jsonb_build_object('a', <alias>.a, 'b', <alias>.b)` over `columns`:
-/// the one form every image takes, so two images compare equal exactly
+/// the one form a row's image takes, so two images compare equal exactly
 /// when the values do.
 pub fn journal_image(alias: &str, columns: &[String]) -> String {
     let pairs: Vec<String> = columns
@@ -24,16 +32,55 @@ pub fn journal_image(alias: &str, columns: &[String]) -> String {
     format!("jsonb_build_object({})", pairs.join(", "))
 }
 
+/// Row `pos` (from 0) of the column-major entry image `image`, as the
+/// row's own image (`{"a": 1}` of `{"a": [1, 2]}` at 0): the same JSON
+/// values [`journal_image`] makes of that row, so the two compare equal
+/// exactly when the row holds what the entry recorded.
+pub fn entry_row(image: &str, pos: &str) -> String {
+    format!("(SELECT jsonb_object_agg(key, value -> {pos}) FROM jsonb_each({image}))")
+}
+
 /// The data-modifying CTE body a journaled one-statement batch ends with:
-/// it inserts, from the relation `source` with columns `__bf_row_key`,
-/// `__bf_before` and `__bf_after`, the rows whose image changed. It runs in
-/// the batch's statement, so it commits with the batch's fenced checkpoint
-/// advance or not at all (UNDO-1). `id` is a checked stable ID.
-pub fn journal_insert_from(id: &str, source: &str) -> String {
+/// it inserts one entry of the rows of the relation `source` whose
+/// journaled columns changed. `source` has a column `__bf_k<i>` per key
+/// column and `__bf_b<i>`, `__bf_a<i>` per journaled column (before and
+/// after). It runs in the batch's statement, so it commits with the
+/// batch's fenced checkpoint advance or not at all (UNDO-1); a batch that
+/// changed nothing writes no entry. `id` is a checked stable ID.
+///
+/// The images are built by `jsonb_agg` per column, which takes any type
+/// (arrays and NULLs included, which `array_agg` refuses), and the
+/// aggregates of one query read the rows in one order, so the arrays line
+/// up. A row counts as changed when the JSON of its journaled columns
+/// differs, the comparison the undo makes; it needs no equality operator
+/// of the columns' types.
+pub fn journal_entry_from(
+    id: &str,
+    source: &str,
+    key_columns: &[String],
+    columns: &[String],
+) -> String {
+    let image = |names: &[String], prefix: &str| {
+        let pairs: Vec<String> = names
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("'{c}', jsonb_agg({prefix}{i})"))
+            .collect();
+        format!("jsonb_build_object({})", pairs.join(", "))
+    };
+    let values = |prefix: &str| {
+        let v: Vec<String> = (0..columns.len()).map(|i| format!("{prefix}{i}")).collect();
+        format!("jsonb_build_array({})", v.join(", "))
+    };
     format!(
-        "INSERT INTO backfill_journal (backfill_id, row_key, before, after) \
-         SELECT '{id}', __bf_row_key, __bf_before, __bf_after FROM {source} \
-         WHERE __bf_before IS DISTINCT FROM __bf_after"
+        "INSERT INTO backfill_journal (backfill_id, row_count, row_key, before, after) \
+         SELECT '{id}', count(*), {keys}, {before}, {after} FROM {source} \
+         WHERE {b} IS DISTINCT FROM {a} HAVING count(*) > 0",
+        keys = image(key_columns, "__bf_k"),
+        before = image(columns, "__bf_b"),
+        after = image(columns, "__bf_a"),
+        b = values("__bf_b"),
+        a = values("__bf_a"),
     )
 }
 
@@ -84,9 +131,12 @@ pub async fn journal_images(
     Ok(rows.into_iter().map(|r| (r.row_key, r.image)).collect())
 }
 
-/// Write journal rows for backfill `id`, on the batch's transaction: one
-/// per `(row key, before, after)` whose images differ. No lock beyond the
-/// insert's; the batch's fence decides whether they commit (UNDO-1).
+/// Write the journal entry of a batch of backfill `id`, on the batch's
+/// transaction: the rows of `(row key, before, after)` (each a row's own
+/// image, as [`journal_images`] reads them) whose images differ, turned
+/// column-major in their order. No entry when none differs. No lock
+/// beyond the insert's; the batch's fence decides whether it commits
+/// (UNDO-1). Returns the rows journaled.
 pub async fn journal_insert(
     conn: &mut AsyncPgConnection,
     id: &str,
@@ -94,30 +144,52 @@ pub async fn journal_insert(
     before: &[Value],
     after: &[Value],
 ) -> Result<u64, StoreError> {
-    let n = cached(
+    let entry: Vec<Journaled> = cached(
         diesel::sql_query(
-            "INSERT INTO backfill_journal (backfill_id, row_key, before, after) \
-             SELECT $1, k, b, a FROM unnest($2::jsonb[], $3::jsonb[], $4::jsonb[]) AS x(k, b, a) \
-             WHERE b IS DISTINCT FROM a",
+            "WITH x AS (SELECT k, b, a, ord \
+                 FROM unnest($2::jsonb[], $3::jsonb[], $4::jsonb[]) WITH ORDINALITY AS x(k, b, a, ord) \
+                 WHERE b IS DISTINCT FROM a), \
+             c AS (SELECT 'k' AS image, e.key, jsonb_agg(e.value ORDER BY x.ord) AS v \
+                     FROM x, jsonb_each(x.k) AS e GROUP BY e.key \
+                 UNION ALL SELECT 'b', e.key, jsonb_agg(e.value ORDER BY x.ord) \
+                     FROM x, jsonb_each(x.b) AS e GROUP BY e.key \
+                 UNION ALL SELECT 'a', e.key, jsonb_agg(e.value ORDER BY x.ord) \
+                     FROM x, jsonb_each(x.a) AS e GROUP BY e.key) \
+             INSERT INTO backfill_journal (backfill_id, row_count, row_key, before, after) \
+             SELECT $1, (SELECT count(*) FROM x), \
+                 jsonb_object_agg(key, v) FILTER (WHERE image = 'k'), \
+                 coalesce(jsonb_object_agg(key, v) FILTER (WHERE image = 'b'), '{}'), \
+                 coalesce(jsonb_object_agg(key, v) FILTER (WHERE image = 'a'), '{}') \
+             FROM c HAVING (SELECT count(*) FROM x) > 0 \
+             RETURNING row_count",
         )
         .bind::<Text, _>(id)
         .bind::<Array<Jsonb>, _>(row_keys)
         .bind::<Array<Jsonb>, _>(before)
         .bind::<Array<Jsonb>, _>(after),
     )
-    .execute(conn)
+    .load(conn)
     .await?;
-    Ok(n as u64)
+    Ok(entry.into_iter().next().map_or(0, |e| e.row_count as u64))
+}
+
+#[derive(QueryableByName)]
+struct Journaled {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    row_count: i32,
 }
 
 /// The undo's batch over the journal of `original` (UNDO-2), as one
-/// statement in the one-statement form with `limit` written in (or `$3`):
-/// it takes the next journal rows by `seq` in `($1, $2]`, restores the
-/// before-image of each row that still holds exactly what the repair
-/// wrote (the comparison is in the UPDATE's WHERE, so a concurrent writer's
-/// change is seen: PostgreSQL re-checks it on the row's newest version),
-/// marks each journal row `restored` or `conflict`, and answers the
-/// selected `seq` range as a `BigIntSummary`.
+/// statement in the one-statement form with `limit` written in (or `$3`).
+/// Its keys are the journal's entries (`seq`): it takes the next entries
+/// by `seq` in `($1, $2]` while the rows before each number fewer than
+/// `limit` (so at least one, and about `limit` rows), takes them apart
+/// into rows, restores the before-image of each row that still holds
+/// exactly what the repair wrote (the comparison is in the UPDATE's WHERE,
+/// so a concurrent writer's change is seen: PostgreSQL re-checks it on the
+/// row's newest version), records on each entry how many rows it restored
+/// and the positions of the others as conflicts, and answers the entries'
+/// `seq` range and count as a `BigIntSummary`.
 pub fn journal_restore_sql(
     original: &str,
     table: &str,
@@ -134,19 +206,34 @@ pub fn journal_restore_sql(
         .map(|k| format!("__bf_t.{k} = __bf_k.{k}"))
         .collect();
     format!(
-        "WITH __bf_j AS (SELECT seq, row_key, before, after FROM backfill_journal \
-             WHERE backfill_id = '{original}' AND seq > $1 AND seq <= $2 \
-             ORDER BY seq LIMIT {limit}), \
+        "WITH __bf_e AS (SELECT seq, sum(row_count) OVER (ORDER BY seq) - row_count AS ahead \
+             FROM (SELECT seq, row_count FROM backfill_journal \
+                 WHERE backfill_id = '{original}' AND seq > $1 AND seq <= $2 \
+                 ORDER BY seq LIMIT {limit}) AS __bf_s), \
+         __bf_j AS (SELECT j.seq, j.row_count, j.row_key, j.before, j.after \
+             FROM __bf_e JOIN backfill_journal AS j \
+                 ON j.backfill_id = '{original}' AND j.seq = __bf_e.seq \
+             WHERE __bf_e.ahead < {limit}), \
+         __bf_x AS (SELECT __bf_j.seq, __bf_p AS pos, {row_key} AS row_key, \
+                 {before} AS before, {after} AS after \
+             FROM __bf_j, generate_series(0, __bf_j.row_count - 1) AS __bf_p), \
          __bf_r AS (UPDATE {table} AS __bf_t SET {set} \
-             FROM __bf_j, jsonb_populate_record(NULL::{table}, __bf_j.row_key) AS __bf_k, \
-                 jsonb_populate_record(NULL::{table}, __bf_j.before) AS __bf_b \
-             WHERE {on} AND {current} = __bf_j.after \
-             RETURNING __bf_j.seq), \
+             FROM __bf_x, jsonb_populate_record(NULL::{table}, __bf_x.row_key) AS __bf_k, \
+                 jsonb_populate_record(NULL::{table}, __bf_x.before) AS __bf_b \
+             WHERE {on} AND {current} = __bf_x.after \
+             RETURNING __bf_x.seq, __bf_x.pos), \
+         __bf_o AS (SELECT __bf_x.seq, count(__bf_r.pos)::integer AS restored, \
+                 coalesce(array_agg(__bf_x.pos ORDER BY __bf_x.pos) \
+                     FILTER (WHERE __bf_r.pos IS NULL), '{{}}') AS conflicts \
+             FROM __bf_x LEFT JOIN __bf_r ON __bf_r.seq = __bf_x.seq AND __bf_r.pos = __bf_x.pos \
+             GROUP BY __bf_x.seq), \
          __bf_m AS (UPDATE backfill_journal AS __bf_u \
-             SET undo = CASE WHEN __bf_u.seq IN (SELECT seq FROM __bf_r) \
-                 THEN 'restored' ELSE 'conflict' END \
-             FROM __bf_j WHERE __bf_u.backfill_id = '{original}' AND __bf_u.seq = __bf_j.seq) \
+             SET restored = __bf_o.restored, conflicts = __bf_o.conflicts \
+             FROM __bf_o WHERE __bf_u.backfill_id = '{original}' AND __bf_u.seq = __bf_o.seq) \
          SELECT min(seq) AS first, max(seq) AS last, count(*)::bigint AS n FROM __bf_j",
+        row_key = entry_row("__bf_j.row_key", "__bf_p"),
+        before = entry_row("__bf_j.before", "__bf_p"),
+        after = entry_row("__bf_j.after", "__bf_p"),
         set = set.join(", "),
         on = on.join(" AND "),
         current = journal_image("__bf_t", columns),
@@ -164,7 +251,7 @@ struct Extent {
 }
 
 /// The journal of `id` as the undo's source set: the smallest and greatest
-/// `seq` and the row count. No lock; read in the undo's `start`
+/// `seq` and the number of entries (the undo's keys). No lock; read in the undo's `start`
 /// transaction, which captures the greatest `seq` as its bound.
 pub async fn journal_extent(
     conn: &mut AsyncPgConnection,
@@ -188,9 +275,9 @@ struct Count {
     n: i64,
 }
 
-/// Journal rows of `id` up to `seq` `bound` that the undo neither restored
-/// nor recorded as a conflict: the undo's validation (UNDO-3) succeeds at
-/// zero. No lock.
+/// Journaled rows of `id` in entries up to `seq` `bound` that the undo has
+/// not taken (neither restored nor recorded as conflicts): the undo's
+/// validation (UNDO-3) succeeds at zero. No lock.
 pub async fn journal_unresolved(
     conn: &mut AsyncPgConnection,
     id: &str,
@@ -198,8 +285,8 @@ pub async fn journal_unresolved(
 ) -> Result<i64, StoreError> {
     let row: Count = cached(
         diesel::sql_query(
-            "SELECT count(*)::bigint AS n FROM backfill_journal \
-             WHERE backfill_id = $1 AND seq <= $2 AND undo IS NULL",
+            "SELECT coalesce(sum(row_count), 0)::bigint AS n FROM backfill_journal \
+             WHERE backfill_id = $1 AND seq <= $2 AND restored IS NULL",
         )
         .bind::<Text, _>(id)
         .bind::<BigInt, _>(bound),
@@ -212,10 +299,10 @@ pub async fn journal_unresolved(
 /// What an operator sees of one backfill's journal (UNDO-4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, QueryableByName)]
 pub struct JournalStats {
-    /// Journal rows.
+    /// Journaled rows.
     #[diesel(sql_type = BigInt)]
     pub rows: i64,
-    /// Their size as stored (`pg_column_size` of each row).
+    /// Their size as stored (`pg_column_size` of each entry).
     #[diesel(sql_type = BigInt)]
     pub bytes: i64,
     /// Rows the undo restored.
@@ -226,19 +313,19 @@ pub struct JournalStats {
     pub conflicts: i64,
 }
 
-/// Count the journal rows of `id`, their bytes and what the undo did with
-/// them. No lock; it reads every journal row of the backfill (an index
-/// range), so it serves the detail view, never a list.
+/// Count the journaled rows of `id`, their bytes and what the undo did
+/// with them. No lock; it reads every journal entry of the backfill (an
+/// index range), so it serves the detail view, never a list.
 pub async fn journal_stats(
     conn: &mut AsyncPgConnection,
     id: &str,
 ) -> Result<JournalStats, StoreError> {
     Ok(cached(
         diesel::sql_query(
-            "SELECT count(*)::bigint AS rows, \
+            "SELECT coalesce(sum(row_count), 0)::bigint AS rows, \
                  coalesce(sum(pg_column_size(j.*)), 0)::bigint AS bytes, \
-                 count(*) FILTER (WHERE undo = 'restored')::bigint AS restored, \
-                 count(*) FILTER (WHERE undo = 'conflict')::bigint AS conflicts \
+                 coalesce(sum(restored), 0)::bigint AS restored, \
+                 coalesce(sum(cardinality(conflicts)), 0)::bigint AS conflicts \
              FROM backfill_journal AS j WHERE backfill_id = $1",
         )
         .bind::<Text, _>(id),
@@ -261,10 +348,13 @@ pub async fn journal_conflicts(
     limit: i64,
 ) -> Result<Vec<Value>, StoreError> {
     let rows: Vec<RowKey> = cached(
-        diesel::sql_query(
-            "SELECT row_key FROM backfill_journal \
-             WHERE backfill_id = $1 AND undo = 'conflict' ORDER BY seq LIMIT $2",
-        )
+        diesel::sql_query(format!(
+            "SELECT {row_key} AS row_key \
+         FROM backfill_journal AS j, unnest(j.conflicts) AS c(pos) \
+         WHERE j.backfill_id = $1 AND cardinality(j.conflicts) > 0 \
+         ORDER BY j.seq, c.pos LIMIT $2",
+            row_key = entry_row("j.row_key", "c.pos"),
+        ))
         .bind::<Text, _>(id)
         .bind::<BigInt, _>(limit),
     )
@@ -273,8 +363,8 @@ pub async fn journal_conflicts(
     Ok(rows.into_iter().map(|r| r.row_key).collect())
 }
 
-/// One journal row written inside the current transaction, as a dry run's
-/// sample shows it (DRY-3): the row's key and its before and after images.
+/// One row of a journal entry written inside the current transaction, as
+/// a dry run's sample shows it (DRY-3): the row's key and its before and after images.
 #[derive(Debug, Clone, PartialEq, QueryableByName)]
 pub struct JournalEntry {
     /// The row's key columns.
@@ -288,8 +378,8 @@ pub struct JournalEntry {
     pub after: Value,
 }
 
-/// Up to `limit` journal rows of `id` with `seq` above `after_seq`, in
-/// `seq` order. No lock.
+/// Up to `limit` journaled rows of `id` in entries with `seq` above
+/// `after_seq`, in journal order. No lock.
 pub async fn journal_entries(
     conn: &mut AsyncPgConnection,
     id: &str,
@@ -297,10 +387,14 @@ pub async fn journal_entries(
     limit: i64,
 ) -> Result<Vec<JournalEntry>, StoreError> {
     Ok(cached(
-        diesel::sql_query(
-            "SELECT row_key, before, after FROM backfill_journal \
-             WHERE backfill_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        )
+        diesel::sql_query(format!(
+            "SELECT {row_key} AS row_key, {before} AS before, {after} AS after \
+             FROM backfill_journal AS j, generate_series(0, j.row_count - 1) AS p(pos) \
+             WHERE j.backfill_id = $1 AND j.seq > $2 ORDER BY j.seq, p.pos LIMIT $3",
+            row_key = entry_row("j.row_key", "p.pos"),
+            before = entry_row("j.before", "p.pos"),
+            after = entry_row("j.after", "p.pos"),
+        ))
         .bind::<Text, _>(id)
         .bind::<BigInt, _>(after_seq)
         .bind::<BigInt, _>(limit),
@@ -311,15 +405,19 @@ pub async fn journal_entries(
 
 /// Delete the journal of `id` (UNDO-4): the caller has taken the row lock
 /// of the backfill and of its undo and checked that no undo of it is
-/// unfinished, in the same transaction. Returns the rows deleted.
+/// unfinished, in the same transaction. Returns the rows their entries
+/// held.
 pub async fn journal_prune(conn: &mut AsyncPgConnection, id: &str) -> Result<u64, StoreError> {
-    let n = cached(
-        diesel::sql_query("DELETE FROM backfill_journal WHERE backfill_id = $1")
-            .bind::<Text, _>(id),
+    let row: Count = cached(
+        diesel::sql_query(
+            "WITH d AS (DELETE FROM backfill_journal WHERE backfill_id = $1 RETURNING row_count) \
+             SELECT coalesce(sum(row_count), 0)::bigint AS n FROM d",
+        )
+        .bind::<Text, _>(id),
     )
-    .execute(conn)
+    .get_result(conn)
     .await?;
-    Ok(n as u64)
+    Ok(row.n as u64)
 }
 
 #[derive(QueryableByName)]
@@ -330,8 +428,8 @@ struct Totals {
     bytes: i64,
 }
 
-/// The whole journal's planner row estimate and its size on disk
-/// (indexes included), for `/metrics`: no scan, so a scrape stays cheap
+/// The whole journal's planner estimate of its entries (one per journaled
+/// batch) and its size on disk (TOAST and indexes included), for `/metrics`: no scan, so a scrape stays cheap
 /// however long the journal is. The estimate is -1 (unknown) until the
 /// table was first analyzed. No lock.
 pub async fn journal_totals(conn: &mut AsyncPgConnection) -> Result<(i64, i64), StoreError> {

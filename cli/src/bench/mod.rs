@@ -45,7 +45,7 @@
 //!
 //! After every run every row must have `email_norm = lower(email)` and
 //! `touched = 1` (a 2 is a batch applied twice), and `engine-journal` must
-//! have written exactly one journal row per row (every row changes):
+//! have journaled exactly every row (every row changes):
 //! otherwise the run is invalid and the command exits non-zero. Extras: `takeover` (latency of a
 //! takeover after SIGKILL of the owner process), `rss` (peak RSS of a
 //! worker over a long run), `admin-list` (list latency under concurrent

@@ -170,7 +170,7 @@ impl Report {
         };
         format!(
             "\nJournal, B = {batch}: engine-journal / engine = {ratio} (target >= 0.7); \
-             {row:.1} bytes per journal row as stored (`pg_column_size`), {disk:.1} bytes per \
+             {row:.1} bytes per journaled row as stored (`pg_column_size`), {disk:.1} bytes per \
              row of the journal's growth on disk (heap, TOAST and index).\n"
         )
     }
@@ -240,7 +240,7 @@ impl Report {
         s.push_str(&self.ratios_table());
         s.push_str(&self.extras());
         s.push_str(&format!(
-            "\nVerification (email_norm = lower(email) and touched = 1 on every row after every run, and for engine-journal one journal row per row): {}.\n",
+            "\nVerification (email_norm = lower(email) and touched = 1 on every row after every run, and for engine-journal every row journaled): {}.\n",
             if self.verified() { "passed" } else { "FAILED (invalid runs)" }
         ));
         s
@@ -422,12 +422,12 @@ hand-writing.\n\
 - `engine-journal`: `engine-sql` with the repair's journal on \
 (`.journal([\"email_norm\", \"touched\"])`, the columns its SET list writes): the one \
 statement also locks the selected rows `FOR UPDATE`, reads their before-image, and \
-inserts a `backfill_journal` row per changed row, in the batch's transaction. \
+inserts one `backfill_journal` entry holding the changed rows' images column-major, in the batch's transaction. \
 Declared rather than hand-written, because a hand-written one-statement form \
 cannot be journaled (registration refuses it; the engine journals only the \
 two-statement form, around `mutate`). `engine-journal / engine` is the cost of \
 the journal (plus that of declaring, which `engine-sql / engine` shows). \
-After the run the bench checks one journal row per row (every row changes), \
+After the run the bench checks that the journal holds every row once (every row changes), \
 and reports the journal's bytes per row as stored and as its growth on disk, \
 then vacuums the journal outside the timed part (autovacuum would otherwise \
 land in the next run).\n\
@@ -465,7 +465,7 @@ were busy over the timed part of the run (`/proc/stat`: PostgreSQL, this \
 process and anything else); near 100% the run is bound by the machine's \
 CPUs, and K runs at once cannot scale past what is left. After every run \
 every row must have `email_norm = lower(email)` and `touched = 1`, and \
-`engine-journal` must have written one journal row per row.\n";
+`engine-journal` must have journaled every row.\n";
 
 #[cfg(test)]
 mod tests {

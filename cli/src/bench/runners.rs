@@ -273,14 +273,13 @@ impl Ctx {
             return Ok(run);
         };
         let journal = self.journal_use(&ids, disk_before).await?;
-        // The verification saw every row changed exactly once, so a
-        // journal with one row per row changed has exactly N rows: a
-        // missing one could not be undone, an extra one would be undone
-        // twice.
+        // The verification saw every row changed exactly once, so the
+        // journal's entries hold exactly N rows: a missing one could not
+        // be undone, an extra one would be undone twice.
         let mut run = run.with_journal(journal);
         if journal.rows != total_rows as i64 {
             eprintln!(
-                "{runner}: {} journal rows for {total_rows} rows changed",
+                "{runner}: {} journaled rows for {total_rows} rows changed",
                 journal.rows
             );
             run.verified = false;
@@ -315,7 +314,7 @@ impl Ctx {
             journal.row_bytes += stats.bytes;
         }
         journal.disk_bytes = store::journal_totals(&mut conn).await?.1 - disk_before;
-        // N freshly inserted journal rows make autovacuum due on the
+        // Freshly inserted journal entries make autovacuum due on the
         // journal (its insert threshold): left to it, the vacuum would
         // land inside whichever run comes next and slow that one. Done
         // here, outside every timed part; it changes no row.

@@ -28,9 +28,9 @@ pub struct RunResult {
 /// report it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct JournalUse {
-    /// Journal rows the run's backfills wrote.
+    /// Rows the run's backfills journaled.
     pub rows: i64,
-    /// Their stored size, `pg_column_size` of each row summed.
+    /// Their stored size, `pg_column_size` of each journal entry summed.
     pub row_bytes: i64,
     /// How much `pg_total_relation_size` of the journal (heap, TOAST and
     /// index) grew over the run.
@@ -38,12 +38,12 @@ pub struct JournalUse {
 }
 
 impl JournalUse {
-    /// Stored bytes per journal row.
+    /// Stored bytes per journaled row.
     pub(super) fn row_bytes_per_row(&self) -> Option<f64> {
         (self.rows > 0).then(|| self.row_bytes as f64 / self.rows as f64)
     }
 
-    /// Bytes on disk per journal row, index included.
+    /// Bytes on disk per journaled row, TOAST and index included.
     pub(super) fn disk_bytes_per_row(&self) -> Option<f64> {
         (self.rows > 0).then(|| self.disk_bytes as f64 / self.rows as f64)
     }
