@@ -220,13 +220,16 @@ async fn undo01_a_batch_rejected_at_the_fence_leaves_no_journal_rows() {
 }
 
 /// UNDO-1: a row an application changes while a batch waits for it is
-/// journaled as the application left it, not as the batch's snapshot saw
-/// it: a second connection holds the row's lock with an uncommitted
-/// change, the batch blocks on it (seen in `pg_locks`), the change
-/// commits, and the batch goes on. The undo then restores the
-/// application's value. Guard: `FOR UPDATE` on the rows whose images the
-/// batch reads (without it the image is the snapshot's, and the undo puts
-/// back NULL over the application's write).
+/// never journaled with the batch's stale before-image, and never skipped:
+/// a second connection holds the row's lock with an uncommitted change,
+/// the batch blocks on it (seen in `pg_locks`), the change commits, and
+/// the batch fails as a retryable serialization failure with nothing
+/// written; run again, it journals the row as the application left it.
+/// The undo then restores the application's value. Guards: the update's
+/// `ctid` condition (joined by key instead, the batch writes the new
+/// version under the snapshot's image, and the undo puts back NULL over
+/// the application's write) and `backfill_journal_all_written` (without
+/// it the batch commits without row 5, which is then never repaired).
 #[actix_rt::test]
 async fn undo01_a_row_changed_while_the_batch_waits_is_journaled_as_changed() {
     let (db, _) = people(300).await;
@@ -243,10 +246,23 @@ async fn undo01_a_row_changed_while_the_batch_waits_is_journaled_as_changed() {
         .batch_execute("BEGIN; UPDATE people SET email_norm = 'app' WHERE id = 5")
         .await
         .expect("the application's change");
-    let (outcome, ()) = tokio::join!(engine.run_batch(&mut claim), async {
+    let (raced, ()) = tokio::join!(engine.run_batch(&mut claim), async {
         support::admin::wait_for_lock_waiters(&db, 1).await;
         writer.batch_execute("COMMIT").await.expect("commit");
     });
+    let error = raced.expect_err("the batch raced the application's change");
+    assert!(
+        error.to_string().contains("serialization failure"),
+        "{error}"
+    );
+    assert_eq!(journal_rows(&db, ID).await, 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM people WHERE email_norm = lower(email)")
+            .await,
+        0,
+        "the batch rolled back"
+    );
+    let outcome = engine.run_batch(&mut claim).await;
     assert!(
         matches!(outcome, Ok(BatchOutcome::Committed { keys: 100, .. })),
         "{outcome:?}"
@@ -629,7 +645,10 @@ async fn undo04_prune_waits_for_the_undo_and_is_audited() {
              WHERE backfill_id = '{ID}' AND action = 'journal_prune' AND correlation = 'p-3'"
         ))
         .await;
-    assert_eq!(audit.as_deref(), Some("applied: 400 journaled rows deleted"));
+    assert_eq!(
+        audit.as_deref(),
+        Some("applied: 400 journaled rows deleted")
+    );
     support::admin::assert_audit_complete(&db).await;
     server.stop().await;
 }

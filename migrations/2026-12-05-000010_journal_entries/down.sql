@@ -1,3 +1,5 @@
+DROP FUNCTION backfill_journal_all_written(bigint, bigint);
+
 -- Back to one journal row per table row: every entry is split into its
 -- rows, in order, with the undo's outcome per row.
 CREATE TABLE backfill_journal_rows AS

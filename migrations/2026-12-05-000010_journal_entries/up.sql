@@ -36,7 +36,24 @@ BEGIN
         ALTER COLUMN row_key SET COMPRESSION lz4,
         ALTER COLUMN before SET COMPRESSION lz4,
         ALTER COLUMN after SET COMPRESSION lz4;
-EXCEPTION WHEN feature_not_supported OR invalid_parameter_value THEN
+EXCEPTION WHEN feature_not_supported OR invalid_parameter_value OR syntax_error THEN
     NULL;
+END
+$$;
+
+-- A journaled batch of a declared repair reads its rows' before-images
+-- without locking them and updates exactly the versions it read (by
+-- ctid): a row another transaction changed in between is not updated. The batch's summary passes its selected and written counts
+-- through this function, which fails the statement, and so the whole
+-- batch, with a serialization failure when they differ: the runtime
+-- retries such a batch from its snapshot of the row's new version.
+CREATE FUNCTION backfill_journal_all_written(selected bigint, written bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    IF selected IS DISTINCT FROM written THEN
+        RAISE EXCEPTION 'a row of a journaled batch changed after the batch read it'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    RETURN selected;
 END
 $$;

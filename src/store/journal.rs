@@ -41,46 +41,42 @@ pub fn entry_row(image: &str, pos: &str) -> String {
 }
 
 /// The data-modifying CTE body a journaled one-statement batch ends with:
-/// it inserts one entry of the rows of the relation `source` whose
-/// journaled columns changed. `source` has a column `__bf_k<i>` per key
-/// column and `__bf_b<i>`, `__bf_a<i>` per journaled column (before and
-/// after). It runs in the batch's statement, so it commits with the
-/// batch's fenced checkpoint advance or not at all (UNDO-1); a batch that
-/// changed nothing writes no entry. `id` is a checked stable ID.
+/// it inserts one entry of the rows of the relation `source`, which has a
+/// column `__bf_k<i>` per key column (integers) and `__bf_b<i>`,
+/// `__bf_a<i>` per journaled column (before and after). It runs in the
+/// batch's statement, so it commits with the batch's fenced checkpoint
+/// advance or not at all (UNDO-1); a batch that wrote no row writes no
+/// entry. `id` is a checked stable ID.
 ///
-/// The images are built by `jsonb_agg` per column, which takes any type
-/// (arrays and NULLs included, which `array_agg` refuses), and the
-/// aggregates of one query read the rows in one order, so the arrays line
-/// up. A row counts as changed when the JSON of its journaled columns
-/// differs, the comparison the undo makes; it needs no equality operator
-/// of the columns' types.
+/// The journaled columns' arrays are built by `jsonb_agg`, which takes
+/// any type (arrays and NULLs included, which `array_agg` refuses); the
+/// integer keys' by `array_agg`, converted once. The aggregates of one
+/// query read the rows in one order, so the arrays line up.
 pub fn journal_entry_from(
     id: &str,
     source: &str,
     key_columns: &[String],
     columns: &[String],
 ) -> String {
-    let image = |names: &[String], prefix: &str| {
+    let image = |names: &[String], aggregate: &str, prefix: &str| {
         let pairs: Vec<String> = names
             .iter()
             .enumerate()
-            .map(|(i, c)| format!("'{c}', jsonb_agg({prefix}{i})"))
+            .map(|(i, c)| {
+                format!(
+                    "'{c}', {}",
+                    aggregate.replace("VALUE", &format!("{prefix}{i}"))
+                )
+            })
             .collect();
         format!("jsonb_build_object({})", pairs.join(", "))
     };
-    let values = |prefix: &str| {
-        let v: Vec<String> = (0..columns.len()).map(|i| format!("{prefix}{i}")).collect();
-        format!("jsonb_build_array({})", v.join(", "))
-    };
     format!(
         "INSERT INTO backfill_journal (backfill_id, row_count, row_key, before, after) \
-         SELECT '{id}', count(*), {keys}, {before}, {after} FROM {source} \
-         WHERE {b} IS DISTINCT FROM {a} HAVING count(*) > 0",
-        keys = image(key_columns, "__bf_k"),
-        before = image(columns, "__bf_b"),
-        after = image(columns, "__bf_a"),
-        b = values("__bf_b"),
-        a = values("__bf_a"),
+         SELECT '{id}', count(*), {keys}, {before}, {after} FROM {source} HAVING count(*) > 0",
+        keys = image(key_columns, "to_jsonb(array_agg(VALUE))", "__bf_k"),
+        before = image(columns, "jsonb_agg(VALUE)", "__bf_b"),
+        after = image(columns, "jsonb_agg(VALUE)", "__bf_a"),
     )
 }
 
@@ -378,8 +374,9 @@ pub struct JournalEntry {
     pub after: Value,
 }
 
-/// Up to `limit` journaled rows of `id` in entries with `seq` above
-/// `after_seq`, in journal order. No lock.
+/// Up to `limit` journaled rows of `id` whose values changed, in entries
+/// with `seq` above `after_seq`, in journal order (an entry also holds the
+/// rows a batch wrote with equal values). No lock.
 pub async fn journal_entries(
     conn: &mut AsyncPgConnection,
     id: &str,
@@ -388,9 +385,12 @@ pub async fn journal_entries(
 ) -> Result<Vec<JournalEntry>, StoreError> {
     Ok(cached(
         diesel::sql_query(format!(
-            "SELECT {row_key} AS row_key, {before} AS before, {after} AS after \
-             FROM backfill_journal AS j, generate_series(0, j.row_count - 1) AS p(pos) \
-             WHERE j.backfill_id = $1 AND j.seq > $2 ORDER BY j.seq, p.pos LIMIT $3",
+            "SELECT row_key, before, after FROM (\
+                 SELECT j.seq, p.pos, {row_key} AS row_key, {before} AS before, \
+                     {after} AS after \
+                 FROM backfill_journal AS j, generate_series(0, j.row_count - 1) AS p(pos) \
+                 WHERE j.backfill_id = $1 AND j.seq > $2) AS r \
+             WHERE before IS DISTINCT FROM after ORDER BY seq, pos LIMIT $3",
             row_key = entry_row("j.row_key", "p.pos"),
             before = entry_row("j.before", "p.pos"),
             after = entry_row("j.after", "p.pos"),

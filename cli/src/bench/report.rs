@@ -421,7 +421,8 @@ the same one-statement batch; `engine-sql / engine` is the cost of declaring ins
 hand-writing.\n\
 - `engine-journal`: `engine-sql` with the repair's journal on \
 (`.journal([\"email_norm\", \"touched\"])`, the columns its SET list writes): the one \
-statement also locks the selected rows `FOR UPDATE`, reads their before-image, and \
+statement also reads the selected rows' before-images with their keys, updates exactly \
+those row versions, and \
 inserts one `backfill_journal` entry holding the changed rows' images column-major, in the batch's transaction. \
 Declared rather than hand-written, because a hand-written one-statement form \
 cannot be journaled (registration refuses it; the engine journals only the \
