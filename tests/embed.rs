@@ -379,6 +379,66 @@ async fn emb03_wait_for_rereads_about_once_a_second() {
     assert!((3..=6).contains(&reads), "{reads} reads in 2.5 s");
 }
 
+/// EMB-3: while batches commit, a waiter reads PostgreSQL at most once
+/// per `wait_progress_interval`, not once per batch, and reads at once
+/// when the state changes. The batches run through the engine's own
+/// runtime face (`Backend::step`, which publishes the progress events) on
+/// an open claim, which takes no connection from the pool; the waiter's
+/// reads are the connections the pool hands out meanwhile. With both
+/// intervals at an hour, a wait over 30 batches reads twice: first, and
+/// on the `validating` event. Guard: the progress arm in `wait_for`
+/// (without it every batch is a read).
+#[actix_rt::test]
+async fn emb03_wait_for_reads_once_per_interval_while_batches_commit() {
+    use backfill_actors::{Backend, StepOutcome};
+    let db = test_db().await;
+    db.exec(&items_sql(300)).await;
+    let hooks = Hooks::new();
+    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    let hour = Duration::from_secs(3600);
+    let config = backfill::EngineConfig {
+        wait_progress_interval: hour,
+        wait_poll_interval: hour,
+        ..engine_config()
+    };
+    let engine = Engine::new(pool, shop(&hooks).registry().unwrap(), config).unwrap();
+    engine.register().await.unwrap();
+    engine.start(ID).await.unwrap();
+    let mut claim = Backend::claim_next(&engine, "w1", &[])
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("claimed");
+    // The first batch opens the claim's connections; later ones reuse them.
+    let first = Backend::step(&engine, &mut claim).await.unwrap();
+    assert!(matches!(first, StepOutcome::Committed { .. }), "{first:?}");
+    let gets = || engine.pool().state().statistics.get_started;
+    let before = gets();
+    let mut progress = engine.events().subscribe();
+    let (waited, batches) = tokio::join!(engine.wait_for(ID, &[State::Validating], hour), async {
+        let mut batches = 0;
+        loop {
+            match Backend::step(&engine, &mut claim).await.unwrap() {
+                StepOutcome::Committed { reached_bound, .. } => {
+                    batches += 1;
+                    if reached_bound {
+                        return batches;
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    });
+    assert_eq!(waited.unwrap().state, State::Validating);
+    assert_eq!(batches, 29, "300 rows in batches of 10, the first before");
+    let mut events = 0;
+    while let Ok(Event::Progress { .. }) = progress.try_recv() {
+        events += 1;
+    }
+    assert_eq!(events, 29, "one progress event per batch");
+    assert_eq!(gets() - before, 2, "reads: the first and on validating");
+}
+
 /// `wait_for` returns when another process (a runtime on its own pool)
 /// completes the backfill; the waiter itself runs no runtime, so only
 /// re-reading PostgreSQL can tell it. A subscriber sees claimed, progress,

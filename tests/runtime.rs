@@ -38,6 +38,7 @@ fn engine_config(ttl: Duration) -> EngineConfig {
             backoff_max: Duration::from_millis(100),
         },
         build_info: "runtime-test".into(),
+        ..EngineConfig::default()
     }
 }
 

@@ -43,6 +43,17 @@ pub struct EngineConfig {
     pub retry: RetryPolicy,
     /// Diagnostic build information recorded at registration (REG-2).
     pub build_info: String,
+    /// How soon [`crate::Engine::wait_for`] reads the row again after
+    /// progress of the backfill it waits for (a claim or a committed
+    /// batch). Progress never changes the state, so while batches commit
+    /// the waiter reads at most this often rather than once per batch; a
+    /// state change, or a change another process announced, is read at
+    /// once (EMB-3). Default 250 ms.
+    pub wait_progress_interval: Duration,
+    /// How long [`crate::Engine::wait_for`] goes without reading when no
+    /// event arrives (a change made by a process whose announcement this
+    /// one does not hear). Default 1 s.
+    pub wait_poll_interval: Duration,
 }
 
 impl Default for EngineConfig {
@@ -54,6 +65,8 @@ impl Default for EngineConfig {
             validation_timeout: Duration::from_secs(600),
             retry: RetryPolicy::default(),
             build_info: concat!("backfill ", env!("CARGO_PKG_VERSION")).to_string(),
+            wait_progress_interval: Duration::from_millis(250),
+            wait_poll_interval: Duration::from_secs(1),
         }
     }
 }
@@ -92,6 +105,11 @@ impl EngineConfig {
         if self.retry.max_attempts < 1 {
             return Err(EngineError::Config(
                 "retry.max_attempts must be at least 1".into(),
+            ));
+        }
+        if self.wait_progress_interval.is_zero() || self.wait_poll_interval.is_zero() {
+            return Err(EngineError::Config(
+                "wait_progress_interval and wait_poll_interval must be positive".into(),
             ));
         }
         if self.retry.backoff_base > self.retry.backoff_max {
@@ -158,6 +176,8 @@ mod tests {
         let lock: Edit = |c, d| c.lock_timeout = d;
         let validation: Edit = |c, d| c.validation_timeout = d;
         let base: Edit = |c, d| c.retry.backoff_base = d;
+        let progress: Edit = |c, d| c.wait_progress_interval = d;
+        let poll: Edit = |c, d| c.wait_poll_interval = d;
         let cases = [
             ("lease", lease, ms(100), true),
             ("lease", lease, ms(99), false),
@@ -176,6 +196,15 @@ mod tests {
             // The default cap is 60 s.
             ("backoff_base", base, Duration::from_secs(60), true),
             ("backoff_base", base, Duration::from_secs(60) + ms(1), false),
+            (
+                "wait_progress_interval",
+                progress,
+                Duration::from_nanos(1),
+                true,
+            ),
+            ("wait_progress_interval", progress, Duration::ZERO, false),
+            ("wait_poll_interval", poll, Duration::from_nanos(1), true),
+            ("wait_poll_interval", poll, Duration::ZERO, false),
         ];
         for (name, edit, value, accepted) in cases {
             let mut config = EngineConfig::default();

@@ -55,7 +55,7 @@ pub use pacing::{Gate, SETTINGS_REFRESH};
 pub use settings::SettingsChange;
 pub use undo::{PruneOutcome, UndoOutcome, UNDOABLE};
 
-use crate::events::Events;
+use crate::events::{Event, Events};
 use crate::health::Monitor;
 use crate::lifecycle::State;
 use crate::repair::{bounded, Registry};
@@ -133,10 +133,13 @@ impl Engine {
         &self.events
     }
 
-    /// Wait until `id` is in one of `states`, reading PostgreSQL again on
-    /// every event about it and at least every `poll`-ish second, for at
-    /// most `timeout`. The answer is always a row read from PostgreSQL,
-    /// never an event's word (EMB-3).
+    /// Wait until `id` is in one of `states`, for at most `timeout`,
+    /// reading PostgreSQL again at once on an event about its state (or a
+    /// change another process announced), at most once per
+    /// [`EngineConfig::wait_progress_interval`] while only its progress
+    /// comes, and after [`EngineConfig::wait_poll_interval`] without any
+    /// event. The answer is always a row read from PostgreSQL, never an
+    /// event's word (EMB-3).
     ///
     /// Returns [`WaitError::NeedsOperator`] as soon as a read shows the
     /// backfill cannot get there without an operator (EMB-8): `blocked`
@@ -163,13 +166,19 @@ impl Engine {
             if let Some(stuck) = WaitError::needs_operator(&row, states) {
                 return Err(stuck);
             }
-            let reread = tokio::time::Instant::now() + Duration::from_secs(1);
-            let wake = reread.min(deadline);
+            let read_at = tokio::time::Instant::now();
+            let mut wake = (read_at + self.config.wait_poll_interval).min(deadline);
             loop {
                 tokio::select! {
                     event = events.recv() => match event {
                         Ok(event) if event.id() != id => continue,
-                        // About `id`, lagged or closed: read again.
+                        // A claim or a batch of `id` leaves its state as it
+                        // was: read again at the interval, not per batch.
+                        Ok(Event::Claimed { .. } | Event::Progress { .. }) => {
+                            wake = wake.min(read_at + self.config.wait_progress_interval);
+                        }
+                        // Its state, another process's change, lagged or
+                        // closed: read again now.
                         _ => break,
                     },
                     _ = tokio::time::sleep_until(wake) => break,

@@ -204,6 +204,7 @@ pub fn engine_config() -> EngineConfig {
             backoff_max: Duration::from_millis(5),
         },
         build_info: "test".into(),
+        ..EngineConfig::default()
     }
 }
 
