@@ -16,6 +16,7 @@
 //! - API-3 flood of rejected requests: `api03_*`
 //! - Bad input: IDs no backfill can have: `aud01_invalid_ids_*`; malformed
 //!   Idempotency-Keys: `adm04_*`
+//! - OBS-4 the timeline of a backfill: `obs04_*`
 //!
 //! Races use PostgreSQL's own lock queue (a test session holds the row lock
 //! and the test waits until every request is queued) or repair gates.
@@ -34,6 +35,7 @@ fn routes(id: &str) -> Vec<(&'static str, String)> {
         ("GET", "/admin/backfills".into()),
         ("GET", format!("/admin/backfills/{id}")),
         ("GET", format!("/admin/audit?backfill={id}")),
+        ("GET", format!("/admin/backfills/{id}/timeline")),
         ("POST", format!("/admin/backfills/{id}/start")),
         ("POST", format!("/admin/backfills/{id}/pause")),
         ("POST", format!("/admin/backfills/{id}/resume")),
@@ -137,11 +139,11 @@ async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
     // not; each one's refusals share one coalesced row (AUD-3).
     assert_eq!(
         db.text("SELECT concat_ws('|', count(*), sum(request_count)) AS v FROM backfill_audit WHERE actor = 'moderator' AND outcome = 'forbidden'").await.as_deref(),
-        Some("1|11")
+        Some("1|12")
     );
     assert_eq!(
         db.scalar("SELECT sum(request_count)::bigint AS v FROM backfill_audit WHERE actor IS NULL AND authority = 'none' AND outcome = 'unauthorized'").await,
-        22
+        24
     );
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'unauthorized' AND source = '127.0.0.1'").await,
@@ -831,6 +833,7 @@ async fn api01_openapi_document_lists_every_route() {
     let mut expected = vec![
         ("/admin/backfills", "get"),
         ("/admin/backfills/{id}", "get"),
+        ("/admin/backfills/{id}/timeline", "get"),
         ("/admin/audit", "get"),
         ("/admin/notifications", "get"),
         ("/admin/me", "get"),
@@ -2140,5 +2143,106 @@ async fn auth01_me_reports_the_callers_capabilities() {
         assert_eq!(refused.status, 401, "{}", refused.text);
         assert!(refused.body.get("capabilities").is_none());
     }
+    server.stop().await;
+}
+
+/// OBS-4: a backfill's timeline holds, in order, every change the runtime
+/// or an operator made, each recorded by the transaction that made it,
+/// and the operator actions that took effect: started, claimed, blocked
+/// with its diagnostic, retried, claimed again, validating, claimed for
+/// validation, completed with the validation's outcome. A limit returns
+/// the newest entries; an unknown ID is a 404, a bad limit a 400. Guard:
+/// the timeline triggers (without them only the two actions remain).
+#[actix_rt::test]
+async fn obs04_timeline_records_each_change_and_the_actions_in_order() {
+    use backfill::repair::RepairError;
+    let (db, engine, hooks) = setup(8).await;
+    let server = serve(admin(engine.clone()));
+    let action = |verb: &'static str, key: &'static str| {
+        let url = server.url.clone();
+        async move {
+            let path = format!("/admin/backfills/{ID}/{verb}");
+            let r = call(&url, "POST", &path, Some(OPERATOR), Some(key)).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+        }
+    };
+    action("start", "t-start").await;
+    *hooks.fail_after_mutate.lock() = Some(RepairError::Blocked(
+        "prerequisite missing: run the migration".into(),
+    ));
+    support::drive(&engine, "w1").await;
+    *hooks.fail_after_mutate.lock() = None;
+    action("retry", "t-retry").await;
+    support::drive(&engine, "w2").await;
+
+    let path = format!("/admin/backfills/{ID}/timeline");
+    let timeline = call(&server.url, "GET", &path, Some(READER), None).await;
+    assert_eq!(timeline.status, 200, "{}", timeline.text);
+    let items = timeline.body["items"].as_array().expect("items").clone();
+    let text = |v: &Value| v.as_str().unwrap_or("-").to_string();
+    let lines: Vec<String> = items
+        .iter()
+        .rev()
+        .map(|e| {
+            format!(
+                "{} {} {}->{} {} {}",
+                text(&e["source"]),
+                text(&e["kind"]),
+                text(&e["from_state"]),
+                text(&e["state"]),
+                text(&e["actor"]),
+                text(&e["detail"]),
+            )
+        })
+        .collect();
+    let actor = "ops";
+    assert_eq!(
+        lines,
+        [
+            format!("operator start pending->running {actor} -"),
+            "runtime state pending->running - -".to_string(),
+            "runtime claimed -->running w1 -".to_string(),
+            "runtime state running->blocked - blocked: prerequisite missing: run the migration"
+                .to_string(),
+            format!("operator retry blocked->running {actor} -"),
+            "runtime state blocked->running - -".to_string(),
+            "runtime claimed -->running w2 -".to_string(),
+            "runtime state running->validating - -".to_string(),
+            "runtime claimed -->validating w2 -".to_string(),
+            "runtime state validating->completed - validation success".to_string(),
+        ],
+        "{}",
+        timeline.text
+    );
+
+    let newest = call(
+        &server.url,
+        "GET",
+        &format!("{path}?limit=2"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(newest.body["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(newest.body["items"][0]["state"], "completed");
+    let bad = call(
+        &server.url,
+        "GET",
+        &format!("{path}?limit=0"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    let unknown = call(
+        &server.url,
+        "GET",
+        "/admin/backfills/no.such.backfill/timeline",
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text);
+    drop(db);
     server.stop().await;
 }

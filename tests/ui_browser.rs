@@ -521,9 +521,11 @@ async fn adm03_ui_browser_failed_refresh_shows_stale_marker() {
 }
 
 /// A blocked backfill shows its diagnostic in the list and on its detail
-/// page, offers exactly `retry` and `validate`, and its audit trail names
-/// who started it. Guards: `actionsFor("blocked")`, the diagnostic card
-/// and the audit read of the detail page.
+/// page, offers exactly `retry` and `validate`, its audit trail names who
+/// started it, and its timeline (OBS-4) shows the block with its
+/// diagnostic, the claim by its worker and the operator's start. Guards:
+/// `actionsFor("blocked")`, the diagnostic card, the audit read of the
+/// detail page and its timeline read.
 #[actix_rt::test]
 async fn ct12_ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate() {
     let fx = Fixture::new().await;

@@ -733,3 +733,66 @@ async fn adm01_ctl_answers_name_failures_ids_and_flags() {
     assert_eq!(json.code, 7, "{}", json.stderr);
     server.stop().await;
 }
+
+/// OBS-4: `ctl history` prints a backfill's timeline oldest first: the
+/// operator's start, the claim by its worker, the state changes up to
+/// completed with the validation's outcome; an unknown ID exits 6 naming
+/// it, and `--json` is the API's document. Guard: the timeline endpoint
+/// (without it the command fails).
+#[actix_rt::test]
+async fn obs04_ctl_history_prints_the_timeline_oldest_first() {
+    let (_db, engine, _hooks) = setup(6).await;
+    let server = serve(admin(engine.clone()));
+    let url = server.url.as_str();
+    let empty = ctl(url, Some(READER), &["history", ID]).await;
+    assert_eq!(empty.code, 0, "{}", empty.stderr);
+    assert_eq!(
+        empty.stdout.trim(),
+        format!("nothing recorded for {ID} yet")
+    );
+    let start = ctl(url, Some(OPERATOR), &["start", ID]).await;
+    assert_eq!(start.code, 0, "{}", start.stderr);
+    support::drive(&engine, "w7").await;
+    let history = ctl(url, Some(READER), &["history", ID]).await;
+    assert_eq!(history.code, 0, "{}", history.stderr);
+    let lines: Vec<&str> = history.stdout.lines().collect();
+    assert!(lines[0].starts_with("AT "), "{}", history.stdout);
+    let expected = [
+        ("operator", "start", "pending -> running", "ops"),
+        ("runtime", "state", "pending -> running", "-"),
+        ("runtime", "claimed", "running", "w7"),
+        ("runtime", "state", "running -> validating", "-"),
+        ("runtime", "claimed", "validating", "w7"),
+        ("runtime", "state", "validating -> completed", "-"),
+    ];
+    assert_eq!(lines.len(), expected.len() + 1, "{}", history.stdout);
+    for (line, (by, what, state, who)) in lines[1..].iter().zip(expected) {
+        // The timestamp is two words: date and time.
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(&words[2..4], [by, what], "{line}");
+        assert!(line.contains(state) && line.contains(who), "{line}");
+    }
+    assert!(
+        lines
+            .last()
+            .is_some_and(|l| l.ends_with("validation success")),
+        "{}",
+        history.stdout
+    );
+    let json = ctl(
+        url,
+        Some(READER),
+        &["history", ID, "--json", "--limit", "2"],
+    )
+    .await;
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).expect("--json is JSON");
+    assert_eq!(doc["items"].as_array().map(Vec::len), Some(2));
+    let unknown = ctl(url, Some(READER), &["history", "no.such.backfill"]).await;
+    assert_eq!(unknown.code, 6, "{}", unknown.stderr);
+    assert!(
+        unknown.stderr.contains("no.such.backfill"),
+        "{}",
+        unknown.stderr
+    );
+    server.stop().await;
+}

@@ -16,6 +16,7 @@ pub mod flood;
 mod journal_view;
 mod notifications;
 mod settings;
+mod timeline;
 mod undo;
 pub mod view;
 
@@ -25,6 +26,7 @@ pub use flood::{FloodGate, FloodLimits};
 pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
 pub use notifications::{NotificationPage, NotificationView};
 pub use settings::RequestBody;
+pub use timeline::{Timeline, TimelineEntry};
 pub use view::*;
 
 use crate::engine::{ActionOutcome, Engine, EngineError, ExplicitOutcome, ExplicitValidation};

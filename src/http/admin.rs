@@ -10,7 +10,8 @@ use crate::admin::{
     ActionResponse, Admin, AdminError, AuditEntry, AuditPage, BackfillPage, BackfillView,
     CallerView, ConflictBody, Diagnostic, ErrorBody, JournalView, NotificationPage,
     NotificationView, Ownership, PartitionView, Progress, Readiness, Reply, RequestBody,
-    RequestMeta, Throttle, UndoLink, ValidationResponse, ValidationSummary, MAX_BODY_BYTES,
+    RequestMeta, Throttle, Timeline, TimelineEntry, UndoLink, ValidationResponse,
+    ValidationSummary, MAX_BODY_BYTES,
 };
 use crate::engine::{DryBatch, DryRunError, DryRunReport, Forecast, SampleRow};
 use crate::lifecycle::Action;
@@ -29,13 +30,14 @@ use utoipa::{IntoParams, Modify, OpenApi};
     ),
     paths(
         me, list, detail, start, pause, resume, retry, validate, dry_run, settings, undo,
-        journal_prune, audit, notifications, openapi_json
+        journal_prune, timeline, audit, notifications, openapi_json
     ),
     components(schemas(
         CallerView, BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
         Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
         AuditEntry, Throttle, PartitionView, SettingsPatch, UndoLink, JournalView, DryRunReport,
-        DryBatch, DryRunError, Forecast, SampleRow, NotificationPage, NotificationView
+        DryBatch, DryRunError, Forecast, SampleRow, NotificationPage, NotificationView, Timeline,
+        TimelineEntry
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -113,6 +115,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             "/admin/backfills/{id}/journal/prune",
             web::post().to(journal_prune),
             "POST",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/timeline",
+            web::get().to(timeline),
+            "GET",
         ))
         .service(resource("/admin/audit", web::get().to(audit), "GET"))
         .service(resource(
@@ -709,6 +716,48 @@ async fn settings(
         Err(problem) => *problem,
     };
     reply(admin.update_settings(&meta.as_meta(), &id, body).await)
+}
+
+/// How many timeline entries to return.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TimelineQuery {
+    /// Entries, 1..=500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+}
+
+/// A backfill's timeline (OBS-4), newest first: every claim, state change,
+/// retryable error, throttle and explicit validation, recorded with the
+/// change itself, and the operator actions that took effect.
+#[utoipa::path(
+    get, path = "/admin/backfills/{id}/timeline",
+    params(("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128), TimelineQuery),
+    responses(
+        (status = 200, description = "The newest entries", body = Timeline),
+        (status = 400, description = "Not a backfill ID, or a bad limit", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
+        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody),
+    )
+)]
+async fn timeline(
+    req: HttpRequest,
+    id: web::Path<String>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
+    let meta = Meta::from(&req);
+    let q: TimelineQuery = match query(&req) {
+        Ok(q) => q,
+        Err(e) => return error(&e),
+    };
+    render(admin.timeline(&meta.as_meta(), &id, q.limit).await)
 }
 
 /// The audit log (AUD-1), newest first.

@@ -21,6 +21,7 @@ mod pacing;
 mod partition;
 mod pool;
 mod prepared;
+mod timeline;
 mod wake;
 
 pub use admin::*;
@@ -40,6 +41,7 @@ pub use pool::{
     url_with_database, Pool, PooledConn, MIGRATIONS,
 };
 pub use prepared::{cached, Cached};
+pub use timeline::*;
 pub use wake::*;
 
 use crate::failure::RepairError;

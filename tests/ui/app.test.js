@@ -220,6 +220,24 @@ test("aud03 audit text shows control and bidirectional characters escaped", () =
   assert.strictEqual(app.auditText("café → ok"), "café → ok");
 });
 
+test("obs04 timeline entries as cells: transition, partition, outcome and detail, escaped", () => {
+  const blocked = { source: "runtime", at: T0, kind: "state", partition: null, from_state: "running",
+    state: "blocked", actor: null, generation: 2, outcome: null, detail: "blocked: run the migration" };
+  assert.deepStrictEqual(app.timelineCells(blocked),
+    { at: T0, by: "runtime", what: "state", state: "running → blocked", who: "—", detail: "blocked: run the migration" });
+  const claim = { source: "runtime", at: T0, kind: "claimed", partition: 3, from_state: null, state: "running",
+    actor: "w\u001b1", generation: 5, outcome: null, detail: null };
+  const c = app.timelineCells(claim);
+  assert.strictEqual(c.what, "claimed p3");
+  assert.strictEqual(c.state, "running");
+  assert.strictEqual(c.who, "w\\u{001b}1");
+  assert.strictEqual(c.detail, "");
+  const action = { source: "operator", at: T0, kind: "pause", partition: null, from_state: "running",
+    state: "paused", actor: "ops", generation: 6, outcome: "applied", detail: "quiet hours" };
+  assert.strictEqual(app.timelineCells(action).detail, "applied: quiet hours");
+  assert.strictEqual(app.timelineCells({ ...action, from_state: null, state: null }).state, "—");
+});
+
 test("ct12 routes: the list with its filter, one backfill's page", () => {
   assert.deepStrictEqual(app.parseRoute(""), { page: "list", state: "all" });
   assert.deepStrictEqual(app.parseRoute("#/?state=blocked"), { page: "list", state: "blocked" });

@@ -305,6 +305,13 @@ const scenarios = {
     const audit = await page.locator("#detail-body table.audit tbody tr").evaluateAll((rs) => rs.map((r) => [...r.cells].map((c) => c.innerText)));
     check(audit.some((c) => c[1] === "ops" && c[2] === "start" && c[3] === "pending → running" && c[4] === "applied"), `the audit names the start: ${JSON.stringify(audit)}`);
     check(/attempts\s+\d+ failed attempts?/.test(await page.locator("#detail-body").innerText()), "the attempt count");
+    // OBS-4: the timeline, newest first: the block with its diagnostic,
+    // the claim by its worker, the operator's start.
+    const timeline = await page.locator("#detail-body table.timeline tbody tr").evaluateAll((rs) => rs.map((r) => [...r.cells].slice(1).map((c) => c.innerText)));
+    const rows = JSON.stringify(timeline);
+    check(JSON.stringify(timeline[0]) === JSON.stringify(["runtime", "state", "running → blocked", "—", `blocked: ${message}`]), `the block heads the timeline: ${rows}`);
+    check(timeline.some((c) => c[0] === "runtime" && c[1] === "claimed" && c[3] === "worker-1"), `the claim by its worker: ${rows}`);
+    check(timeline.some((c) => c[0] === "operator" && c[1] === "start" && c[2] === "pending → running" && c[3] === "ops" && c[4] === "applied"), `the operator's start: ${rows}`);
     await shot("detail-blocked");
   },
 

@@ -73,6 +73,15 @@ pub enum CtlCommand {
         #[arg(long, default_value_t = 50)]
         limit: i64,
     },
+    /// Show what happened to one backfill, oldest first: claims, state
+    /// changes with their diagnostics, retryable errors, throttling,
+    /// validations and the operator actions that took effect.
+    History {
+        id: String,
+        /// Number of the newest entries shown (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
     /// Live table with progress bars, rows/s and ETA.
     Watch {
         /// Only this backfill.

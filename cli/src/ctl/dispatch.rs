@@ -8,7 +8,7 @@ use super::error::{one_line, CtlError};
 use super::table::table;
 use super::watch::watch;
 use crate::screen;
-use backfill::admin::{ActionResponse, AuditPage, BackfillView, ValidationResponse};
+use backfill::admin::{ActionResponse, AuditPage, BackfillView, Timeline, ValidationResponse};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -39,6 +39,7 @@ pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
         CtlCommand::Journal(JournalCommand::Prune { id }) => prune(&client, id, json).await,
         CtlCommand::Set(set) => set_settings(&client, set, json).await,
         CtlCommand::Audit { id, limit } => audit(&client, id, *limit, json).await,
+        CtlCommand::History { id, limit } => history(&client, id, *limit, json).await,
         CtlCommand::Watch {
             id,
             interval,
@@ -299,6 +300,59 @@ async fn audit(client: &Client, id: &str, limit: i64, json: bool) -> Result<(), 
         if let Some(detail) = e.detail.as_deref().filter(|d| !d.is_empty()) {
             println!("       detail: {}", shown(detail));
         }
+    }
+    Ok(())
+}
+
+/// `history`: the newest `limit` timeline entries of one backfill (OBS-4),
+/// printed oldest first so the story reads down the screen.
+async fn history(client: &Client, id: &str, limit: i64, json: bool) -> Result<(), CtlError> {
+    let body = client
+        .get(&format!(
+            "/admin/backfills/{}/timeline?limit={limit}",
+            checked_id(id)?
+        ))
+        .await?;
+    if json {
+        print_json(&body);
+        return Ok(());
+    }
+    let timeline: Timeline = decode(body)?;
+    if timeline.items.is_empty() {
+        println!("nothing recorded for {id} yet");
+        return Ok(());
+    }
+    println!(
+        "{:<23} {:<9} {:<12} {:<25} {:<14} DETAIL",
+        "AT", "BY", "WHAT", "STATE", "WHO"
+    );
+    // Escaped again here (AUD-3), as `audit` does.
+    let shown = |t: &str| backfill::admin::audit_text(t);
+    for e in timeline.items.into_iter().rev() {
+        let what = match e.partition {
+            Some(part) => format!("{} p{part}", shown(&e.kind)),
+            None => shown(&e.kind),
+        };
+        let state = match (&e.from_state, &e.state) {
+            (Some(from), Some(to)) => format!("{from} -> {to}"),
+            (None, Some(to)) => to.clone(),
+            _ => "-".into(),
+        };
+        let detail = match (e.outcome.as_deref(), e.detail.as_deref()) {
+            (Some(outcome), Some(detail)) => format!("{outcome}: {}", shown(detail)),
+            (Some(outcome), None) => outcome.to_string(),
+            (None, Some(detail)) => shown(detail),
+            (None, None) => String::new(),
+        };
+        println!(
+            "{:<23} {:<9} {:<12} {:<25} {:<14} {}",
+            e.at.format("%Y-%m-%d %H:%M:%S%.3f"),
+            e.source,
+            what,
+            state,
+            shown(e.actor.as_deref().unwrap_or("-")),
+            detail
+        );
     }
     Ok(())
 }

@@ -780,6 +780,16 @@ function auditCells(entry) {
   };
 }
 
+// One timeline entry (OBS-4) as table cells: who recorded it (the
+// runtime with the change, or an operator's action), what happened, the
+// state it moved or was in, the worker or operator, and the detail.
+function timelineCells(entry) {
+  const what = auditText(entry.kind) + (isNum(entry.partition) ? ` p${entry.partition}` : "");
+  const state = entry.from_state && entry.state ? `${entry.from_state} → ${entry.state}` : (entry.state || "—");
+  const detail = [entry.outcome, entry.detail].filter((t) => t).map(auditText).join(": ");
+  return { at: entry.at, by: auditText(entry.source), what, state, who: entry.actor ? auditText(entry.actor) : "—", detail };
+}
+
 // What the Validation card says when the audit trail holds no explicit
 // validation: the latest outcome above it is then the run's own, checked
 // when its last batch reached the bound, and the card says so rather
@@ -893,7 +903,7 @@ if (typeof module !== "undefined") {
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
-    auditCells, auditText, noExplicitValidation, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
+    auditCells, auditText, timelineCells, noExplicitValidation, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
   };
 }
 
@@ -905,6 +915,7 @@ if (typeof document !== "undefined") {
     views: null, // the list's last good read
     detail: null, // the detail page's last good read
     audit: null, // its audit records
+    timeline: null, // its timeline entries, newest first
     detailMissing: null, // the ID a 404 named
     lastOkAt: null, // local ms of the last good read of what the page shows
     viewsAt: null, // local ms when `views` was read
@@ -1243,8 +1254,16 @@ if (typeof document !== "undefined") {
         return `<tr class="audit-row"><td>${when(c.at)}</td><td>${escapeHtml(c.who)}</td><td>${escapeHtml(c.action)}</td><td>${escapeHtml(c.change)}</td>` +
           `<td><span class="outcome outcome-${escapeHtml(e.outcome)}">${escapeHtml(c.outcome)}</span></td><td class="num">${escapeHtml(c.generation)}</td><td>${escapeHtml(c.detail)}</td><td class="mono">${escapeHtml(c.correlation)}</td></tr>`;
       }).join("") + "</tbody></table>" : `<p class="muted">${auditRead ? "No audit records for this backfill." : notRead}</p>`;
+    const timeline = ui.timeline || [];
+    const timelineHtml = timeline.length ? `<table class="timeline"><caption class="sr-only">Timeline, newest first</caption><thead><tr>` +
+      `<th scope="col">when</th><th scope="col">by</th><th scope="col">what</th><th scope="col">state</th><th scope="col">who</th><th scope="col">detail</th></tr></thead><tbody>` +
+      timeline.map((e) => {
+        const c = timelineCells(e);
+        return `<tr class="timeline-row"><td>${when(c.at)}</td><td>${escapeHtml(c.by)}</td><td>${escapeHtml(c.what)}</td><td>${escapeHtml(c.state)}</td><td>${escapeHtml(c.who)}</td><td>${escapeHtml(c.detail)}</td></tr>`;
+      }).join("") + "</tbody></table>" : `<p class="muted">${Array.isArray(ui.timeline) ? "Nothing recorded yet." : notRead.replace("audit trail", "timeline")}</p>`;
     setHtml(body, (v.description ? `<p class="description">${escapeHtml(v.description)}</p>` : "") +
       `<div class="cards">${cards.map(([title, html]) => `<section class="card" aria-labelledby="card-${title.replace(/\W+/g, "-")}"><h3 id="card-${title.replace(/\W+/g, "-")}">${escapeHtml(title)}</h3>${html}</section>`).join("")}</div>` +
+      `<section class="timeline-section" aria-labelledby="timeline-title" data-read="${Array.isArray(ui.timeline)}"><h3 id="timeline-title">Timeline</h3>${timelineHtml}</section>` +
       `<section class="audit-section" aria-labelledby="audit-title" data-read="${auditRead}"><h3 id="audit-title">Audit trail</h3>${auditHtml}</section>`);
   };
 
@@ -1269,6 +1288,7 @@ if (typeof document !== "undefined") {
     ui.views = null;
     ui.detail = null;
     ui.audit = null;
+    ui.timeline = null;
     ui.detailMissing = null;
     ui.lastOkAt = null;
     ui.viewsAt = null;
@@ -1322,14 +1342,16 @@ if (typeof document !== "undefined") {
         got = await fetchAll((path) => fetch(path, { headers: authHeaders(), cache: "no-store" }));
       } else {
         const id = encodeURIComponent(route.id);
-        const [d, a] = await Promise.all([
+        const [d, a, t] = await Promise.all([
           fetch(`/admin/backfills/${id}`, { headers: authHeaders(), cache: "no-store" }),
           fetch(`/admin/audit?backfill=${id}&limit=200`, { headers: authHeaders(), cache: "no-store" }),
+          fetch(`/admin/backfills/${id}/timeline?limit=100`, { headers: authHeaders(), cache: "no-store" }),
         ]);
         if (d.status === 404) got = { missing: true };
         else if (!d.ok) got = { status: d.status };
         else if (!a.ok) got = { status: a.status };
-        else got = { detail: await d.json(), audit: (await a.json()).items };
+        else if (!t.ok && t.status !== 404) got = { status: t.status };
+        else got = { detail: await d.json(), audit: (await a.json()).items, timeline: t.ok ? (await t.json()).items : [] };
       }
     } catch (e) {
       got = { error: "network error" };
@@ -1353,11 +1375,13 @@ if (typeof document !== "undefined") {
         ui.detailMissing = route.id;
         ui.detail = null;
         ui.audit = null;
+        ui.timeline = null;
       } else if (got.detail) {
         ui.detailMissing = null;
         ui.detail = got.detail;
         ui.detailAt = ui.lastOkAt;
         ui.audit = got.audit;
+        ui.timeline = got.timeline;
         rates.observe(got.detail);
         for (const p of partitionSamples(got.detail)) rates.observe(p);
       } else {
@@ -1554,6 +1578,7 @@ if (typeof document !== "undefined") {
       ui.detail = known || null;
       ui.detailAt = known ? ui.viewsAt : null;
       ui.audit = null;
+      ui.timeline = null;
     }
     ui.lastOkAt = ui.route.page === "list" ? (ui.views ? ui.viewsAt : null) : (ui.detail ? ui.detailAt : null);
     if (ui.lastOkAt === null) ui.lastError = null;
