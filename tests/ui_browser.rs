@@ -582,10 +582,12 @@ async fn adm04_ui_browser_bulk_pause_sends_one_audited_request_each() {
 /// nothing), with its response lost after the commit: the page says the
 /// outcome is unknown and offers to retry, and the retry carries the same
 /// Idempotency-Key, so PostgreSQL holds one applied pause and one replay of
-/// it. Then resume, by keyboard alone, back to `running`. Each state is
-/// asserted in PostgreSQL. Guards: the confirm dialog, `keyFor` (a new key
-/// on retry would record a second, `converged` pause) and the actions'
-/// requests.
+/// it. The reason typed in the dialog (OBS-4) travels with the request
+/// and its retry and is stored with the applied pause's audit row. Then
+/// resume, by keyboard alone, back to `running`. Each state is asserted in
+/// PostgreSQL. Guards: the confirm dialog, `keyFor` (a new key on retry
+/// would record a second, `converged` pause), the actions' requests and
+/// `reasonHeaders`.
 #[actix_rt::test]
 async fn adm04_ui_browser_pause_then_resume_changes_postgresql() {
     let fx = Fixture::new().await;
@@ -630,6 +632,17 @@ async fn adm04_ui_browser_pause_then_resume_changes_postgresql() {
         fx.db.scalar(&audit("applied")).await,
         1,
         "the pause applied once"
+    );
+    assert_eq!(
+        fx.db
+            .text(&format!(
+                "SELECT reason AS v FROM backfill_audit WHERE backfill_id = '{RUNNING}' \
+                 AND action = 'pause' AND outcome = 'applied'"
+            ))
+            .await
+            .as_deref(),
+        Some("quiet hours — café"),
+        "the reason stored with the pause"
     );
     assert_eq!(
         fx.db.scalar(&audit("replayed")).await,

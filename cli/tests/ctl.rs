@@ -735,10 +735,12 @@ async fn adm01_ctl_answers_name_failures_ids_and_flags() {
 }
 
 /// OBS-4: `ctl history` prints a backfill's timeline oldest first: the
-/// operator's start, the claim by its worker, the state changes up to
-/// completed with the validation's outcome; an unknown ID exits 6 naming
-/// it, and `--json` is the API's document. Guard: the timeline endpoint
-/// (without it the command fails).
+/// operator's start with the reason given by `--reason`, the claim by its
+/// worker, the state changes up to completed with the validation's
+/// outcome; an unknown ID exits 6 naming it, `--json` is the API's
+/// document, and `--reason` on a command that is no action exits 2.
+/// Guards: the timeline endpoint (without it the command fails), the
+/// reason header the client sends.
 #[actix_rt::test]
 async fn obs04_ctl_history_prints_the_timeline_oldest_first() {
     let (_db, engine, _hooks) = setup(6).await;
@@ -750,7 +752,19 @@ async fn obs04_ctl_history_prints_the_timeline_oldest_first() {
         empty.stdout.trim(),
         format!("nothing recorded for {ID} yet")
     );
-    let start = ctl(url, Some(OPERATOR), &["start", ID]).await;
+    let misplaced = ctl(url, Some(READER), &["list", "--reason", "why"]).await;
+    assert_eq!(misplaced.code, 2, "{}", misplaced.stderr);
+    assert!(
+        misplaced.stderr.contains("--reason goes with an action"),
+        "{}",
+        misplaced.stderr
+    );
+    let start = ctl(
+        url,
+        Some(OPERATOR),
+        &["start", ID, "--reason", "first run — café"],
+    )
+    .await;
     assert_eq!(start.code, 0, "{}", start.stderr);
     support::drive(&engine, "w7").await;
     let history = ctl(url, Some(READER), &["history", ID]).await;
@@ -776,6 +790,11 @@ async fn obs04_ctl_history_prints_the_timeline_oldest_first() {
         lines
             .last()
             .is_some_and(|l| l.ends_with("validation success")),
+        "{}",
+        history.stdout
+    );
+    assert!(
+        lines[1].ends_with("applied; reason: first run — café"),
         "{}",
         history.stdout
     );

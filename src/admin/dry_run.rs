@@ -90,6 +90,7 @@ impl Admin {
             generation: Some(generation),
             outcome,
             detail: Some(&detail),
+            reason: None,
         };
         // The dry run's own transaction was rolled back; its audit row is
         // a write of its own. A dry run that cannot be audited is not

@@ -15,6 +15,7 @@ mod dry_run;
 pub mod flood;
 mod journal_view;
 mod notifications;
+mod reason;
 mod settings;
 mod timeline;
 mod undo;
@@ -25,6 +26,7 @@ pub use dry_run::DRY_RUN_ACTION;
 pub use flood::{FloodGate, FloodLimits};
 pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
 pub use notifications::{NotificationPage, NotificationView};
+pub use reason::{decode_reason, encode_reason, MAX_REASON_CHARS, REASON_HEADER};
 pub use settings::RequestBody;
 pub use timeline::{Timeline, TimelineEntry};
 pub use view::*;
@@ -233,6 +235,9 @@ pub struct RequestMeta<'a> {
     pub origin: Option<&'a str>,
     /// The `Sec-Fetch-Site` header, if any (AUTH-3).
     pub fetch_site: Option<&'a str>,
+    /// The `Backfill-Reason` header as sent (percent-encoded), if any:
+    /// the operator's reason for an action.
+    pub reason: Option<&'a str>,
 }
 
 impl RequestMeta<'_> {
@@ -556,6 +561,7 @@ impl Admin {
             generation: prior.map(|p| p.1),
             outcome: error.code(),
             detail: Some(&detail),
+            reason: None,
         };
         let result = match self.conn().await {
             Ok(mut conn) => store::audit_insert(&mut conn, &audit)
@@ -833,10 +839,14 @@ impl Admin {
         let key = self
             .require_key(meta, &authority, id, action.as_str())
             .await?;
+        let reason = self
+            .require_reason(meta, &authority, id, action.as_str())
+            .await?;
+        let reason = reason.as_deref();
         if action == Action::Validate {
-            return self.validate(meta, &authority, id, key).await;
+            return self.validate(meta, &authority, id, key, reason).await;
         }
-        let result = self.act_tx(&authority, id, action, key).await;
+        let result = self.act_tx(&authority, id, action, key, reason).await;
         match result {
             Ok((reply, woke)) => {
                 if woke {
@@ -858,6 +868,7 @@ impl Admin {
         id: &str,
         action: Action,
         key: &str,
+        reason: Option<&str>,
     ) -> Result<(Reply, bool), AdminError> {
         let mut conn = self.conn().await?;
         let result = conn
@@ -921,6 +932,7 @@ impl Admin {
                         generation: Some(row.generation),
                         outcome: code,
                         detail: detail.as_deref(),
+                        reason,
                     },
                 )
                 .await?;
@@ -963,6 +975,7 @@ impl Admin {
         authority: &Authority,
         id: &str,
         key: &str,
+        reason: Option<&str>,
     ) -> Result<Reply, AdminError> {
         let action = Action::Validate;
         let mut conn = self.conn().await?;
@@ -989,6 +1002,7 @@ impl Admin {
                         generation: Some(row.generation),
                         outcome: &response.outcome,
                         detail: response.detail.as_deref().or(response.reason.as_deref()),
+                        reason,
                     },
                 )
                 .await?;

@@ -136,6 +136,7 @@ impl Admin {
             return Err(self.rejected(&authority, id, ACTION, meta, error).await);
         }
         let key = self.require_key(meta, &authority, id, ACTION).await?;
+        let reason = self.require_reason(meta, &authority, id, ACTION).await?;
         let change = match body.change() {
             Ok(change) => change,
             Err(error) => return Err(self.rejected(&authority, id, ACTION, meta, error).await),
@@ -179,6 +180,7 @@ impl Admin {
                         generation: Some(row.generation),
                         outcome,
                         detail: Some(&detail),
+                        reason: reason.as_deref(),
                     },
                 )
                 .await?;

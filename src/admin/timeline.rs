@@ -38,6 +38,8 @@ pub struct TimelineEntry {
     /// signal, value and threshold, a validation's outcome, or an action's
     /// detail.
     pub detail: Option<String>,
+    /// The reason the operator gave for an action.
+    pub reason: Option<String>,
 }
 
 impl From<TimelineRow> for TimelineEntry {
@@ -55,6 +57,7 @@ impl From<TimelineRow> for TimelineEntry {
             generation: r.generation,
             outcome: r.outcome,
             detail: r.detail.map(shown),
+            reason: r.reason.map(shown),
         }
     }
 }

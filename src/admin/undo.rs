@@ -204,6 +204,7 @@ impl Admin {
             return Err(self.rejected(&authority, id, action, meta, error).await);
         }
         let key = self.require_key(meta, &authority, id, action).await?;
+        let reason = self.require_reason(meta, &authority, id, action).await?;
         let mut conn = self.conn().await?;
         let result = conn
             .transaction::<_, TxError, _>(async |conn| {
@@ -228,6 +229,7 @@ impl Admin {
                         generation: Some(done.row.generation),
                         outcome: done.outcome,
                         detail: done.detail.as_deref(),
+                        reason: reason.as_deref(),
                     },
                 )
                 .await?;

@@ -589,6 +589,8 @@ pub struct AuditEntry {
     /// When the latest request of a coalesced window was counted.
     #[serde(serialize_with = "timestamp::serialize_opt")]
     pub last_at: Option<DateTime<Utc>>,
+    /// The reason the operator gave (the `Backfill-Reason` header).
+    pub reason: Option<String>,
 }
 
 /// Audit text as it may be shown (AUD-3): control characters (C0, DEL,
@@ -637,6 +639,7 @@ impl From<AuditRow> for AuditEntry {
             request_count: r.request_count,
             source: r.source.map(shown),
             last_at: r.last_at,
+            reason: r.reason.map(shown),
         }
     }
 }
@@ -1144,6 +1147,7 @@ mod tests {
             request_count: 6,
             source: Some("10.0.0.9".into()),
             last_at: Some(at(-1)),
+            reason: Some("quiet hours".into()),
         });
         assert_eq!(
             serde_json::to_value(&entry).expect("serialize"),
@@ -1163,6 +1167,7 @@ mod tests {
                 "request_count": 6,
                 "source": "10.0.0.9",
                 "last_at": "2027-01-15T07:59:59Z",
+                "reason": "quiet hours",
             })
         );
     }

@@ -21,6 +21,8 @@ pub struct NewAudit<'a> {
     pub generation: Option<i64>,
     pub outcome: &'a str,
     pub detail: Option<&'a str>,
+    /// The operator's reason for an action, if given.
+    pub reason: Option<&'a str>,
 }
 
 /// A stored audit record.
@@ -60,6 +62,9 @@ pub struct AuditRow {
     /// When the latest request of a coalesced window was counted.
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub last_at: Option<DateTime<Utc>>,
+    /// The operator's reason for an action, if given.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub reason: Option<String>,
 }
 
 /// Append one audit record, in the caller's transaction: an accepted change
@@ -76,8 +81,8 @@ pub async fn audit_insert(
     let row: Seq = super::cached(
         diesel::sql_query(
             "INSERT INTO backfill_audit (backfill_id, action, actor, authority, correlation, \
-             prior_state, resulting_state, generation, outcome, detail) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq",
+             prior_state, resulting_state, generation, outcome, detail, reason) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq",
         )
         .bind::<Text, _>(audit.backfill_id)
         .bind::<Text, _>(audit.action)
@@ -88,7 +93,8 @@ pub async fn audit_insert(
         .bind::<Nullable<Text>, _>(audit.resulting_state.map(State::as_str))
         .bind::<Nullable<BigInt>, _>(audit.generation)
         .bind::<Text, _>(audit.outcome)
-        .bind::<Nullable<Text>, _>(audit.detail),
+        .bind::<Nullable<Text>, _>(audit.detail)
+        .bind::<Nullable<Text>, _>(audit.reason),
     )
     .get_result(conn)
     .await?;
@@ -161,7 +167,8 @@ pub async fn audit_list(
 ) -> Result<Vec<AuditRow>, StoreError> {
     Ok(diesel::sql_query(
         "SELECT seq, at, backfill_id, action, actor, authority, correlation, prior_state, \
-             resulting_state, generation, outcome, detail, request_count, source, last_at \
+             resulting_state, generation, outcome, detail, request_count, source, last_at, \
+             reason \
          FROM backfill_audit \
          WHERE ($1::text IS NULL OR backfill_id = $1) AND ($2::bigint IS NULL OR seq < $2) \
          ORDER BY seq DESC LIMIT $3",

@@ -42,9 +42,12 @@ pub struct TimelineRow {
     /// records.
     #[diesel(sql_type = Nullable<Text>)]
     pub outcome: Option<String>,
-    /// The bounded diagnostic, outcome or reason the change recorded.
+    /// The bounded diagnostic or detail the change recorded.
     #[diesel(sql_type = Nullable<Text>)]
     pub detail: Option<String>,
+    /// The reason an operator gave for an action.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub reason: Option<String>,
 }
 
 /// The newest `limit` entries of the timeline of `id`, newest first: the
@@ -60,11 +63,12 @@ pub async fn timeline_list(
         diesel::sql_query(
             "SELECT * FROM ( \
                  (SELECT 'runtime' AS source, seq, at, kind, part, from_state, state, \
-                      owner AS actor, generation, NULL::text AS outcome, detail \
+                      owner AS actor, generation, NULL::text AS outcome, detail, \
+                      NULL::text AS reason \
                   FROM backfill_event WHERE backfill_id = $1 ORDER BY seq DESC LIMIT $2) \
                  UNION ALL \
                  (SELECT 'operator', seq, at, action, NULL, prior_state, resulting_state, \
-                      actor, generation, outcome, detail \
+                      actor, generation, outcome, detail, reason \
                   FROM backfill_audit \
                   WHERE backfill_id = $1 AND outcome IN ('applied', 'converged') \
                   ORDER BY seq DESC LIMIT $2)) AS t \

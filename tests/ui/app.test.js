@@ -238,6 +238,19 @@ test("obs04 timeline entries as cells: transition, partition, outcome and detail
   assert.strictEqual(app.timelineCells({ ...action, from_state: null, state: null }).state, "—");
 });
 
+test("obs04 a reason travels percent-encoded and shows in the audit and the timeline", () => {
+  assert.deepStrictEqual(app.reasonHeaders(""), {});
+  assert.deepStrictEqual(app.reasonHeaders("  "), {});
+  assert.deepStrictEqual(app.reasonHeaders(" quiet café "), { "Backfill-Reason": "quiet%20caf%C3%A9" });
+  const entry = { seq: 9, at: T0, action: "pause", actor: "ops", authority: "token", outcome: "applied",
+    detail: null, reason: "quiet\u202ehours", request_count: 1 };
+  assert.strictEqual(app.auditCells(entry).detail, "reason: quiet\\u{202e}hours");
+  assert.strictEqual(app.auditCells({ ...entry, detail: "x", reason: null }).detail, "x");
+  const action = { source: "operator", at: T0, kind: "pause", partition: null, from_state: "running",
+    state: "paused", actor: "ops", generation: 6, outcome: "applied", detail: null, reason: "quiet hours" };
+  assert.strictEqual(app.timelineCells(action).detail, "applied; reason: quiet hours");
+});
+
 test("ct12 routes: the list with its filter, one backfill's page", () => {
   assert.deepStrictEqual(app.parseRoute(""), { page: "list", state: "all" });
   assert.deepStrictEqual(app.parseRoute("#/?state=blocked"), { page: "list", state: "blocked" });

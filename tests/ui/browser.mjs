@@ -353,9 +353,11 @@ const scenarios = {
 
     // The first pause reaches the server and commits; its response is lost.
     const keys = [];
+    const reasons = [];
     let lost = false;
     await page.route(`**/admin/backfills/${RUNNING}/pause`, async (route) => {
       keys.push(route.request().headers()["idempotency-key"]);
+      reasons.push(route.request().headers()["backfill-reason"]);
       if (!lost) {
         lost = true;
         await route.fetch();
@@ -366,6 +368,8 @@ const scenarios = {
     });
     await pause.click();
     await until("the confirm dialog", () => dialog.isVisible(), (v) => v);
+    // OBS-4: a reason typed in the dialog goes with the request.
+    await page.locator("#confirm-reason").fill("quiet hours — café");
     await shot("confirm");
     await page.locator("#confirm-ok").click();
     await until("an unknown outcome", () => text("#result"), (t) => /no answer \(network error\); the outcome is unknown/.test(t));
@@ -377,6 +381,9 @@ const scenarios = {
     await until("the replayed answer", () => text("#result-text"), (t) => t === `${RUNNING}: pause: applied (running → paused)`);
     await until("paused", () => text("#detail-state"), (t) => t === "paused");
     check(keys.length === 2 && keys[0] === keys[1], `one key for the action and its retry: ${keys}`);
+    const sent = encodeURIComponent("quiet hours — café");
+    check(reasons.length === 2 && reasons.every((r) => r === sent), `the reason with the action and its retry: ${reasons}`);
+    await until("the reason in the audit trail", () => page.locator("#detail-body table.audit tbody").innerText(), (t) => /ops\s+pause\s+running → paused\s+applied.*reason: quiet hours — café/.test(t));
     await page.unroute(`**/admin/backfills/${RUNNING}/pause`);
     check(JSON.stringify(await buttonsIn("#detail-actions")) === '["resume","validate"]', "a paused backfill offers resume and validate");
     await step("paused", keys[0]);

@@ -19,6 +19,11 @@ pub struct CtlArgs {
     /// Print the API's JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Why you act (at most 200 characters): stored with the action's
+    /// audit record and shown by `audit` and `history`. For start, pause,
+    /// resume, retry, validate, undo, journal prune and set.
+    #[arg(long, global = true)]
+    pub reason: Option<String>,
     #[command(subcommand)]
     pub command: CtlCommand,
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 pub(super) struct Client {
     base: String,
     token: Option<String>,
+    /// The operator's reason, percent-encoded, sent with every action.
+    reason: Option<String>,
     http: awc::Client,
 }
 
@@ -27,10 +29,18 @@ impl Client {
         Client {
             base,
             token,
+            reason: None,
             http: awc::Client::builder()
                 .timeout(Duration::from_secs(30))
                 .finish(),
         }
+    }
+
+    /// Send `reason` with every action (a request with an idempotency
+    /// key) as the `Backfill-Reason` header.
+    pub(super) fn with_reason(mut self, reason: Option<&str>) -> Self {
+        self.reason = reason.map(backfill::admin::encode_reason);
+        self
     }
 
     async fn send(
@@ -51,6 +61,9 @@ impl Client {
         }
         if let Some(key) = key {
             req = req.insert_header(("Idempotency-Key", key));
+            if let Some(reason) = &self.reason {
+                req = req.insert_header((backfill::admin::REASON_HEADER, reason.as_str()));
+            }
         }
         let sent = match body {
             Some(body) => {

@@ -20,7 +20,8 @@ pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
             "--url must start with http:// or https://".into(),
         ));
     }
-    let client = Client::new(args.url.clone(), args.token.clone());
+    let reason = checked_reason(&args)?;
+    let client = Client::new(args.url.clone(), args.token.clone()).with_reason(reason);
     let json = args.json;
     match &args.command {
         CtlCommand::List => list(&client, json).await,
@@ -50,6 +51,34 @@ pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
             watch(&client, id, interval, *count, json).await
         }
     }
+}
+
+/// `--reason`, checked as the server checks it, and only where the
+/// command is an action.
+fn checked_reason(args: &CtlArgs) -> Result<Option<&str>, CtlError> {
+    let Some(reason) = args.reason.as_deref() else {
+        return Ok(None);
+    };
+    let action = matches!(
+        args.command,
+        CtlCommand::Start { .. }
+            | CtlCommand::Pause { .. }
+            | CtlCommand::Resume { .. }
+            | CtlCommand::Retry { .. }
+            | CtlCommand::Validate { .. }
+            | CtlCommand::Undo { .. }
+            | CtlCommand::Journal(_)
+            | CtlCommand::Set(_)
+    );
+    if !action {
+        return Err(CtlError::Usage(
+            "--reason goes with an action (start, pause, resume, retry, validate, undo, journal prune, set)"
+                .into(),
+        ));
+    }
+    backfill::admin::decode_reason(&backfill::admin::encode_reason(reason))
+        .map_err(|problem| CtlError::Usage(format!("--reason: {problem}")))?;
+    Ok(Some(reason))
 }
 
 /// The ID as it goes into a path. Stable IDs are URL-safe by
@@ -300,6 +329,9 @@ async fn audit(client: &Client, id: &str, limit: i64, json: bool) -> Result<(), 
         if let Some(detail) = e.detail.as_deref().filter(|d| !d.is_empty()) {
             println!("       detail: {}", shown(detail));
         }
+        if let Some(reason) = e.reason.as_deref() {
+            println!("       reason: {}", shown(reason));
+        }
     }
     Ok(())
 }
@@ -338,12 +370,15 @@ async fn history(client: &Client, id: &str, limit: i64, json: bool) -> Result<()
             (None, Some(to)) => to.clone(),
             _ => "-".into(),
         };
-        let detail = match (e.outcome.as_deref(), e.detail.as_deref()) {
+        let mut detail = match (e.outcome.as_deref(), e.detail.as_deref()) {
             (Some(outcome), Some(detail)) => format!("{outcome}: {}", shown(detail)),
             (Some(outcome), None) => outcome.to_string(),
             (None, Some(detail)) => shown(detail),
             (None, None) => String::new(),
         };
+        if let Some(reason) = e.reason.as_deref() {
+            detail.push_str(&format!("; reason: {}", shown(reason)));
+        }
         println!(
             "{:<23} {:<9} {:<12} {:<25} {:<14} {}",
             e.at.format("%Y-%m-%d %H:%M:%S%.3f"),

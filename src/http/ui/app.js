@@ -774,10 +774,17 @@ function auditCells(entry) {
     action: auditText(entry.action),
     change,
     outcome: `${auditText(entry.outcome)}${count}`,
-    detail: auditText(entry.detail || ""),
+    detail: [entry.detail, entry.reason ? `reason: ${entry.reason}` : null].filter((t) => t).map(auditText).join("; "),
     correlation: auditText(entry.correlation || ""),
     generation: isNum(entry.generation) ? String(entry.generation) : "",
   };
+}
+
+// The Backfill-Reason header of an action, when the operator gave a
+// reason: percent-encoded, since a header carries ASCII only.
+function reasonHeaders(reason) {
+  const text = (reason || "").trim();
+  return text ? { "Backfill-Reason": encodeURIComponent(text) } : {};
 }
 
 // One timeline entry (OBS-4) as table cells: who recorded it (the
@@ -786,7 +793,8 @@ function auditCells(entry) {
 function timelineCells(entry) {
   const what = auditText(entry.kind) + (isNum(entry.partition) ? ` p${entry.partition}` : "");
   const state = entry.from_state && entry.state ? `${entry.from_state} → ${entry.state}` : (entry.state || "—");
-  const detail = [entry.outcome, entry.detail].filter((t) => t).map(auditText).join(": ");
+  const detail = [entry.outcome, entry.detail].filter((t) => t).map(auditText).join(": ") +
+    (entry.reason ? `; reason: ${auditText(entry.reason)}` : "");
   return { at: entry.at, by: auditText(entry.source), what, state, who: entry.actor ? auditText(entry.actor) : "—", detail };
 }
 
@@ -903,7 +911,7 @@ if (typeof module !== "undefined") {
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
-    auditCells, auditText, timelineCells, noExplicitValidation, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
+    auditCells, auditText, timelineCells, reasonHeaders, noExplicitValidation, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
   };
 }
 
@@ -1406,9 +1414,9 @@ if (typeof document !== "undefined") {
 
   // Send one intended action. The key is kept until the server answers, so
   // the "Retry" of an unanswered request sends the same key (ADM-4).
-  const send = async (action, id) => {
+  const send = async (action, id, reason) => {
     const key = keyFor(ui.pending, action, id);
-    ui.pending = { action, id, key, unanswered: true };
+    ui.pending = { action, id, key, reason, unanswered: true };
     ui.busy = true;
     ui.result = { text: `${action} ${id}: sending…`, outcome: "sending", retry: null };
     render();
@@ -1417,7 +1425,7 @@ if (typeof document !== "undefined") {
     try {
       res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/${action}`, {
         method: "POST",
-        headers: { ...authHeaders(), "Idempotency-Key": key },
+        headers: { ...authHeaders(), "Idempotency-Key": key, ...reasonHeaders(reason) },
       });
       try { body = await res.json(); } catch (e) { body = null; }
     } catch (e) {
@@ -1454,10 +1462,10 @@ if (typeof document !== "undefined") {
   // kept until the server answers, for the same change on the same
   // backfill: resubmitting it after a lost answer (or "Retry") replays
   // rather than repeats it, and any other change gets a new key (ADM-4).
-  const sendSettings = async (id, change) => {
+  const sendSettings = async (id, change, reason) => {
     const request = canonicalJson(change);
     const key = keyFor(ui.pending, "settings", id, undefined, request);
-    ui.pending = { action: "settings", id, key, request, change, unanswered: true };
+    ui.pending = { action: "settings", id, key, request, change, reason, unanswered: true };
     const prior = ui.detail && ui.detail.id === id ? ui.detail.settings : null;
     ui.busy = true;
     ui.settingsMsg = { id, outcome: "sending", text: "settings: sending…", field: null };
@@ -1468,7 +1476,7 @@ if (typeof document !== "undefined") {
     try {
       res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/settings`, {
         method: "PATCH",
-        headers: { ...authHeaders(), "Idempotency-Key": key, "Content-Type": "application/merge-patch+json" },
+        headers: { ...authHeaders(), "Idempotency-Key": key, "Content-Type": "application/merge-patch+json", ...reasonHeaders(reason) },
         body: JSON.stringify(change),
       });
       try { body = await res.json(); } catch (e) { body = null; }
@@ -1512,12 +1520,14 @@ if (typeof document !== "undefined") {
     setText($("confirm-title"), title);
     setText($("confirm-text"), text);
     setText($("confirm-ok"), ok);
+    $("confirm-reason").value = "";
     dialog.returnValue = "";
     dialog.onclose = () => {
       const confirmed = dialog.returnValue === "ok";
+      const reason = $("confirm-reason").value;
       const back = openerKey && document.querySelector(`[data-key="${CSS.escape(openerKey)}"]`);
       if (back) back.focus();
-      if (confirmed) onOk();
+      if (confirmed) onOk(reason);
     };
     dialog.showModal();
     $("confirm-cancel").focus();
@@ -1525,7 +1535,7 @@ if (typeof document !== "undefined") {
 
   // A bulk action: one request per backfill, in order, each with its own
   // Idempotency-Key and audit row; the result line counts the outcomes.
-  const sendBulk = async (action, ids) => {
+  const sendBulk = async (action, ids, reason) => {
     ui.busy = true;
     ui.result = { text: `${action} ${ids.length} backfills: sending…`, outcome: "sending", retry: null };
     render();
@@ -1536,7 +1546,7 @@ if (typeof document !== "undefined") {
       try {
         const res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/${action}`, {
           method: "POST",
-          headers: { ...authHeaders(), "Idempotency-Key": newKey() },
+          headers: { ...authHeaders(), "Idempotency-Key": newKey(), ...reasonHeaders(reason) },
         });
         status = res.status;
         try { body = await res.json(); } catch (e) { body = null; }
@@ -1564,7 +1574,7 @@ if (typeof document !== "undefined") {
       text: CONSEQUENCES[action] || "",
       ok: name,
       openerKey: opener && opener.dataset ? opener.dataset.key : null,
-      onOk: () => send(action, id),
+      onOk: (reason) => send(action, id, reason),
     });
   };
 
@@ -1628,7 +1638,7 @@ if (typeof document !== "undefined") {
         text: `${listed}. Each: ${CONSEQUENCES[action]} One audited request per backfill.`,
         ok: `${name} ${ids.length}`,
         openerKey: `bulk-${action}`,
-        onOk: () => sendBulk(action, ids),
+        onOk: (reason) => sendBulk(action, ids, reason),
       });
     });
   }
@@ -1649,10 +1659,15 @@ if (typeof document !== "undefined") {
     const b = e.target.closest("button[data-action]");
     if (b && !b.disabled) confirmAction(b.dataset.action, b.dataset.id, b);
   });
+  // Enter in the reason field would submit the dialog with its first
+  // button, Cancel: it does nothing instead, so only a click confirms.
+  $("confirm-reason").addEventListener("keydown", (e) => {
+    if (e.key === "Enter") e.preventDefault();
+  });
   $("result-retry").addEventListener("click", () => {
     const p = ui.pending;
-    if (p && p.unanswered && p.action === "settings") sendSettings(p.id, p.change);
-    else if (p && p.unanswered) send(p.action, p.id);
+    if (p && p.unanswered && p.action === "settings") sendSettings(p.id, p.change, p.reason);
+    else if (p && p.unanswered) send(p.action, p.id, p.reason);
   });
   $("settings-fields").innerHTML = settingsFormHtml();
   // A ticked reset sends null whatever the field holds: the field is
@@ -1686,7 +1701,7 @@ if (typeof document !== "undefined") {
       text: `${describeSettingsChange(change, v.settings)}. Stored in PostgreSQL and audited; every worker applies it at its next batch, without a restart.`,
       ok: "Apply",
       openerKey: "settings-submit",
-      onOk: () => sendSettings(id, change),
+      onOk: (reason) => sendSettings(id, change, reason),
     });
   });
   $("dry-run-form").addEventListener("submit", (e) => {

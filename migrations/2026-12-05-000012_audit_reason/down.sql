@@ -1,0 +1,1 @@
+ALTER TABLE backfill_audit DROP COLUMN reason;

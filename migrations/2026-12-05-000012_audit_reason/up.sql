@@ -1,0 +1,4 @@
+-- The reason an operator gave for an action (the `Backfill-Reason`
+-- header, at most 200 characters), stored with the action's audit row.
+ALTER TABLE backfill_audit
+    ADD COLUMN reason text CHECK (reason IS NULL OR octet_length(reason) <= 800);
