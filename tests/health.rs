@@ -279,7 +279,11 @@ async fn waiters_reach(monitor: &Monitor, table: &str, count: u64) -> Arc<Snapsh
 /// THR-1: a session queued behind another's lock on one of the repair's
 /// tables (schema-qualified) counts as a waiter for that table and not for
 /// another; so do sessions queued for one row, the first of which waits on
-/// the holder's transaction rather than on a lock of the table.
+/// the holder's transaction rather than on a lock of the table. The
+/// throttle's text names the session at the head of the queue (its PID
+/// and application name), and follows the queue while that session stays
+/// open: one waiter, then two. Guard: the blocker read with the waiters
+/// (`pg_blocking_pids`) and named in the text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thr01_lock_waiters_count_sessions_blocked_on_the_repairs_tables() {
     let db = support::test_db().await;
@@ -307,7 +311,13 @@ async fn thr01_lock_waiters_count_sessions_blocked_on_the_repairs_tables() {
     );
 
     // A holds AccessShare; B queues for AccessExclusive behind it.
-    let mut a = session(&db.url, "BEGIN; SELECT * FROM s.items LIMIT 1").await;
+    let mut a = session(
+        &db.url,
+        "SET application_name = 'nightly report'; BEGIN; SELECT * FROM s.items LIMIT 1",
+    )
+    .await;
+    let a_pid = support::scalar_on(&mut a, "SELECT pg_backend_pid()::bigint AS v").await;
+    let held_by_a = format!("held by pid {a_pid} (application \"nightly report\")");
     let b = blocked(
         &db.url,
         "BEGIN; LOCK TABLE s.items IN ACCESS EXCLUSIVE MODE",
@@ -324,7 +334,10 @@ async fn thr01_lock_waiters_count_sessions_blocked_on_the_repairs_tables() {
         (t.signal, t.value, t.threshold),
         (Signal::LockWaiters, Some(1.0), Some(0.0))
     );
-    assert_eq!(t.text, "lock waiters 1 > 0 on s.items");
+    assert_eq!(
+        t.text,
+        format!("lock waiters 1 > 0 on s.items, {held_by_a}")
+    );
     assert_eq!(
         judge(
             &snapshot,
@@ -343,11 +356,33 @@ async fn thr01_lock_waiters_count_sessions_blocked_on_the_repairs_tables() {
     waiters_reach(&monitor, &items, 0).await;
 
     // A holds row 1; B waits for A's transaction, C for the row after B.
+    // While A stays open the text follows the queue and keeps naming A,
+    // not B, which C waits for directly.
     let mut a = session(&db.url, "BEGIN; UPDATE s.items SET v = 1 WHERE id = 1").await;
+    let a_pid = support::scalar_on(&mut a, "SELECT pg_backend_pid()::bigint AS v").await;
+    let held_by_a = format!("held by pid {a_pid}");
+    let judged = |snapshot: &Snapshot| {
+        throttle(judge(
+            snapshot,
+            &limits,
+            std::slice::from_ref(&items),
+            UnknownPolicy::Proceed,
+        ))
+        .text
+    };
     let b = blocked(&db.url, "UPDATE s.items SET v = 2 WHERE id = 1");
+    let one = waiters_reach(&monitor, &items, 1).await;
+    assert_eq!(
+        judged(&one),
+        format!("lock waiters 1 > 0 on s.items, {held_by_a}")
+    );
     let c = blocked(&db.url, "UPDATE s.items SET v = 3 WHERE id = 1");
     let snapshot = waiters_reach(&monitor, &items, 2).await;
     assert_eq!(known(&snapshot.lock_waiters).get(&other), Some(&0));
+    assert_eq!(
+        judged(&snapshot),
+        format!("lock waiters 2 > 0 on s.items, {held_by_a}")
+    );
     a.batch_execute("COMMIT").await.expect("commit a");
     b.await.expect("b");
     c.await.expect("c");
@@ -722,6 +757,7 @@ fn lagging(lag: Duration) -> Snapshot {
         wal_bytes_per_s: Reading::Known(Some(0)),
         xact_age: Reading::Known(Duration::ZERO),
         xact_holder: None,
+        lock_holders: BTreeMap::new(),
         lock_waiters: Reading::Known(BTreeMap::new()),
         application: None,
     }

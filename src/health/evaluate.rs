@@ -125,6 +125,13 @@ impl Snapshot {
                         Judged::Past(mut throttle) => {
                             throttle.text =
                                 bounded(format!("{} on {}", throttle.text, waited_on.join(", ")));
+                            // Name a session they wait for, so the
+                            // operator can find it.
+                            let held = waited_on.iter().find_map(|t| self.lock_holders.get(*t));
+                            if let Some(holder) = held {
+                                throttle.text =
+                                    bounded(format!("{}, held by {holder}", throttle.text));
+                            }
                             Judged::Past(throttle)
                         }
                         within => within,
@@ -324,6 +331,7 @@ mod tests {
             wal_bytes_per_s: Reading::Known(Some(0)),
             xact_age: Reading::Known(Duration::ZERO),
             xact_holder: None,
+            lock_holders: BTreeMap::new(),
             lock_waiters: Reading::Known(BTreeMap::from([
                 ("items".to_string(), 0),
                 ("other".to_string(), 0),

@@ -380,6 +380,9 @@ pub struct Snapshot {
     pub xact_holder: Option<String>,
     /// Sessions waiting for a lock, per table name as given to the monitor.
     pub lock_waiters: Reading<BTreeMap<String, u64>>,
+    /// For each table with waiters, a session they wait for, as the
+    /// throttle's text names it (`pid N`, with its application name).
+    pub lock_holders: BTreeMap<String, String>,
     /// The application check's answer; `None` without a check.
     pub application: Option<Reading<Result<(), String>>>,
 }

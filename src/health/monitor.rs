@@ -109,6 +109,7 @@ impl Monitor {
             replication,
             transactions,
             lock_waiters,
+            lock_holders,
         } = database;
 
         let (lag_bytes, lag, standbys, wal_bytes_per_s) = match replication {
@@ -142,6 +143,7 @@ impl Monitor {
             xact_age,
             xact_holder,
             lock_waiters,
+            lock_holders,
             application,
         });
         *self.latest.lock() = Some(snapshot.clone());
@@ -193,15 +195,16 @@ impl Monitor {
                     ))
                 }
             };
-        let lock_waiters = match (invalid, locks) {
-            (Some(reason), _) => Reading::Unknown(reason),
+        let (lock_waiters, lock_holders) = match (invalid, locks) {
+            (Some(reason), _) => (Reading::Unknown(reason), BTreeMap::new()),
             (None, Ok(rows)) => lock_readings(rows),
-            (None, Err(e)) => Reading::Unknown(reason_of(&e)),
+            (None, Err(e)) => (Reading::Unknown(reason_of(&e)), BTreeMap::new()),
         };
         DatabaseReadings {
             replication: replication.map_err(|e| reason_of(&e)),
             transactions: transactions.map_err(|e| reason_of(&e)),
             lock_waiters,
+            lock_holders,
         }
     }
 
@@ -231,6 +234,7 @@ struct DatabaseReadings {
     replication: Result<HealthReplication, String>,
     transactions: Result<HealthTransactions, String>,
     lock_waiters: Reading<BTreeMap<String, u64>>,
+    lock_holders: BTreeMap<String, String>,
 }
 
 impl DatabaseReadings {
@@ -239,6 +243,7 @@ impl DatabaseReadings {
             replication: Err(reason.to_string()),
             transactions: Err(reason.to_string()),
             lock_waiters: Reading::Unknown(reason.to_string()),
+            lock_holders: BTreeMap::new(),
         }
     }
 }
@@ -252,8 +257,13 @@ fn reason_of(error: &StoreError) -> String {
 /// `pid 4242 (application "psql")`. The name is the session's own text,
 /// so it is shown quoted with control characters escaped.
 fn holder(t: &HealthTransactions) -> Option<String> {
-    let pid = t.oldest_pid?;
-    Some(match &t.oldest_application {
+    session_name(t.oldest_pid?, t.oldest_application.as_deref())
+}
+
+/// A session as a throttle's text names it: `pid N`, and its application
+/// name when it has one.
+fn session_name(pid: i32, application: Option<&str>) -> Option<String> {
+    Some(match application {
         Some(name) => format!("pid {pid} (application {:?})", cut(name, 64)),
         None => format!("pid {pid}"),
     })
@@ -326,15 +336,25 @@ fn wal_rate(mark: &mut Option<WalMark>, r: &HealthReplication) -> Reading<Option
 
 /// Per-table waiters; a table that does not resolve cannot be watched,
 /// which is a wrong name, not "nobody waits".
-fn lock_readings(rows: Vec<HealthLockWaiters>) -> Reading<BTreeMap<String, u64>> {
+/// The waiters per table, and a session each table's waiters wait for.
+fn lock_readings(
+    rows: Vec<HealthLockWaiters>,
+) -> (Reading<BTreeMap<String, u64>>, BTreeMap<String, String>) {
     let mut per_table = BTreeMap::new();
+    let mut holders = BTreeMap::new();
     for row in rows {
         if !row.found {
-            return Reading::Unknown(format!("table {:?} not found", cut(&row.name, 64)));
+            let reason = format!("table {:?} not found", cut(&row.name, 64));
+            return (Reading::Unknown(reason), BTreeMap::new());
+        }
+        if let Some(pid) = row.blocker_pid {
+            if let Some(name) = session_name(pid, row.blocker_application.as_deref()) {
+                holders.insert(row.name.clone(), name);
+            }
         }
         per_table.insert(row.name, u64::try_from(row.waiters).unwrap_or(0));
     }
-    Reading::Known(per_table)
+    (Reading::Known(per_table), holders)
 }
 
 /// The tables to send (each once), or why the lock waiters cannot be

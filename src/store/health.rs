@@ -164,6 +164,15 @@ pub struct HealthLockWaiters {
     /// Sessions waiting for a lock on it.
     #[diesel(sql_type = BigInt)]
     pub waiters: i64,
+    /// The process ID of a session the waiters wait for, one that is not
+    /// waiting itself when there is one (the head of the queue); `None`
+    /// without waiters.
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub blocker_pid: Option<i32>,
+    /// That session's `application_name`, cut to 64 characters; `None`
+    /// without one.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub blocker_application: Option<String>,
 }
 
 /// Count the sessions waiting for a lock on each of `tables` (names as
@@ -177,6 +186,11 @@ pub struct HealthLockWaiters {
 /// row of it while holding that row's tuple lock: the first of several
 /// sessions queued for one row waits on the holder's transaction ID, the
 /// others on the tuple lock the first one holds.
+///
+/// For a table with waiters it also names one session they wait for
+/// (`pg_blocking_pids`, which reads the lock manager's state under its
+/// locks, called only for waiting sessions), preferring one that waits
+/// for nothing itself, so an operator can find the head of the queue.
 pub async fn health_count_lock_waiters(
     mut conn: &AsyncPgConnection,
     tables: &[String],
@@ -190,16 +204,26 @@ pub async fn health_count_lock_waiters(
                  SELECT locktype, relation, pid, granted FROM pg_locks \
                  WHERE locktype = 'transactionid' \
                     OR database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             ), w AS ( \
+                 SELECT DISTINCT t.name, x.pid FROM t JOIN l x \
+                 ON NOT x.granted AND ( \
+                     (x.locktype IN ('relation', 'tuple') AND x.relation = t.rel) \
+                     OR (x.locktype = 'transactionid' AND EXISTS ( \
+                         SELECT 1 FROM l h \
+                         WHERE h.pid = x.pid AND h.granted AND h.locktype = 'tuple' \
+                           AND h.relation = t.rel))) \
+             ), b AS ( \
+                 SELECT DISTINCT ON (w.name) w.name, bp.pid \
+                 FROM w CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS bp(pid) \
+                 ORDER BY w.name, bp.pid IN (SELECT pid FROM w), bp.pid \
              ) \
              SELECT t.name, t.rel IS NOT NULL AS found, \
-                    (SELECT count(DISTINCT w.pid) FROM l w \
-                     WHERE NOT w.granted AND ( \
-                         (w.locktype IN ('relation', 'tuple') AND w.relation = t.rel) \
-                         OR (w.locktype = 'transactionid' AND EXISTS ( \
-                             SELECT 1 FROM l h \
-                             WHERE h.pid = w.pid AND h.granted AND h.locktype = 'tuple' \
-                               AND h.relation = t.rel)))) AS waiters \
-             FROM t ORDER BY t.name",
+                    (SELECT count(*) FROM w WHERE w.name = t.name) AS waiters, \
+                    b.pid AS blocker_pid, \
+                    nullif(left(a.application_name, 64), '') AS blocker_application \
+             FROM t LEFT JOIN b ON b.name = t.name \
+                 LEFT JOIN pg_stat_activity a ON a.pid = b.pid \
+             ORDER BY t.name",
         )
         .bind::<Array<Text>, _>(tables),
     )

@@ -585,7 +585,7 @@ const scenarios = {
     // Sessions now wait for a lock on the repair's table (limit 0).
     await until("the lock waiters' throttle", marker, (t) => t === "throttled: lock_waiters 1 past 0");
     const title = await rowOf(THROTTLED).locator(".marker.throttled").getAttribute("title");
-    check(/^throttled by lock_waiters: 1 past 0 since .+ \(lock waiters 1 > 0 on items\)$/.test(title), `the marker's title: ${title}`);
+    check(/^throttled by lock_waiters: 1 past 0 since .+ \(lock waiters 1 > 0 on items, held by pid \d+\)$/.test(title), `the marker's title: ${title}`);
     check((await cell(THROTTLED, "state")).includes("running"), "throttled is no state: still running");
     await shot("list-throttled");
     await openDetail(THROTTLED);
