@@ -2248,12 +2248,12 @@ async fn obs04_timeline_records_each_change_and_the_actions_in_order() {
 }
 
 /// OBS-4: an action may carry the operator's reason in the
-/// `Backfill-Reason` header (percent-encoded UTF-8): it is stored with the
-/// action's audit row and shown by the audit and the timeline. A
-/// malformed reason (a bad escape, too long, a line feed, raw non-ASCII
-/// bytes) is a 400 naming the header and changes nothing. Guards: the
-/// reason bound into the audit insert, `require_reason` on the action
-/// path.
+/// `Backfill-Reason` header (printable ASCII with UTF-8 percent-encoded):
+/// it is stored with the action's audit row, a control character escaped,
+/// and shown by the audit and the timeline. A header the OpenAPI document
+/// does not allow (too long, raw non-ASCII bytes) is a 400 naming it and
+/// changes nothing. Guards: the reason bound into the audit insert,
+/// `require_reason` on the action path.
 #[actix_rt::test]
 async fn obs04_an_actions_reason_is_audited_and_shown_in_the_timeline() {
     let (db, engine, _hooks) = setup(8).await;
@@ -2272,11 +2272,7 @@ async fn obs04_an_actions_reason_is_audited_and_shown_in_the_timeline() {
         }
     };
     let before = snapshot(&db, ID).await;
-    for (key, reason) in [
-        ("r-escape", "bad%zz".to_string()),
-        ("r-long", "a".repeat(201)),
-        ("r-newline", "one%0Atwo".to_string()),
-    ] {
+    for (key, reason) in [("r-long", "a".repeat(2001))] {
         let refused = with_reason(key, reason).await;
         assert_eq!(refused.status, 400, "{key}: {}", refused.text);
         assert_eq!(refused.body["error"], "bad_request", "{}", refused.text);
@@ -2310,8 +2306,12 @@ async fn obs04_an_actions_reason_is_audited_and_shown_in_the_timeline() {
         "a refused reason changes nothing"
     );
 
-    let reason = "quiet hours — café";
-    let applied = with_reason("r-ok", backfill::admin::encode_reason(reason)).await;
+    let reason = "quiet hours — café\\u{000a}";
+    let sent = format!(
+        "{}%0A",
+        backfill::admin::encode_reason("quiet hours — café")
+    );
+    let applied = with_reason("r-ok", sent).await;
     assert_eq!(applied.status, 200, "{}", applied.text);
     let audit = call(
         &server.url,

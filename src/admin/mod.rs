@@ -26,7 +26,7 @@ pub use dry_run::DRY_RUN_ACTION;
 pub use flood::{FloodGate, FloodLimits};
 pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
 pub use notifications::{NotificationPage, NotificationView};
-pub use reason::{decode_reason, encode_reason, MAX_REASON_CHARS, REASON_HEADER};
+pub use reason::{decode_reason, encode_reason, MAX_REASON_HEADER, REASON_HEADER};
 pub use settings::RequestBody;
 pub use timeline::{Timeline, TimelineEntry};
 pub use view::*;

@@ -379,11 +379,11 @@ async fn act(
     params(
         ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
         ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
-        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: 1 to 200 characters, percent-encoded UTF-8 (printable ASCII other than % may stand for itself), no control or invisible formatting characters; malformed: 400", pattern = r"^[ -~]{1,1800}$", max_length = 1800),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: at most 2000 printable ASCII characters, in which %XX sequences spelling UTF-8 are decoded (text that does not decode is kept as written; control and invisible formatting characters are stored escaped); other characters: 400", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
-        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a malformed Backfill-Reason", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a Backfill-Reason that is not printable ASCII or too long", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
@@ -407,11 +407,11 @@ async fn start(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
     params(
         ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
         ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
-        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: 1 to 200 characters, percent-encoded UTF-8 (printable ASCII other than % may stand for itself), no control or invisible formatting characters; malformed: 400", pattern = r"^[ -~]{1,1800}$", max_length = 1800),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: at most 2000 printable ASCII characters, in which %XX sequences spelling UTF-8 are decoded (text that does not decode is kept as written; control and invisible formatting characters are stored escaped); other characters: 400", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
-        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a malformed Backfill-Reason", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a Backfill-Reason that is not printable ASCII or too long", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
@@ -435,11 +435,11 @@ async fn pause(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
     params(
         ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
         ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
-        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: 1 to 200 characters, percent-encoded UTF-8 (printable ASCII other than % may stand for itself), no control or invisible formatting characters; malformed: 400", pattern = r"^[ -~]{1,1800}$", max_length = 1800),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: at most 2000 printable ASCII characters, in which %XX sequences spelling UTF-8 are decoded (text that does not decode is kept as written; control and invisible formatting characters are stored escaped); other characters: 400", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
-        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a malformed Backfill-Reason", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a Backfill-Reason that is not printable ASCII or too long", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
@@ -464,11 +464,11 @@ async fn resume(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>
     params(
         ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
         ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
-        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: 1 to 200 characters, percent-encoded UTF-8 (printable ASCII other than % may stand for itself), no control or invisible formatting characters; malformed: 400", pattern = r"^[ -~]{1,1800}$", max_length = 1800),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: at most 2000 printable ASCII characters, in which %XX sequences spelling UTF-8 are decoded (text that does not decode is kept as written; control and invisible formatting characters are stored escaped); other characters: 400", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
     ),
     responses(
         (status = 200, description = "Applied or already converged", body = ActionResponse),
-        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a malformed Backfill-Reason", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a Backfill-Reason that is not printable ASCII or too long", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
@@ -493,11 +493,11 @@ async fn retry(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
     params(
         ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
         ("Idempotency-Key" = String, Header, description = "One logical request; a retry recovers its outcome (VAL-6): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
-        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: 1 to 200 characters, percent-encoded UTF-8 (printable ASCII other than % may stand for itself), no control or invisible formatting characters; malformed: 400", pattern = r"^[ -~]{1,1800}$", max_length = 1800),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: at most 2000 printable ASCII characters, in which %XX sequences spelling UTF-8 are decoded (text that does not decode is kept as written; control and invisible formatting characters are stored escaped); other characters: 400", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
     ),
     responses(
         (status = 200, description = "The validation outcome", body = ValidationResponse),
-        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a malformed Backfill-Reason", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a Backfill-Reason that is not printable ASCII or too long", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
@@ -527,11 +527,11 @@ async fn validate(
     params(
         ("id" = String, Path, description = "Stable ID of the backfill to undo", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
         ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
-        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: 1 to 200 characters, percent-encoded UTF-8 (printable ASCII other than % may stand for itself), no control or invisible formatting characters; malformed: 400", pattern = r"^[ -~]{1,1800}$", max_length = 1800),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: at most 2000 printable ASCII characters, in which %XX sequences spelling UTF-8 are decoded (text that does not decode is kept as written; control and invisible formatting characters are stored escaped); other characters: 400", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
     ),
     responses(
         (status = 200, description = "`applied`: the undo was created and started; `converged`: the backfill already has its undo (one per backfill). `backfill` is the undo's view, `prior_state` the original's state", body = ActionResponse),
-        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a malformed Backfill-Reason", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a Backfill-Reason that is not printable ASCII or too long", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
@@ -556,11 +556,11 @@ async fn undo(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) 
     params(
         ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
         ("Idempotency-Key" = String, Header, description = "One logical request; retries replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
-        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: 1 to 200 characters, percent-encoded UTF-8 (printable ASCII other than % may stand for itself), no control or invisible formatting characters; malformed: 400", pattern = r"^[ -~]{1,1800}$", max_length = 1800),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: at most 2000 printable ASCII characters, in which %XX sequences spelling UTF-8 are decoded (text that does not decode is kept as written; control and invisible formatting characters are stored escaped); other characters: 400", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
     ),
     responses(
         (status = 200, description = "`applied`: the journal was deleted (the count is in the audit detail)", body = ActionResponse),
-        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a malformed Backfill-Reason", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, or a missing or malformed Idempotency-Key, or a Backfill-Reason that is not printable ASCII or too long", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
@@ -684,7 +684,7 @@ async fn read_body(mut payload: web::Payload) -> Result<web::BytesMut, RequestBo
     params(
         ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
         ("Idempotency-Key" = String, Header, description = "One logical request; retries with the same change replay its response (ADM-4): 1 to 200 printable ASCII characters without spaces", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
-        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: 1 to 200 characters, percent-encoded UTF-8 (printable ASCII other than % may stand for itself), no control or invisible formatting characters; malformed: 400", pattern = r"^[ -~]{1,1800}$", max_length = 1800),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with the audit row and shown in the audit and the timeline: at most 2000 printable ASCII characters, in which %XX sequences spelling UTF-8 are decoded (text that does not decode is kept as written; control and invisible formatting characters are stored escaped); other characters: 400", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
     ),
     request_body(
         description = "The change: fields to set or clear",
@@ -695,7 +695,7 @@ async fn read_body(mut payload: web::Payload) -> Result<web::BytesMut, RequestBo
     ),
     responses(
         (status = 200, description = "Applied; the backfill with its settings", body = BackfillView),
-        (status = 400, description = "Not a backfill ID, a missing or malformed Idempotency-Key, a malformed Backfill-Reason, or a body that is not JSON", body = ErrorBody),
+        (status = 400, description = "Not a backfill ID, a missing or malformed Idempotency-Key, a Backfill-Reason that is not printable ASCII or too long, or a body that is not JSON", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,

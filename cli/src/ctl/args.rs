@@ -19,7 +19,8 @@ pub struct CtlArgs {
     /// Print the API's JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Why you act (at most 200 characters): stored with the action's
+    /// Why you act (at most 2000 characters once percent-encoded, about
+    /// 200 in any script): stored with the action's
     /// audit record and shown by `audit` and `history`. For start, pause,
     /// resume, retry, validate, undo, journal prune and set.
     #[arg(long, global = true)]

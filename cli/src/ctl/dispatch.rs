@@ -76,8 +76,17 @@ fn checked_reason(args: &CtlArgs) -> Result<Option<&str>, CtlError> {
                 .into(),
         ));
     }
-    backfill::admin::decode_reason(&backfill::admin::encode_reason(reason))
-        .map_err(|problem| CtlError::Usage(format!("--reason: {problem}")))?;
+    let sent = backfill::admin::encode_reason(reason);
+    if sent.len() > backfill::admin::MAX_REASON_HEADER {
+        return Err(CtlError::Usage(format!(
+            "--reason is too long: {} characters once percent-encoded, at most {}",
+            sent.len(),
+            backfill::admin::MAX_REASON_HEADER
+        )));
+    }
+    if reason.trim().is_empty() {
+        return Err(CtlError::Usage("--reason is empty".into()));
+    }
     Ok(Some(reason))
 }
 
