@@ -42,6 +42,9 @@ impl Application for Items {
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
+    // The runtime's events (claims, a failed start, completion) on stderr;
+    // a service with a `tracing` subscriber of its own skips this line.
+    backfill::logging::install(backfill::logging::LogFormat::Text)?;
     let mut config = HostConfig::new(std::env::var("DATABASE_URL")?);
     // Where to listen, when not the defaults (127.0.0.1:8080 and :8081).
     if let Ok(addr) = std::env::var("LISTEN") {

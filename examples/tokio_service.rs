@@ -17,6 +17,9 @@ const ID: &str = "items.email-norm.v1";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // The runtime's events (claims, a failed start, completion) on stderr;
+    // a service with a `tracing` subscriber of its own skips this line.
+    backfill::logging::install(backfill::logging::LogFormat::Text)?;
     let repair = SqlRepair::new(ID, "items")
         .key("id")
         .set("email_norm = lower(email)")

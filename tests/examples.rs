@@ -72,7 +72,10 @@ fn stderr_of(child: &mut Child) -> String {
 
 /// EMB-7: `tokio_service` starts the repair from a plain tokio `main`,
 /// awaits its completion by state and exits 0 with every row repaired,
-/// as its header says. Guard: the example's start and `wait_for`.
+/// as its header says; and (EMB-11) the runtime's events reach its log
+/// through the one line that installs the library's log format. Guards:
+/// the example's start and `wait_for`, and `logging::install` (without it
+/// stderr holds no event).
 #[actix_rt::test]
 async fn emb07_tokio_service_example_completes_the_repair_and_exits() {
     let db = test_db().await;
@@ -92,6 +95,12 @@ async fn emb07_tokio_service_example_completes_the_repair_and_exits() {
         stdout.contains("items.email-norm.v1 ended completed"),
         "{stdout}"
     );
+    for event in ["registered", "claim_acquired", "completed"] {
+        assert!(
+            stderr.contains(&format!("event=\"{event}\"")),
+            "no {event} event in the log: {stderr}"
+        );
+    }
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM items WHERE email_norm = lower(email)")
             .await,

@@ -6,5 +6,4 @@ pub mod bench;
 pub mod ctl;
 pub mod demo;
 pub mod example;
-pub mod logging;
 pub mod screen;

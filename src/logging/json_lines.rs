@@ -1,15 +1,15 @@
-//! `--log-format json`: one JSON object per event and line.
+//! The JSON log format: one JSON object per event and line.
 //!
 //! The shape is `tracing-subscriber`'s flattened JSON (`timestamp`,
 //! `level`, the event's fields at the top level, `target`), written by a
 //! formatter of this crate so that a field logged as
-//! [`backfill::logging::Json`] (the library's list-valued fields, such as
+//! [`Json`](super::Json) (the library's list-valued fields, such as
 //! `required`) is written as its JSON value, an array, instead of a string
 //! holding its text. Every other field keeps its type: integers, floats
 //! and bools as such, everything else as a string. The code logs inside no
 //! span, so spans are not written.
 
-use backfill::logging::{render, Rendered};
+use super::fields::{render, Rendered};
 use serde_json::Value;
 use std::fmt;
 use tracing::field::{Field, Visit};
@@ -118,7 +118,7 @@ impl Visit for Fields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use backfill::logging::Json;
+    use crate::logging::fields::Json;
     use std::sync::{Arc, Mutex};
 
     /// Collects what the formatter writes.
@@ -178,6 +178,6 @@ mod tests {
         assert!(line["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')));
         assert!(line["target"]
             .as_str()
-            .is_some_and(|t| t.starts_with("backfill_cli")));
+            .is_some_and(|t| t.starts_with("backfill")));
     }
 }
