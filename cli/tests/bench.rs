@@ -60,6 +60,9 @@ fn emb04_bench_json_shape_and_verification() {
         assert!(range[0].as_f64().is_some_and(|r| r > 0.0), "{key}: {range}");
         assert_eq!(range[0], range[1], "{key}: {range}");
     }
+    // Client and server CPU per row, engine over the server loop.
+    let cpu = &report["ratios"]["engine_cpu_per_row_vs_plpgsql"]["100"];
+    assert!(cpu.as_f64().is_some_and(|r| r > 0.0), "{cpu}");
     // `engine-p` runs at P = cores by default.
     let cores = report["cores"].as_u64().unwrap();
     assert_eq!(report["partitions"], serde_json::json!([cores]), "{report}");
@@ -91,6 +94,23 @@ fn emb04_bench_json_shape_and_verification() {
         // The machine's CPU use over the run, from /proc/stat (this is Linux).
         let cpu = run["cpu_busy"].as_f64().expect("cpu_busy");
         assert!((0.0..=1.0).contains(&cpu), "cpu_busy {cpu}");
+        // What the run cost: the server's backends (on this machine) did
+        // work and wrote WAL for every runner; this process's CPU is
+        // counted in 10 ms ticks, so a server-side loop's may be zero.
+        let cost = &run["cost"];
+        for key in [
+            "server_cpu_s",
+            "server_cpu_us_per_row",
+            "wal_bytes",
+            "wal_bytes_per_row",
+        ] {
+            assert!(cost[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {run}");
+        }
+        for key in ["client_cpu_s", "client_cpu_us_per_row"] {
+            assert!(cost[key].as_f64().is_some_and(|v| v >= 0.0), "{key}: {run}");
+        }
+        let total = cost["cpu_us_per_row"].as_f64().expect("cpu_us_per_row");
+        assert!(total >= cost["server_cpu_us_per_row"].as_f64().unwrap_or(f64::MAX) - 0.01);
         // Only the journaled run has a journal: every row changed
         // (every row), each of some bytes.
         let journal = &run["journal"];

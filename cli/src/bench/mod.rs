@@ -59,6 +59,7 @@
 mod adaptive;
 mod args;
 mod context;
+mod cost;
 mod entry;
 mod extras;
 mod partitioned;

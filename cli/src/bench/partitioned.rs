@@ -58,13 +58,13 @@ impl Ctx {
         // process start is not in the run.
         let mut child = spawn_worker(self, &id, batch, partitions, theirs)?;
         wait_ready(&mut child).await?;
-        let clock = RunClock::start();
+        let clock = RunClock::start(&self.pool).await;
         engine.start(&id).await?;
         let worker = format!("bench-{}", std::process::id());
         let runtime = RuntimeHandle::start(backend.clone(), self.runtime_config(&worker, mine))
             .map_err(|e| BenchError::Run(e.to_string()))?;
         let outcome = wait_completed(&engine, &id, &mut rx, Some(&mut child)).await;
-        let timing = clock.stop();
+        let timing = clock.stop(&self.pool).await;
         runtime.shutdown().await;
         let child_ok = finish(&mut child).await;
         outcome.map_err(|e| BenchError::Run(format!("engine-p-procs run failed: {e}")))?;

@@ -204,6 +204,12 @@ impl Report {
                 ratios[key][b.to_string()] = json!(v);
                 ranges[key][b.to_string()] = json!(range.map(|(lo, hi)| [lo, hi]));
             }
+            // CPU (client and server) per row, engine over the server
+            // loop: below 1 would mean the engine does less than the loop.
+            ratios["engine_cpu_per_row_vs_plpgsql"][b.to_string()] = json!(self.ratio(
+                self.median_by("engine", b, |r| r.cost.cpu_us_per_row(r.rows)),
+                self.median_by("plpgsql", b, |r| r.cost.cpu_us_per_row(r.rows)),
+            ));
             let (v, range) = self.health_cost(b);
             ratios["engine_health_vs_engine"][b.to_string()] = json!(v);
             ranges["engine_health_vs_engine"][b.to_string()] =
@@ -482,6 +488,7 @@ mod tests {
             let timing = Timing {
                 seconds,
                 cpu_busy: None,
+                cost: Default::default(),
             };
             RunResult::new(runner, 100, 1000, rep, timing, &mut [], true)
         };
@@ -527,6 +534,7 @@ mod tests {
         let timing = |seconds| Timing {
             seconds,
             cpu_busy: None,
+            cost: Default::default(),
         };
         let journal = super::super::stats::JournalUse {
             rows: 1000,

@@ -32,11 +32,11 @@ impl Ctx {
         .await?;
         self.settle().await;
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        let clock = RunClock::start();
+        let clock = RunClock::start(&self.pool).await;
         // CALL must not run inside a transaction block (the procedure
         // commits); the simple protocol runs it as its own statement.
         conn.batch_execute("CALL bench_plpgsql()").await?;
-        let timing = clock.stop();
+        let timing = clock.stop(&self.pool).await;
         let lat: Vec<Micros> =
             diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = 'plpgsql'")
                 .load(&mut conn)
@@ -73,7 +73,7 @@ impl Ctx {
         for _ in tables {
             conns.push(self.pool.get_owned().await.map_err(StoreError::from)?);
         }
-        let clock = RunClock::start();
+        let clock = RunClock::start(&self.pool).await;
         // Each CALL is sent on the first poll, so the K loops start
         // together and run on K backends.
         futures_util::future::try_join_all(conns.iter_mut().enumerate().map(|(i, conn)| {
@@ -81,7 +81,7 @@ impl Ctx {
             async move { conn.batch_execute(&sql).await }
         }))
         .await?;
-        let timing = clock.stop();
+        let timing = clock.stop(&self.pool).await;
         let lat: Vec<Micros> =
             diesel::sql_query("SELECT micros FROM bench_latency WHERE runner LIKE 'plpgsql-k%'")
                 .load(&mut *conns[0])
@@ -119,7 +119,7 @@ impl Ctx {
         let mut checkpoint = 0i64;
         // The engine's select text, the batch size in it (see [`ItemsRepair`]).
         let select = ItemsRepair::select_sql("items", batch);
-        let clock = RunClock::start();
+        let clock = RunClock::start(&self.pool).await;
         loop {
             let b = Instant::now();
             let last = conn
@@ -160,7 +160,7 @@ impl Ctx {
             checkpoint = last;
             lat.push(b.elapsed().as_micros() as u64);
         }
-        let timing = clock.stop();
+        let timing = clock.stop(&self.pool).await;
         drop(conn);
         let verified = self.verify("items").await?;
         Ok(RunResult::new(
@@ -234,7 +234,7 @@ impl Ctx {
         };
         let total_rows = rows_each * tables.len() as u64;
         let (backend, mut rx) = timed(&engine, total_rows, batch, runners);
-        let clock = RunClock::start();
+        let clock = RunClock::start(&self.pool).await;
         for id in &ids {
             engine.start(id).await?;
         }
@@ -255,7 +255,7 @@ impl Ctx {
                 None => break,
             }
         }
-        let timing = clock.stop();
+        let timing = clock.stop(&self.pool).await;
         runtime.shutdown().await;
         if let Some(task) = monitor {
             task.abort();

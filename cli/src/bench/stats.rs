@@ -1,6 +1,8 @@
 //! One measured run and what measures it: wall and CPU clocks, latency
 //! statistics and medians.
 
+use super::cost::{Cost, CostMark};
+use backfill::store::Pool;
 use serde_json::{json, Value};
 use std::time::Instant;
 
@@ -22,6 +24,8 @@ pub struct RunResult {
     pub cpu_busy: Option<f64>,
     /// What the run's journal took (`engine-journal` only).
     pub journal: Option<JournalUse>,
+    /// The run's CPU (client and server) and WAL.
+    pub cost: Cost,
 }
 
 /// The journal a journaled run wrote, as the framework's own readings
@@ -85,6 +89,7 @@ impl RunResult {
             verified,
             cpu_busy: timing.cpu_busy,
             journal: None,
+            cost: timing.cost,
         }
     }
 
@@ -119,6 +124,7 @@ impl RunResult {
             "batch_phase_rows_per_s": self.batch_phase_rows_per_s().map(f64::round),
             "cpu_busy": self.cpu_busy.map(round3),
             "journal": self.journal.as_ref().map(JournalUse::json),
+            "cost": self.cost.json(self.rows),
         })
     }
 }
@@ -168,10 +174,12 @@ impl CpuClock {
     }
 }
 
-/// The timed part of a run: wall time and the machine's CPU use.
+/// The timed part of a run: wall time, the machine's CPU use and the
+/// run's cost.
 pub(super) struct RunClock {
     started: Instant,
     cpu: Option<CpuClock>,
+    mark: CostMark,
 }
 
 /// What a [`RunClock`] measured.
@@ -180,20 +188,30 @@ pub(super) struct Timing {
     pub(super) seconds: f64,
     /// See [`RunResult::cpu_busy`].
     pub(super) cpu_busy: Option<f64>,
+    /// See [`RunResult::cost`].
+    pub(super) cost: Cost,
 }
 
 impl RunClock {
-    pub(super) fn start() -> Self {
+    /// Start the clocks; `pool` reaches the bench's database, whose
+    /// backends' CPU the cost counts.
+    pub(super) async fn start(pool: &Pool) -> Self {
+        let mark = CostMark::now(pool).await;
         Self {
             started: Instant::now(),
             cpu: CpuClock::now(),
+            mark,
         }
     }
 
-    pub(super) fn stop(&self) -> Timing {
+    pub(super) async fn stop(&self, pool: &Pool) -> Timing {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let cpu_busy = CpuClock::busy_since(self.cpu);
+        let end = CostMark::now(pool).await;
         Timing {
-            seconds: self.started.elapsed().as_secs_f64(),
-            cpu_busy: CpuClock::busy_since(self.cpu),
+            seconds,
+            cpu_busy,
+            cost: self.mark.cost_until(&end, pool).await,
         }
     }
 }
