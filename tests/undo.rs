@@ -84,6 +84,20 @@ async fn repaired(db: &TestDb, partitions: u32) -> Engine {
     engine
 }
 
+/// An engine with the journaled repair, `ID` started, and worker `w1`'s
+/// claim of it.
+async fn claimed(db: &TestDb) -> (Engine, backfill::Claim) {
+    let engine = engine(db, Registry::new().with(email_norm(1)).expect("registers"));
+    engine.register().await.expect("register");
+    engine.start(ID).await.expect("start");
+    let claim = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    (engine, claim)
+}
+
 /// The operator's undo of `ID` through the API, with key `u-1`.
 async fn undo_by_operator(url: &str) -> Resp {
     post(url, &format!("/admin/backfills/{ID}/undo"), OPERATOR, "u-1").await
@@ -188,14 +202,7 @@ async fn undo01_undo_restores_every_untouched_row_and_keeps_the_applications_cha
 #[actix_rt::test]
 async fn undo01_a_batch_rejected_at_the_fence_leaves_no_journal_rows() {
     let (db, before) = people(300).await;
-    let engine = engine(&db, Registry::new().with(email_norm(1)).expect("registers"));
-    engine.register().await.expect("register");
-    engine.start(ID).await.expect("start");
-    let mut claim = engine
-        .claim_next("w1", &[])
-        .await
-        .expect("claim")
-        .expect("claimed");
+    let (engine, mut claim) = claimed(&db).await;
     engine.pause(ID).await.expect("pause");
     assert_eq!(
         engine.run_batch(&mut claim).await.expect("batch"),
@@ -233,14 +240,7 @@ async fn undo01_a_batch_rejected_at_the_fence_leaves_no_journal_rows() {
 #[actix_rt::test]
 async fn undo01_a_row_changed_while_the_batch_waits_is_journaled_as_changed() {
     let (db, _) = people(300).await;
-    let engine = engine(&db, Registry::new().with(email_norm(1)).expect("registers"));
-    engine.register().await.expect("register");
-    engine.start(ID).await.expect("start");
-    let mut claim = engine
-        .claim_next("w1", &[])
-        .await
-        .expect("claim")
-        .expect("claimed");
+    let (engine, mut claim) = claimed(&db).await;
     let mut writer = db.connect().await;
     writer
         .batch_execute("BEGIN; UPDATE people SET email_norm = 'app' WHERE id = 5")
