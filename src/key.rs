@@ -284,6 +284,36 @@ pub fn render_json(bytes: &[u8]) -> Option<Value> {
     }
 }
 
+/// The schema of a rendered key ([`render_json`]), declared as
+/// what the server sends (API-1): an integer (`i32`, `i64`), a string
+/// (text, UUID, RFC 3339 timestamp), a flat array of those for a compound
+/// key, or `null`.
+#[cfg(feature = "http")]
+pub(crate) fn key_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+    let scalar = || {
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::Integer).format(Some(
+                utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Int64),
+            )))
+            .item(ObjectBuilder::new().schema_type(Type::String))
+    };
+    scalar()
+        .item(
+            ArrayBuilder::new()
+                .items(scalar())
+                .min_items(Some(2))
+                .max_items(Some(3)),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(
+            "A key in its own JSON type: integer for i32/i64 keys, string for text, UUID and \
+             timestamp keys, an array of those for compound keys; null when unknown or absent.",
+        ))
+        .build()
+        .into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

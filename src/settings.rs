@@ -18,6 +18,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+/// The most partitions a definition may allow (`Repair::partitions`,
+/// PAR-1), and so the most a backfill's `concurrency` setting may be.
+/// Defined here, with the settings it bounds, so that neither this file
+/// nor the pacing that reads settings depends on the repair module.
+pub const MAX_PARTITIONS: u32 = 64;
+
 /// One setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Field {
@@ -107,7 +113,7 @@ impl Field {
             Field::MaxXactAgeMs => (1_000, 86_400_000),
             // At least one, or a partitioned backfill could never run;
             // at most the partitions a definition may allow.
-            Field::Concurrency => (1, crate::repair::MAX_PARTITIONS as u64),
+            Field::Concurrency => (1, MAX_PARTITIONS as u64),
         }
     }
 }

@@ -73,36 +73,6 @@ pub struct Readiness {
     pub gating: bool,
 }
 
-/// The schema of a rendered key (`crate::key::render_json`), declared as
-/// what the server sends (API-1): an integer (`i32`, `i64`), a string
-/// (text, UUID, RFC 3339 timestamp), a flat array of those for a compound
-/// key, or `null`.
-#[cfg(feature = "http")]
-pub(crate) fn key_schema() -> utoipa::openapi::schema::Schema {
-    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
-    let scalar = || {
-        OneOfBuilder::new()
-            .item(ObjectBuilder::new().schema_type(Type::Integer).format(Some(
-                utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Int64),
-            )))
-            .item(ObjectBuilder::new().schema_type(Type::String))
-    };
-    scalar()
-        .item(
-            ArrayBuilder::new()
-                .items(scalar())
-                .min_items(Some(2))
-                .max_items(Some(3)),
-        )
-        .item(ObjectBuilder::new().schema_type(Type::Null))
-        .description(Some(
-            "A key in its own JSON type: integer for i32/i64 keys, string for text, UUID and \
-             timestamp keys, an array of those for compound keys; null when unknown or absent.",
-        ))
-        .build()
-        .into()
-}
-
 /// One backfill as the admin API shows it (ADM-2).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
@@ -115,10 +85,10 @@ pub struct BackfillView {
     pub key_type: Option<String>,
     /// Inclusive upper bound in the key's own type; `null` before start,
     /// for an empty source set, or when the stored key cannot be decoded.
-    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
+    #[cfg_attr(feature = "http", schema(schema_with = crate::key::key_schema))]
     pub bound: Option<Value>,
     /// Greatest committed key; `null` = before every key (or undecodable).
-    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
+    #[cfg_attr(feature = "http", schema(schema_with = crate::key::key_schema))]
     pub checkpoint: Option<Value>,
     /// `start` found nothing to repair (EX-1).
     pub empty_source: bool,
@@ -196,13 +166,13 @@ pub struct PartitionView {
     /// The partition's number, from 0 in key order.
     pub part: i32,
     /// Exclusive lower end; `null` = before every key.
-    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
+    #[cfg_attr(feature = "http", schema(schema_with = crate::key::key_schema))]
     pub lower: Option<Value>,
     /// Inclusive upper end.
-    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
+    #[cfg_attr(feature = "http", schema(schema_with = crate::key::key_schema))]
     pub upper: Option<Value>,
     /// Greatest committed key of the partition; `null` = before every key.
-    #[cfg_attr(feature = "http", schema(schema_with = key_schema))]
+    #[cfg_attr(feature = "http", schema(schema_with = crate::key::key_schema))]
     pub checkpoint: Option<Value>,
     /// The checkpoint reached the upper end.
     pub ended: bool,

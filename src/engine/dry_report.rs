@@ -70,12 +70,12 @@ pub struct DryRunReport {
     /// Batches asked for.
     pub batches_asked: u32,
     /// The checkpoint it started from; `null` from the start.
-    #[cfg_attr(feature = "http", schema(schema_with = crate::admin::view::key_schema))]
+    #[cfg_attr(feature = "http", schema(schema_with = crate::key::key_schema))]
     pub from: Option<Value>,
     /// The bound: the stored one, or for a `pending` backfill the one
     /// `start` would capture now (`bound_captured`); `null` when the
     /// source set is empty.
-    #[cfg_attr(feature = "http", schema(schema_with = crate::admin::view::key_schema))]
+    #[cfg_attr(feature = "http", schema(schema_with = crate::key::key_schema))]
     pub bound: Option<Value>,
     /// Whether the bound was captured by this dry run (and rolled back).
     pub bound_captured: bool,
@@ -127,7 +127,7 @@ pub struct DryBatch {
     /// the lock timeout fails with that error instead.
     pub lock_wait_ms: Option<f64>,
     /// The checkpoint the real batch would commit.
-    #[cfg_attr(feature = "http", schema(schema_with = crate::admin::view::key_schema))]
+    #[cfg_attr(feature = "http", schema(schema_with = crate::key::key_schema))]
     pub to: Option<Value>,
 }
 

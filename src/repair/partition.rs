@@ -10,8 +10,7 @@
 use crate::key::{render_json, KeyError};
 use crate::store::PartitionRange;
 
-/// The most partitions a definition may allow (`Repair::partitions`).
-pub const MAX_PARTITIONS: u32 = 64;
+pub use crate::settings::MAX_PARTITIONS;
 
 /// Why split points were refused at `start`; nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
