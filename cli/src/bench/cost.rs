@@ -1,8 +1,10 @@
 //! What a run cost, measured from outside the code under test: the CPU
 //! time of this process (with the children it waited for, such as
 //! `engine-p-procs`' second process), the CPU time of the server's
-//! backends connected to the bench's database, and the WAL the server
-//! wrote. Per row, these make the gap between runners a list of items
+//! backends connected to the bench's database, the WAL the server wrote,
+//! and, where `pg_stat_statements` is loaded (the bench's own throwaway
+//! cluster loads it), the statements the clients sent. Per row and per
+//! batch, these make the gap between runners a list of items
 //! (benches/README.md).
 //!
 //! This process's CPU time comes from `/proc/self/stat` in clock ticks of
@@ -35,6 +37,11 @@ pub struct Cost {
     /// WAL bytes the server wrote over the run (all of its databases; the
     /// bench's is the only one writing).
     pub wal_bytes: Option<i64>,
+    /// Statements the clients sent to the bench's database over the run
+    /// (`pg_stat_statements` calls, top level: a procedure's own
+    /// statements are not sent and not counted), the bench's measuring
+    /// queries left out; `None` without `pg_stat_statements`.
+    pub statements: Option<i64>,
 }
 
 impl Cost {
@@ -44,7 +51,7 @@ impl Cost {
         per_row(cpu * 1e6, rows)
     }
 
-    pub(super) fn json(&self, rows: u64) -> Value {
+    pub(super) fn json(&self, rows: u64, batches: usize) -> Value {
         let us = |s: Option<f64>| s.and_then(|s| per_row(s * 1e6, rows)).map(round2);
         json!({
             "client_cpu_s": self.client_cpu_s.map(round2),
@@ -54,6 +61,10 @@ impl Cost {
             "server_cpu_us_per_row": us(self.server_cpu_s),
             "cpu_us_per_row": self.cpu_us_per_row(rows).map(round2),
             "wal_bytes_per_row": self.wal_bytes.and_then(|w| per_row(w as f64, rows)).map(round2),
+            "statements": self.statements,
+            "statements_per_batch": self.statements
+                .and_then(|n| per_row(n as f64, batches as u64))
+                .map(round2),
         })
     }
 }
@@ -75,6 +86,9 @@ pub(super) struct CostMark {
     /// remote server).
     backends: Option<BTreeMap<i32, u64>>,
     lsn: Option<String>,
+    /// Calls of the database's statements so far, per
+    /// `pg_stat_statements`.
+    calls: Option<i64>,
 }
 
 #[derive(QueryableByName)]
@@ -87,6 +101,12 @@ struct Backend {
 struct Lsn {
     #[diesel(sql_type = Text)]
     lsn: String,
+}
+
+#[derive(QueryableByName)]
+struct Calls {
+    #[diesel(sql_type = BigInt)]
+    calls: i64,
 }
 
 #[derive(QueryableByName)]
@@ -122,10 +142,25 @@ impl CostMark {
             .get_result(&mut conn)
             .await
             .ok();
+        // Fails, leaving the count unknown, where the extension is not
+        // loaded. The measuring queries (these and the two above) are
+        // left out by their text.
+        let calls: Option<Calls> = diesel::sql_query(
+            "SELECT coalesce(sum(calls), 0)::bigint AS calls FROM pg_stat_statements \
+             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+               AND query NOT LIKE '%pg_stat_statements%' \
+               AND query NOT LIKE '%pg_stat_activity%' \
+               AND query NOT LIKE '%pg_current_wal_lsn%' \
+               AND query NOT LIKE '%pg_wal_lsn_diff%'",
+        )
+        .get_result(&mut conn)
+        .await
+        .ok();
         Self {
             client_ticks,
             backends,
             lsn: lsn.map(|l| l.lsn),
+            calls: calls.map(|c| c.calls),
         }
     }
 
@@ -160,10 +195,15 @@ impl CostMark {
             },
             _ => None,
         };
+        let statements = match (self.calls, end.calls) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
         Cost {
             client_cpu_s,
             server_cpu_s,
             wal_bytes,
+            statements,
         }
     }
 }
@@ -210,9 +250,11 @@ mod tests {
             client_cpu_s: Some(1.0),
             server_cpu_s: Some(3.0),
             wal_bytes: Some(2_000_000),
+            statements: Some(30),
         };
         assert_eq!(cost.cpu_us_per_row(1_000_000), Some(4.0));
-        assert_eq!(cost.json(1_000_000)["wal_bytes_per_row"], 2.0);
+        assert_eq!(cost.json(1_000_000, 10)["wal_bytes_per_row"], 2.0);
+        assert_eq!(cost.json(1_000_000, 10)["statements_per_batch"], 3.0);
         assert_eq!(Cost::default().cpu_us_per_row(10), None);
     }
 }

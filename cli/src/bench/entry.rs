@@ -29,8 +29,13 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
     let (server, _cluster) = match &args.database_url {
         Some(url) => (url.clone(), None),
         None => {
+            // With pg_stat_statements loaded, the runs' cost counts the
+            // statements the clients send.
             let cluster = tokio::task::spawn_blocking(|| {
-                backfill::ephemeral::EphemeralPostgres::start("bench")
+                backfill::ephemeral::EphemeralPostgres::start_with(
+                    "bench",
+                    &[("shared_preload_libraries", "pg_stat_statements")],
+                )
             })
             .await
             .map_err(|_| BenchError::Run("starting PostgreSQL panicked".into()))?
@@ -51,6 +56,11 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         run_seq: 0,
     };
     ctx.exec(SETUP_SQL).await?;
+    // The statement counts of the runs' cost, where the server has the
+    // library loaded (else this fails and the counts stay unknown).
+    let _ = ctx
+        .exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await;
     let mut report = Report {
         cores,
         pg_version: pg_version(&ctx).await?,

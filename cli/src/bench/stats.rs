@@ -124,7 +124,7 @@ impl RunResult {
             "batch_phase_rows_per_s": self.batch_phase_rows_per_s().map(f64::round),
             "cpu_busy": self.cpu_busy.map(round3),
             "journal": self.journal.as_ref().map(JournalUse::json),
-            "cost": self.cost.json(self.rows),
+            "cost": self.cost.json(self.rows, self.batches),
         })
     }
 }
