@@ -302,6 +302,21 @@ impl Backend for Engine {
         Ok(renewed)
     }
 
+    async fn sample_progress(
+        &self,
+        worker: &str,
+        claims: &[(ClaimKey, i64)],
+    ) -> Result<(), BackendError> {
+        let claims: Vec<crate::store::SampledClaim> = claims
+            .iter()
+            .map(|(k, g)| (k.id.clone(), k.partition, *g))
+            .collect();
+        Engine::sample_progress(self, worker, &claims)
+            .await
+            .map(|_| ())
+            .map_err(backend_error)
+    }
+
     async fn release(&self, claim: &Claim) -> Result<bool, BackendError> {
         Engine::release(self, claim).await.map_err(backend_error)
     }

@@ -17,6 +17,7 @@
 //! - Bad input: IDs no backfill can have: `aud01_invalid_ids_*`; malformed
 //!   Idempotency-Keys: `adm04_*`
 //! - OBS-4 the timeline of a backfill: `obs04_*`
+//! - OBS-5 rates and the run chart from the progress history: `obs05_*`
 //!
 //! Races use PostgreSQL's own lock queue (a test session holds the row lock
 //! and the test waits until every request is queued) or repair gates.
@@ -36,6 +37,7 @@ fn routes(id: &str) -> Vec<(&'static str, String)> {
         ("GET", format!("/admin/backfills/{id}")),
         ("GET", format!("/admin/audit?backfill={id}")),
         ("GET", format!("/admin/backfills/{id}/timeline")),
+        ("GET", format!("/admin/backfills/{id}/progress")),
         ("POST", format!("/admin/backfills/{id}/start")),
         ("POST", format!("/admin/backfills/{id}/pause")),
         ("POST", format!("/admin/backfills/{id}/resume")),
@@ -139,11 +141,11 @@ async fn ct09_unauthorized_requests_get_nothing_and_change_nothing() {
     // not; each one's refusals share one coalesced row (AUD-3).
     assert_eq!(
         db.text("SELECT concat_ws('|', count(*), sum(request_count)) AS v FROM backfill_audit WHERE actor = 'moderator' AND outcome = 'forbidden'").await.as_deref(),
-        Some("1|12")
+        Some("1|13")
     );
     assert_eq!(
         db.scalar("SELECT sum(request_count)::bigint AS v FROM backfill_audit WHERE actor IS NULL AND authority = 'none' AND outcome = 'unauthorized'").await,
-        24
+        26
     );
     assert_eq!(
         db.scalar("SELECT count(*) AS v FROM backfill_audit WHERE outcome = 'unauthorized' AND source = '127.0.0.1'").await,
@@ -834,6 +836,7 @@ async fn api01_openapi_document_lists_every_route() {
         ("/admin/backfills", "get"),
         ("/admin/backfills/{id}", "get"),
         ("/admin/backfills/{id}/timeline", "get"),
+        ("/admin/backfills/{id}/progress", "get"),
         ("/admin/audit", "get"),
         ("/admin/notifications", "get"),
         ("/admin/me", "get"),
@@ -2346,4 +2349,189 @@ async fn obs04_an_actions_reason_is_audited_and_shown_in_the_timeline() {
         timeline.text
     );
     server.stop().await;
+}
+
+/// OBS-5: the current rate is the server's, from the samples the claim
+/// holder recorded: unknown with one sample, then rows over time between
+/// the first and the newest sample of the live claim, the same in the
+/// detail and the list, with a sparkline. Only the claim's holder, at
+/// its generation, on a `running` backfill, records a sample. A pause
+/// leaves no rate and shows as a paused interval in the run chart, closed
+/// by the resume; the new claim's rate starts over rather than spanning
+/// the pause. Guards: the owner and generation fence of
+/// `backfill_progress_sample`, the generation filter of the rate.
+#[actix_rt::test]
+async fn obs05_rates_come_from_the_recorded_samples_of_the_live_claim() {
+    let (db, engine, _hooks) = setup(40).await;
+    let server = serve(admin(engine.clone()));
+    let post = |verb: &'static str| {
+        let url = server.url.clone();
+        async move {
+            let path = format!("/admin/backfills/{ID}/{verb}");
+            let r = call(&url, "POST", &path, Some(OPERATOR), Some(verb)).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+        }
+    };
+    let get = |path: String| {
+        let url = server.url.clone();
+        async move {
+            let r = call(&url, "GET", &path, Some(READER), None).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+            r.body
+        }
+    };
+    let detail = format!("/admin/backfills/{ID}");
+    let claims = |g: i64| vec![(ID.to_string(), None, g)];
+    post("start").await;
+    let mut claim = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let sample = |worker: &'static str, g: i64| {
+        let engine = engine.clone();
+        async move {
+            engine
+                .sample_progress(worker, &claims(g))
+                .await
+                .expect("sample")
+        }
+    };
+    assert_eq!(sample("w1", claim.generation).await, 1);
+    let one = get(detail.clone()).await;
+    assert!(one["progress"]["rows_per_second"].is_null(), "{one}");
+
+    for _ in 0..2 {
+        let outcome = engine.run_batch(&mut claim).await.expect("batch");
+        assert!(matches!(outcome, BatchOutcome::Committed { .. }));
+    }
+    assert_eq!(sample("w1", claim.generation).await, 1);
+    assert_eq!(sample("w2", claim.generation).await, 0, "not the owner");
+    assert_eq!(sample("w1", claim.generation + 1).await, 0, "not its claim");
+    let rows = db
+        .scalar("SELECT max(rows_done) - min(rows_done) AS v FROM backfill_progress")
+        .await;
+    let micros = db
+        .scalar(
+            "SELECT (extract(epoch FROM max(at) - min(at)) * 1000000)::bigint AS v \
+             FROM backfill_progress",
+        )
+        .await;
+    assert_eq!(rows, 8);
+    let expected = rows as f64 * 1e6 / micros as f64;
+    let two = get(detail.clone()).await;
+    let rate = two["progress"]["rows_per_second"].as_f64().expect("a rate");
+    assert!(
+        (rate - expected).abs() <= expected * 1e-9,
+        "{rate} {expected}"
+    );
+    let list = get("/admin/backfills".to_string()).await;
+    let listed = list["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|v| v["id"] == ID))
+        .expect("listed")
+        .clone();
+    assert_eq!(
+        listed["progress"]["rows_per_second"],
+        two["progress"]["rows_per_second"]
+    );
+    let spark = two["progress"]["sparkline"]
+        .as_array()
+        .expect("sparkline")
+        .clone();
+    assert_eq!(spark.len(), backfill::admin::SPARK_BUCKETS);
+    assert!(
+        spark.iter().any(|b| b.as_f64().is_some_and(|r| r > 0.0)),
+        "{spark:?}"
+    );
+
+    post("pause").await;
+    assert_eq!(sample("w1", claim.generation).await, 0, "paused");
+    let paused = get(detail.clone()).await;
+    assert!(paused["progress"]["rows_per_second"].is_null(), "{paused}");
+    assert_eq!(paused["progress"]["sparkline"], serde_json::json!([]));
+    let chart = get(format!("/admin/backfills/{ID}/progress")).await;
+    assert!(chart["from"].is_string(), "{chart}");
+    assert!(
+        chart["total"]
+            .as_array()
+            .expect("total")
+            .iter()
+            .any(|b| b.as_f64().is_some_and(|r| r > 0.0)),
+        "{chart}"
+    );
+    let open = &chart["intervals"][0];
+    assert_eq!(
+        (open["kind"].as_str(), open["to"].is_null()),
+        (Some("paused"), true),
+        "{chart}"
+    );
+
+    post("resume").await;
+    drop(claim);
+    let again = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    assert_eq!(sample("w1", again.generation).await, 1);
+    let resumed = get(detail.clone()).await;
+    assert!(
+        resumed["progress"]["rows_per_second"].is_null(),
+        "one sample of the new claim has no rate: {resumed}"
+    );
+    let chart = get(format!("/admin/backfills/{ID}/progress")).await;
+    let closed = &chart["intervals"][0];
+    assert_eq!(
+        (closed["kind"].as_str(), closed["to"].is_string()),
+        (Some("paused"), true),
+        "{chart}"
+    );
+    let unknown = call(
+        &server.url,
+        "GET",
+        "/admin/backfills/no.such/progress",
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text);
+    server.stop().await;
+}
+
+/// OBS-5: a series stays bounded however long the run: past 720 samples
+/// every second sample of the older half goes, the newest 360 and the
+/// very first stay, so the chart still spans the whole run. Guard: the
+/// thinning in `backfill_progress_sample`.
+#[actix_rt::test]
+async fn obs05_a_long_series_is_thinned_to_its_bound_keeping_both_ends() {
+    let (db, engine, _hooks) = setup(8).await;
+    engine.start(ID).await.expect("start");
+    let claim = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    db.exec(&format!(
+        "SELECT backfill_progress_sample('w1', ARRAY['{ID}'], ARRAY[NULL]::integer[], \
+         ARRAY[{}]::bigint[]) FROM generate_series(1, 2000)",
+        claim.generation
+    ))
+    .await;
+    let count = db
+        .scalar("SELECT count(*) AS v FROM backfill_progress")
+        .await;
+    assert!((540..=721).contains(&count), "{count}");
+    // The newest 360 are contiguous: no gap among them is thinned.
+    let newest_seq_span = db
+        .scalar(
+            "SELECT max(seq) - min(seq) AS v FROM (SELECT seq FROM backfill_progress \
+             ORDER BY at DESC LIMIT 360) t",
+        )
+        .await;
+    assert_eq!(newest_seq_span, 359);
+    let first = db
+        .scalar("SELECT min(seq) AS v FROM backfill_progress")
+        .await;
+    assert_eq!(first, 1, "the first sample stays");
 }

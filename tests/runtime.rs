@@ -9,6 +9,7 @@
 //! - RT-1/CLM-3 a repair that panics: `rt01_panic_*`
 //! - VAL-6 lifecycle validation waits for an explicit one at the poll
 //!   interval: `val06_*`
+//! - OBS-5 the renewer samples the progress of held claims: `obs05_*`
 //!
 //! Races are forced with gates in the test repair and a second session's
 //! row locks; waiting for an outcome polls PostgreSQL with a deadline.
@@ -483,4 +484,34 @@ async fn val06_busy_lifecycle_validation_waits_for_the_next_poll() {
         .await
         .unwrap();
     completes(&db, runtime, 20).await;
+}
+
+/// OBS-5 through the runtime: while a runner holds its claim (here held
+/// mid-batch at a gate), the lease renewer records the claim's progress
+/// at the sample interval, under the claim's generation, and the run
+/// still completes exactly once. Guard: the renewer's sampling round
+/// (without it no sample is ever written).
+#[actix_rt::test]
+async fn obs05_the_runtime_samples_the_progress_of_its_claims() {
+    let hooks = Hooks::new();
+    let (db, engine) = started(40, hooks.clone(), Duration::from_secs(10)).await;
+    let mut gate = hooks.gate_after_mutate();
+    let config = RuntimeConfig {
+        progress_sample_interval: Duration::from_millis(100),
+        ..runtime_config("w1")
+    };
+    let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config).unwrap();
+    gate.reached().await;
+    eventually("two samples of the held claim", || async {
+        db.scalar(&format!(
+            "SELECT count(*) AS v FROM backfill_progress p JOIN backfill b ON b.id = p.backfill_id \
+             WHERE p.backfill_id = '{ID}' AND p.part IS NULL AND p.generation = b.generation"
+        ))
+        .await
+            >= 2
+    })
+    .await;
+    hooks.clear_gates();
+    gate.release();
+    completes(&db, runtime, 40).await;
 }

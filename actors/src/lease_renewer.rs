@@ -7,6 +7,10 @@
 //! may still trust its claim or that the claim is lost (CLM-3). A failed
 //! renewal sends nothing: the holder's trust window simply runs out before
 //! the lease can have expired in PostgreSQL.
+//!
+//! Every `sample_interval` it also has the backend record the progress of
+//! the claims it tracks (OBS-5), in one call, so rates come from the
+//! server; a failed sample is logged and the next one tries again.
 
 use crate::metrics::{inc, RuntimeMetrics};
 use crate::{Backend, ClaimKey, Timing};
@@ -59,6 +63,7 @@ pub struct LeaseRenewer<B: Backend> {
     timing: Timing,
     claims: HashMap<ClaimKey, (i64, Recipient<LeaseStatus>)>,
     in_flight: bool,
+    sampling: bool,
     metrics: Arc<RuntimeMetrics>,
 }
 
@@ -76,6 +81,7 @@ impl<B: Backend> LeaseRenewer<B> {
             timing,
             claims: HashMap::new(),
             in_flight: false,
+            sampling: false,
             metrics,
         }
     }
@@ -134,6 +140,31 @@ impl<B: Backend> LeaseRenewer<B> {
     }
 }
 
+impl<B: Backend> LeaseRenewer<B> {
+    /// One sampling round: record the progress of every tracked claim in
+    /// one backend call. A round still in flight is not overtaken.
+    fn sample_once(&mut self, ctx: &mut Context<Self>) {
+        if self.sampling || self.claims.is_empty() {
+            return;
+        }
+        self.sampling = true;
+        let pairs: Vec<(ClaimKey, i64)> = self
+            .claims
+            .iter()
+            .map(|(id, (generation, _))| (id.clone(), *generation))
+            .collect();
+        let backend = self.backend.clone();
+        let worker = self.worker_id.clone();
+        let fut = async move { backend.sample_progress(&worker, &pairs).await };
+        ctx.spawn(fut.into_actor(self).map(|result, act, _| {
+            act.sampling = false;
+            if let Err(error) = result {
+                tracing::warn!(event = "progress_sample_failed", worker = %act.worker_id, error = %error.0, "progress was not sampled; rates skip this interval");
+            }
+        }));
+    }
+}
+
 impl<B: Backend> Actor for LeaseRenewer<B> {
     type Context = Context<Self>;
 
@@ -143,6 +174,7 @@ impl<B: Backend> Actor for LeaseRenewer<B> {
             return;
         }
         ctx.run_interval(self.timing.renew_interval, |act, ctx| act.run_once(ctx));
+        ctx.run_interval(self.timing.sample_interval, |act, ctx| act.sample_once(ctx));
     }
 }
 

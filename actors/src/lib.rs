@@ -265,6 +265,17 @@ pub trait Backend: Send + Sync + 'static {
         claims: &[(ClaimKey, i64)],
     ) -> Result<Vec<(ClaimKey, i64)>, BackendError>;
 
+    /// Record a progress sample of each listed `(key, generation)` claim
+    /// of `worker` (OBS-5), every [`RuntimeConfig::progress_sample_interval`]
+    /// while the process holds claims. The default records nothing.
+    async fn sample_progress(
+        &self,
+        _worker: &str,
+        _claims: &[(ClaimKey, i64)],
+    ) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Give a claim back (graceful shutdown).
     async fn release(&self, claim: &Self::Claim) -> Result<bool, BackendError>;
 
@@ -296,6 +307,11 @@ pub struct RuntimeConfig {
     /// hundreds of batches a second, a line per batch at info would flood
     /// the operator's log and put log I/O on the batch path. Default 10 s.
     pub progress_log_interval: Duration,
+    /// How often the lease renewer records the progress of the claims
+    /// this process holds (OBS-5), the grain of every rate, sparkline and
+    /// run chart. One statement per interval while claims are held, none
+    /// when idle. Default 2 s.
+    pub progress_sample_interval: Duration,
 }
 
 impl Default for RuntimeConfig {
@@ -307,6 +323,7 @@ impl Default for RuntimeConfig {
             max_concurrent_runners: 4,
             shutdown_grace: Duration::from_secs(10),
             progress_log_interval: Duration::from_secs(10),
+            progress_sample_interval: Duration::from_secs(2),
         }
     }
 }
@@ -348,9 +365,15 @@ impl RuntimeConfig {
         if self.progress_log_interval.is_zero() {
             return Err(ConfigError("progress_log_interval must be positive".into()));
         }
+        if self.progress_sample_interval < Duration::from_millis(100) {
+            return Err(ConfigError(
+                "progress_sample_interval must be at least 100ms".into(),
+            ));
+        }
         Ok(Timing {
             lease_ttl,
             renew_interval,
+            sample_interval: self.progress_sample_interval,
         })
     }
 }
@@ -361,6 +384,8 @@ impl RuntimeConfig {
 pub(crate) struct Timing {
     pub lease_ttl: Duration,
     pub renew_interval: Duration,
+    /// How often held claims' progress is sampled (OBS-5).
+    pub sample_interval: Duration,
 }
 
 impl Timing {
@@ -448,6 +473,7 @@ mod tests {
         let timing = Timing {
             lease_ttl: Duration::from_secs(4),
             renew_interval: Duration::from_secs(1),
+            sample_interval: Duration::from_secs(2),
         };
         assert_eq!(timing.trust_window(), Duration::from_secs(3));
         let sent = Instant::now();

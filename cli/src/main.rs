@@ -83,6 +83,10 @@ struct RuntimeArgs {
     /// (every batch is a `batch_committed` event at debug level).
     #[arg(long, default_value_t = 10_000)]
     progress_log_interval_ms: u64,
+    /// How often the progress of held claims is recorded for rates and
+    /// the run chart, in milliseconds (at least 100).
+    #[arg(long, default_value_t = 2_000)]
+    progress_sample_interval_ms: u64,
     /// `statement_timeout` of each batch transaction, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     statement_timeout_ms: u64,
@@ -172,6 +176,7 @@ impl RuntimeArgs {
             max_concurrent_runners: self.max_runners,
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
             progress_log_interval: Duration::from_millis(self.progress_log_interval_ms),
+            progress_sample_interval: Duration::from_millis(self.progress_sample_interval_ms),
         };
         config.health = self.health.config();
     }

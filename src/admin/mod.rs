@@ -16,6 +16,7 @@ pub mod flood;
 mod journal_view;
 mod notifications;
 mod reason;
+mod run_rate;
 mod settings;
 mod timeline;
 mod undo;
@@ -27,6 +28,7 @@ pub use flood::{FloodGate, FloodLimits};
 pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
 pub use notifications::{NotificationPage, NotificationView};
 pub use reason::{decode_reason, encode_reason, MAX_REASON_HEADER, REASON_HEADER};
+pub use run_rate::{PartitionRates, RunChart, RunInterval, CHART_BUCKETS, SPARK_BUCKETS};
 pub use settings::RequestBody;
 pub use timeline::{Timeline, TimelineEntry};
 pub use view::*;
@@ -711,18 +713,19 @@ impl Admin {
         // The connection goes back to the pool before the page is built:
         // concurrent readers wait for connections, not for each other's
         // rendering.
-        let (rows, parts) = {
+        let (rows, parts, samples) = {
             let mut conn = self.conn().await?;
             let rows = store::backfill_list(&mut conn, after, limit + 1).await?;
             let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
             let parts = store::partition_list(&mut conn, &ids).await?;
-            (rows, parts)
+            let samples = self.recent_samples(&mut conn, &rows).await?;
+            (rows, parts, samples)
         };
         let more = rows.len() as i64 > limit;
         let items: Vec<BackfillView> = rows
             .iter()
             .take(limit as usize)
-            .map(|r| self.view(r, &parts))
+            .map(|r| self.view(r, &parts).with_rates(r, &parts, &samples))
             .collect();
         let next_after = more.then(|| items.last().map(|v| v.id.clone())).flatten();
         Ok(BackfillPage { items, next_after })
@@ -742,7 +745,11 @@ impl Admin {
             .ok_or(AdminError::NotFound)?;
         let mut view = self.view_on(&mut conn, &row).await?;
         self.journal_on(&mut conn, &mut view).await?;
-        Ok(view)
+        let samples = self
+            .recent_samples(&mut conn, std::slice::from_ref(&row))
+            .await?;
+        let parts = store::partition_list(&mut conn, std::slice::from_ref(&row.id)).await?;
+        Ok(view.with_rates(&row, &parts, &samples))
     }
 
     /// GET /admin/audit: newest first, optionally for one backfill.

@@ -23,6 +23,17 @@ pub struct Progress {
     pub fraction: Option<f64>,
     /// Committed batches.
     pub batches_done: i64,
+    /// Rows per second over the recent progress samples of the live
+    /// claims (OBS-5); `null` when not `running` (not applicable), and
+    /// while unknown: a live claim with too few samples, none live, or
+    /// only old samples. Read as `null` when absent.
+    #[serde(default)]
+    pub rows_per_second: Option<f64>,
+    /// Rows per second in each 5-second bucket of the last minute, oldest
+    /// first, for a sparkline (OBS-5); `null` buckets are unknown, not
+    /// zero. Empty unless `running`.
+    #[serde(default)]
+    pub sparkline: Vec<Option<f64>>,
 }
 
 /// Who holds the claim, judged by PostgreSQL's clock.
@@ -193,6 +204,10 @@ pub struct PartitionView {
     /// Its runner's throttle condition (THR-2), while a current claim
     /// holds the partition; `null` otherwise.
     pub throttle: Option<Throttle>,
+    /// Rows per second of its live claim (OBS-5); `null` when no claim
+    /// is live or its rate is unknown yet.
+    #[serde(default)]
+    pub rows_per_second: Option<f64>,
 }
 
 /// `none`, `held` or `expired`, judged by PostgreSQL's clock `now`.
@@ -228,6 +243,7 @@ impl PartitionView {
             last_error: row.last_error.as_deref().map(bounded),
             batch_size: row.batch_size,
             throttle: Throttle::from_partition(row),
+            rows_per_second: None,
         }
     }
 }
@@ -345,6 +361,8 @@ impl BackfillView {
                 total_rows: row.source_rows,
                 fraction: fraction(row, row.rows_done),
                 batches_done: row.batches_done,
+                rows_per_second: None,
+                sparkline: Vec::new(),
             },
             owner: Ownership {
                 disposition: disposition.into(),
@@ -631,7 +649,7 @@ pub struct AuditPage {
 /// thousand timestamps, and that escaping was about a tenth of the admin
 /// list's CPU profile. The text is the same; the test below
 /// compares the two.
-mod timestamp {
+pub(super) mod timestamp {
     use chrono::{DateTime, SecondsFormat, Utc};
     use serde::Serializer;
 
@@ -970,6 +988,8 @@ mod tests {
                 total_rows: Some(20),
                 fraction: Some(0.25),
                 batches_done: 2,
+                rows_per_second: None,
+                sparkline: Vec::new(),
             }
         );
         assert_eq!(
@@ -1012,6 +1032,8 @@ mod tests {
                 total_rows: Some(100),
                 fraction: Some(0.4),
                 batches_done: 5,
+                rows_per_second: None,
+                sparkline: Vec::new(),
             }
         );
         assert_eq!(view.throttle, None);
@@ -1082,6 +1104,7 @@ mod tests {
                 last_error: Some(format!("{}...", "x".repeat(509))),
                 batch_size: Some(250),
                 throttle: Some(shown("part")),
+                rows_per_second: None,
             }
         );
 

@@ -107,6 +107,21 @@ impl Engine {
         Ok(rows.into_iter().map(|r| (r.id, r.generation)).collect())
     }
 
+    /// Record a progress sample of each listed claim `worker` still holds
+    /// on a `running` backfill (OBS-5): `(id, part, generation)`. Off the
+    /// batch path; returns how many samples were written.
+    pub async fn sample_progress(
+        &self,
+        worker: &str,
+        claims: &[store::SampledClaim],
+    ) -> Result<i32, EngineError> {
+        if claims.is_empty() {
+            return Ok(0);
+        }
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        Ok(store::progress_sample(&mut conn, worker, claims).await?)
+    }
+
     /// Give a claim back (graceful shutdown). `false`: it was already gone.
     /// An open batch the claim carries is rolled back first, and its
     /// connection does the release; if that connection is gone (the server

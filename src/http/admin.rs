@@ -9,9 +9,9 @@
 use crate::admin::{
     ActionResponse, Admin, AdminError, AuditEntry, AuditPage, BackfillPage, BackfillView,
     CallerView, ConflictBody, Diagnostic, ErrorBody, JournalView, NotificationPage,
-    NotificationView, Ownership, PartitionView, Progress, Readiness, Reply, RequestBody,
-    RequestMeta, Throttle, Timeline, TimelineEntry, UndoLink, ValidationResponse,
-    ValidationSummary, MAX_BODY_BYTES, REASON_HEADER,
+    NotificationView, Ownership, PartitionRates, PartitionView, Progress, Readiness, Reply,
+    RequestBody, RequestMeta, RunChart, RunInterval, Throttle, Timeline, TimelineEntry, UndoLink,
+    ValidationResponse, ValidationSummary, MAX_BODY_BYTES, REASON_HEADER,
 };
 use crate::engine::{DryBatch, DryRunError, DryRunReport, Forecast, SampleRow};
 use crate::lifecycle::Action;
@@ -30,14 +30,14 @@ use utoipa::{IntoParams, Modify, OpenApi};
     ),
     paths(
         me, list, detail, start, pause, resume, retry, validate, dry_run, settings, undo,
-        journal_prune, timeline, audit, notifications, openapi_json
+        journal_prune, timeline, run_chart, audit, notifications, openapi_json
     ),
     components(schemas(
         CallerView, BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
         Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
         AuditEntry, Throttle, PartitionView, SettingsPatch, UndoLink, JournalView, DryRunReport,
         DryBatch, DryRunError, Forecast, SampleRow, NotificationPage, NotificationView, Timeline,
-        TimelineEntry
+        TimelineEntry, RunChart, PartitionRates, RunInterval
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -119,6 +119,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
         .service(resource(
             "/admin/backfills/{id}/timeline",
             web::get().to(timeline),
+            "GET",
+        ))
+        .service(resource(
+            "/admin/backfills/{id}/progress",
+            web::get().to(run_chart),
             "GET",
         ))
         .service(resource("/admin/audit", web::get().to(audit), "GET"))
@@ -774,6 +779,36 @@ async fn timeline(
         Err(e) => return error(&e),
     };
     render(admin.timeline(&meta.as_meta(), &id, q.limit).await)
+}
+
+/// A backfill's run chart (OBS-5): rows/s over the recorded run in equal
+/// buckets, in total and per partition, from the progress samples the
+/// claim holders record, with the throttled and paused intervals. A
+/// bucket no sample pair of a claim covers is `null` (unknown, not zero).
+#[utoipa::path(
+    get, path = "/admin/backfills/{id}/progress",
+    params(("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "The run chart", body = RunChart),
+        (status = 400, description = "Not a backfill ID", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds to wait"))),
+        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
+        (status = 404, description = "No such backfill", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody),
+    )
+)]
+async fn run_chart(
+    req: HttpRequest,
+    id: web::Path<String>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
+    let meta = Meta::from(&req);
+    render(admin.run_chart(&meta.as_meta(), &id).await)
 }
 
 /// The audit log (AUD-1), newest first.

@@ -21,6 +21,7 @@ mod pacing;
 mod partition;
 mod pool;
 mod prepared;
+mod progress;
 mod timeline;
 mod wake;
 
@@ -41,6 +42,7 @@ pub use pool::{
     url_with_database, Pool, PooledConn, MIGRATIONS,
 };
 pub use prepared::{cached, Cached};
+pub use progress::*;
 pub use timeline::*;
 pub use wake::*;
 

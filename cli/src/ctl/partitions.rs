@@ -69,6 +69,7 @@ mod tests {
             last_error: None,
             batch_size: None,
             throttle: None,
+            rows_per_second: None,
         }
     }
 
