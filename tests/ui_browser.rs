@@ -10,7 +10,8 @@
 //!
 //! Index (each test's doc comment names the behaviour whose removal fails
 //! it):
-//! - the list renders the server's state, rates only for running rows:
+//! - the list renders the server's state, the server's rates and
+//!   sparkline only for running rows, the run chart (OBS-5):
 //!   `ct12_ui_browser_list_renders_server_state`
 //! - unknown totals: `adm03_ui_browser_unknown_total_renders_unknown`
 //! - a failed refresh: `adm03_ui_browser_failed_refresh_shows_stale_marker`
@@ -193,11 +194,18 @@ impl Fixture {
     }
 
     /// One committed batch on a held claim.
+    /// One committed batch of `claim`, then a progress sample of it, as
+    /// the runtime's renewer would take (OBS-5).
     async fn batch(&self, claim: &mut Claim) {
         match self.engine.run_batch(claim).await.expect("batch") {
             BatchOutcome::Committed { .. } => {}
             other => panic!("batch of {}: {other:?}", claim.id),
         }
+        let sampled = vec![(claim.id.clone(), claim.partition, claim.generation)];
+        self.engine
+            .sample_progress(&claim.worker, &sampled)
+            .await
+            .expect("sample");
     }
 
     /// Run `id` to `completed`: batches to the bound, then validation.
@@ -472,11 +480,14 @@ fn ct12_ui_browser_missing_chromium_fails_in_one_line_naming_the_fix() {
 
 /// The list shows each backfill as PostgreSQL has it: state, percentage,
 /// rows, the gating marker on the required one, the blocked one's
-/// diagnostic, only the actions its state allows; rows/s and an ETA appear
-/// for the running row once it moves (a batch committed while the page is
-/// open) and never for rows that are not running; the state filter narrows
-/// the list. Guards: `row`/`progressCell`/`markers`/`rateEta`/`actionsFor`
-/// in app.js (any of them wrong fails the comparison with PostgreSQL).
+/// diagnostic, only the actions its state allows; the server's rows/s, an
+/// ETA and a sparkline appear for the running row once the server has two
+/// progress samples of its claim (OBS-5: a batch committed and sampled
+/// while the page is open), never before and never for rows that are not
+/// running; the detail page draws the run chart; the state filter narrows
+/// the list. Guards: `row`/`progressCell`/`markers`/`rateEta`/`actionsFor`/
+/// `serverRate`/`runChartHtml` in app.js (any of them wrong fails the
+/// comparison with PostgreSQL or the server).
 #[actix_rt::test]
 async fn ct12_ui_browser_list_renders_server_state() {
     let fx = Fixture::new().await;
@@ -523,9 +534,10 @@ async fn adm03_ui_browser_failed_refresh_shows_stale_marker() {
 /// A blocked backfill shows its diagnostic in the list and on its detail
 /// page, offers exactly `retry` and `validate`, its audit trail names who
 /// started it, and its timeline (OBS-4) shows the block with its
-/// diagnostic, the claim by its worker and the operator's start. Guards:
-/// `actionsFor("blocked")`, the diagnostic card, the audit read of the
-/// detail page and its timeline read.
+/// diagnostic, the claim by its worker and the operator's start; with no
+/// rate ever recorded there is no run chart, and the page says so (OBS-5).
+/// Guards: `actionsFor("blocked")`, the diagnostic card, the audit read of
+/// the detail page, its timeline read and `runChartHtml`'s empty case.
 #[actix_rt::test]
 async fn ct12_ui_browser_blocked_shows_diagnostic_and_offers_retry_and_validate() {
     let fx = Fixture::new().await;

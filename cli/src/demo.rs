@@ -9,11 +9,11 @@
 
 use crate::example::{self, ExampleApp, ExampleError};
 use crate::screen::{self, Column, Row, Screen, Table};
+use backfill::admin::BackfillView;
 use backfill::ephemeral::{EphemeralError, EphemeralPostgres};
 use backfill::host::{Host, HostConfig, HostError};
-use backfill::store::{self, BackfillRow, StoreError};
+use backfill::store::{self, StoreError};
 use backfill::State;
-use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -60,38 +60,10 @@ pub enum DemoExit {
     Stuck,
 }
 
-/// Per-backfill rate tracking for the display.
-struct Rate {
-    at: Instant,
-    rows: i64,
-    per_sec: Option<f64>,
-}
-
-impl Rate {
-    /// Take `rows` done at `now` as the new sample once the last one is
-    /// half a second old (a shorter span would make the rate jitter); the
-    /// rate between the last two samples.
-    fn sample(&mut self, rows: i64, now: Instant) -> Option<f64> {
-        let elapsed = now.duration_since(self.at).as_secs_f64();
-        if elapsed >= 0.5 {
-            let delta = (rows - self.rows).max(0) as f64;
-            self.per_sec = Some(delta / elapsed);
-            self.at = now;
-            self.rows = rows;
-        }
-        self.per_sec
-    }
-}
-
 /// The progress lines under the header: one row per backfill, then the
 /// diagnostics that did not fit on their rows. `max`: the widest line
 /// allowed (`None` for pipes and logs, which get every column).
-fn render(
-    rows: &[BackfillRow],
-    rates: &mut HashMap<String, Rate>,
-    max: Option<usize>,
-) -> Vec<String> {
-    let now = Instant::now();
+fn render(rows: &[BackfillView], max: Option<usize>) -> Vec<String> {
     let mut table = Table {
         columns: columns(),
         headers: false,
@@ -100,17 +72,11 @@ fn render(
     };
     let mut diagnostics = Vec::new();
     for row in rows {
-        let rate = rates.entry(row.id.clone()).or_insert(Rate {
-            at: now,
-            rows: row.rows_done,
-            per_sec: None,
-        });
-        let per_sec = rate.sample(row.rows_done, now);
         let diag = row
             .last_error
-            .as_deref()
+            .as_ref()
             .filter(|_| matches!(row.state, State::Blocked | State::Failed))
-            .map(screen::one_line);
+            .map(|d| screen::one_line(&d.message));
         // Without a width (a log), the row carries the diagnostic bounded
         // as before; on a terminal, the rest of the row's width does.
         let fill = match (&diag, max) {
@@ -120,7 +86,7 @@ fn render(
         };
         diagnostics.push((row.id.clone(), diag));
         table.rows.push(Row {
-            cells: cells(row, per_sec),
+            cells: cells(row),
             fill,
         });
     }
@@ -152,21 +118,12 @@ fn columns() -> Vec<Column> {
     ]
 }
 
-/// How far a backfill is, 0 to 1, or `None` while its size is unknown;
-/// a validating or completed one has done all its rows.
-fn fraction(row: &BackfillRow) -> Option<f64> {
-    match (row.state, row.source_rows) {
-        (State::Completed | State::Validating, _) => Some(1.0),
-        (_, Some(total)) if total > 0 => Some((row.rows_done as f64 / total as f64).min(1.0)),
-        (_, Some(0)) => Some(1.0),
-        _ => None,
-    }
-}
-
-/// One backfill's cells, in the order of [`columns`], at the rate
-/// `per_sec` (`None`: not measured yet).
-fn cells(row: &BackfillRow, per_sec: Option<f64>) -> Vec<String> {
-    let fraction = fraction(row);
+/// One backfill's cells, in the order of [`columns`], at the server's
+/// rate (OBS-5; `None`: not measured yet), the number the admin API and
+/// `ctl` show.
+fn cells(row: &BackfillView) -> Vec<String> {
+    let fraction = row.progress.fraction;
+    let per_sec = row.progress.rows_per_second;
     let percent = fraction
         .map(|f| format!("{:.1}%", f * 100.0))
         .unwrap_or_else(|| "unknown".into());
@@ -184,9 +141,9 @@ fn cells(row: &BackfillRow, per_sec: Option<f64>) -> Vec<String> {
         (true, None) => "measuring".into(),
         (false, _) => String::new(),
     };
-    let eta = match (running, per_sec, row.source_rows) {
+    let eta = match (running, per_sec, row.progress.total_rows) {
         (true, Some(r), Some(total)) if r > 0.0 => {
-            let left = (total - row.rows_done).max(0) as f64 / r;
+            let left = (total - row.progress.rows_done).max(0) as f64 / r;
             format!("ETA {left:.0}s")
         }
         (true, _, _) => "ETA unknown".into(),
@@ -334,22 +291,17 @@ async fn progress<S: std::future::Future<Output = ()>>(
     mut signal: std::pin::Pin<&mut S>,
 ) -> DemoExit {
     let tty = std::io::stdout().is_terminal();
-    let mut rates = HashMap::new();
     let mut screen = Screen::new(reach);
+    let admin = host.embedded.admin();
     let mut last_print = Instant::now() - Duration::from_secs(60);
     let mut printed_ready = false;
     loop {
-        let rows = match host.engine().pool().get().await {
-            Ok(mut conn) => store::backfill_get_many(&mut conn, host.required())
-                .await
-                .ok(),
-            Err(_) => None,
-        };
+        let rows = admin.local_views(host.required()).await.ok();
         // Measured every frame: the terminal may have been resized.
         let size = tty.then(screen::size);
         let max = size.map(|s| screen::usable(s.cols));
         let lines = match &rows {
-            Some(rows) => render(rows, &mut rates, max),
+            Some(rows) => render(rows, max),
             None => vec!["  (progress unknown: the database could not be read)".into()],
         };
         // One read drives the whole frame, so header and lines agree.

@@ -1,5 +1,6 @@
 //! `backfill ctl` against a live admin server (ADM-1, ADM-3, CT-11 client
-//! part): the real binary, the real HTTP server, a real PostgreSQL.
+//! part; OBS-5 the server's rate: `obs05_*`): the real binary, the real
+//! HTTP server, a real PostgreSQL.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -812,6 +813,86 @@ async fn obs04_ctl_history_prints_the_timeline_oldest_first() {
         unknown.stderr.contains("no.such.backfill"),
         "{}",
         unknown.stderr
+    );
+    server.stop().await;
+}
+
+/// OBS-5: `list` and `show` print the rate the server derived from its
+/// progress samples, the same number the API (and so the web client)
+/// reports, with the last minute as a trend and a time left; one sample
+/// is `unknown`, never a client's own measurement. Guard: the table's
+/// rate cell read from the view (a client-side rate has no previous
+/// sample in a one-shot `list` and prints `unknown`).
+#[actix_rt::test]
+async fn obs05_ctl_list_and_show_print_the_servers_rate() {
+    let (_db, engine, _hooks) = setup(40).await;
+    let server = serve(admin(engine.clone()));
+    let url = server.url.as_str();
+    engine.start(ID).await.expect("start");
+    let mut claim = engine
+        .claim_next("w1", &[])
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let claims = vec![(ID.to_string(), None, claim.generation)];
+    engine.sample_progress("w1", &claims).await.expect("sample");
+    let show = ctl(url, Some(READER), &["show", ID]).await;
+    assert!(
+        show.stdout.contains("rate          unknown"),
+        "{}",
+        show.stdout
+    );
+    for _ in 0..2 {
+        engine.run_batch(&mut claim).await.expect("batch");
+    }
+    engine.sample_progress("w1", &claims).await.expect("sample");
+    let view = call(
+        url,
+        "GET",
+        &format!("/admin/backfills/{ID}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    let rate = view.body["progress"]["rows_per_second"]
+        .as_f64()
+        .expect("the server's rate");
+    let shown = format!("{rate:.1}");
+
+    let list = ctl(url, Some(READER), &["list"]).await;
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let header: Vec<&str> = list
+        .stdout
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let row: Vec<&str> = list
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(ID))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let cell = |name: &str| header.iter().position(|h| *h == name).map(|i| row[i]);
+    assert_eq!(cell("ROWS/S"), Some(shown.as_str()), "{}", list.stdout);
+    assert!(
+        cell("TREND").is_some_and(|t| t.ends_with('█')),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        cell("ETA").is_some_and(|t| t.ends_with('s')),
+        "{}",
+        list.stdout
+    );
+    let show = ctl(url, Some(READER), &["show", ID]).await;
+    assert!(
+        show.stdout
+            .contains(&format!("rate          {shown} rows/s, last minute ")),
+        "{}",
+        show.stdout
     );
     server.stop().await;
 }

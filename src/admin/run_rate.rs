@@ -369,6 +369,22 @@ impl Admin {
         store::progress_list(conn, &running, Some(recent_since(first.db_now))).await
     }
 
+    /// The views of `ids` with their rates (OBS-5), for a display inside
+    /// the host's own process (the demo's screen), which shows the same
+    /// numbers as the admin API. There is no caller to authorize: the
+    /// process already holds the database, as with the engine itself.
+    /// IDs without a row are left out.
+    pub async fn local_views(&self, ids: &[String]) -> Result<Vec<BackfillView>, AdminError> {
+        let mut conn = self.conn().await?;
+        let rows = store::backfill_get_many(&mut conn, ids).await?;
+        let parts = store::partition_list(&mut conn, ids).await?;
+        let samples = self.recent_samples(&mut conn, &rows).await?;
+        Ok(rows
+            .iter()
+            .map(|r| self.view(r, &parts).with_rates(r, &parts, &samples))
+            .collect())
+    }
+
     /// GET /admin/backfills/{id}/progress: the run chart (OBS-5). Needs
     /// `backfill:read`; an unknown ID is a 404.
     pub async fn run_chart(

@@ -115,15 +115,29 @@ test("ct12 rows/s and ETA only for running rows, stale or unknown said so", () =
   assert.strictEqual(app.rateEta(view({ progress: { rows_done: 0, total_rows: 1e6, fraction: 0 } }), 250, false).rate, "250 rows/s");
 });
 
-test("ct12 rates come from the server's clock across reads and restart after a pause", () => {
-  const rates = app.createRates(15000);
-  rates.observe(view({ observed_at: at(0) }));
-  assert.strictEqual(rates.rate("x"), null);
-  rates.observe(view({ observed_at: at(2), progress: { rows_done: 8, total_rows: 10, fraction: 0.8 } }));
-  assert.strictEqual(rates.rate("x"), 2);
-  rates.observe(view({ state: "paused", observed_at: at(3) }));
-  assert.strictEqual(rates.rate("x"), null, "a pause forgets the rate");
-  assert.strictEqual(app.rateFrom([{ done: 1, at: 5 }, { done: 9, at: 5 }]), null, "no time, no rate");
+test("obs05 the rate is the server's; the sparkline and the chart break where it is unknown", () => {
+  assert.strictEqual(app.serverRate(view()), null, "none reported: measuring");
+  assert.strictEqual(app.serverRate(view({ progress: { rows_done: 4, rows_per_second: 2.5 } })), 2.5);
+  assert.deepStrictEqual(app.ratePaths([1, 2, null, 2], 40, 10, 2), ["M0.0 5.0 H10.0 V0.0 H20.0", "M30.0 0.0 H40.0"]);
+  assert.deepStrictEqual(app.ratePaths([null, null], 40, 10, 0), [], "no line where nothing is known");
+  assert.strictEqual(app.ratePeak([null, 3, 1]), 3);
+  assert.strictEqual(app.ratePeak([null]), null);
+  const running = view({ progress: { rows_done: 4, sparkline: [null, 4, 8] } });
+  assert.match(app.sparklineSvg(running), /<svg class="spark"[^>]*aria-label="rows\/s over the last minute, peak 8.0 rows\/s"/);
+  assert.match(app.sparklineSvg(view({ progress: { rows_done: 4, sparkline: [null] } })), /measuring/);
+  assert.match(app.sparklineSvg(view({ state: "paused" })), /not running/);
+  const chart = {
+    backfill_id: "x", from: T0, bucket_seconds: 2, observed_at: at(8),
+    total: [10, null, 20, 0], partitions: [{ part: 0, rates: [10, null, 20, 0] }],
+    intervals: [{ kind: "throttled", part: 0, from: at(6), to: null, detail: "lock_waiters 3 past 0" }],
+  };
+  const html = app.runChartHtml(chart);
+  assert.match(html, /id="run-chart"/);
+  assert.strictEqual((html.match(/class="rate-line"/g) || []).length, 4, "two runs, in the whole and the partition");
+  assert.match(html, /<rect class="shade shade-throttled"[^>]*><title>throttled \(partition 0\): lock_waiters 3 past 0 from [^<]*, still<\/title>/);
+  assert.match(html, /data-part="0"/);
+  assert.match(app.runChartHtml({ ...chart, total: [null, null], partitions: [] }), /id="run-chart-empty"/);
+  assert.match(app.runChartHtml({ backfill_id: "x", from: null, bucket_seconds: 0, total: [], partitions: [], intervals: [] }), /No rate recorded yet/);
 });
 
 test("ct12 owner, lease and next try in relative time by the server's clock", () => {
@@ -430,26 +444,21 @@ test("par5 each partition shows its range, checkpoint, owner and progress; unkno
   assert.deepStrictEqual(app.partitionRows({}, 0), []);
 });
 
-test("par5 each running partition has its own rate; an ended one or a stopped backfill has none", () => {
-  const view = (secs, done0, done1, state = "running") => ({
-    id: "b", state, observed_at: at(secs),
+test("par5 each running partition shows the server's rate; an ended one or a stopped backfill has none", () => {
+  const view = (rate, state = "running") => ({
+    id: "b", state, observed_at: at(2),
     partitions: [
-      { part: 0, lower: null, upper: 100, checkpoint: done0, ended: false, rows_done: done0, batches_done: 1, owner: {} },
-      { part: 1, lower: 100, upper: 200, checkpoint: 200, ended: true, rows_done: done1, batches_done: 1, owner: {} },
+      { part: 0, lower: null, upper: 100, checkpoint: 50, ended: false, rows_done: 50, batches_done: 1, owner: {}, rows_per_second: rate },
+      { part: 1, lower: 100, upper: 200, checkpoint: 200, ended: true, rows_done: 100, batches_done: 1, owner: {}, rows_per_second: null },
     ],
   });
-  const rates = app.createRates(60000);
-  for (const p of app.partitionSamples(view(0, 10, 100))) rates.observe(p);
-  let rows = app.partitionRows(view(0, 10, 100), 0, rates, false);
-  assert.deepStrictEqual(rows.map((r) => r.rate), ["measuring…", "—"]);
-  for (const p of app.partitionSamples(view(2, 50, 100))) rates.observe(p);
-  rows = app.partitionRows(view(2, 50, 100), 0, rates, false);
-  assert.deepStrictEqual(rows.map((r) => r.rate), ["20.0 rows/s", "—"]);
-  assert.deepStrictEqual(app.partitionRows(view(2, 50, 100), 0, rates, true).map((r) => r.rate), ["stale", "—"]);
-  assert.deepStrictEqual(app.partitionRows(view(2, 50, 100, "paused"), 0, rates, false).map((r) => r.rate), ["—", "—"]);
-  const throttled = view(2, 50, 100);
+  assert.deepStrictEqual(app.partitionRows(view(null), 0, false).map((r) => r.rate), ["measuring…", "—"]);
+  assert.deepStrictEqual(app.partitionRows(view(20), 0, false).map((r) => r.rate), ["20.0 rows/s", "—"]);
+  assert.deepStrictEqual(app.partitionRows(view(20), 0, true).map((r) => r.rate), ["stale", "—"]);
+  assert.deepStrictEqual(app.partitionRows(view(20, "paused"), 0, false).map((r) => r.rate), ["—", "—"]);
+  const throttled = view(20);
   throttled.partitions[0].throttle = { signal: "lock_waiters", text: "lock waiters 3 > 0" };
-  assert.strictEqual(app.partitionRows(throttled, 0, rates, false)[0].throttle, "lock waiters 3 > 0");
+  assert.strictEqual(app.partitionRows(throttled, 0, false)[0].throttle, "lock waiters 3 > 0");
 });
 
 test("undo2 undo is offered only on a journaled backfill's page, before it has an undo, and explained", () => {

@@ -215,14 +215,20 @@ const scenarios = {
     await checkRows();
     check((await cell(BLOCKED, "state")).includes("blocked:"), "the blocked row's diagnostic");
     check(/^worker-1\nlease expires in \d+ s$/.test(await cell(RUNNING, "owner")), `owner in relative time: ${await cell(RUNNING, "owner")}`);
+    // OBS-5: one progress sample of the claim: the server has no rate yet,
+    // and the page does not make one up from its own reads.
+    check((await cell(RUNNING, "rate")) === "measuring…", `no rate from one sample: ${await cell(RUNNING, "rate")}`);
     await step("loaded");
-    // The Rust side committed a batch: the running row now has a rate and
-    // an ETA from two reads; the others still have none.
+    // The Rust side committed a batch and sampled the claim again: the
+    // running row now has the server's rate, an ETA and a sparkline; the
+    // others still have none.
     await until("a positive rate for the running row", () => cell(RUNNING, "rate"), (t) => /^[\d.,]+ rows\/s$/.test(t) && parseFloat(t) > 0);
     await until("an ETA for the running row", () => cell(RUNNING, "eta"), (t) => /^\d+ (s|min)/.test(t));
     await until("4 more rows", () => cell(RUNNING, "rows"), (t) => t === "8 of 10");
+    await until("a sparkline for the running row", () => rowOf(RUNNING).locator(".col-trend svg.spark path").count(), (n) => n >= 1);
     for (const id of [PENDING, PAUSED, BLOCKED, COMPLETED]) {
       check((await cell(id, "rate")) === "—" && (await cell(id, "eta")) === "—", `${id}: no rate or ETA`);
+      check((await cell(id, "trend")) === "—", `${id}: no sparkline`);
     }
     await shot("list");
     // The state filter, by keyboard.
@@ -244,6 +250,9 @@ const scenarios = {
     const owner = await until("the owner", () => page.locator("#detail-body").innerText(), (t) => /held by worker-1, lease expires in \d+ s/.test(t));
     check(/bound\s+10/.test(owner) && /checkpoint\s+8/.test(owner), "bound and checkpoint");
     check(/gating/.test(owner), "readiness participation");
+    // OBS-5: the run chart, drawn from the server's buckets.
+    await until("the run chart", () => page.locator('#detail-body .run-section[data-read="true"] #run-chart svg.chart path.rate-line').count(), (n) => n >= 1);
+    check((await page.locator("#run-chart-empty").count()) === 0, "no empty-chart notice beside a chart");
     await shot("detail-running");
   },
 
@@ -305,6 +314,9 @@ const scenarios = {
     const audit = await page.locator("#detail-body table.audit tbody tr").evaluateAll((rs) => rs.map((r) => [...r.cells].map((c) => c.innerText)));
     check(audit.some((c) => c[1] === "ops" && c[2] === "start" && c[3] === "pending → running" && c[4] === "applied"), `the audit names the start: ${JSON.stringify(audit)}`);
     check(/attempts\s+\d+ failed attempts?/.test(await page.locator("#detail-body").innerText()), "the attempt count");
+    // OBS-5: no rate was ever recorded: no chart, said so, never a flat line.
+    await until("the run chart read", () => page.locator('#detail-body .run-section[data-read="true"]').count(), (n) => n === 1);
+    check((await page.locator("#run-chart-empty").count()) === 1 && (await page.locator("#detail-body svg.chart").count()) === 0, "no chart without a rate");
     // OBS-4: the timeline, newest first: the block with its diagnostic,
     // the claim by its worker, the operator's start.
     const timeline = await page.locator("#detail-body table.timeline tbody tr").evaluateAll((rs) => rs.map((r) => [...r.cells].slice(1).map((c) => c.innerText)));

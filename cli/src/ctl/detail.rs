@@ -31,6 +31,7 @@ pub(super) fn detail(b: &BackfillView) -> String {
                     .unwrap_or_else(|| "unknown".into())
             ),
         ),
+        ("rate", rate_line(b)),
         ("owner", owner_line(b)),
         ("settings", settings_line(&b.settings)),
         (
@@ -61,6 +62,24 @@ pub(super) fn detail(b: &BackfillView) -> String {
         .map(|(k, v)| format!("{k:<13} {v}\n"))
         .collect();
     own + &super::partitions::partition_lines(b)
+}
+
+/// The server's rate, the last minute and the time left (OBS-5): `-`
+/// unless `running`, `unknown` until the live claims have a rate.
+fn rate_line(b: &BackfillView) -> String {
+    let running = b.state == backfill::State::Running;
+    if !running {
+        return "-".into();
+    }
+    let (rate, eta) = super::table::rate_and_eta(b, running);
+    let rate = match b.progress.rows_per_second {
+        Some(_) => format!("{rate} rows/s"),
+        None => "unknown (too few recent samples of a live claim)".into(),
+    };
+    format!(
+        "{rate}, last minute {}, ETA {eta}",
+        super::table::sparkline(&b.progress.sparkline)
+    )
 }
 
 /// A key as JSON, or `none`.

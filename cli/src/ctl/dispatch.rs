@@ -10,7 +10,6 @@ use super::watch::watch;
 use crate::screen;
 use backfill::admin::{ActionResponse, AuditPage, BackfillView, Timeline, ValidationResponse};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 
 /// Run one command against the API at `args.url`.
@@ -129,7 +128,7 @@ async fn list(client: &Client, json: bool) -> Result<(), CtlError> {
         let max = std::io::stdout()
             .is_terminal()
             .then(|| screen::usable(screen::size().cols));
-        for line in table(&items, &BTreeMap::new(), None, max) {
+        for line in table(&items, None, max) {
             println!("{line}");
         }
     }

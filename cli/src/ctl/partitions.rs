@@ -35,9 +35,13 @@ fn partition_line(p: &PartitionView) -> String {
         .as_ref()
         .map(|t| format!(", throttled: {}", crate::screen::one_line(&t.text)))
         .unwrap_or_default();
+    let rate = p
+        .rows_per_second
+        .map(|r| format!(", {r:.1} rows/s"))
+        .unwrap_or_default();
     let label = format!("partition {}", p.part);
     format!(
-        "{label:<13} ({}, {}] {at}, {} rows in {} batches, {owner}{throttle}{error}\n",
+        "{label:<13} ({}, {}] {at}, {} rows in {} batches{rate}, {owner}{throttle}{error}\n",
         key(&p.lower, "start"),
         key(&p.upper, "?"),
         p.rows_done,

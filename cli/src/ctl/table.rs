@@ -1,22 +1,17 @@
 //! The backfills as one table for `list` and `watch`: a row per backfill
-//! with progress, rate, time left and the batch size in force, laid out to
-//! the terminal's width, with what did not fit on a row below the table.
+//! with progress, the server's rate (OBS-5) and its last minute, time left
+//! and the batch size in force, laid out to the terminal's width, with
+//! what did not fit on a row below the table.
 
 use crate::screen::{self, Column, Row, Table};
 use backfill::admin::BackfillView;
 use backfill::State;
-use chrono::{DateTime, Utc};
-use std::collections::BTreeMap;
-
-/// A previous sample for rates: rows done at PostgreSQL time.
-pub(super) type Samples = BTreeMap<String, (i64, DateTime<Utc>)>;
 
 /// The backfills as a table, laid out in `max` characters per line
 /// (`None`: every column, for pipes), then the diagnostics of blocked and
 /// failed rows that did not fit on their rows.
 pub(super) fn table(
     items: &[BackfillView],
-    previous: &Samples,
     marker: Option<&str>,
     max: Option<usize>,
 ) -> Vec<String> {
@@ -31,7 +26,7 @@ pub(super) fn table(
         let (note, fill) = note_and_fill(b, marker, max.is_some());
         diagnostics.push((b.id.clone(), note));
         t.rows.push(Row {
-            cells: cells(b, previous),
+            cells: cells(b),
             fill,
         });
     }
@@ -61,6 +56,7 @@ fn columns() -> Vec<Column> {
         Column::new("DONE").right(),
         Column::new("ROWS").right().drop(3),
         Column::new("ROWS/S").right().drop(5),
+        Column::new("TREND").drop(11),
         Column::new("ETA").right().drop(6),
         Column::new("BATCH").right().drop(7),
         Column::new("OWNER").drop(4),
@@ -69,14 +65,13 @@ fn columns() -> Vec<Column> {
     ]
 }
 
-/// One backfill's cells, in the order of [`columns`]; the rate is taken
-/// against its previous sample.
-fn cells(b: &BackfillView, previous: &Samples) -> Vec<String> {
+/// One backfill's cells, in the order of [`columns`].
+fn cells(b: &BackfillView) -> Vec<String> {
     // Only a running backfill moves: in any other state a rate or a
     // time left would be invented, so both are "-" (not applicable,
     // which is neither zero nor unknown).
     let running = b.state == State::Running;
-    let (rate, eta) = rate_and_eta(b, previous, running);
+    let (rate, eta) = rate_and_eta(b, running);
     // The size in force, like the rate, only applies while batches run.
     let batch = match (running, b.batch_size) {
         (false, _) => "-".to_string(),
@@ -95,6 +90,11 @@ fn cells(b: &BackfillView, previous: &Samples) -> Vec<String> {
         percent,
         rows,
         rate,
+        if running {
+            sparkline(&b.progress.sparkline)
+        } else {
+            "-".into()
+        },
         eta,
         batch,
         b.owner.disposition.clone(),
@@ -106,13 +106,10 @@ fn cells(b: &BackfillView, previous: &Samples) -> Vec<String> {
     ]
 }
 
-/// The rows per second since the previous sample and the time left at
-/// that rate, or "-" for both when the backfill is not `running`.
-fn rate_and_eta(b: &BackfillView, previous: &Samples, running: bool) -> (String, String) {
-    let rate = previous.get(&b.id).and_then(|(done, at)| {
-        let secs = (b.observed_at - *at).num_milliseconds() as f64 / 1000.0;
-        (secs > 0.0).then(|| (b.progress.rows_done - done) as f64 / secs)
-    });
+/// The server's rows per second (OBS-5) and the time left at that rate,
+/// or "-" for both when the backfill is not `running`.
+pub(super) fn rate_and_eta(b: &BackfillView, running: bool) -> (String, String) {
+    let rate = b.progress.rows_per_second;
     let eta = match (running, rate, b.progress.total_rows) {
         (false, _, _) => "-".to_string(),
         (true, Some(r), Some(total)) if r > 0.0 => {
@@ -161,6 +158,24 @@ fn note_and_fill(
     (note, fill)
 }
 
+/// The last minute's rates as one block character per bucket, scaled to
+/// the highest; `.` where the rate is unknown (never drawn as zero).
+pub(super) fn sparkline(rates: &[Option<f64>]) -> String {
+    const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let top = rates.iter().flatten().fold(0.0f64, |a, r| a.max(*r));
+    if rates.is_empty() {
+        return "unknown".into();
+    }
+    rates
+        .iter()
+        .map(|r| match r {
+            None => '.',
+            Some(_) if top <= 0.0 => BLOCKS[0],
+            Some(r) => BLOCKS[((r / top) * 7.0).round().clamp(0.0, 7.0) as usize],
+        })
+        .collect()
+}
+
 /// The progress bar and the percentage; unknown says so (ADM-3).
 fn bar_cells(fraction: Option<f64>) -> (String, String) {
     match fraction {
@@ -190,14 +205,14 @@ mod tests {
     #[test]
     fn thr04_throttled_marker_is_on_the_row_and_fits_every_width() {
         let items = [throttled()];
-        let piped = table(&items, &BTreeMap::new(), None, None);
+        let piped = table(&items, None, None);
         assert!(
             piped[1].ends_with("  throttled: replication lag 47.7 MiB > 15.3 MiB"),
             "{piped:?}"
         );
         assert!(piped[0].contains("BATCH") && piped[1].contains(" 500 "));
         for max in [30, 40, 60, 79, 119, 199] {
-            let lines = table(&items, &BTreeMap::new(), None, Some(max));
+            let lines = table(&items, None, Some(max));
             assert!(lines.iter().all(|l| screen::width(l) <= max), "{lines:?}");
             assert!(lines[1].starts_with("events.cont"), "one row: {lines:?}");
             // On the row, or below the table when it does not fit there.
@@ -208,7 +223,7 @@ mod tests {
                 "{max}: {lines:?}"
             );
         }
-        let wide = table(&items, &BTreeMap::new(), None, Some(199));
+        let wide = table(&items, None, Some(199));
         assert!(wide[1].contains("throttled: replication lag 47.7 MiB > 15.3 MiB"));
     }
 }

@@ -4,12 +4,11 @@
 
 use super::client::{decode, list_all, Client};
 use super::error::CtlError;
-use super::table::{table, Samples};
+use super::table::table;
 use crate::screen::{self, Screen, Size};
 use backfill::admin::BackfillView;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -24,11 +23,7 @@ pub(super) async fn watch(
 ) -> Result<(), CtlError> {
     let tty = std::io::stdout().is_terminal();
     let mut screen = Screen::new(Vec::new());
-    let mut frames = Frames {
-        json,
-        previous: BTreeMap::new(),
-        last: None,
-    };
+    let mut frames = Frames { json, last: None };
     let mut refreshes = 0u64;
     loop {
         let fetched = fetch(client, id.as_deref()).await;
@@ -67,15 +62,12 @@ async fn fetch(client: &Client, id: Option<&str>) -> Result<Vec<BackfillView>, C
 /// The frames of one watch: what it keeps from refresh to refresh.
 struct Frames {
     json: bool,
-    /// Rows done per backfill at the last good refresh, for rates.
-    previous: Samples,
     /// The last good refresh and its time, shown again when one fails.
     last: Option<(Vec<BackfillView>, DateTime<Utc>)>,
 }
 
 impl Frames {
-    /// The frame of a good refresh, which becomes the one rates are
-    /// taken against and a failed refresh shows.
+    /// The frame of a good refresh, which a failed refresh shows again.
     fn fresh(&mut self, items: Vec<BackfillView>, max: Option<usize>) -> Vec<String> {
         let mut lines = Vec::new();
         let at = items
@@ -86,12 +78,8 @@ impl Frames {
             lines.push(serde_json::to_string(&items).unwrap_or_default());
         } else {
             lines.push(format!("refreshed {}", at.format("%H:%M:%S")));
-            lines.extend(table(&items, &self.previous, None, max));
+            lines.extend(table(&items, None, max));
         }
-        self.previous = items
-            .iter()
-            .map(|b| (b.id.clone(), (b.progress.rows_done, b.observed_at)))
-            .collect();
         self.last = Some((items, at));
         lines
     }
@@ -110,7 +98,7 @@ impl Frames {
                     "STALE: refresh failed ({e}); showing data from {}",
                     at.format("%H:%M:%S")
                 ));
-                lines.extend(table(items, &BTreeMap::new(), Some("stale"), max));
+                lines.extend(table(items, Some("stale"), max));
             }
             (None, false) => lines.push(format!("STALE: refresh failed ({e}); no data yet")),
         }

@@ -195,52 +195,99 @@ function rowsText(progress) {
   return `${done} of ${info.total === null ? "unknown" : fmtCount(info.total)}`;
 }
 
-// Rows per second over the samples of one running backfill, each
-// `{done, at}` with `at` the server's time in ms; null when there is no
-// span of time to measure over yet.
-function rateFrom(samples) {
-  if (!samples || samples.length < 2) return null;
-  const first = samples[0];
-  const last = samples[samples.length - 1];
-  const secs = (last.at - first.at) / 1000;
-  if (!(secs > 0)) return null;
-  return Math.max(0, (last.done - first.done) / secs);
+// The server's rows/s for a backfill (OBS-5): derived from the progress
+// samples the claim holders record, so the list, the detail, `ctl` and
+// the demo show one number; null while unknown or not running.
+function serverRate(view) {
+  const r = view && view.progress ? view.progress.rows_per_second : null;
+  return isNum(r) ? r : null;
 }
 
-// Samples of rows done per running backfill, kept over a window so that a
-// rate is an average of several refreshes rather than one noisy step. A
-// backfill that leaves `running` loses its samples: a rate measured before
-// a pause says nothing about the run after it.
-function createRates(windowMs) {
-  const window = windowMs || 15000;
-  const samples = new Map();
-  return {
-    observe(view) {
-      if (!view || view.state !== "running" || !view.progress || !isNum(view.progress.rows_done)) {
-        if (view) samples.delete(view.id);
-        return;
-      }
-      const at = Date.parse(view.observed_at);
-      if (!Number.isFinite(at)) return;
-      const list = samples.get(view.id) || [];
-      const last = list[list.length - 1];
-      if (last && (at < last.at || view.progress.rows_done < last.done)) list.length = 0;
-      if (!last || at > last.at) list.push({ done: view.progress.rows_done, at });
-      while (list.length > 2 && at - list[1].at >= window) list.shift();
-      samples.set(view.id, list);
-    },
-    rate(id) {
-      return rateFrom(samples.get(id));
-    },
-    // The span measured over, in ms (0 when none).
-    span(id) {
-      const list = samples.get(id) || [];
-      return list.length < 2 ? 0 : list[list.length - 1].at - list[0].at;
-    },
-    clear() {
-      samples.clear();
-    },
-  };
+// Step lines through bucketed rates (`null` = unknown), `w` by `h`
+// pixels, scaled to `top`: one path per run of known buckets, so an
+// unknown bucket breaks the line instead of being drawn as zero.
+function ratePaths(rates, w, h, top) {
+  const n = Array.isArray(rates) ? rates.length : 0;
+  const max = top > 0 ? top : 1;
+  const paths = [];
+  let d = "";
+  for (let i = 0; i < n; i++) {
+    const r = rates[i];
+    if (!isNum(r)) {
+      if (d) paths.push(d);
+      d = "";
+      continue;
+    }
+    const x0 = ((i * w) / n).toFixed(1);
+    const x1 = (((i + 1) * w) / n).toFixed(1);
+    const y = (h - (Math.max(0, r) / max) * h).toFixed(1);
+    d += d ? ` V${y} H${x1}` : `M${x0} ${y} H${x1}`;
+  }
+  if (d) paths.push(d);
+  return paths;
+}
+
+// The peak of bucketed rates, or null when none is known.
+function ratePeak(rates) {
+  const known = (Array.isArray(rates) ? rates : []).filter(isNum);
+  return known.length ? Math.max(...known) : null;
+}
+
+// The last minute of a running backfill as a sparkline; a dash when no
+// bucket has a rate.
+function sparklineSvg(view) {
+  const rates = view && view.progress ? view.progress.sparkline : null;
+  const top = ratePeak(rates);
+  if (view.state !== "running") return '<span class="muted" title="not running">—</span>';
+  if (top === null) return '<span class="muted">measuring…</span>';
+  const label = `rows/s over the last minute, peak ${rateText(top)}`;
+  return `<svg class="spark" width="80" height="20" viewBox="0 -1 80 22" role="img" aria-label="${escapeHtml(label)}"><title>${escapeHtml(label)}</title>` +
+    ratePaths(rates, 80, 20, top).map((d) => `<path d="${d}" fill="none" stroke="currentColor" stroke-width="1.5"/>`).join("") + "</svg>";
+}
+
+// One chart of bucketed `rates` over [start, end] (ms), with the run's
+// throttled and paused `intervals` shaded, each naming why on hover.
+function chartSvg(rates, start, end, intervals, top, size, label) {
+  const [w, h] = size;
+  const span = Math.max(1, end - start);
+  const x = (t) => Math.min(w, Math.max(0, ((t - start) / span) * w));
+  const shades = (intervals || []).map((iv) => {
+    const from = Date.parse(iv.from);
+    const to = iv.to ? Date.parse(iv.to) : end;
+    if (!Number.isFinite(from) || to < start || from > end) return "";
+    const why = `${iv.kind}${iv.part !== null && iv.part !== undefined ? ` (partition ${iv.part})` : ""}${iv.detail ? `: ${iv.detail}` : ""}` +
+      ` from ${fmtTime(iv.from)}${iv.to ? ` to ${fmtTime(iv.to)}` : ", still"}`;
+    const x0 = x(from);
+    return `<rect class="shade shade-${escapeHtml(iv.kind)}" x="${x0.toFixed(1)}" y="0" width="${Math.max(1, x(to) - x0).toFixed(1)}" height="${h}"><title>${escapeHtml(why)}</title></rect>`;
+  }).join("");
+  const lines = ratePaths(rates, w, h - 2, top).map((d) => `<path class="rate-line" d="${d}" transform="translate(0 1)"/>`).join("");
+  return `<svg class="chart" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" role="img" aria-label="${escapeHtml(label)}"><title>${escapeHtml(label)}</title>` +
+    `<rect class="chart-bg" x="0" y="0" width="${w}" height="${h}"/>${shades}${lines}</svg>`;
+}
+
+// The run chart card (OBS-5): rows/s over the recorded run, throttled and
+// paused spans shaded, and the partitions side by side on one scale. No
+// chart while no rate was recorded: unknown is not drawn as zero.
+function runChartHtml(chart) {
+  const total = chart && Array.isArray(chart.total) ? chart.total : [];
+  const top = ratePeak(total);
+  const parts = chart && Array.isArray(chart.partitions) ? chart.partitions : [];
+  const partTop = Math.max(0, ...parts.map((p) => ratePeak(p.rates) || 0));
+  if (top === null) {
+    return '<p class="muted" id="run-chart-empty">No rate recorded yet: a rate needs two progress samples of a live claim.</p>';
+  }
+  const start = Date.parse(chart.from);
+  const end = start + total.length * chart.bucket_seconds * 1000;
+  const intervals = chart.intervals || [];
+  const whole = chartSvg(total, start, end, intervals, top, [560, 120],
+    `rows/s from ${fmtTime(chart.from)}, peak ${rateText(top)}`);
+  const legend = `<p class="chart-axis"><span>${escapeHtml(fmtClock(chart.from, chart.observed_at))}</span>` +
+    `<span>peak ${escapeHtml(rateText(top))}</span><span>${escapeHtml(fmtClock(new Date(end).toISOString(), chart.observed_at))}</span></p>` +
+    (intervals.length ? `<p class="muted chart-key"><span class="key key-throttled"></span> throttled <span class="key key-paused"></span> paused (hover for why)</p>` : "");
+  const small = parts.map((p) => `<figure class="part-chart" data-part="${escapeHtml(p.part)}"><figcaption>partition ${escapeHtml(p.part)}</figcaption>` +
+    chartSvg(p.rates, start, end, intervals.filter((iv) => iv.part === null || iv.part === undefined || iv.part === p.part), partTop, [170, 48],
+      `partition ${p.part}: rows/s, peak ${rateText(ratePeak(p.rates))}`) + "</figure>").join("");
+  return `<div id="run-chart">${whole}${legend}${small ? `<div class="part-charts">${small}</div>` : ""}</div>`;
 }
 
 // Rows/s and ETA for one backfill. Only a running backfill moves: in any
@@ -605,11 +652,10 @@ function detailHref(id) {
   return `#/backfills/${encodeURIComponent(id)}`;
 }
 
-// One row of the list. `ctx`: {rates, stale, elapsedMs, busy}.
+// One row of the list. `ctx`: {stale, elapsedMs, busy, cannotOperate}.
 function row(view, ctx) {
   const c = ctx || {};
-  const rate = c.rates ? c.rates.rate(view.id) : null;
-  const re = rateEta(view, rate, c.stale);
+  const re = rateEta(view, serverRate(view), c.stale);
   const diag = ["blocked", "failed"].includes(view.state) ? diagnosticCell(view) : startFailedCell(view);
   const na = (text) => (text === "—" ? '<span class="muted" title="not running">—</span>' : escapeHtml(text));
   const batch = view.batch_size !== undefined && view.batch_size !== null ? `<div class="sub">batch ${escapeHtml(fmtCount(view.batch_size))}</div>` : "";
@@ -620,6 +666,7 @@ function row(view, ctx) {
     `<td class="col-progress">${progressCell(view.progress, view.id)}${batch}</td>` +
     `<td class="col-rows num">${escapeHtml(rowsText(view.progress))}</td>` +
     `<td class="col-rate num">${na(re.rate)}</td>` +
+    `<td class="col-trend">${c.stale ? '<span class="muted">stale</span>' : sparklineSvg(view)}</td>` +
     `<td class="col-eta num">${na(re.eta)}</td>` +
     `<td class="col-markers">${markers(view, c.elapsedMs)}</td>` +
     `<td class="col-owner">${ownerCell(view.owner, view.observed_at, c.elapsedMs)}</td>` +
@@ -823,13 +870,13 @@ function keyText(value, absent) {
 // server reports them: range `(lower, upper]`, checkpoint, owner and
 // progress. Empty for a backfill without partitions; a value the server
 // did not send shows as unknown, never as zero.
-function partitionRows(view, elapsedMs, rates, stale) {
+function partitionRows(view, elapsedMs, stale) {
   const parts = view && Array.isArray(view.partitions) ? view.partitions : [];
   return parts.map((p) => {
     // A partition moves only while its backfill runs and it has not ended;
     // otherwise its rate is not applicable (neither zero nor unknown).
     const moving = view.state === "running" && !p.ended;
-    const rate = !moving ? "—" : stale ? "stale" : rateText(rates ? rates.rate(partitionKey(view.id, p.part)) : null);
+    const rate = !moving ? "—" : stale ? "stale" : rateText(isNum(p.rows_per_second) ? p.rows_per_second : null);
     return {
       part: isNum(p.part) ? String(p.part) : "unknown",
       range: `(${keyText(p.lower, "start")}, ${keyText(p.upper, "unknown")}]`,
@@ -844,25 +891,7 @@ function partitionRows(view, elapsedMs, rates, stale) {
   });
 }
 
-// The key a partition's rate samples are kept under.
-function partitionKey(id, part) {
-  return `${id}#${part}`;
-}
-
-// Each partition of `view` as a view of its own for `rates.observe`:
-// rows done per partition, running while the backfill runs and the
-// partition has not ended (PAR-5).
-function partitionSamples(view) {
-  const parts = view && Array.isArray(view.partitions) ? view.partitions : [];
-  return parts.map((p) => ({
-    id: partitionKey(view.id, p.part),
-    state: view.state === "running" && !p.ended ? "running" : "ended",
-    progress: { rows_done: p.rows_done },
-    observed_at: view.observed_at,
-  }));
-}
-
-// "1,234 rows/s", or "measuring…" until two reads apart give a rate.
+// "1,234 rows/s", or "measuring…" until the server has a rate.
 function rateText(rate) {
   if (!isNum(rate)) return "measuring…";
   return `${rate >= 100 ? fmtCount(rate) : rate.toFixed(1)} rows/s`;
@@ -906,12 +935,12 @@ async function fetchAll(get) {
 if (typeof module !== "undefined") {
   module.exports = {
     ACTIONS, STATES, CONSEQUENCES, SETTINGS, actionsFor, settingsOffered, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
-    fmtTime, fmtClock, progressInfo, progressCell, rowsText, rateFrom, createRates, rateEta, leaseText, ownerText, ownerCell,
+    fmtTime, fmtClock, progressInfo, progressCell, rowsText, serverRate, ratePaths, ratePeak, sparklineSvg, runChartHtml, rateEta, leaseText, ownerText, ownerCell,
     retryText, signalAmount, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
-    auditCells, auditText, timelineCells, reasonHeaders, noExplicitValidation, validationHistory, keyText, partitionRows, partitionSamples, parseRoute, fetchAll,
+    auditCells, auditText, timelineCells, reasonHeaders, noExplicitValidation, validationHistory, keyText, partitionRows, parseRoute, fetchAll,
   };
 }
 
@@ -924,6 +953,7 @@ if (typeof document !== "undefined") {
     detail: null, // the detail page's last good read
     audit: null, // its audit records
     timeline: null, // its timeline entries, newest first
+    chart: null, // its run chart (OBS-5)
     detailMissing: null, // the ID a 404 named
     lastOkAt: null, // local ms of the last good read of what the page shows
     viewsAt: null, // local ms when `views` was read
@@ -948,7 +978,6 @@ if (typeof document !== "undefined") {
     settingsMsg: null, // {id, outcome, text, field}: the last answer beside the form
     dryRun: null, // {id, sending, stamp, html}: the last dry run's report on the detail page
   };
-  const rates = createRates(15000);
   let timer = null;
   let seq = 0;
 
@@ -1043,7 +1072,7 @@ if (typeof document !== "undefined") {
     setText($("summary"), `${views.length} backfill${views.length === 1 ? "" : "s"}` +
       `${searching ? `, ${shown.length} shown` : ui.route.state === "all" ? "" : `, ${shown.length} ${ui.route.state}`}` +
       `${gating ? `, ${gating} gating readiness` : ""}${throttled ? `, ${throttled} throttled` : ""}`);
-    setHtml(tbody, shown.map((v) => row(v, { rates, stale: stale(), elapsedMs: since(ui.viewsAt), busy: ui.busy, cannotOperate: ui.cannotOperate })).join(""));
+    setHtml(tbody, shown.map((v) => row(v, { stale: stale(), elapsedMs: since(ui.viewsAt), busy: ui.busy, cannotOperate: ui.cannotOperate })).join(""));
     // Bulk actions only over a list narrowed on purpose, never over all.
     const narrowed = searching || ui.route.state !== "all";
     for (const action of BULK_ACTIONS) {
@@ -1174,7 +1203,7 @@ if (typeof document !== "undefined") {
       return;
     }
     const ms = since(ui.detailAt);
-    const re = rateEta(v, rates.rate(v.id), stale());
+    const re = rateEta(v, serverRate(v), stale());
     setHtml($("detail-state"), stateBadge(v.state));
     setHtml($("detail-markers"), markers(v, ms));
     setHtml($("detail-actions"), ui.cannotOperate ? "" : actionButtons(v, ui.busy, true));
@@ -1230,7 +1259,7 @@ if (typeof document !== "undefined") {
         ...(t.condition ? [["condition", escapeHtml(t.condition)]] : []),
       ])]);
     }
-    const parts = partitionRows(v, ms, rates, stale());
+    const parts = partitionRows(v, ms, stale());
     if (parts.length) {
       cards.push([`Partitions (${parts.length})`, `<table class="mini partitions"><caption class="sr-only">Partitions, by part</caption><thead><tr>` +
         `<th scope="col">part</th><th scope="col">range</th><th scope="col">checkpoint</th><th scope="col">owner</th><th scope="col">rows</th><th scope="col">batches</th><th scope="col">rows/s</th><th scope="col">diagnostic</th></tr></thead><tbody>` +
@@ -1269,8 +1298,14 @@ if (typeof document !== "undefined") {
         const c = timelineCells(e);
         return `<tr class="timeline-row"><td>${when(c.at)}</td><td>${escapeHtml(c.by)}</td><td>${escapeHtml(c.what)}</td><td>${escapeHtml(c.state)}</td><td>${escapeHtml(c.who)}</td><td>${escapeHtml(c.detail)}</td></tr>`;
       }).join("") + "</tbody></table>" : `<p class="muted">${Array.isArray(ui.timeline) ? "Nothing recorded yet." : notRead.replace("audit trail", "timeline")}</p>`;
+    // The run chart as the server derived it (OBS-5); until it is read,
+    // its absence is unknown, not "no rate".
+    const chartRead = ui.chart && ui.chart.backfill_id === v.id;
+    const chartHtml = chartRead ? runChartHtml(ui.chart) :
+      `<p class="muted">${ui.lastError ? "The run chart could not be read (the refresh failed)." : "Reading the run chart…"}</p>`;
     setHtml(body, (v.description ? `<p class="description">${escapeHtml(v.description)}</p>` : "") +
       `<div class="cards">${cards.map(([title, html]) => `<section class="card" aria-labelledby="card-${title.replace(/\W+/g, "-")}"><h3 id="card-${title.replace(/\W+/g, "-")}">${escapeHtml(title)}</h3>${html}</section>`).join("")}</div>` +
+      `<section class="run-section" aria-labelledby="run-title" data-read="${Boolean(chartRead)}"><h3 id="run-title">Rows/s over the run</h3>${chartHtml}</section>` +
       `<section class="timeline-section" aria-labelledby="timeline-title" data-read="${Array.isArray(ui.timeline)}"><h3 id="timeline-title">Timeline</h3>${timelineHtml}</section>` +
       `<section class="audit-section" aria-labelledby="audit-title" data-read="${auditRead}"><h3 id="audit-title">Audit trail</h3>${auditHtml}</section>`);
   };
@@ -1302,7 +1337,7 @@ if (typeof document !== "undefined") {
     ui.viewsAt = null;
     ui.detailAt = null;
     ui.lastError = null;
-    rates.clear();
+    ui.chart = null;
     ui.settingsMsg = null;
     ui.settingsFor = null;
     $("settings-panel").hidden = true;
@@ -1350,16 +1385,21 @@ if (typeof document !== "undefined") {
         got = await fetchAll((path) => fetch(path, { headers: authHeaders(), cache: "no-store" }));
       } else {
         const id = encodeURIComponent(route.id);
-        const [d, a, t] = await Promise.all([
+        const [d, a, t, c] = await Promise.all([
           fetch(`/admin/backfills/${id}`, { headers: authHeaders(), cache: "no-store" }),
           fetch(`/admin/audit?backfill=${id}&limit=200`, { headers: authHeaders(), cache: "no-store" }),
           fetch(`/admin/backfills/${id}/timeline?limit=100`, { headers: authHeaders(), cache: "no-store" }),
+          fetch(`/admin/backfills/${id}/progress`, { headers: authHeaders(), cache: "no-store" }),
         ]);
         if (d.status === 404) got = { missing: true };
         else if (!d.ok) got = { status: d.status };
         else if (!a.ok) got = { status: a.status };
         else if (!t.ok && t.status !== 404) got = { status: t.status };
-        else got = { detail: await d.json(), audit: (await a.json()).items, timeline: t.ok ? (await t.json()).items : [] };
+        else {
+          got = { detail: await d.json(), audit: (await a.json()).items, timeline: t.ok ? (await t.json()).items : [] };
+          // A chart that could not be read is left out, never drawn empty.
+          got.chart = c.ok ? await c.json() : null;
+        }
       }
     } catch (e) {
       got = { error: "network error" };
@@ -1390,12 +1430,10 @@ if (typeof document !== "undefined") {
         ui.detailAt = ui.lastOkAt;
         ui.audit = got.audit;
         ui.timeline = got.timeline;
-        rates.observe(got.detail);
-        for (const p of partitionSamples(got.detail)) rates.observe(p);
+        ui.chart = got.chart;
       } else {
         ui.views = got.items;
         ui.viewsAt = ui.lastOkAt;
-        for (const v of got.items) rates.observe(v);
       }
     }
     render();
