@@ -332,6 +332,24 @@ pub trait Repair: Send + Sync + 'static {
         Ok(RowCount::Unknown)
     }
 
+    /// A sample of the keys in `(after, bound]` (`after` `None`: from the
+    /// start) that hold this repair back, at most `limit`, in key order:
+    /// the rows an operator must fix before `retry` (RT-4). The engine
+    /// asks after a batch or the lifecycle validation blocked, in a
+    /// read-only transaction under the batch timeouts, and shows the keys
+    /// (never the rows' values) with the blocked backfill. Must be
+    /// read-only. Default: none, and the diagnostic alone says what
+    /// blocks.
+    async fn blocking_keys(
+        &self,
+        _conn: &mut AsyncPgConnection,
+        _after: Option<&Self::Key>,
+        _bound: &Self::Key,
+        _limit: u32,
+    ) -> Result<Vec<Self::Key>, RepairError> {
+        Ok(Vec::new())
+    }
+
     /// Whether the engine may run a batch's statements before the previous
     /// batch has committed. It then keeps two connections per claim and
     /// runs batch N+1's body on one while batch N's fence and `COMMIT` run

@@ -18,6 +18,7 @@
 //!   Idempotency-Keys: `adm04_*`
 //! - OBS-4 the timeline of a backfill: `obs04_*`
 //! - OBS-5 rates and the run chart from the progress history: `obs05_*`
+//! - RT-4 the keys that block a repair: `rt04_*`
 //!
 //! Races use PostgreSQL's own lock queue (a test session holds the row lock
 //! and the test waits until every request is queued) or repair gates.
@@ -2534,4 +2535,53 @@ async fn obs05_a_long_series_is_thinned_to_its_bound_keeping_both_ends() {
         .scalar("SELECT min(seq) AS v FROM backfill_progress")
         .await;
     assert_eq!(first, 1, "the first sample stays");
+}
+
+/// RT-4: a block carries a sample of the keys that hold the repair back,
+/// as the definition reports them after the batch blocked: the first 10
+/// of the offending rows after the checkpoint, keys only, in the detail
+/// view while the backfill is blocked (not in the list), and gone once a
+/// retry moved it on. Guard: the engine's recording of the keys after a
+/// blocked failure (without it the detail has none).
+#[actix_rt::test]
+async fn rt04_a_blocked_backfill_shows_a_sample_of_its_blocking_keys() {
+    use backfill::repair::RepairError;
+    let (db, engine, hooks) = setup(40).await;
+    let server = serve(admin(engine.clone()));
+    db.exec("UPDATE items SET n = -1 WHERE id IN (3, 5, 8, 11, 13, 17, 19, 23, 29, 31, 37, 39)")
+        .await;
+    engine.start(ID).await.expect("start");
+    *hooks.fail_after_mutate.lock() = Some(RepairError::Blocked(
+        "some items have a negative n; fix them, then retry".into(),
+    ));
+    support::drive(&engine, "w1").await;
+    let path = format!("/admin/backfills/{ID}");
+    let blocked = call(&server.url, "GET", &path, Some(READER), None).await;
+    assert_eq!(blocked.body["state"], "blocked", "{}", blocked.text);
+    assert_eq!(
+        blocked.body["blocking_keys"],
+        serde_json::json!([3, 5, 8, 11, 13, 17, 19, 23, 29, 31]),
+        "{}",
+        blocked.text
+    );
+    let list = call(&server.url, "GET", "/admin/backfills", Some(READER), None).await;
+    assert!(
+        list.body["items"][0]["blocking_keys"].is_null(),
+        "{}",
+        list.text
+    );
+
+    *hooks.fail_after_mutate.lock() = None;
+    let retry = call(
+        &server.url,
+        "POST",
+        &format!("{path}/retry"),
+        Some(OPERATOR),
+        Some("rt04-retry"),
+    )
+    .await;
+    assert_eq!(retry.status, 200, "{}", retry.text);
+    let retried = call(&server.url, "GET", &path, Some(READER), None).await;
+    assert!(retried.body["blocking_keys"].is_null(), "{}", retried.text);
+    server.stop().await;
 }

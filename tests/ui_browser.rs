@@ -241,6 +241,10 @@ impl Fixture {
         self.act(PAUSED, "pause").await;
 
         self.act(BLOCKED, "start").await;
+        // The rows the block names (RT-4): the counter's negative ones.
+        self.db
+            .exec("UPDATE tags SET n = -1 WHERE id IN (2, 7)")
+            .await;
         *self.hooks.fail_after_mutate.lock() = Some(RepairError::Blocked(BLOCKED_MESSAGE.into()));
         let mut blocked = self.claim(BLOCKED, "worker-1").await;
         let error = self
@@ -535,7 +539,8 @@ async fn adm03_ui_browser_failed_refresh_shows_stale_marker() {
 /// page, offers exactly `retry` and `validate`, its audit trail names who
 /// started it, and its timeline (OBS-4) shows the block with its
 /// diagnostic, the claim by its worker and the operator's start; with no
-/// rate ever recorded there is no run chart, and the page says so (OBS-5).
+/// rate ever recorded there is no run chart, and the page says so (OBS-5);
+/// the diagnostic card names the keys that block it (RT-4).
 /// Guards: `actionsFor("blocked")`, the diagnostic card, the audit read of
 /// the detail page, its timeline read and `runChartHtml`'s empty case.
 #[actix_rt::test]

@@ -745,6 +745,11 @@ impl Admin {
             .ok_or(AdminError::NotFound)?;
         let mut view = self.view_on(&mut conn, &row).await?;
         self.journal_on(&mut conn, &mut view).await?;
+        if row.state == State::Blocked {
+            view.blocking_keys = store::backfill_blocking_keys_get(&mut conn, id)
+                .await?
+                .and_then(|keys| keys.as_array().cloned());
+        }
         let samples = self
             .recent_samples(&mut conn, std::slice::from_ref(&row))
             .await?;

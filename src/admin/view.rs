@@ -121,6 +121,13 @@ pub struct BackfillView {
     /// otherwise.
     #[serde(default)]
     pub start_failed: Option<Diagnostic>,
+    /// For a `blocked` backfill, a sample of the keys that hold it back
+    /// (RT-4): at most 10, in the key's own type, as its definition
+    /// reported them when it blocked; keys only, never the rows' values.
+    /// Shown by the detail view; `null` in lists, when not blocked, or
+    /// when the definition reports none.
+    #[serde(default)]
+    pub blocking_keys: Option<Vec<Value>>,
     /// Latest validation outcome and time.
     pub validation: Option<ValidationSummary>,
     pub readiness: Readiness,
@@ -386,6 +393,7 @@ impl BackfillView {
                 message: bounded(m),
                 at: row.last_error_at,
             }),
+            blocking_keys: None,
             validation: row
                 .validation_outcome
                 .as_ref()

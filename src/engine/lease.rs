@@ -184,6 +184,18 @@ impl Engine {
             claim.size_after(error),
         )
         .await?;
+        drop(conn);
+        if let Some(row) = &row {
+            if row.state == State::Blocked {
+                self.record_blocking_keys(
+                    &claim.id,
+                    claim.generation,
+                    claim.checkpoint.as_deref(),
+                    claim.bound.as_deref(),
+                )
+                .await;
+            }
+        }
         Ok(match row {
             None => FailureOutcome::Stale,
             Some(row) => FailureOutcome::Recorded {

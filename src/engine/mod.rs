@@ -27,6 +27,7 @@
 
 mod actions;
 mod batch;
+mod blocking;
 mod claim;
 mod config;
 mod dry_report;

@@ -153,6 +153,23 @@ impl Engine {
                 Ok(store::partition_record_failure(conn, &record).await?)
             })
             .await?;
+        if row
+            .as_ref()
+            .is_some_and(|r| r.state == crate::lifecycle::State::Blocked)
+        {
+            // The block is the backfill's, at its own generation; the
+            // keys are sought in this partition's remaining range.
+            if let Some(backfill) = store::backfill_get(&mut conn, &claim.id).await? {
+                drop(conn);
+                self.record_blocking_keys(
+                    &claim.id,
+                    backfill.generation,
+                    claim.checkpoint.as_deref(),
+                    claim.bound.as_deref(),
+                )
+                .await;
+            }
+        }
         Ok(match row {
             None => FailureOutcome::Stale,
             Some(row) => FailureOutcome::Recorded {

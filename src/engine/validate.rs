@@ -70,6 +70,15 @@ impl Engine {
                 }
             })
             .await;
+        drop(conn);
+        if let Ok(ValidationRun::Rejected {
+            state: State::Blocked,
+            ..
+        }) = &result
+        {
+            self.record_blocking_keys(&claim.id, claim.generation, None, claim.bound.as_deref())
+                .await;
+        }
         match result {
             Ok(run) => Ok(run),
             Err(TxError::Stale) => Ok(ValidationRun::Stale),

@@ -100,6 +100,15 @@ pub(crate) trait DynRepair: Send + Sync {
         conn: &mut AsyncPgConnection,
         bound: Option<&[u8]>,
     ) -> Result<Validation, BodyError>;
+    /// The keys that hold the repair back in `(after, bound]`, as JSON in
+    /// the key's own type ([`Repair::blocking_keys`]).
+    async fn blocking_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+        limit: u32,
+    ) -> Result<Vec<serde_json::Value>, BodyError>;
     /// The rows a run over `(after, bound]` would select
     /// ([`Repair::remaining_rows`]).
     async fn remaining_rows(
@@ -283,6 +292,26 @@ impl<R: Repair> DynRepair for Erased<R> {
     ) -> Result<Validation, BodyError> {
         let bound = bound.map(R::Key::from_bytes).transpose()?;
         Ok(self.repair.validate(conn, bound.as_ref()).await?)
+    }
+
+    async fn blocking_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&[u8]>,
+        bound: &[u8],
+        limit: u32,
+    ) -> Result<Vec<serde_json::Value>, BodyError> {
+        let after = after.map(R::Key::from_bytes).transpose()?;
+        let bound = R::Key::from_bytes(bound)?;
+        let keys = self
+            .repair
+            .blocking_keys(conn, after.as_ref(), &bound, limit)
+            .await?;
+        Ok(keys
+            .iter()
+            .take(limit as usize)
+            .map(crate::key::Key::to_json)
+            .collect())
     }
 
     async fn remaining_rows(

@@ -221,6 +221,31 @@ impl Repair for Counter {
         self.overlap
     }
 
+    /// Rows with a negative `n` are the ones a block names (RT-4).
+    async fn blocking_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        #[derive(QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = BigInt)]
+            id: i64,
+        }
+        let rows: Vec<Id> = diesel::sql_query(format!(
+            "SELECT id FROM {} WHERE id > $1 AND id <= $2 AND n < 0 ORDER BY id LIMIT $3",
+            self.table
+        ))
+        .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+        .bind::<BigInt, _>(*bound)
+        .bind::<BigInt, _>(i64::from(limit))
+        .load(conn)
+        .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
     async fn capture_bound(
         &self,
         conn: &mut AsyncPgConnection,

@@ -310,6 +310,7 @@ const scenarios = {
     check(JSON.stringify(await buttonsIn(`#rows tr[data-id="${BLOCKED}"]`)) === '["retry","validate"]', "the list offers retry and validate");
     await openDetail(BLOCKED);
     check((await text("#diagnostic")) === `blocked: ${message}`, "the diagnostic on the detail page");
+    check((await text("#blocking-keys")) === "2, 7 (a sample: fix these rows, then retry)", `the blocking keys: ${await text("#blocking-keys")}`);
     check(JSON.stringify(await buttonsIn("#detail-actions")) === '["retry","validate"]', "the page offers retry and validate only");
     const audit = await page.locator("#detail-body table.audit tbody tr").evaluateAll((rs) => rs.map((r) => [...r.cells].map((c) => c.innerText)));
     check(audit.some((c) => c[1] === "ops" && c[2] === "start" && c[3] === "pending → running" && c[4] === "applied"), `the audit names the start: ${JSON.stringify(audit)}`);

@@ -139,6 +139,16 @@ fn conditions(b: &BackfillView) -> Vec<(&'static str, String)> {
             ),
         ));
     }
+    if let Some(keys) = b.blocking_keys.as_ref().filter(|k| !k.is_empty()) {
+        let keys: Vec<String> = keys.iter().map(Value::to_string).collect();
+        lines.push((
+            "blocking keys",
+            screen::one_line(&format!(
+                "{} (a sample; fix these rows, then retry)",
+                keys.join(", ")
+            )),
+        ));
+    }
     lines
 }
 

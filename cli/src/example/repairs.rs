@@ -507,6 +507,32 @@ impl Repair for TagCount {
         Batches::TwoStatements(self)
     }
 
+    /// The events whose tags are not an array: what the operator fixes
+    /// before `retry` (RT-4). Their IDs only, never their tags.
+    async fn blocking_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        after: Option<&i64>,
+        bound: &i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, RepairError> {
+        #[derive(QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = BigInt)]
+            id: i64,
+        }
+        let rows: Vec<Id> = diesel::sql_query(
+            "SELECT id FROM events WHERE id > $1 AND id <= $2 \
+             AND jsonb_typeof(tags) <> 'array' ORDER BY id LIMIT $3",
+        )
+        .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+        .bind::<BigInt, _>(*bound)
+        .bind::<BigInt, _>(i64::from(limit))
+        .load(conn)
+        .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
     async fn validate(
         &self,
         conn: &mut AsyncPgConnection,

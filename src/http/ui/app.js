@@ -195,6 +195,14 @@ function rowsText(progress) {
   return `${done} of ${info.total === null ? "unknown" : fmtCount(info.total)}`;
 }
 
+// The sample of keys that hold a blocked backfill back (RT-4), as one
+// line; null when the server reported none.
+function blockingKeysText(view) {
+  const keys = view && Array.isArray(view.blocking_keys) ? view.blocking_keys : [];
+  if (!keys.length) return null;
+  return `${keys.map((k) => keyText(k, "?")).join(", ")} (a sample: fix these rows, then retry)`;
+}
+
 // The server's rows/s for a backfill (OBS-5): derived from the progress
 // samples the claim holders record, so the list, the detail, `ctl` and
 // the demo show one number; null while unknown or not running.
@@ -935,7 +943,7 @@ async function fetchAll(get) {
 if (typeof module !== "undefined") {
   module.exports = {
     ACTIONS, STATES, CONSEQUENCES, SETTINGS, actionsFor, settingsOffered, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
-    fmtTime, fmtClock, progressInfo, progressCell, rowsText, serverRate, ratePaths, ratePeak, sparklineSvg, runChartHtml, rateEta, leaseText, ownerText, ownerCell,
+    fmtTime, fmtClock, progressInfo, progressCell, rowsText, blockingKeysText, serverRate, ratePaths, ratePeak, sparklineSvg, runChartHtml, rateEta, leaseText, ownerText, ownerCell,
     retryText, signalAmount, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
     settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
@@ -1235,7 +1243,8 @@ if (typeof document !== "undefined") {
     cards.push(["Diagnostics", startFailedCell(v) ?
       `<p class="diag diag-block" id="diagnostic">${startFailedCell(v)}</p>` + dl([["recorded", when(v.start_failed.at)]]) :
       diagnosticCurrent(v) ?
-      `<p class="diag diag-block" id="diagnostic">${escapeHtml(v.last_error.kind || "error")}: ${escapeHtml(v.last_error.message)}</p>` + dl([["recorded", when(v.last_error.at)]]) :
+      `<p class="diag diag-block" id="diagnostic">${escapeHtml(v.last_error.kind || "error")}: ${escapeHtml(v.last_error.message)}</p>` + dl([["recorded", when(v.last_error.at)],
+        ...(blockingKeysText(v) ? [["blocking keys", `<span class="mono" id="blocking-keys">${escapeHtml(blockingKeysText(v))}</span>`]] : [])]) :
       v.last_error ?
       `<p class="muted" id="diagnostic">Resolved, now ${escapeHtml(v.state)}. Last recorded: ${escapeHtml(v.last_error.kind || "error")}: ${escapeHtml(v.last_error.message)}</p>` + dl([["recorded", when(v.last_error.at)]]) :
       '<p class="muted" id="diagnostic">No diagnostic recorded.</p>']);

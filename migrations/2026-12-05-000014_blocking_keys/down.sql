@@ -1,0 +1,1 @@
+ALTER TABLE backfill DROP COLUMN blocking_keys;
