@@ -276,6 +276,15 @@ test("ct12 routes: the list with its filter, one backfill's page", () => {
   assert.strictEqual(counts.running, 2);
   assert.strictEqual(counts.completed, 0);
   assert.deepStrictEqual(app.filterViews([{ state: "running" }, { state: "blocked" }], "blocked"), [{ state: "blocked" }]);
+  // Markers filter too: a throttled runner, a backfill that gates readiness.
+  assert.deepStrictEqual(app.parseRoute("#/?state=throttled"), { page: "list", state: "throttled" });
+  const marked = [
+    { id: "a", state: "running", throttle: { text: "lag" }, readiness: { gating: false } },
+    { id: "b", state: "running", throttle: null, readiness: { gating: true } },
+  ];
+  assert.deepStrictEqual(app.filterViews(marked, "throttled").map((v) => v.id), ["a"]);
+  assert.deepStrictEqual(app.filterViews(marked, "gating").map((v) => v.id), ["b"]);
+  assert.strictEqual(app.stateCounts(marked).throttled, 1);
   assert.strictEqual(app.keyText(null, "none"), "none");
   assert.strictEqual(app.keyText(["2026-01-01T00:00:00Z", 5], "none"), '["2026-01-01T00:00:00Z",5]');
 });

@@ -236,6 +236,10 @@ const scenarios = {
     await until("only the blocked row", () => page.locator("#rows tr").evaluateAll((rs) => rs.map((r) => r.dataset.id)), (ids) => ids.length === 1 && ids[0] === BLOCKED);
     check((await page.evaluate(() => location.hash)) === "#/?state=blocked", "the filter is in the address");
     check((await page.locator("#filter option:checked").innerText()) === "blocked (1)", "the filter counts");
+    // A marker filters too: the one backfill that gates readiness.
+    await page.locator("#filter").selectOption("gating");
+    await until("only the gating row", () => page.locator("#rows tr").evaluateAll((rs) => rs.map((r) => r.dataset.id)), (ids) => ids.length === 1 && ids[0] === RUNNING);
+    check((await page.evaluate(() => location.hash)) === "#/?state=gating", "the marker filter is in the address");
     await page.locator("#filter").selectOption("all");
     await until("all rows again", () => page.locator("#rows tr").count(), (n) => n === 6);
     // The search, in any case, over what the filter shows.

@@ -681,20 +681,32 @@ function row(view, ctx) {
     `<td class="col-actions">${c.cannotOperate ? "" : actionButtons(view, c.busy)}</td></tr>`;
 }
 
-// Counts per state for the filter.
+// The markers the filter offers besides the states: a throttled runner,
+// a backfill that gates readiness.
+const MARKERS = {
+  throttled: (v) => Boolean(v.throttle),
+  gating: (v) => Boolean(v.readiness && v.readiness.gating),
+};
+
+// Counts per state and marker for the filter.
 function stateCounts(views) {
   const counts = { all: 0 };
   for (const s of STATES) counts[s] = 0;
+  for (const m of Object.keys(MARKERS)) counts[m] = 0;
   for (const v of views || []) {
     counts.all += 1;
     counts[v.state] = (counts[v.state] || 0) + 1;
+    for (const [m, has] of Object.entries(MARKERS)) if (has(v)) counts[m] += 1;
   }
   return counts;
 }
 
+// The views a filter value (`all`, a state or a marker) and a search text
+// leave.
 function filterViews(views, state, text) {
   const all = views || [];
-  const byState = !state || state === "all" ? all : all.filter((v) => v.state === state);
+  const byState = !state || state === "all" ? all :
+    MARKERS[state] ? all.filter(MARKERS[state]) : all.filter((v) => v.state === state);
   // IDs are lower case: a search typed in any case finds them.
   const needle = String(text || "").trim().toLowerCase();
   if (!needle) return byState;
@@ -916,7 +928,7 @@ function parseRoute(hash) {
     return { page: "detail", id };
   }
   const q = h.match(/[?&]state=([a-z-]+)/);
-  const state = q && (STATES.includes(q[1]) || q[1] === "all") ? q[1] : "all";
+  const state = q && (STATES.includes(q[1]) || q[1] in MARKERS || q[1] === "all") ? q[1] : "all";
   return { page: "list", state };
 }
 
@@ -1062,7 +1074,9 @@ if (typeof document !== "undefined") {
     const counts = stateCounts(views || []);
     const filter = $("filter");
     const opts = ["all", ...STATES].map((s) =>
-      `<option value="${s}">${s}${views ? ` (${counts[s] || 0})` : ""}</option>`).join("");
+      `<option value="${s}">${s}${views ? ` (${counts[s] || 0})` : ""}</option>`).join("") +
+      Object.keys(MARKERS).map((m) =>
+        `<option value="${m}">marker: ${m}${views ? ` (${counts[m] || 0})` : ""}</option>`).join("");
     setHtml(filter, opts);
     if (filter.value !== ui.route.state) filter.value = ui.route.state;
     const tbody = $("rows");
