@@ -8,7 +8,7 @@
 
 use backfill::host::{AppError, Application, Host, HostConfig};
 use backfill::repair::{DefinitionError, Registry, SqlRepair};
-use backfill::{async_trait, store::Pool};
+use backfill::{async_trait, Pool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 
 struct Items;

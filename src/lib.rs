@@ -46,6 +46,16 @@
 //! # }
 //! ```
 //!
+//! # What is public
+//!
+//! Everything documented here is the public API, pinned in
+//! `docs/public-api.txt` (EMB-10). The store's statements and the
+//! runtime's plumbing (claims, batches, renewals: what the actor runtime
+//! calls) are hidden from these docs; the project's own binary, bench and
+//! tests reach them through `backfill::__private` and the hidden methods,
+//! which any release may change. The throwaway PostgreSQL cluster of the
+//! demo and tests is the separate `backfill-ephemeral` crate.
+//!
 //! More in `examples/`: `embed.rs` (the smallest service with the admin
 //! API and UI), `actix_service.rs` (the pieces mounted into an `App` of
 //! the service's own) and `tokio_service.rs` (events and awaiting from
@@ -53,7 +63,6 @@
 
 pub mod admin;
 pub mod engine;
-pub mod ephemeral;
 pub mod events;
 pub mod failure;
 pub mod health;
@@ -69,7 +78,7 @@ pub mod readiness;
 pub mod repair;
 pub mod runtime;
 pub mod settings;
-pub mod store;
+mod store;
 
 pub use async_trait::async_trait;
 pub use diesel_async::AsyncPgConnection;
@@ -80,3 +89,19 @@ pub use repair::{
     Batches, Mutated, Registry, Repair, RepairError, RowCount, SelectAndMutate, SelectThenMutate,
     SourceSet, SqlRepair, Validation,
 };
+/// The connection pool the host hands to an application's routes.
+pub use store::Pool;
+
+/// The library's inside, for the project's own binary, bench and tests
+/// only: the store's statements, which bypass the audit, the admin
+/// layer's checks and the NOTIFY that the public entry points keep.
+/// Nothing here is part of the public API (it is not in
+/// docs/public-api.txt) and any release may change it; an embedder that
+/// needs something from here should ask for it on the façade.
+#[doc(hidden)]
+pub mod __private {
+    /// The store's statements and row types (one function per statement).
+    pub mod store {
+        pub use crate::store::*;
+    }
+}

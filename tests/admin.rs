@@ -274,7 +274,9 @@ async fn ct10_same_key_replays_one_transition_across_duplicates_concurrency_and_
     // Restart: stop the server, start a new one (new engine, new pool) on
     // the same database, and retry as after a lost response.
     server.stop().await;
-    let pool = backfill::store::build_pool(&db.url, 4).await.expect("pool");
+    let pool = backfill::__private::store::build_pool(&db.url, 4)
+        .await
+        .expect("pool");
     let engine2 =
         backfill::Engine::new(pool, engine.registry().clone(), engine_config()).expect("engine");
     let server = serve(admin(engine2));

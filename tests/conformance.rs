@@ -72,7 +72,7 @@ use support::{drive, test_db, TestDb};
 const ID: &str = "items.counter";
 
 /// An engine over `pool` with `counter` as its only definition.
-fn counter_engine(pool: backfill::store::Pool, counter: Counter) -> Engine {
+fn counter_engine(pool: backfill::__private::store::Pool, counter: Counter) -> Engine {
     let registry = Registry::new().with(counter).expect("valid definition");
     Engine::new(pool, registry, config()).expect("engine")
 }
@@ -325,7 +325,7 @@ async fn started_counter(
     db.exec(&items_sql(rows)).await;
     let hooks = Hooks::new();
     let pool = match pool {
-        Some(size) => backfill::store::build_pool(&db.url, size)
+        Some(size) => backfill::__private::store::build_pool(&db.url, size)
             .await
             .expect("pool"),
         None => db.pool.clone(),

@@ -90,7 +90,11 @@ impl Application for Shop {
         }
     }
 
-    fn configure(&self, cfg: &mut actix_web::web::ServiceConfig, _pool: &backfill::store::Pool) {
+    fn configure(
+        &self,
+        cfg: &mut actix_web::web::ServiceConfig,
+        _pool: &backfill::__private::store::Pool,
+    ) {
         cfg.route("/shop", actix_web::web::get().to(|| async { "shop" }));
     }
 }
@@ -343,7 +347,9 @@ async fn emb01_address_in_use_fails_the_start_naming_it() {
 /// registered, running no runtime: only re-reading PostgreSQL tells it
 /// what another process did.
 async fn waiter(db: &TestDb, hooks: &Arc<Hooks>) -> Engine {
-    let pool = backfill::store::build_pool(&db.url, 2).await.unwrap();
+    let pool = backfill::__private::store::build_pool(&db.url, 2)
+        .await
+        .unwrap();
     let waiter = Engine::new(pool, shop(hooks).registry().unwrap(), engine_config()).unwrap();
     waiter.register().await.unwrap();
     waiter
@@ -394,7 +400,9 @@ async fn emb03_wait_for_reads_once_per_interval_while_batches_commit() {
     let db = test_db().await;
     db.exec(&items_sql(300)).await;
     let hooks = Hooks::new();
-    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    let pool = backfill::__private::store::build_pool(&db.url, 4)
+        .await
+        .unwrap();
     let hour = Duration::from_secs(3600);
     let config = backfill::EngineConfig {
         wait_progress_interval: hour,

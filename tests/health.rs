@@ -11,11 +11,11 @@
 mod support;
 
 use async_trait::async_trait;
+use backfill::__private::store;
 use backfill::health::{
     HealthCheck, HealthConfig, Monitor, Reading, Signal, Snapshot, Thresholds, Throttle,
     UnknownPolicy, Verdict,
 };
-use backfill::store;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -218,7 +218,9 @@ async fn lc03_every_action_from_every_state_applies_converges_or_conflicts() {
     let (db, engine, _hooks) = support::admin::setup(0).await;
     let mut conn = db.connect().await;
     let mut listener = db.connect().await;
-    backfill::store::wake_listen(&mut listener).await.unwrap();
+    backfill::__private::store::wake_listen(&mut listener)
+        .await
+        .unwrap();
     let mut seen = [0usize; 3];
     for (action, _) in ACTIONS {
         for from in State::ALL {
@@ -290,7 +292,7 @@ async fn wakes(listener: &mut AsyncPgConnection) -> Vec<String> {
     const MARKER: &str = "-marker-";
     diesel::sql_query(format!(
         "SELECT pg_notify('{}', '{MARKER}')",
-        backfill::store::WAKE_CHANNEL
+        backfill::__private::store::WAKE_CHANNEL
     ))
     .execute(listener)
     .await

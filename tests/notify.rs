@@ -28,8 +28,8 @@
 
 mod support;
 
+use backfill::__private::store;
 use backfill::notify::{sign, Body, NotifyConfig, Pass, Secret, Sender, Target, SIGNATURE_HEADER};
-use backfill::store;
 use backfill::{Action, RepairError, State};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -146,7 +146,9 @@ fn parted(limit: u32, hooks: Arc<Hooks>, partitions: u32, points: Points) -> Par
 async fn engine_for(db: &TestDb, repair: Parted) -> Engine {
     // Room for a connection per claim (each carries its open batch)
     // and a few for claims, actions and reads.
-    let pool = backfill::store::build_pool(&db.url, 10).await.unwrap();
+    let pool = backfill::__private::store::build_pool(&db.url, 10)
+        .await
+        .unwrap();
     Engine::new(pool, Registry::new().with(repair).unwrap(), engine_config()).unwrap()
 }
 

@@ -55,7 +55,9 @@ fn runtime_config(worker: &str) -> RuntimeConfig {
 }
 
 async fn engine_on_own_pool(db: &TestDb, registry: Registry, ttl: Duration) -> Engine {
-    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    let pool = backfill::__private::store::build_pool(&db.url, 4)
+        .await
+        .unwrap();
     Engine::new(pool, registry, engine_config(ttl)).unwrap()
 }
 
@@ -453,9 +455,11 @@ async fn val06_busy_lifecycle_validation_waits_for_the_next_poll() {
         .execute(&mut holder)
         .await
         .unwrap();
-    assert!(backfill::store::validation_try_lock(&mut holder, ID)
-        .await
-        .unwrap());
+    assert!(
+        backfill::__private::store::validation_try_lock(&mut holder, ID)
+            .await
+            .unwrap()
+    );
     let config = RuntimeConfig {
         poll_interval: Duration::from_secs(2),
         ..runtime_config("w1")

@@ -17,7 +17,7 @@
 
 mod support;
 
-use backfill::store;
+use backfill::__private::store;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::time::Duration;

@@ -9,11 +9,11 @@
 
 use crate::example::{self, ExampleApp, ExampleError};
 use crate::screen::{self, Column, Row, Screen, Table};
+use backfill::__private::store::{self, StoreError};
 use backfill::admin::BackfillView;
-use backfill::ephemeral::{EphemeralError, EphemeralPostgres};
 use backfill::host::{Host, HostConfig, HostError};
-use backfill::store::{self, StoreError};
 use backfill::State;
+use backfill_ephemeral::{EphemeralError, EphemeralPostgres};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -502,10 +502,10 @@ fn run(cli: Cli, token_on_argv: bool) -> anyhow::Result<i32> {
             init_logging(cli.log_format, "info");
             actix_rt::System::new().block_on(async move {
                 if args.migrate.on() {
-                    backfill::store::run_migrations(&args.database_url).await?;
+                    backfill::__private::store::run_migrations(&args.database_url).await?;
                     backfill_cli::example::migrate(&args.database_url).await?;
                 }
-                let pool = backfill::store::build_pool(&args.database_url, 4).await?;
+                let pool = backfill::__private::store::build_pool(&args.database_url, 4).await?;
                 let started = std::time::Instant::now();
                 let n = backfill_cli::example::seed(&pool, args.rows, args.bad_rows).await?;
                 println!(

@@ -339,7 +339,7 @@ async fn adm02_ctl_list_and_watch_follow_every_page() {
     let descriptions = vec![String::new(); ids.len()];
     {
         let mut conn = engine.pool().get().await.expect("connection");
-        backfill::store::backfill_register(&mut conn, &ids, &descriptions, "test")
+        backfill::__private::store::backfill_register(&mut conn, &ids, &descriptions, "test")
             .await
             .expect("register");
     }

@@ -454,7 +454,9 @@ async fn clm01_notify_wakes_the_supervisor_as_a_hint() {
     let host = Host::start(config, app()).await.unwrap();
     // Let the listener connect; its first wake finds nothing to do.
     let other = backfill::Engine::new(
-        backfill::store::build_pool(&db.url, 2).await.unwrap(),
+        backfill::__private::store::build_pool(&db.url, 2)
+            .await
+            .unwrap(),
         example::registry(50).unwrap(),
         EngineConfig::default(),
     )
@@ -503,7 +505,9 @@ async fn obs02_metrics_of_an_unreadable_database_are_unknown_not_zero() {
     // A database that does not exist on a live server: every checkout
     // fails (after the pool's timeout).
     let url = support::with_database(support::server_url(), "bft_no_such_database");
-    let pool = backfill::store::build_pool(&url, 1).await.expect("pool");
+    let pool = backfill::__private::store::build_pool(&url, 1)
+        .await
+        .expect("pool");
     let engine = backfill::Engine::new(
         pool.clone(),
         backfill::Registry::new(),

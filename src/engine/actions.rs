@@ -96,6 +96,7 @@ impl Engine {
     /// actions on one ID serialize. `start` captures the bound with the
     /// local definition in this same transaction (docs/CONTRACT.md section 3). No
     /// action changes bound or checkpoint or selects `completed` (LC-4).
+    #[doc(hidden)]
     pub async fn act_in(
         &self,
         conn: &mut AsyncPgConnection,

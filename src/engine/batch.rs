@@ -74,6 +74,7 @@ impl Engine {
     /// in `(checkpoint, bound]`, check them (EX-3, EX-4), mutate, and advance
     /// the checkpoint with the fence. Any failure rolls back both mutation
     /// and checkpoint. On success the claim's checkpoint is updated.
+    #[doc(hidden)]
     pub async fn run_batch(&self, claim: &mut Claim) -> Result<BatchOutcome, EngineError> {
         let def = self
             .registry

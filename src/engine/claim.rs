@@ -10,6 +10,7 @@ use crate::store::{self, PooledConn};
 use std::time::{Duration, Instant};
 
 /// What a claim is for.
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// `running`: execute batches.
@@ -21,6 +22,7 @@ pub enum Phase {
 /// A claim held by one worker: the fencing token every fenced write
 /// presents. A cache of PostgreSQL state with a trust window, never an
 /// authority.
+#[doc(hidden)]
 #[derive(Debug)]
 pub struct Claim {
     pub id: String,

@@ -19,6 +19,7 @@ impl Engine {
     /// advances the generation. If the row's bound or checkpoint is not of
     /// the local key type, the claim is rolled back and a typed
     /// [`EngineError::KeyMismatch`] returned: nothing changes (REG-4).
+    #[doc(hidden)]
     pub async fn claim_next(
         &self,
         worker: &str,
@@ -32,6 +33,7 @@ impl Engine {
     /// without partitions, or one in `validating`, is claimed on its own
     /// row first; otherwise a partition of a `running` partitioned
     /// backfill (PAR-2).
+    #[doc(hidden)]
     pub async fn claim_next_excluding(
         &self,
         worker: &str,
@@ -85,6 +87,7 @@ impl Engine {
     /// Renew the listed claims of `worker` in one statement; returns the
     /// `(id, generation)` pairs that were renewed. A claim missing from the
     /// answer is lost: its runner must stop (CLM-3).
+    #[doc(hidden)]
     pub async fn renew(
         &self,
         worker: &str,
@@ -110,6 +113,7 @@ impl Engine {
     /// Record a progress sample of each listed claim `worker` still holds
     /// on a `running` backfill (OBS-5): `(id, part, generation)`. Off the
     /// batch path; returns how many samples were written.
+    #[doc(hidden)]
     pub async fn sample_progress(
         &self,
         worker: &str,
@@ -126,6 +130,7 @@ impl Engine {
     /// An open batch the claim carries is rolled back first, and its
     /// connection does the release; if that connection is gone (the server
     /// ended the idle session), a fresh one does.
+    #[doc(hidden)]
     pub async fn release(&self, claim: &Claim) -> Result<bool, EngineError> {
         let reused = match claim.open.take() {
             Some(Open {
@@ -161,6 +166,7 @@ impl Engine {
 
     /// Durably record a classified execution error and drop the claim
     /// (RT-1, RT-2). Fenced by the claim.
+    #[doc(hidden)]
     pub async fn record_failure(
         &self,
         claim: &Claim,

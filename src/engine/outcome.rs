@@ -8,6 +8,7 @@ use crate::store::BackfillRow;
 use chrono::{DateTime, Utc};
 
 /// The result of one batch.
+#[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchOutcome {
     /// Mutation and checkpoint committed together. `reached_bound` means the
@@ -19,6 +20,7 @@ pub enum BatchOutcome {
 }
 
 /// The result of recording an execution error (RT-1).
+#[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FailureOutcome {
     /// Durably recorded; the claim was released.
@@ -32,6 +34,7 @@ pub enum FailureOutcome {
 }
 
 /// The result of lifecycle validation (VAL-1..3).
+#[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ValidationRun {
     /// Validation succeeded and the fenced completion committed.

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 pub const SETTINGS_REFRESH: Duration = Duration::from_secs(1);
 
 /// What [`Engine::gate`] decided.
+#[doc(hidden)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Gate {
     /// Run the batch now.
@@ -45,6 +46,7 @@ pub enum Gate {
 impl Engine {
     /// Whether `claim`'s next batch may start now (THR-1), reading its
     /// settings again when they may have changed (THR-4).
+    #[doc(hidden)]
     pub async fn gate(&self, claim: &mut Claim) -> Result<Gate, EngineError> {
         let def = self
             .registry

@@ -93,6 +93,7 @@ impl Engine {
     /// was locked at that moment), without a batch ever touching the
     /// backfill row. Those counters are a reader's convenience, not
     /// state: a failed roll-up is logged and the renewal's answer stands.
+    #[doc(hidden)]
     pub async fn renew_partitions(
         &self,
         worker: &str,

@@ -47,6 +47,7 @@ impl Engine {
     /// [`EngineError::Completed`], and neither writes anything. An accepted
     /// change queues a wake-up for the ID, delivered only on commit, so
     /// other processes notice it before their next poll.
+    #[doc(hidden)]
     pub async fn update_settings_in(
         &self,
         conn: &mut AsyncPgConnection,

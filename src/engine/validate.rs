@@ -17,6 +17,7 @@ impl Engine {
     /// run in ONE transaction, so a stale validator cannot complete a
     /// paused or retried run. Repair errors roll back and are returned for
     /// [`Engine::record_failure`].
+    #[doc(hidden)]
     pub async fn validate_claimed(&self, claim: &Claim) -> Result<ValidationRun, EngineError> {
         let def = self
             .registry

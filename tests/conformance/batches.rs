@@ -466,7 +466,9 @@ async fn emb04_store_statements_are_prepared_once_per_connection() {
     let db = test_db().await;
     let mut conn = db.connect().await;
     for _ in 0..2 {
-        backfill::store::wake_notify(&mut conn, ID).await.unwrap();
+        backfill::__private::store::wake_notify(&mut conn, ID)
+            .await
+            .unwrap();
     }
     let prepared = support::scalar_on(
         &mut conn,

@@ -115,7 +115,7 @@ async fn rt01_pool_sessions_report_errors_untranslated() {
         #[diesel(sql_type = diesel::sql_types::Text)]
         lc_messages: String,
     }
-    async fn lc_messages(pool: &backfill::store::Pool) -> String {
+    async fn lc_messages(pool: &backfill::__private::store::Pool) -> String {
         let mut conn = pool.get().await.expect("pool");
         let row: Setting = diesel::sql_query("SHOW lc_messages")
             .get_result(&mut conn)
@@ -129,7 +129,9 @@ async fn rt01_pool_sessions_report_errors_untranslated() {
         db.name
     ))
     .await;
-    let pool = backfill::store::build_pool(&db.url, 2).await.expect("pool");
+    let pool = backfill::__private::store::build_pool(&db.url, 2)
+        .await
+        .expect("pool");
     assert_eq!(lc_messages(&pool).await, "C");
     let mut conn = pool.get().await.expect("pool");
     let timeout = diesel_async::SimpleAsyncConnection::batch_execute(
@@ -140,7 +142,7 @@ async fn rt01_pool_sessions_report_errors_untranslated() {
     .expect_err("the statement times out");
     assert!(
         matches!(
-            backfill::store::classify(&timeout),
+            backfill::__private::store::classify(&timeout),
             RepairError::Retryable(_)
         ),
         "{timeout}"
@@ -152,7 +154,7 @@ async fn rt01_pool_sessions_report_errors_untranslated() {
     // assertion below fails.
     let role = db.role();
     db.exec(&format!("CREATE ROLE {role} LOGIN")).await;
-    let pool = backfill::store::build_pool(&with_user(&db.url, &role), 1)
+    let pool = backfill::__private::store::build_pool(&with_user(&db.url, &role), 1)
         .await
         .expect("a role without the privilege still connects");
     assert_eq!(lc_messages(&pool).await, "C.UTF-8");

@@ -220,7 +220,9 @@ async fn ex06_runner_does_not_wait_for_a_taken_second_connection() {
     let db = test_db().await;
     db.exec(&items_sql(30)).await;
     let hooks = Hooks::new();
-    let pool = backfill::store::build_pool(&db.url, 4).await.expect("pool");
+    let pool = backfill::__private::store::build_pool(&db.url, 4)
+        .await
+        .expect("pool");
     let registry = Registry::new()
         .with(Counter::new(ID, 10, hooks.clone()).overlapping())
         .expect("valid definition");

@@ -23,7 +23,9 @@ async fn ct04_termination_mid_batch_then_fresh_engine_resumes() {
     drop(engine);
     hooks.clear_gates();
 
-    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    let pool = backfill::__private::store::build_pool(&db.url, 4)
+        .await
+        .unwrap();
     let fresh = counter_engine(pool, Counter::new(ID, 10, hooks.clone()));
     fresh.register().await.unwrap();
     db.expire_lease(ID).await;
@@ -47,7 +49,9 @@ async fn ct04_termination_after_commit_resumes_from_checkpoint() {
     drop(claim);
     drop(engine);
 
-    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    let pool = backfill::__private::store::build_pool(&db.url, 4)
+        .await
+        .unwrap();
     let fresh = counter_engine(pool, Counter::new(ID, 10, hooks.clone()));
     db.expire_lease(ID).await;
     let claim = fresh.claim_next("fresh", &[]).await.unwrap().unwrap();
@@ -82,7 +86,9 @@ async fn ct04_termination_during_validation_is_repeated_after_restart() {
     hooks.clear_gates();
     assert_eq!(state(&engine).await, State::Validating);
 
-    let pool = backfill::store::build_pool(&db.url, 4).await.unwrap();
+    let pool = backfill::__private::store::build_pool(&db.url, 4)
+        .await
+        .unwrap();
     let fresh = counter_engine(pool, Counter::new(ID, 10, hooks.clone()));
     db.expire_lease(ID).await;
     drive(&fresh, "fresh").await;

@@ -144,13 +144,15 @@ async fn ex05_validation_waiting_on_a_lock_ends_at_the_lock_timeout() {
 async fn val07_a_validation_record_reports_whether_it_was_written() {
     let (db, _engine, _hooks) = started(10, 10).await;
     let mut conn = db.connect().await;
-    let recorded = backfill::store::validation_record(&mut conn, "absent.v1", "success", None);
+    let recorded =
+        backfill::__private::store::validation_record(&mut conn, "absent.v1", "success", None);
     assert!(!recorded.await.unwrap(), "no row has that ID");
     let written = "SELECT count(*) AS v FROM backfill WHERE validation_outcome IS NOT NULL";
     assert_eq!(db.scalar(written).await, 0);
-    let recorded = backfill::store::validation_record(&mut conn, ID, "failure", Some("3 items"));
+    let recorded =
+        backfill::__private::store::validation_record(&mut conn, ID, "failure", Some("3 items"));
     assert!(recorded.await.unwrap());
-    let row = backfill::store::backfill_get(&mut conn, ID)
+    let row = backfill::__private::store::backfill_get(&mut conn, ID)
         .await
         .unwrap()
         .unwrap();

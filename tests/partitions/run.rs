@@ -406,7 +406,9 @@ async fn par02_sql_repair_runs_in_partitions() {
         .partitions(4)
         .build()
         .unwrap();
-    let pool = backfill::store::build_pool(&db.url, 10).await.unwrap();
+    let pool = backfill::__private::store::build_pool(&db.url, 10)
+        .await
+        .unwrap();
     let engine = Engine::new(pool, Registry::new().with(repair).unwrap(), engine_config()).unwrap();
     engine.register().await.unwrap();
     engine.start(ID).await.unwrap();

@@ -91,7 +91,7 @@ async fn par05_admin_view_aggregates_and_shows_each_partition() {
     assert_eq!(page.items[0].partitions.len(), 4);
     // What /metrics exports: partitions by status.
     let mut conn = engine.pool().get().await.unwrap();
-    let by_status = backfill::store::partition_count_by_status(&mut conn)
+    let by_status = backfill::__private::store::partition_count_by_status(&mut conn)
         .await
         .unwrap();
     assert_eq!(by_status, [("ended", 0), ("claimed", 4), ("waiting", 0)]);
@@ -254,7 +254,7 @@ async fn par05_a_throttled_partition_shows_its_condition_until_it_recovers() {
 /// they report.
 #[tokio::test]
 async fn thr02_only_the_claim_in_force_records_a_throttle() {
-    use backfill::store;
+    use backfill::__private::store;
     let throttle = serde_json::json!({
         "signal": "application", "value": 1.0, "threshold": 0.5, "text": "busy",
     });

@@ -15,8 +15,8 @@ pub mod repairs;
 pub mod standby;
 pub mod webhook;
 
+use backfill::__private::store::{self, Pool};
 use backfill::engine::RetryPolicy;
-use backfill::store::{self, Pool};
 use backfill::EngineConfig;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -185,7 +185,7 @@ pub async fn test_db() -> TestDb {
 }
 
 fn throwaway_cluster() -> Result<String, String> {
-    backfill::ephemeral::EphemeralPostgres::start("test")
+    backfill_ephemeral::EphemeralPostgres::start("test")
         .map(|pg| pg.keep())
         .map_err(|e| e.to_string())
 }

@@ -2,12 +2,12 @@
 //! primary reports about its standbys.
 //!
 //! Both clusters come from the machine's PostgreSQL binaries
-//! ([`backfill::ephemeral::EphemeralPostgres`]): the primary with
+//! ([`backfill_ephemeral::EphemeralPostgres`]): the primary with
 //! `wal_level = replica` and WAL senders, the standby from
 //! `pg_basebackup -R -X stream` on a port of its own. Both are stopped and
 //! their directories removed when the pair is dropped.
 
-use backfill::ephemeral::EphemeralPostgres;
+use backfill_ephemeral::EphemeralPostgres;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 
 /// A primary and its standby, both running.

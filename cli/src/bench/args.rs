@@ -1,8 +1,8 @@
 //! What `backfill bench` takes and how it fails: the runners, the flags,
 //! the repair shapes of the engine runs and the bench's error.
 
+use backfill::__private::store::StoreError;
 use backfill::engine::EngineError;
-use backfill::store::StoreError;
 use std::path::PathBuf;
 
 /// What `backfill bench` can measure.

@@ -3,9 +3,9 @@
 
 use super::args::{BenchArgs, BenchError};
 use super::sql::{table_sql, verify};
+use backfill::__private::store::{Pool, StoreError};
 use backfill::engine::EngineConfig;
 use backfill::runtime::RuntimeConfig;
-use backfill::store::{Pool, StoreError};
 use diesel_async::SimpleAsyncConnection;
 use std::time::Duration;
 

@@ -16,7 +16,7 @@
 //! its time with it; the runners keep their connections until the clock
 //! stops, so none does.
 
-use backfill::store::{Pool, StoreError};
+use backfill::__private::store::{Pool, StoreError};
 use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use diesel::QueryableByName;
 use diesel_async::RunQueryDsl;

@@ -8,8 +8,8 @@ use super::partitioned::partition_worker;
 use super::report::{Report, METHOD};
 use super::sql::{TextValue, SETUP_SQL};
 use super::stats::RunResult;
+use backfill::__private::store::{self, StoreError};
 use backfill::repair::MAX_PARTITIONS;
-use backfill::store::{self, StoreError};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use std::path::Path;
 
@@ -32,7 +32,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
             // With pg_stat_statements loaded, the runs' cost counts the
             // statements the clients send.
             let cluster = tokio::task::spawn_blocking(|| {
-                backfill::ephemeral::EphemeralPostgres::start_with(
+                backfill_ephemeral::EphemeralPostgres::start_with(
                     "bench",
                     &[("shared_preload_libraries", "pg_stat_statements")],
                 )

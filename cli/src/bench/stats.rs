@@ -2,7 +2,7 @@
 //! statistics and medians.
 
 use super::cost::{Cost, CostMark};
-use backfill::store::Pool;
+use backfill::__private::store::Pool;
 use serde_json::{json, Value};
 use std::time::Instant;
 

@@ -9,7 +9,7 @@
 
 use super::repairs::{normalize_author, tag_count_of};
 use actix_web::{web, HttpRequest, HttpResponse};
-use backfill::store::{describe, Pool};
+use backfill::__private::store::{describe, Pool};
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{BigInt, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::QueryableByName;

@@ -24,14 +24,14 @@ pub use repairs::{
 pub use schema::{check_schema, SchemaError, SchemaItem};
 pub use seed::{seed, SEED_CHUNK};
 
+use backfill::__private::store::{self, Pool, StoreError};
 use backfill::host::{AppError, Application};
 use backfill::repair::{DefinitionError, Registry};
-use backfill::store::{self, Pool, StoreError};
 use backfill::AsyncPgConnection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 
 /// The example application's migrations (the `events` table), separate from
-/// the framework's [`backfill::store::MIGRATIONS`].
+/// the framework's [`backfill::__private::store::MIGRATIONS`].
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("src/example/migrations");
 
 /// Errors of the example application's setup paths. `Display` is redacted
@@ -57,7 +57,7 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for Example
 
 /// Apply the example application's pending migrations to the database at
 /// `url`. Independent of the framework's own migrations, which the host runs
-/// with [`backfill::store::run_migrations`].
+/// with [`backfill::__private::store::run_migrations`].
 pub async fn migrate(url: &str) -> Result<(), ExampleError> {
     store::run_embedded(url, MIGRATIONS).await?;
     Ok(())

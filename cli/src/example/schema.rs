@@ -22,7 +22,7 @@ const EVENTS_COLUMNS: &[(&str, &str)] = &[
     ("touch_count", "integer"),
 ];
 
-/// The framework's own tables (created by [`backfill::store::MIGRATIONS`]).
+/// The framework's own tables (created by [`backfill::__private::store::MIGRATIONS`]).
 const FRAMEWORK_TABLES: &[&str] = &["backfill", "backfill_audit", "backfill_request"];
 
 /// One incompatibility between the database and what this build needs.
@@ -119,7 +119,7 @@ pub async fn check_schema(conn: &mut AsyncPgConnection) -> Result<(), SchemaErro
     .bind::<Array<Text>, _>(&tables)
     .load(conn)
     .await
-    .map_err(|e| SchemaError::Database(backfill::store::describe(&e)))?;
+    .map_err(|e| SchemaError::Database(backfill::__private::store::describe(&e)))?;
 
     let mut missing = Vec::new();
     for table in FRAMEWORK_TABLES {

@@ -7,7 +7,7 @@
 //! half-done transaction.
 
 use super::ExampleError;
-use backfill::store::Pool;
+use backfill::__private::store::Pool;
 use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 
