@@ -86,17 +86,21 @@ impl<B: Backend> LeaseRenewer<B> {
         }
     }
 
+    /// Every tracked claim with its generation.
+    fn tracked(&self) -> Vec<(ClaimKey, i64)> {
+        self.claims
+            .iter()
+            .map(|(id, (generation, _))| (id.clone(), *generation))
+            .collect()
+    }
+
     /// One renewal round: renew every tracked claim in one backend call.
     fn run_once(&mut self, ctx: &mut Context<Self>) {
         if self.in_flight || self.claims.is_empty() {
             return;
         }
         self.in_flight = true;
-        let pairs: Vec<(ClaimKey, i64)> = self
-            .claims
-            .iter()
-            .map(|(id, (generation, _))| (id.clone(), *generation))
-            .collect();
+        let pairs = self.tracked();
         let backend = self.backend.clone();
         let worker = self.worker_id.clone();
         let sent = Instant::now();
@@ -148,11 +152,7 @@ impl<B: Backend> LeaseRenewer<B> {
             return;
         }
         self.sampling = true;
-        let pairs: Vec<(ClaimKey, i64)> = self
-            .claims
-            .iter()
-            .map(|(id, (generation, _))| (id.clone(), *generation))
-            .collect();
+        let pairs = self.tracked();
         let backend = self.backend.clone();
         let worker = self.worker_id.clone();
         let fut = async move { backend.sample_progress(&worker, &pairs).await };
