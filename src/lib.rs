@@ -65,7 +65,6 @@ pub mod admin;
 pub mod engine;
 pub mod events;
 pub mod failure;
-pub mod health;
 pub mod host;
 #[cfg(feature = "http")]
 pub mod http;
@@ -73,12 +72,11 @@ pub mod key;
 pub mod lifecycle;
 pub mod logging;
 pub mod notify;
-pub mod pace;
 pub mod readiness;
 pub mod repair;
 pub mod runtime;
-pub mod settings;
 mod store;
+pub mod throttle;
 
 pub use async_trait::async_trait;
 pub use diesel_async::AsyncPgConnection;

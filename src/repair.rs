@@ -302,7 +302,7 @@ pub trait Repair: Send + Sync + 'static {
     /// (THR-3): the engine sizes each batch within the target's range
     /// toward the duration, from the measured cost of the batches before.
     /// An operator's settings override it. Default: none, a fixed size.
-    fn batch_target(&self) -> Option<crate::pace::BatchTarget> {
+    fn batch_target(&self) -> Option<crate::throttle::sizing::BatchTarget> {
         None
     }
 

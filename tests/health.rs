@@ -12,7 +12,7 @@ mod support;
 
 use async_trait::async_trait;
 use backfill::__private::store;
-use backfill::health::{
+use backfill::throttle::health::{
     HealthCheck, HealthConfig, Monitor, Reading, Signal, Snapshot, Thresholds, Throttle,
     UnknownPolicy, Verdict,
 };
@@ -784,7 +784,7 @@ fn shown(text: &str) -> ((f64, String), String, (f64, String)) {
 /// microsecond. Over lags just past, well past and microseconds past
 /// limits below and above a second, the text states a true comparison in
 /// one unit. Guard: the loop over decimals in `comparison_text`
-/// (`src/health/evaluate.rs`).
+/// (`src/throttle/health/evaluate.rs`).
 #[test]
 fn thr05_a_throttle_text_never_reads_as_false() {
     let text = |lag: Duration, limit: Duration| {

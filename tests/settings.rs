@@ -621,11 +621,11 @@ async fn thr04_view_shows_size_in_force_and_throttle_of_the_current_claim() {
 /// no other field and at least one, every status with its JSON body, and
 /// the view's new fields. Guards: `SettingsPatch` and
 /// `view::settings_object` (a field or range out of step with
-/// `crate::settings` fails here; `.ci/api-check` then checks live answers
+/// `crate::throttle::settings` fails here; `.ci/api-check` then checks live answers
 /// against the document).
 #[actix_rt::test]
 async fn thr04_openapi_declares_the_change_ranges_and_statuses() {
-    use backfill::settings::Field;
+    use backfill::throttle::settings::Field;
     let (_db, engine, _hooks) = setup(1).await;
     let server = serve(admin(engine));
     let doc = call(&server.url, "GET", "/openapi.json", None, None)

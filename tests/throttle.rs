@@ -27,10 +27,10 @@
 mod support;
 
 use backfill::events::Event;
-use backfill::health::HealthCheck;
 use backfill::host::{AppError, Application, Embedded, Host, HostConfig, Spawned};
 use backfill::repair::Registry;
 use backfill::repair::SqlRepairBuilder;
+use backfill::throttle::health::HealthCheck;
 use backfill::{SqlRepair, State};
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,7 +136,8 @@ async fn thr03_batch_size_converges_to_the_target_duration() {
     assert_eq!(batches[0].size, 5, "starts at the range's minimum");
     for pair in batches.windows(2) {
         assert!(
-            f64::from(pair[1].size) <= f64::from(pair[0].size) * backfill::pace::GROW + 1.0,
+            f64::from(pair[1].size)
+                <= f64::from(pair[0].size) * backfill::throttle::sizing::GROW + 1.0,
             "grows gently: {pair:?}"
         );
     }
@@ -876,7 +877,7 @@ async fn ex05_a_throttled_claim_waits_without_an_open_transaction() {
 /// limit, so its age, the value, grows while the runner is held: the
 /// view's value and text follow it, the signal and `since` (when
 /// throttling began) stay. Guard: the value comparison in `record_due`
-/// (`src/engine/pacing.rs`) and the kept `since` in
+/// (`src/engine/gate.rs`) and the kept `since` in
 /// `store::backfill_throttle_set`.
 #[actix_rt::test]
 async fn thr05_the_views_throttle_reading_is_refreshed_while_throttled() {

@@ -5,7 +5,7 @@
 mod support;
 
 use backfill::host::{Host, HostConfig};
-use backfill::settings::Field;
+use backfill::throttle::settings::Field;
 use std::process::Command;
 use support::http::get;
 use support::test_db;

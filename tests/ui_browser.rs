@@ -41,8 +41,8 @@
 mod support;
 
 use backfill::admin::{Admin, AdminConfig, AuthConfig};
-use backfill::health::HealthCheck;
 use backfill::host::{AppError, Application, Host, HostConfig};
+use backfill::throttle::health::HealthCheck;
 use backfill::{BatchOutcome, Claim, Engine, Phase, Registry, RepairError, SqlRepair, State};
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use serde_json::{json, Value};

@@ -2,10 +2,10 @@
 
 use anyhow::Context;
 use backfill::engine::EngineConfig;
-use backfill::health::{HealthConfig, Thresholds, UnknownPolicy};
 use backfill::host::{Host, HostConfig};
 use backfill::notify::{NotifyConfig, NotifyError, Secret, Target};
 use backfill::runtime::RuntimeConfig;
+use backfill::throttle::health::{HealthConfig, Thresholds, UnknownPolicy};
 use backfill_cli::demo::{DemoConfig, DemoExit};
 use backfill_cli::example::ExampleApp;
 use clap::parser::ValueSource;
@@ -111,7 +111,7 @@ struct HealthArgs {
     #[arg(long, default_value_t = 1_000)]
     health_interval_ms: u64,
     /// Replication byte-lag limit of every standby (0 = any lag).
-    #[arg(long, default_value_t = backfill::health::DEFAULT_MAX_LAG_BYTES)]
+    #[arg(long, default_value_t = backfill::throttle::health::DEFAULT_MAX_LAG_BYTES)]
     max_lag_bytes: u64,
     /// Replication time-lag limit, in milliseconds (off when unset).
     #[arg(long)]

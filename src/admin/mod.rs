@@ -37,7 +37,7 @@ use crate::engine::{ActionOutcome, Engine, EngineError, ExplicitOutcome, Explici
 use crate::failure::cut;
 use crate::lifecycle::{Action, State};
 use crate::repair::bounded;
-use crate::settings::SettingsError;
+use crate::throttle::settings::SettingsError;
 
 /// Largest request body read, in bytes. A change of every setting is a few
 /// hundred bytes (the stored object is bounded to 2 KiB); reading stops

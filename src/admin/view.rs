@@ -5,8 +5,8 @@ use super::journal_view::{JournalView, UndoLink};
 use crate::failure::cut;
 use crate::lifecycle::State;
 use crate::repair::bounded;
-use crate::settings::Settings;
 use crate::store::{AuditRow, BackfillRow, PartitionRow};
+use crate::throttle::settings::Settings;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -310,7 +310,7 @@ impl Throttle {
 }
 
 /// The schema of the view's `settings`: each field of
-/// [`crate::settings::Field`] an integer within its range, present only
+/// [`crate::throttle::settings::Field`] an integer within its range, present only
 /// when set.
 #[cfg(feature = "http")]
 fn settings_schema() -> utoipa::openapi::schema::Schema {
@@ -332,7 +332,7 @@ pub(crate) fn settings_object(nullable: bool) -> utoipa::openapi::schema::Object
     } else {
         SchemaType::Type(Type::Integer)
     };
-    crate::settings::Field::ALL.into_iter().fold(
+    crate::throttle::settings::Field::ALL.into_iter().fold(
         ObjectBuilder::new().additional_properties(Some(AdditionalProperties::FreeForm(false))),
         |object, field| {
             let (min, max) = field.range();

@@ -3,10 +3,10 @@
 
 use super::error::EngineError;
 use crate::key::render_json;
-use crate::pace::{Policy, Sizing};
 use crate::repair::{BodyError, DynRepair, Registry, RepairError, SelectedBatch};
-use crate::settings::Settings;
 use crate::store::{self, PooledConn};
+use crate::throttle::settings::Settings;
+use crate::throttle::sizing::{Policy, Sizing};
 use std::time::{Duration, Instant};
 
 /// What a claim is for.
@@ -218,9 +218,9 @@ pub(in crate::engine) mod tests {
     use super::{check_claimed, Claim, OpenBatch, Pacing, Phase};
     use crate::engine::error::EngineError;
     use crate::key::Key;
-    use crate::pace::{BatchTarget, Policy, Sizing};
     use crate::repair::{Registry, RepairError, SqlRepair, SqlRepairBuilder};
-    use crate::settings::Settings;
+    use crate::throttle::settings::Settings;
+    use crate::throttle::sizing::{BatchTarget, Policy, Sizing};
     use std::time::Duration;
 
     /// A complete SQL definition `t.v1` over `t`, keyed by a bigint.

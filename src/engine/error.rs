@@ -3,8 +3,8 @@
 
 use crate::key::KeyError;
 use crate::repair::{BodyError, DefinitionError, RepairError, SelectionError, SplitError};
-use crate::settings::SettingsError;
 use crate::store::{self, BackfillRow, StoreError};
+use crate::throttle::settings::SettingsError;
 
 impl From<diesel::result::Error> for EngineError {
     fn from(e: diesel::result::Error) -> Self {

@@ -7,8 +7,8 @@
 //! row (a runner's, before its next batch) sees.
 
 use super::{Engine, EngineError};
-use crate::settings::Settings;
 use crate::store::{self, BackfillRow, StoreError};
+use crate::throttle::settings::Settings;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::Value;
 

@@ -30,12 +30,12 @@ pub use spawned::Spawned;
 
 use crate::admin::{Admin, AdminConfig, AuthConfig};
 use crate::engine::{Engine, EngineConfig, EngineError};
-use crate::health::{HealthCheck, HealthConfig, Monitor};
 use crate::notify::{NotifyConfig, Sender};
 use crate::readiness::Readiness;
 use crate::repair::{DefinitionError, Registry};
 use crate::runtime::{RuntimeConfig, RuntimeHandle};
 use crate::store::{self, Pool, StoreError};
+use crate::throttle::health::{HealthCheck, HealthConfig, Monitor};
 use diesel_async::AsyncPgConnection;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -646,7 +646,7 @@ const ACCEPTED_PATCH_TYPES: &str = "application/merge-patch+json, application/js
 /// A settings change (THR-4) as a JSON merge patch: each field named sets
 /// it (an integer within its range) or clears it (`null`); fields not
 /// named keep their value. The schema is generated from
-/// [`crate::settings::Field`], so it lists exactly the fields and ranges
+/// [`crate::throttle::settings::Field`], so it lists exactly the fields and ranges
 /// the server checks.
 pub struct SettingsPatch;
 

@@ -23,10 +23,10 @@
 
 use crate::admin::flood::Reason;
 use crate::admin::Admin;
-use crate::health::{Reading, Signal, Snapshot};
 use crate::lifecycle::State;
 use crate::readiness::{GateReport, Readiness};
 use crate::store::{self, Pool};
+use crate::throttle::health::{Reading, Signal, Snapshot};
 use actix_web::{web, HttpResponse};
 use backfill_actors::RuntimeMetrics;
 use prometheus::core::Collector;

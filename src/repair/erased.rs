@@ -57,7 +57,7 @@ pub(crate) trait DynRepair: Send + Sync {
     fn description(&self) -> &str;
     fn overlap_commits(&self) -> bool;
     fn batch_limit(&self) -> u32;
-    fn batch_target(&self) -> Option<crate::pace::BatchTarget>;
+    fn batch_target(&self) -> Option<crate::throttle::sizing::BatchTarget>;
     fn tables(&self) -> Vec<String>;
     fn key_type(&self) -> String;
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
@@ -182,7 +182,7 @@ impl<R: Repair> DynRepair for Erased<R> {
     fn batch_limit(&self) -> u32 {
         self.repair.batch_limit()
     }
-    fn batch_target(&self) -> Option<crate::pace::BatchTarget> {
+    fn batch_target(&self) -> Option<crate::throttle::sizing::BatchTarget> {
         self.repair.batch_target()
     }
     fn tables(&self) -> Vec<String> {
@@ -407,8 +407,8 @@ impl<R: Repair> Erased<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pace::BatchTarget;
     use crate::repair::{SqlRepair, SqlRepairBuilder};
+    use crate::throttle::sizing::BatchTarget;
     use std::time::Duration;
 
     fn events() -> SqlRepairBuilder {

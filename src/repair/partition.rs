@@ -10,7 +10,7 @@
 use crate::key::{render_json, KeyError};
 use crate::store::PartitionRange;
 
-pub use crate::settings::MAX_PARTITIONS;
+pub use crate::throttle::settings::MAX_PARTITIONS;
 
 /// Why split points were refused at `start`; nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

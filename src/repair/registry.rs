@@ -215,8 +215,8 @@ fn check_journal<K>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pace::BatchTarget;
     use crate::repair::{SqlRepair, SqlRepairBuilder, MAX_PARTITIONS};
+    use crate::throttle::sizing::BatchTarget;
     use std::time::Duration;
 
     /// A complete SQL definition with the builder's defaults, for a test

@@ -27,8 +27,8 @@ use super::{
     even_splits, validate_id, Batches, BigIntSummary, DefinitionError, Journal, Mutated, Repair,
     RepairError, RowCount, SelectAndMutate, SourceSet, Validation,
 };
-use crate::pace::BatchTarget;
 use crate::store::{cached, journal_entry_from};
+use crate::throttle::sizing::BatchTarget;
 use async_trait::async_trait;
 use diesel::sql_types::{BigInt, Json, Nullable};
 use diesel::QueryableByName;

@@ -56,7 +56,7 @@ pub struct BackfillRow {
     pub started_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
     /// Live settings as stored (THR-4); read them with
-    /// [`crate::settings::Settings::from_stored`].
+    /// [`crate::throttle::settings::Settings::from_stored`].
     pub settings: Value,
     /// The batch size in force at the last batch or statement timeout
     /// (THR-3).

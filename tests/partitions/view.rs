@@ -183,7 +183,7 @@ struct Switch {
 }
 
 #[backfill::async_trait]
-impl backfill::health::HealthCheck for Switch {
+impl backfill::throttle::health::HealthCheck for Switch {
     async fn check(&self) -> Result<(), String> {
         if std::sync::atomic::AtomicBool::load(&self.down, std::sync::atomic::Ordering::SeqCst) {
             Err("maintenance window".into())
@@ -202,7 +202,7 @@ impl backfill::health::HealthCheck for Switch {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn par05_a_throttled_partition_shows_its_condition_until_it_recovers() {
     use backfill::engine::Gate;
-    use backfill::health::{HealthConfig, Monitor};
+    use backfill::throttle::health::{HealthConfig, Monitor};
     use support::admin::{admin, OPERATOR};
     let (db, engine, _hooks) = started(400, 10, 4).await;
     let mut claims = claim_all(&engine, 4).await;

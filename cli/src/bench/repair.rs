@@ -4,11 +4,11 @@ use super::args::BenchError;
 use super::sql::{Count, Id, MaxId, MinMax};
 use async_trait::async_trait;
 use backfill::__private::store::cached;
-use backfill::pace::BatchTarget;
 use backfill::repair::{
     even_splits, Batches, BigIntSummary, Mutated, Repair, RepairError, SelectAndMutate,
     SelectThenMutate, SourceSet, SqlRepair, SqlRepairBuilder, Validation,
 };
+use backfill::throttle::sizing::BatchTarget;
 use diesel::sql_types::{Array, BigInt};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use std::time::Duration;

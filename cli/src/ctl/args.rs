@@ -3,7 +3,7 @@
 //! sent.
 
 use super::error::{one_line, CtlError};
-use backfill::settings::Field;
+use backfill::throttle::settings::Field;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 

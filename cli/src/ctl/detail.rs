@@ -3,7 +3,7 @@
 
 use crate::screen;
 use backfill::admin::BackfillView;
-use backfill::settings::Field;
+use backfill::throttle::settings::Field;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 

@@ -15,7 +15,7 @@
 //! The size in force is the limit the engine checks a selection against
 //! (EX-4): whatever the sizing says, a repair never gets to return more.
 
-use crate::settings::Settings;
+use crate::throttle::settings::Settings;
 use std::time::Duration;
 
 /// The most a size grows from one batch to the next.

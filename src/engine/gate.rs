@@ -15,10 +15,10 @@
 use super::claim::{rollback_to_pool, Claim, Open};
 use super::error::EngineError;
 use super::Engine;
-use crate::health::{Throttle, Verdict};
 use crate::repair::DynRepair;
-use crate::settings::Settings;
 use crate::store::{self, StoreError};
+use crate::throttle::health::{Throttle, Verdict};
+use crate::throttle::settings::Settings;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -227,9 +227,9 @@ mod tests {
     use crate::engine::claim::Claim;
     use crate::engine::error::EngineError;
     use crate::engine::tests::{one_definition, unconnected_engine};
-    use crate::health::{Signal, Throttle};
-    use crate::settings::Settings;
     use crate::store::StoreError;
+    use crate::throttle::health::{Signal, Throttle};
+    use crate::throttle::settings::Settings;
     use std::time::{Duration, Instant};
 
     const HOUR: Duration = Duration::from_secs(3_600);

@@ -5,7 +5,7 @@
 //! `settings` column) and changed only by the audited settings action
 //! ([`crate::Engine::update_settings`]). A field that is absent takes the
 //! definition's value (batch size, target) or the process's default
-//! (health thresholds, see [`crate::health::Thresholds`]); a change sets
+//! (health thresholds, see [`crate::throttle::health::Thresholds`]); a change sets
 //! fields and clears them with `null`, like a JSON merge patch.
 //!
 //! Every field is a non-negative integer with a range, so a value is

@@ -32,7 +32,7 @@ mod monitor;
 
 pub use monitor::Monitor;
 
-use crate::settings::{Field, Settings};
+use crate::throttle::settings::{Field, Settings};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::fmt;

@@ -313,7 +313,7 @@ pub(crate) fn seconds_text(seconds: f64) -> String {
 mod tests {
     use super::super::*;
     use super::*;
-    use crate::settings::Settings;
+    use crate::throttle::settings::Settings;
     use serde_json::json;
     use std::collections::BTreeMap;
 
