@@ -263,6 +263,7 @@ impl<A: Key, B: Key, C: Key> Key for (A, B, C) {
 /// Render any stored key (self-describing encoding) as JSON, without knowing
 /// its Rust type. `None` when the bytes are not a valid encoding; the admin
 /// API shows such a key as unknown (ADM-3), never as a guess.
+#[doc(hidden)]
 pub fn render_json(bytes: &[u8]) -> Option<Value> {
     let mut input = bytes;
     let mut parts = Vec::new();

@@ -64,7 +64,7 @@
 pub mod admin;
 pub mod engine;
 pub mod events;
-pub mod failure;
+mod failure;
 pub mod host;
 #[cfg(feature = "http")]
 pub mod http;
@@ -87,8 +87,27 @@ pub use repair::{
     Batches, Mutated, Registry, Repair, RepairError, RowCount, SelectAndMutate, SelectThenMutate,
     SourceSet, SqlRepair, Validation,
 };
+/// One backfill as PostgreSQL stores it (its lifecycle row): what
+/// [`Engine::get`], [`Engine::wait_for`] and [`Started`] return.
+pub use store::BackfillRow;
 /// The connection pool the host hands to an application's routes.
 pub use store::Pool;
+
+// The crates whose types appear in the library's public signatures, so
+// that an embedder uses the very versions the library was built with
+// instead of pinning them by hand: diesel and diesel-async for a
+// hand-written repair's statements and `Application::migrate`, chrono,
+// serde_json and uuid for the admin views, actix-web and utoipa for the
+// HTTP pieces an application mounts into its own `App`.
+#[cfg(feature = "http")]
+pub use actix_web;
+pub use chrono;
+pub use diesel;
+pub use diesel_async;
+pub use serde_json;
+#[cfg(feature = "http")]
+pub use utoipa;
+pub use uuid;
 
 /// The library's inside, for the project's own binary, bench and tests
 /// only: the store's statements, which bypass the audit, the admin

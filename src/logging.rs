@@ -4,11 +4,13 @@
 //! embedder without a `tracing` subscriber of its own calls.
 
 mod fields;
+#[doc(hidden)]
 pub use fields::{render, Json, Rendered};
 
 #[cfg(feature = "logs")]
 mod json_lines;
 #[cfg(feature = "logs")]
+#[doc(hidden)]
 pub use json_lines::JsonLines;
 
 /// How [`install`] writes events.

@@ -9,9 +9,14 @@ use crate::events::Event;
 use crate::lifecycle::State;
 use crate::repair::RepairError;
 
+pub use backfill_actors::{RuntimeConfig, RuntimeHandle, RuntimeMetrics};
+
+/// The runtime's side of the bridge: what the engine implements for the
+/// actors. Plumbing, not part of the public API.
+#[doc(hidden)]
 pub use backfill_actors::{
-    Backend, BackendError, ClaimInfo, ClaimKey, Disposition, ErrorKind, Gate, RuntimeConfig,
-    RuntimeHandle, RuntimeMetrics, StepOutcome, ValidationOutcome,
+    Backend, BackendError, ClaimInfo, ClaimKey, Disposition, ErrorKind, Gate, StepOutcome,
+    ValidationOutcome,
 };
 
 impl ClaimInfo for Claim {

@@ -1486,7 +1486,7 @@ async fn api03_flood_of_rejected_requests_is_coalesced_and_authorized_requests_s
             "{outcome}: {rows} rows, bounded by windows"
         );
     }
-    use backfill::admin::flood::Reason;
+    use backfill::admin::FloodReason as Reason;
     assert_eq!(
         gate.flood().counted(Reason::Unauthorized),
         unauthorized as u64

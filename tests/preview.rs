@@ -15,7 +15,7 @@
 
 mod support;
 
-use backfill::admin::{auth, Admin, AdminConfig, AuthConfig};
+use backfill::admin::{sha256, Admin, AdminConfig, AuthConfig};
 use backfill::{BatchOutcome, Engine, Registry, SqlRepair};
 use diesel_async::SimpleAsyncConnection;
 use serde_json::Value;
@@ -71,7 +71,7 @@ fn registry() -> Registry {
 }
 
 fn admin(engine: Engine) -> Admin {
-    let d = |t: &str| hex::encode(auth::sha256(t));
+    let d = |t: &str| hex::encode(sha256(t));
     let file = format!(
         r#"[{{"name": "inspector", "sha256": "{}", "capabilities": ["backfill:read", "backfill:operate", "backfill:inspect"]}},
             {{"name": "ops", "sha256": "{}", "capabilities": ["backfill:read", "backfill:operate"]}}]"#,

@@ -558,7 +558,7 @@ impl AdminAuthArgs {
     /// The configuration these flags describe.
     pub fn to_config(&self) -> Result<backfill::admin::AuthConfig, backfill::admin::AuthError> {
         let from_file = match &self.operator_token_file {
-            Some(path) => Some(backfill::admin::auth::read_token_file(path)?),
+            Some(path) => Some(backfill::admin::read_token_file(path)?),
             None => None,
         };
         backfill::admin::AuthConfig::from_sources(

@@ -538,7 +538,7 @@ async fn auth05_a_token_on_the_command_line_logs_a_warning() {
 async fn auth05_each_malformed_tokens_file_is_refused_naming_its_line() {
     let db = test_db().await;
     let entry = |name: &str, token: &str, caps: &str| {
-        let digest = hex::encode(backfill::admin::auth::sha256(token));
+        let digest = hex::encode(backfill::admin::sha256(token));
         format!(r#"{{"name": "{name}", "sha256": "{digest}", "capabilities": [{caps}]}}"#)
     };
     let first = entry("ops", "ops-token", r#""backfill:read""#);
@@ -570,7 +570,7 @@ async fn auth05_each_malformed_tokens_file_is_refused_naming_its_line() {
         assert_eq!(code, Some(1), "{bad}: {stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
         assert!(stderr.contains(problem), "{problem}: {stderr}");
-        assert!(!stderr.contains(&hex::encode(backfill::admin::auth::sha256("b-token"))));
+        assert!(!stderr.contains(&hex::encode(backfill::admin::sha256("b-token"))));
     }
     std::fs::remove_file(&path).expect("remove tokens file");
 }

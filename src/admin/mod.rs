@@ -10,9 +10,9 @@
 //! are audited in their own short transaction. This layer never messages
 //! runners: it commits an intent and at most calls the waker.
 
-pub mod auth;
+mod auth;
 mod dry_run;
-pub mod flood;
+pub(crate) mod flood;
 mod journal_view;
 mod notifications;
 mod reason;
@@ -20,11 +20,15 @@ mod run_rate;
 mod settings;
 mod timeline;
 mod undo;
-pub mod view;
+pub(crate) mod view;
 
-pub use auth::{AuthConfig, AuthError, Authority, Capability, Principal};
+pub use auth::{
+    read_token_file, sha256, AuthConfig, AuthError, Authority, Capability, Principal, OPERATOR,
+};
 pub use dry_run::DRY_RUN_ACTION;
-pub use flood::{FloodGate, FloodLimits};
+pub use flood::FloodLimits;
+#[doc(hidden)]
+pub use flood::{FloodGate, Reason as FloodReason};
 pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
 pub use notifications::{NotificationPage, NotificationView};
 pub use reason::{decode_reason, encode_reason, MAX_REASON_HEADER, REASON_HEADER};
@@ -365,6 +369,7 @@ fn is_port(text: &str) -> bool {
 /// An allow-list entry for trusted-network mode (AUTH-3) as it is
 /// compared: a hostname or address, lower case, without a port (one given
 /// is ignored: a rebinding page names its own host, whatever the port).
+#[doc(hidden)]
 pub fn allowed_host(entry: &str) -> Result<String, AuthError> {
     hostname(entry).ok_or_else(|| {
         AuthError::Config(format!(
@@ -376,6 +381,7 @@ pub fn allowed_host(entry: &str) -> Result<String, AuthError> {
 
 /// The `Host` forms every admin boundary answers to in trusted-network
 /// mode: the loopback names a local browser or tool uses.
+#[doc(hidden)]
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// Whether a request's `Origin` or `Sec-Fetch-Site` says it was sent by a
@@ -462,6 +468,7 @@ impl Admin {
     }
 
     /// The rejection gate: what was coalesced or refused (API-3).
+    #[doc(hidden)]
     pub fn flood(&self) -> &FloodGate {
         &self.flood
     }

@@ -50,7 +50,9 @@ pub use dry_report::{
 };
 pub use dry_run::{DryRun, DRY_RUN_COUNT_TIMEOUT};
 pub use error::EngineError;
-pub use gate::{Gate, SETTINGS_REFRESH};
+pub use gate::Gate;
+#[doc(hidden)]
+pub use gate::SETTINGS_REFRESH;
 pub use outcome::{ActionOutcome, BatchOutcome, FailureOutcome, Started, ValidationRun, WaitError};
 pub(crate) use outcome::{ExplicitOutcome, ExplicitValidation};
 pub use settings::SettingsChange;

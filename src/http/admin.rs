@@ -293,6 +293,7 @@ fn query<T: for<'de> Deserialize<'de>>(req: &HttpRequest) -> Result<T, AdminErro
 /// Paging of the backfill list.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[doc(hidden)]
 pub struct ListQuery {
     /// Return IDs strictly after this one (from `next_after`).
     #[param(pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)]
@@ -305,6 +306,7 @@ pub struct ListQuery {
 /// Paging of the audit log.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[doc(hidden)]
 pub struct AuditQuery {
     /// Only records of this backfill.
     #[param(pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)]
@@ -590,6 +592,7 @@ async fn journal_prune(
 /// The options of a dry run.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[doc(hidden)]
 pub struct DryRunQuery {
     /// Batches to run, 1..=20 (default 3).
     #[param(minimum = 1, maximum = 20)]
@@ -648,6 +651,7 @@ const ACCEPTED_PATCH_TYPES: &str = "application/merge-patch+json, application/js
 /// named keep their value. The schema is generated from
 /// [`crate::throttle::settings::Field`], so it lists exactly the fields and ranges
 /// the server checks.
+#[doc(hidden)]
 pub struct SettingsPatch;
 
 impl utoipa::PartialSchema for SettingsPatch {
@@ -742,6 +746,7 @@ async fn settings(
 /// How many timeline entries to return.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[doc(hidden)]
 pub struct TimelineQuery {
     /// Entries, 1..=500 (default 50).
     #[param(minimum = 1, maximum = 500)]
@@ -843,6 +848,7 @@ async fn audit(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
 /// Paging of the notification outbox.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[doc(hidden)]
 pub struct NotificationQuery {
     /// Only notifications in this status.
     #[param(pattern = r"^(pending|delivered|dead)$")]

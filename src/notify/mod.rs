@@ -13,8 +13,10 @@ mod body;
 mod post;
 mod sender;
 
+#[doc(hidden)]
 pub use body::Body;
 pub use post::{sign, SIGNATURE_HEADER};
+#[doc(hidden)]
 pub use sender::{Pass, Sender};
 
 use std::fmt;

@@ -19,6 +19,7 @@ use crate::throttle::settings::Settings;
 use std::time::Duration;
 
 /// The most a size grows from one batch to the next.
+#[doc(hidden)]
 pub const GROW: f64 = 1.5;
 
 /// Weight of the newest measurement in the smoothed cost per key.
@@ -34,6 +35,7 @@ pub struct BatchTarget {
 
 /// How a claim sizes its batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[doc(hidden)]
 pub enum Policy {
     Fixed(u32),
     Adaptive(BatchTarget),
@@ -82,6 +84,7 @@ impl Policy {
 
 /// One claim's sizing state.
 #[derive(Debug, Clone, PartialEq)]
+#[doc(hidden)]
 pub struct Sizing {
     policy: Policy,
     size: u32,

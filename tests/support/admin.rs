@@ -5,7 +5,7 @@
 use super::repairs::{Counter, Hooks};
 use super::TestDb;
 use actix_web::{web, App, HttpServer};
-use backfill::admin::{auth, Admin, AdminConfig, AuthConfig};
+use backfill::admin::{sha256, Admin, AdminConfig, AuthConfig};
 use backfill::{BatchOutcome, Engine, EngineConfig, Phase, Registry};
 use diesel_async::RunQueryDsl;
 use serde_json::Value;
@@ -24,7 +24,7 @@ pub const COMMUNITY: &str = "community-token-0123456789";
 /// A tokens file: an operator (both capabilities), a read-only principal,
 /// and a principal that only holds community/channel/membership roles.
 pub fn tokens_file() -> String {
-    let d = |t: &str| hex::encode(auth::sha256(t));
+    let d = |t: &str| hex::encode(sha256(t));
     format!(
         r#"[
   {{"name": "ops", "sha256": "{}", "capabilities": ["backfill:read", "backfill:operate"]}},

@@ -30,6 +30,7 @@
 mod evaluate;
 mod monitor;
 
+#[doc(hidden)]
 pub use monitor::Monitor;
 
 use crate::throttle::settings::{Field, Settings};
@@ -355,6 +356,7 @@ impl<T> Reading<T> {
 
 /// Every signal as read at one moment.
 #[derive(Debug, Clone, PartialEq)]
+#[doc(hidden)]
 pub struct Snapshot {
     /// When the reading started, for staleness.
     pub taken: Instant,
@@ -407,6 +409,7 @@ impl Snapshot {
 
 /// Whether the next batch may start.
 #[derive(Debug, Clone, PartialEq)]
+#[doc(hidden)]
 pub enum Verdict {
     /// It may; `unknown` lists the checked signals that could not be read
     /// (under [`UnknownPolicy::Proceed`]), in [`Signal::ALL`] order, so
