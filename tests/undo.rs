@@ -194,6 +194,72 @@ async fn undo01_undo_restores_every_untouched_row_and_keeps_the_applications_cha
     server.stop().await;
 }
 
+/// UNDO-1, UNDO-2: a declared repair journals columns of any type: an
+/// array column holding NULLs, empty arrays and arrays of different
+/// dimensions, beside scalar columns holding NULLs, is journaled and
+/// undone to the byte. Guard: the array columns' own aggregate in the
+/// journal entry (`array_agg` of those values refuses the NULL array and
+/// the mixed dimensions, so every batch fails and nothing completes).
+#[actix_rt::test]
+async fn undo01_array_and_scalar_columns_of_any_value_are_journaled_and_restored() {
+    let db = support::test_db().await;
+    db.exec(
+        "CREATE DOMAIN small_ints AS int[]; \
+         CREATE TABLE tagged (id bigint PRIMARY KEY, tags int[], more small_ints, \
+             label text, score numeric, seen timestamptz); \
+         INSERT INTO tagged \
+         SELECT g, \
+             CASE g % 4 WHEN 0 THEN NULL WHEN 1 THEN '{}' WHEN 2 THEN ARRAY[g::int] \
+                 ELSE ARRAY[[g::int, 1], [2, 3]] END, \
+             CASE WHEN g % 3 = 0 THEN NULL ELSE ARRAY[g::int, g::int] END, \
+             CASE WHEN g % 5 = 0 THEN NULL ELSE 'L' || g END, \
+             CASE WHEN g % 7 = 0 THEN NULL ELSE g / 3.0 END, \
+             CASE WHEN g % 2 = 0 THEN NULL ELSE timestamptz '2026-01-01' + g * interval '1 s' END \
+         FROM generate_series(1, 300) g",
+    )
+    .await;
+    let checksum = || async {
+        db.text("SELECT md5(string_agg(t::text, ',' ORDER BY id)) AS v FROM tagged t")
+            .await
+            .expect("rows")
+    };
+    let before = checksum().await;
+    let id = "tagged.flatten.v1";
+    let repair = SqlRepair::new(id, "tagged")
+        .key("id")
+        .set("tags = ARRAY[0], more = NULL, label = upper(label), score = 1, seen = NULL")
+        .validate_where("tags IS DISTINCT FROM ARRAY[0]")
+        .journal(["tags", "more", "label", "score", "seen"])
+        .batch_size(64)
+        .build()
+        .expect("definition");
+    let engine = engine(&db, Registry::new().with(repair).expect("registers"));
+    engine.register().await.expect("register");
+    engine.start(id).await.expect("start");
+    drive(&engine).await;
+    assert_eq!(engine.get(id).await.expect("row").state, State::Completed);
+    assert_eq!(journal_rows(&db, id).await, 300, "every row journaled");
+    assert_ne!(checksum().await, before, "the repair changed the rows");
+
+    let server = serve(admin(engine.clone()));
+    let undo = post(
+        &server.url,
+        &format!("/admin/backfills/{id}/undo"),
+        OPERATOR,
+        "u-arrays",
+    )
+    .await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    drive(&engine).await;
+    let undo_id = format!("{id}.undo");
+    assert_eq!(
+        engine.get(&undo_id).await.expect("undo").state,
+        State::Completed
+    );
+    assert_eq!(checksum().await, before, "every row restored to the byte");
+    server.stop().await;
+}
+
 /// UNDO-1: a batch the fence rejects leaves no journal rows: a pause
 /// commits between the claim and its batch, the batch's mutation and
 /// journal run, and the fence rolls both back with the checkpoint. Guard:

@@ -27,12 +27,14 @@ use super::{
     even_splits, validate_id, Batches, BigIntSummary, DefinitionError, Journal, Mutated, Repair,
     RepairError, RowCount, SelectAndMutate, SourceSet, Validation,
 };
-use crate::store::{cached, journal_entry_from};
+use crate::store::{cached, journal_array_columns, journal_entry_from};
 use crate::throttle::sizing::BatchTarget;
 use async_trait::async_trait;
 use diesel::sql_types::{BigInt, Json, Nullable};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use std::sync::Arc;
+use tokio::sync::OnceCell;
 
 /// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1); a longer one is
 /// truncated silently, and could then name another table.
@@ -107,6 +109,24 @@ pub struct SqlRepair {
     /// What [`Repair::journal`] answers: the batch statement then writes
     /// the journal itself.
     journal: Option<Journal>,
+    /// A journaled repair's batch statements, which take the place of
+    /// `batch_sql` and `batch_sql_bound_limit`.
+    journaled: Option<JournaledBatch>,
+}
+
+/// The batch statements of a journaled [`SqlRepair`]. How the journal
+/// entry aggregates a column depends on whether the column holds arrays
+/// (see [`journal_entry_from`]), which only the catalog knows, so the
+/// texts are built on the first batch, from the catalog read on that
+/// batch's connection, and kept for the life of the process (a
+/// repair's stable ID names one definition over one table, REG-3).
+#[derive(Debug, Clone)]
+struct JournaledBatch {
+    key: String,
+    set: String,
+    and_filter: String,
+    /// With the literal `LIMIT <batch>`, and with `LIMIT $3`.
+    texts: Arc<OnceCell<[String; 2]>>,
 }
 
 /// The builder of a [`SqlRepair`], from [`SqlRepair::new`].
@@ -160,6 +180,29 @@ impl SqlRepair {
         } else {
             &self.batch_sql_bound_limit
         }
+    }
+
+    /// The batch statement for `limit`, a journaled repair's built on its
+    /// first call from the catalog, read on `conn` (see
+    /// [`JournaledBatch`]).
+    async fn batch_statement(
+        &self,
+        conn: &AsyncPgConnection,
+        limit: u32,
+    ) -> Result<&str, RepairError> {
+        let (Some(journaled), Some(journal)) = (&self.journaled, &self.journal) else {
+            return Ok(self.batch_text(limit));
+        };
+        let [fixed, bound] = journaled
+            .texts
+            .get_or_try_init(|| async {
+                let arrays = journal_array_columns(conn, &journal.table, &journal.columns).await?;
+                let text =
+                    |limit: &str| journaled_batch_sql(&self.id, journaled, limit, journal, &arrays);
+                Ok::<_, RepairError>([text(&self.batch.to_string()), text("$3")])
+            })
+            .await?;
+        Ok(if limit == self.batch { fixed } else { bound })
     }
 }
 
@@ -315,11 +358,16 @@ impl SqlRepairBuilder {
                     "{keys}u AS (UPDATE {table} SET {set} \
                          WHERE {key} = ANY((SELECT a FROM k)::bigint[]){and_filter}) {summary}"
                 ),
-                Some(journal) => {
-                    journaled_batch_sql(&self.id, table, key, set, &and_filter, limit, journal)
-                }
+                // Built on the first batch; see `JournaledBatch`.
+                Some(_) => String::new(),
             }
         };
+        let journaled = journal.as_ref().map(|_| JournaledBatch {
+            key: key.to_string(),
+            set: set.to_string(),
+            and_filter: and_filter.clone(),
+            texts: Arc::default(),
+        });
         Ok(SqlRepair {
             description: self
                 .description
@@ -350,6 +398,7 @@ impl SqlRepairBuilder {
                 and_filter.clone(),
             ],
             journal,
+            journaled,
             id: self.id,
         })
     }
@@ -380,13 +429,12 @@ impl SqlRepairBuilder {
 /// (`json` has none) or a JSON image per row.
 fn journaled_batch_sql(
     id: &str,
-    table: &str,
-    key: &str,
-    set: &str,
-    and_filter: &str,
+    batch: &JournaledBatch,
     limit: &str,
     journal: &Journal,
+    array_columns: &[String],
 ) -> String {
+    let (table, key, set, and_filter) = (&journal.table, &batch.key, &batch.set, &batch.and_filter);
     let before: Vec<String> = journal
         .columns
         .iter()
@@ -412,7 +460,13 @@ fn journaled_batch_sql(
              backfill_journal_all_written(count(*), (SELECT count(*) FROM u)) AS n FROM __bf_o",
         before = before.concat(),
         returning = returning.concat(),
-        insert = journal_entry_from(id, "u", &journal.key_columns, &journal.columns),
+        insert = journal_entry_from(
+            id,
+            "u",
+            &journal.key_columns,
+            &journal.columns,
+            array_columns
+        ),
     )
 }
 
@@ -603,7 +657,7 @@ impl SelectAndMutate<i64> for SqlRepair {
         bound: &i64,
         limit: u32,
     ) -> Result<Mutated<i64>, RepairError> {
-        let query = diesel::sql_query(self.batch_text(limit))
+        let query = diesel::sql_query(self.batch_statement(conn, limit).await?)
             .into_boxed()
             .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
             .bind::<BigInt, _>(*bound);
