@@ -293,9 +293,8 @@ pub trait Repair: Send + Sync + 'static {
     /// (`LIMIT $3`). That is worth doing: PostgreSQL's
     /// generic plan for a bound limit cannot know how many rows the
     /// statement reads, so the plan cache may keep choosing a custom plan
-    /// and plan the statement anew for every batch. In the bench (1M
-    /// rows, B = 100) planning was 6% of the engine's backend CPU with
-    /// `LIMIT $3` and 2% with the literal.
+    /// and plan the statement anew for every batch; a literal limit lets
+    /// the cached generic plan serve every batch of that size.
     fn batch_limit(&self) -> u32;
 
     /// A target batch duration in place of the fixed [`Repair::batch_limit`]
@@ -508,9 +507,9 @@ pub trait SelectAndMutate<K: Key>: Send + Sync {
     /// a[1], a[cardinality(a)], cardinality(a) FROM k`. That saves a round
     /// trip and the keys' transfer both ways per batch. Collecting the keys
     /// into one array costs less than scanning a materialized CTE of them
-    /// again for the update and for `min`, `max` and `count`: 0.2-0.3 ms
-    /// per 1,000-key batch in the bench. [`SqlRepair`] writes this
-    /// statement for one table with one integer key.
+    /// again for the update and for `min`, `max` and `count`.
+    /// [`SqlRepair`] writes this statement for one table with one integer
+    /// key.
     ///
     /// The engine checks the summary against the batch contract (EX-3,
     /// EX-4: count at most `limit`, first after `after`, last at most

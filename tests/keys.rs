@@ -2,7 +2,7 @@
 //! production key encoding, registry, store and engine.
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
-//! - EX-2  every key type the README offers (`i32`, `i64`, `String`,
+//! - EX-2  every key type a repair may use (`i32`, `i64`, `String`,
 //!   `Uuid`, `DateTime<Utc>`, `(DateTime<Utc>, i64)`, a 3-tuple) keeps
 //!   its order bytewise in PostgreSQL, round-trips, and renders exactly as
 //!   JSON, by itself and as the bound and checkpoints the engine stores and
@@ -521,7 +521,7 @@ async fn keeps_order_and_round_trips<K: Key>(
     }
 }
 
-/// EX-2: for every key type the README offers, sorted samples with edge
+/// EX-2: for every key type a repair may use, sorted samples with edge
 /// values keep their order as `bytea` in PostgreSQL (every pair compared
 /// by the server), decode to themselves, and render as exactly the JSON a
 /// client expects, from the key and from its bytes alone. Guards: each

@@ -277,9 +277,8 @@ const LIST_TOKEN: &str = "bench-admin-token-0123456789abcdef";
 /// Each client first sends `LIST_WARMUP` requests that are not in the
 /// percentiles, and all clients start measuring together (a barrier). The
 /// first requests open the clients' HTTP connections, the pool's
-/// connections and their prepared statements; with 40 measured requests
-/// per client and no warm-up, those 32 cold requests were 2.5% of the
-/// samples and so decided the p99. The slowest warm-up request is reported
+/// connections and their prepared statements, and so many cold requests
+/// among the measured ones would decide the p99. The slowest warm-up request is reported
 /// beside the percentiles (`cold_max_ms`), so the cold start stays visible.
 pub(super) async fn admin_list(ctx: &Ctx) -> Result<Value, BenchError> {
     let ids: Vec<String> = (0..LIST_BACKFILLS)

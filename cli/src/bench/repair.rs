@@ -25,9 +25,8 @@ pub(super) const JOURNALED: [&str; 2] = ["email_norm", "touched"];
 /// The batch size is written into the text (`LIMIT 1000`), not bound
 /// (`LIMIT $3`), as `Repair::batch_limit` advises. With a bound limit
 /// PostgreSQL's generic plan cannot know how many rows the statement
-/// reads, and at 1M rows the plan cache kept choosing custom plans, so
-/// every batch planned its statement anew: 6% of the engine backend's CPU
-/// at B = 100 (2% with the literal, which leaves the fence's planning).
+/// reads, so the plan cache may keep choosing custom plans and plan the
+/// statement anew for every batch; the literal keeps the generic plan.
 /// The engine asks for `batch_limit()` keys at a fixed size; a smaller
 /// limit (the `adaptive` run's sizes) falls back to the bound form. Every
 /// runner uses the same select text, the PL/pgSQL loop included.
@@ -126,15 +125,9 @@ impl ItemsRepair {
     /// it (an index scan on the primary key whatever the plan cache
     /// decides), and the answer is one row read off the array.
     ///
-    /// This shape replaced `WITH k AS MATERIALIZED (SELECT id ..), u AS
-    /// (UPDATE .. WHERE id = ANY(ARRAY(SELECT id FROM k))) SELECT min(id),
-    /// max(id), count(*) FROM k`, which scans the materialized keys twice
-    /// more. Timed inside one PL/pgSQL loop that alternated the two shapes
-    /// batch by batch (so the machine's drift falls on both alike), the old
-    /// shape took 0.15-0.34 ms more per B=1000 batch than the loop's own
-    /// two statements, this one -0.04 to +0.12 ms; at B=100 neither
-    /// differed. In the bench (300k rows, B=1000, 7 runs each, alternating)
-    /// engine / plpgsql went from a median of 0.86 to 0.93.
+    /// A materialized CTE of the keys, scanned again for the update and
+    /// for `min`, `max` and `count`, costs more per batch than the one
+    /// array; benches/README.md has the measurement.
     fn fused_sql(table: &str, batch: u32) -> String {
         format!(
             "WITH k AS (SELECT array_agg(id ORDER BY id) AS a FROM (\
