@@ -11,15 +11,29 @@ use serde_json::Value;
 /// One audit record to write. Every text is bounded by the table's CHECKs.
 #[derive(Debug, Clone, Default)]
 pub struct NewAudit<'a> {
+    /// The backfill the action named, or `*` for a request that names no
+    /// single backfill.
     pub backfill_id: &'a str,
+    /// The action requested (`start`, `pause`, `settings`, ...).
     pub action: &'a str,
+    /// The authenticated principal; `None` when the authority names no
+    /// individual (trusted network, unauthenticated; AUTH-2).
     pub actor: Option<&'a str>,
+    /// The source of authority: `token`, `trusted-network` or `none`.
     pub authority: &'a str,
+    /// The request's idempotency key or request id, if it sent one and may
+    /// have it recorded (AUD-3).
     pub correlation: Option<&'a str>,
+    /// The backfill's state before the action, when it was read.
     pub prior_state: Option<State>,
+    /// The backfill's state after the action, when it was read.
     pub resulting_state: Option<State>,
+    /// The generation the action left, where relevant.
     pub generation: Option<i64>,
+    /// The bounded outcome code (`applied`, `converged`, `conflict`,
+    /// `rejected`, ...).
     pub outcome: &'a str,
+    /// A bounded, redacted detail of the outcome (AUD-2).
     pub detail: Option<&'a str>,
     /// The operator's reason for an action, if given.
     pub reason: Option<&'a str>,
@@ -28,28 +42,44 @@ pub struct NewAudit<'a> {
 /// A stored audit record.
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
 pub struct AuditRow {
+    /// The record's sequence number, increasing in insertion order.
     #[diesel(sql_type = BigInt)]
     pub seq: i64,
+    /// When the record was written.
     #[diesel(sql_type = Timestamptz)]
     pub at: DateTime<Utc>,
+    /// The backfill the action named; `*` when it named none, or when the
+    /// requests of a coalesced window named different ones (AUD-3).
     #[diesel(sql_type = Text)]
     pub backfill_id: String,
+    /// The action requested; `*` when the requests of a coalesced window
+    /// asked for different ones.
     #[diesel(sql_type = Text)]
     pub action: String,
+    /// The authenticated principal; `None` when the authority names no
+    /// individual (AUTH-2).
     #[diesel(sql_type = Nullable<Text>)]
     pub actor: Option<String>,
+    /// The source of authority: `token`, `trusted-network` or `none`.
     #[diesel(sql_type = Text)]
     pub authority: String,
+    /// The request's idempotency key or request id, if recorded (AUD-3).
     #[diesel(sql_type = Nullable<Text>)]
     pub correlation: Option<String>,
+    /// The backfill's state before the action, when it was read.
     #[diesel(sql_type = Nullable<Text>)]
     pub prior_state: Option<State>,
+    /// The backfill's state after the action, when it was read.
     #[diesel(sql_type = Nullable<Text>)]
     pub resulting_state: Option<State>,
+    /// The generation the action left, where relevant.
     #[diesel(sql_type = Nullable<BigInt>)]
     pub generation: Option<i64>,
+    /// The bounded outcome code (`applied`, `converged`, `conflict`,
+    /// `rejected`, ...).
     #[diesel(sql_type = Text)]
     pub outcome: String,
+    /// A bounded, redacted detail of the outcome (AUD-2).
     #[diesel(sql_type = Nullable<Text>)]
     pub detail: Option<String>,
     /// Requests the row stands for: 1, or more for a coalesced window of
@@ -183,12 +213,18 @@ pub async fn audit_list(
 /// A stored idempotent response.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct RequestRow {
+    /// The backfill the original request named.
     #[diesel(sql_type = Text)]
     pub backfill_id: String,
+    /// The action the original request asked for; a retry with the same key
+    /// and another action or backfill is refused.
     #[diesel(sql_type = Text)]
     pub action: String,
+    /// The HTTP status of the stored response.
     #[diesel(sql_type = Integer)]
     pub status: i32,
+    /// The stored response body, replayed verbatim to every retry of the
+    /// key (ADM-4).
     #[diesel(sql_type = Jsonb)]
     pub response: Value,
 }

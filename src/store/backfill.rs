@@ -27,33 +27,84 @@ pub(super) const COLUMNS: &str =
 /// `QueryableByName` impl below), in the order of [`COLUMNS`].
 #[derive(Debug, Clone)]
 pub struct BackfillRow {
+    /// The backfill's stable ID, as registered (REG-1).
     pub id: String,
+    /// The lifecycle state (LC-1), checked by the table's guard trigger on
+    /// every change.
     pub state: State,
+    /// The inclusive upper bound in the order-preserving key encoding,
+    /// captured once by `start` and never changed; `None` while `pending`
+    /// and for an empty source set (EX-1).
     pub bound: Option<Vec<u8>>,
+    /// The bound rendered as JSON for display; never compared.
     pub bound_json: Option<Value>,
+    /// Whether `start` found an empty source set (EX-1): there is then no
+    /// bound and no work, and the row moved straight to `validating`.
     pub empty_source: bool,
+    /// The greatest key whose mutation has committed, in the key encoding;
+    /// `None` lies before every key. It only moves forward and never past
+    /// the bound (EX-3).
     pub checkpoint: Option<Vec<u8>>,
+    /// The checkpoint rendered as JSON for display; never compared.
     pub checkpoint_json: Option<Value>,
+    /// The name of the key type the bound was captured with (diagnostic);
+    /// `None` before `start`.
     pub key_type: Option<String>,
+    /// The size of the source set, when the definition could count it at
+    /// `start`; `None` means unknown, and progress is then shown as unknown
+    /// (ADM-3).
     pub source_rows: Option<i64>,
+    /// The fencing generation (CLM-1): advanced by every claim, takeover
+    /// and fencing admin transition, and never moves backward.
     pub generation: i64,
+    /// The worker ID holding the claim on the row itself; `None` when
+    /// unclaimed. The batches of a partitioned run claim its partitions
+    /// instead (PAR-2).
     pub owner: Option<String>,
+    /// When the claim expires by PostgreSQL's clock (CLM-3); set exactly
+    /// when `owner` is.
     pub lease_expires_at: Option<DateTime<Utc>>,
+    /// Consecutive failed attempts while `running` (RT-2); a committed
+    /// batch resets it to 0.
     pub attempts: i32,
+    /// The end of the retry backoff: the row is not claimed before this
+    /// time; `None` when no backoff applies.
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// The class of the last recorded error: `retryable`, `blocked`,
+    /// `fatal` or `validation` (RT-1).
     pub last_error_kind: Option<String>,
+    /// The bounded, redacted diagnostic of the last recorded error (AUD-2);
+    /// for a `pending` row, why its automatic start failed (EMB-8).
     pub last_error: Option<String>,
+    /// When the last error was recorded.
     pub last_error_at: Option<DateTime<Utc>>,
+    /// Keys the committed batches processed: a diagnostic counter, never
+    /// authority. For a partitioned run, the sum over its partitions,
+    /// rolled up while it runs and exact once it ends.
     pub rows_done: i64,
+    /// Batches committed: a diagnostic counter like `rows_done`, and rolled
+    /// up the same way for a partitioned run.
     pub batches_done: i64,
+    /// The outcome of the latest validation, lifecycle or explicit:
+    /// `success` or `failure` (VAL-4, VAL-7); `None` before the first.
     pub validation_outcome: Option<String>,
+    /// The bounded diagnostic of the latest validation's failure.
     pub validation_detail: Option<String>,
+    /// When the latest validation outcome was recorded.
     pub validated_at: Option<DateTime<Utc>>,
+    /// Description supplied at registration: diagnostic metadata, last
+    /// write wins (REG-2).
     pub description: Option<String>,
+    /// Build information supplied at registration: diagnostic metadata,
+    /// last write wins (REG-2).
     pub build_info: Option<String>,
+    /// When the row was first registered.
     pub registered_at: DateTime<Utc>,
+    /// When the row last changed.
     pub updated_at: DateTime<Utc>,
+    /// When `start` captured the bound; `None` while `pending`.
     pub started_at: Option<DateTime<Utc>>,
+    /// When validation completed the row (VAL-3); `None` until then.
     pub completed_at: Option<DateTime<Utc>>,
     /// Live settings as stored (THR-4); read them with
     /// [`crate::throttle::settings::Settings::from_stored`].
@@ -68,6 +119,8 @@ pub struct BackfillRow {
     /// For the undo of a journaled backfill, the backfill it takes back
     /// (UNDO-2); `None` for every other row.
     pub undo_of: Option<String>,
+    /// PostgreSQL's clock at the time of the read, so callers judge lease
+    /// expiry by the database's time, never their own (CLM-3).
     pub db_now: DateTime<Utc>,
 }
 

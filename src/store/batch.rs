@@ -175,15 +175,22 @@ pub async fn checkpoint_advance_commit_reopen(
 /// from which checkpoint to which (see [`checkpoint_advance_commit`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Advance<'a> {
+    /// The backfill the batch advances.
     pub id: &'a str,
     /// The partition the batch advances (PAR-2); `None` for a backfill
     /// without partitions, whose own row is fenced and advanced.
     pub part: Option<u32>,
+    /// The worker ID that must still hold the claim at commit (CLM-2).
     pub worker: &'a str,
+    /// The claim's generation; the fence rejects the commit when it is no
+    /// longer the current one (CLM-2).
     pub generation: i64,
     /// The checkpoint the batch started from (`None`: before every key).
     pub expected: Option<&'a [u8]>,
+    /// The new checkpoint in the key encoding: the greatest key the batch
+    /// selected, strictly after `expected` and at most the bound (EX-3).
     pub checkpoint: &'a [u8],
+    /// The new checkpoint rendered as JSON for display.
     pub checkpoint_json: &'a Value,
     /// Keys the batch changed, added to `rows_done`.
     pub rows: i64,

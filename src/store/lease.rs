@@ -16,18 +16,29 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 /// batch has to re-read the row.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct ClaimRow {
+    /// The claimed backfill's stable ID.
     #[diesel(sql_type = Text)]
     pub id: String,
+    /// The row's state: `running` (batches to run) or `validating`
+    /// (validation to run).
     #[diesel(sql_type = Text)]
     pub state: State,
+    /// The generation this claim advanced the row to; every fenced write
+    /// presents it (CLM-2).
     #[diesel(sql_type = BigInt)]
     pub generation: i64,
+    /// The captured bound in the key encoding; `None` for an empty source
+    /// set.
     #[diesel(sql_type = Nullable<Binary>)]
     pub bound: Option<Vec<u8>>,
+    /// The committed checkpoint the claim continues after (CLM-4); `None`
+    /// before every key.
     #[diesel(sql_type = Nullable<Binary>)]
     pub checkpoint: Option<Vec<u8>>,
+    /// Whether `start` found an empty source set (EX-1).
     #[diesel(sql_type = Bool)]
     pub empty_source: bool,
+    /// When the new lease expires, by PostgreSQL's clock (CLM-3).
     #[diesel(sql_type = Timestamptz)]
     pub lease_expires_at: DateTime<Utc>,
     /// The owner whose expired claim this one replaced (a takeover), if any.
@@ -38,8 +49,10 @@ pub struct ClaimRow {
 /// A renewed claim.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct RenewedRow {
+    /// The backfill whose claim was renewed.
     #[diesel(sql_type = Text)]
     pub id: String,
+    /// The generation of the renewed claim.
     #[diesel(sql_type = BigInt)]
     pub generation: i64,
 }
@@ -47,10 +60,13 @@ pub struct RenewedRow {
 /// The state a fenced write left behind.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct StateRow {
+    /// The backfill's state after the write.
     #[diesel(sql_type = Text)]
     pub state: State,
+    /// Consecutive failed attempts after the write (RT-2).
     #[diesel(sql_type = Integer)]
     pub attempts: i32,
+    /// The end of the retry backoff, when a retryable failure left one.
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub next_attempt_at: Option<DateTime<Utc>>,
 }

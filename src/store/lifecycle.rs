@@ -26,9 +26,15 @@ struct Changed {
 
 /// The captured source set, in stored form.
 pub struct StartValues<'a> {
+    /// The captured inclusive bound in the key encoding; `None` for an
+    /// empty source set (EX-1).
     pub bound: Option<&'a [u8]>,
+    /// The bound rendered as JSON for display.
     pub bound_json: Option<&'a Value>,
+    /// The name of the definition's key type, recorded with the bound.
     pub key_type: &'a str,
+    /// The size of the source set, when the definition could count it;
+    /// `None` is unknown.
     pub source_rows: Option<i64>,
 }
 

@@ -133,38 +133,62 @@ pub async fn outbox_enqueue_throttled(
 /// lists it.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct OutboxRow {
+    /// The stable event ID a receiver de-duplicates on: the same on every
+    /// try and after any restart (NTF-2).
     #[diesel(sql_type = Uuid)]
     pub event_id: uuid::Uuid,
+    /// The notification's sequence number, in the order it was queued.
     #[diesel(sql_type = BigInt)]
     pub seq: i64,
+    /// The name of the webhook target it is for (never its URL or secret,
+    /// NTF-3).
     #[diesel(sql_type = Text)]
     pub target: String,
+    /// The event: `blocked`, `failed`, `completed`, `validation_failed`,
+    /// `undo_completed` or `throttled` (NTF-1).
     #[diesel(sql_type = Text)]
     pub event: String,
+    /// The backfill the event is about.
     #[diesel(sql_type = Text)]
     pub backfill_id: String,
+    /// The partition of a partition's throttle; `None` otherwise.
     #[diesel(sql_type = Nullable<Integer>)]
     pub part: Option<i32>,
+    /// The generation the change left.
     #[diesel(sql_type = BigInt)]
     pub generation: i64,
+    /// The state the change left.
     #[diesel(sql_type = Text)]
     pub state: String,
+    /// The recorded error class of a block or failure, as the change
+    /// recorded it.
     #[diesel(sql_type = Nullable<Text>)]
     pub error_kind: Option<String>,
+    /// The bounded diagnostic the change recorded, or the throttle's text;
+    /// never row data (NTF-3).
     #[diesel(sql_type = Nullable<Text>)]
     pub detail: Option<String>,
+    /// For an event of an undo, the backfill it takes back (UNDO-2).
     #[diesel(sql_type = Nullable<Text>)]
     pub undo_of: Option<String>,
+    /// When the notification was queued, in the transaction of the change.
     #[diesel(sql_type = Timestamptz)]
     pub created_at: DateTime<Utc>,
+    /// `pending`, `delivered` or `dead` (NTF-2).
     #[diesel(sql_type = Text)]
     pub status: String,
+    /// Delivery tries so far.
     #[diesel(sql_type = Integer)]
     pub attempts: i32,
+    /// When the sender may try a `pending` notification next (its backoff).
     #[diesel(sql_type = Timestamptz)]
     pub next_attempt_at: DateTime<Utc>,
+    /// A short phrase saying why the last try failed; never a URL or secret
+    /// (NTF-3).
     #[diesel(sql_type = Nullable<Text>)]
     pub last_error: Option<String>,
+    /// When the status or tries last changed; delivered and dead
+    /// notifications are deleted a retention after it.
     #[diesel(sql_type = Timestamptz)]
     pub updated_at: DateTime<Utc>,
 }

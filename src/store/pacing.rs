@@ -11,8 +11,11 @@ use serde_json::Value;
 /// What a runner reads of its backfill between batches.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct Pacing {
+    /// The live settings operators set (THR-4), as stored.
     #[diesel(sql_type = Jsonb)]
     pub settings: Value,
+    /// The batch size the last batch or statement timeout left in force
+    /// (THR-3); `None` before the first batch.
     #[diesel(sql_type = Nullable<Integer>)]
     pub batch_size: Option<i32>,
 }

@@ -24,53 +24,83 @@ use serde_json::Value;
 /// stored key encoding, `lower` `None` before every key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionRange {
+    /// The exclusive lower end in the key encoding; `None` lies before
+    /// every key (the first partition).
     pub lower: Option<Vec<u8>>,
+    /// The lower end rendered as JSON for display.
     pub lower_json: Option<Value>,
+    /// The inclusive upper end in the key encoding; the last partition's is
+    /// the bound.
     pub upper: Vec<u8>,
+    /// The upper end rendered as JSON for display.
     pub upper_json: Value,
 }
 
 /// A partition row as the admin view and the tests read it.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct PartitionRow {
+    /// The backfill the partition belongs to.
     #[diesel(sql_type = Text)]
     pub backfill_id: String,
+    /// The partition's number, from 0 in key order.
     #[diesel(sql_type = Integer)]
     pub part: i32,
+    /// The exclusive lower end of its range; `None` lies before every key.
+    /// Fixed at `start` (PAR-1).
     #[diesel(sql_type = Nullable<Binary>)]
     pub lower: Option<Vec<u8>>,
+    /// The lower end rendered as JSON for display.
     #[diesel(sql_type = Nullable<Jsonb>)]
     pub lower_json: Option<Value>,
+    /// The inclusive upper end of its range; fixed at `start` (PAR-1).
     #[diesel(sql_type = Binary)]
     pub upper: Vec<u8>,
+    /// The upper end rendered as JSON for display.
     #[diesel(sql_type = Jsonb)]
     pub upper_json: Value,
+    /// The partition's own checkpoint (PAR-2): it starts at `lower` (`None`
+    /// before every key) and has ended when it equals `upper`. Never moves
+    /// backward nor past `upper`.
     #[diesel(sql_type = Nullable<Binary>)]
     pub checkpoint: Option<Vec<u8>>,
+    /// The checkpoint rendered as JSON for display.
     #[diesel(sql_type = Nullable<Jsonb>)]
     pub checkpoint_json: Option<Value>,
+    /// The partition's own fencing generation (PAR-2), advanced by each of
+    /// its claims and takeovers.
     #[diesel(sql_type = BigInt)]
     pub generation: i64,
+    /// The worker ID holding the partition's claim; `None` when unclaimed.
     #[diesel(sql_type = Nullable<Text>)]
     pub owner: Option<String>,
+    /// When the partition's claim expires, by PostgreSQL's clock (CLM-3);
+    /// set exactly when `owner` is.
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub lease_expires_at: Option<DateTime<Utc>>,
+    /// Consecutive retryable failures of this partition (RT-2).
     #[diesel(sql_type = Integer)]
     pub attempts: i32,
+    /// The end of the partition's retry backoff; `None` when none applies.
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// The bounded diagnostic of the partition's last failure.
     #[diesel(sql_type = Nullable<Text>)]
     pub last_error: Option<String>,
+    /// Keys the partition's committed batches processed (diagnostic).
     #[diesel(sql_type = BigInt)]
     pub rows_done: i64,
+    /// Batches the partition committed (diagnostic).
     #[diesel(sql_type = BigInt)]
     pub batches_done: i64,
+    /// The batch size the partition's last batch or statement timeout left
+    /// in force (THR-3); `None` before its first batch.
     #[diesel(sql_type = Nullable<Integer>)]
     pub batch_size: Option<i32>,
     /// The runner's throttle condition as `partition_throttle_set` wrote
     /// it (with `since` and `generation`), or `NULL`.
     #[diesel(sql_type = Nullable<Jsonb>)]
     pub throttle: Option<Value>,
+    /// When the partition's row last changed.
     #[diesel(sql_type = Timestamptz)]
     pub updated_at: DateTime<Utc>,
 }
@@ -141,18 +171,29 @@ pub async fn partition_list(
 /// has to read the row again.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct PartitionClaimRow {
+    /// The backfill whose partition was claimed.
     #[diesel(sql_type = Text)]
     pub id: String,
+    /// The claimed partition's number.
     #[diesel(sql_type = Integer)]
     pub part: i32,
+    /// The generation this claim advanced the partition to; its batches
+    /// present it at commit (CLM-2, PAR-2).
     #[diesel(sql_type = BigInt)]
     pub generation: i64,
+    /// The partition's inclusive upper end, where its batches stop.
     #[diesel(sql_type = Binary)]
     pub upper: Vec<u8>,
+    /// The partition's committed checkpoint the claim continues after
+    /// (CLM-4); `None` before every key, which only the first partition
+    /// starts at.
     #[diesel(sql_type = Nullable<Binary>)]
     pub checkpoint: Option<Vec<u8>>,
+    /// When the new lease expires, by PostgreSQL's clock (CLM-3).
     #[diesel(sql_type = Timestamptz)]
     pub lease_expires_at: DateTime<Utc>,
+    /// The owner whose expired claim this one replaced (a takeover), if
+    /// any.
     #[diesel(sql_type = Nullable<Text>)]
     pub prior_owner: Option<String>,
 }
@@ -260,10 +301,13 @@ pub struct RenewedPartition {
     pub part: i32,
     #[diesel(sql_type = BigInt)]
     pub generation: i64,
+    /// The backfill whose partition claim was renewed.
 }
 
+    /// The renewed partition's number.
 /// Renew every listed partition claim of this worker in one statement.
 /// Fence: owner, the partition's generation, a lease not yet expired by
+    /// The generation of the renewed claim.
 /// PostgreSQL's clock; a claim missing from the result is lost (CLM-3).
 /// A claim is also refused when the concurrency setting (THR-4) was
 /// lowered below it: when as many live claims of lower partitions exist,
@@ -461,16 +505,29 @@ pub struct PartitionFailureRecord<'a> {
     pub generation: i64,
     /// `retryable`, `blocked` or `fatal`.
     pub kind: &'a str,
+    /// The backfill whose partition failed.
     pub message: &'a str,
+    /// The partition that failed.
     pub max_attempts: i32,
+    /// The worker ID that must still hold the partition's claim (the
+    /// fence).
     pub backoff_base_ms: i64,
+    /// The claim's partition generation, checked by the fence (CLM-2).
     pub backoff_max_ms: i64,
     pub batch_size: Option<i32>,
 }
+    /// The bounded diagnostic to record; prefixed with the partition's
+    /// number when it moves the backfill (PAR-3).
 
+    /// Retryable failures allowed before the backfill fails (RT-2).
 /// Record a classified failure of one partition durably (RT-1, PAR-3) and
+    /// The first retry backoff, in milliseconds; it doubles with each
+    /// attempt.
 /// drop its claim, in statements that must share the caller's transaction.
+    /// The longest retry backoff, in milliseconds.
 /// Locks the backfill row first (the lock order above), then updates the
+    /// The batch size to leave in force (THR-3: smaller after a statement
+    /// timeout); `None` keeps the stored one.
 /// partition, fenced by owner, partition generation, unexpired lease and
 /// the backfill being `running`; `None` = stale, nothing recorded. A
 /// retryable failure under the attempt limit stays on the partition, with

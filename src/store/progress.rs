@@ -11,6 +11,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 /// One recorded sample of a claim's counters.
 #[derive(Debug, Clone, PartialEq, QueryableByName)]
 pub struct ProgressSample {
+    /// The sampled backfill.
     #[diesel(sql_type = Text)]
     pub backfill_id: String,
     /// The partition, or `None` for a claim on the backfill's own row.
@@ -19,8 +20,10 @@ pub struct ProgressSample {
     /// The claim's generation when it was taken.
     #[diesel(sql_type = BigInt)]
     pub generation: i64,
+    /// When the sample was taken, by PostgreSQL's clock.
     #[diesel(sql_type = Timestamptz)]
     pub at: DateTime<Utc>,
+    /// The claim's `rows_done` counter at that time.
     #[diesel(sql_type = BigInt)]
     pub rows_done: i64,
 }

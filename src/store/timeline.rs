@@ -20,6 +20,7 @@ pub struct TimelineRow {
     /// The record's sequence number within its source.
     #[diesel(sql_type = BigInt)]
     pub seq: i64,
+    /// When the change was recorded.
     #[diesel(sql_type = Timestamptz)]
     pub at: DateTime<Utc>,
     /// A runtime record's kind (`state`, `claimed`, `error`, `throttled`,
@@ -29,13 +30,17 @@ pub struct TimelineRow {
     /// The partition a runtime record is about, if any.
     #[diesel(sql_type = Nullable<Integer>)]
     pub part: Option<i32>,
+    /// The state before a lifecycle transition or operator action; `None`
+    /// for other records.
     #[diesel(sql_type = Nullable<Text>)]
     pub from_state: Option<String>,
+    /// The state the change left, when it records one.
     #[diesel(sql_type = Nullable<Text>)]
     pub state: Option<String>,
     /// The claiming worker of a claim, or the operator of an action.
     #[diesel(sql_type = Nullable<Text>)]
     pub actor: Option<String>,
+    /// The generation the change left (for a claim, the new claim's).
     #[diesel(sql_type = Nullable<BigInt>)]
     pub generation: Option<i64>,
     /// An action's outcome (`applied`, `converged`); none for runtime
