@@ -56,6 +56,9 @@ impl Capability {
 /// capabilities it holds. Roles that are not capabilities are dropped here.
 #[derive(Clone)]
 pub struct Principal {
+    /// The principal's name, recorded as the actor in audit (AUD-1); 1 to
+    /// 128 bytes, without control, invisible, bidirectional or markup
+    /// characters.
     pub name: String,
     digest: [u8; 32],
     capabilities: BTreeSet<Capability>,
@@ -121,6 +124,8 @@ pub enum AuthConfig {
 /// Errors of authorization and of its configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
+    /// The auth configuration (a tokens file, the operator token) cannot be
+    /// used; the message names the problem (AUTH-5).
     #[error("invalid admin auth configuration: {0}")]
     Config(String),
 }

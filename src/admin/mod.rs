@@ -67,6 +67,8 @@ const ALL: &str = "*";
 /// Configuration of the admin service.
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
+    /// How callers authenticate: bearer tokens of principals, or a trusted
+    /// network boundary (AUTH-1, AUTH-2).
     pub auth: AuthConfig,
     /// Automatic backfills switch (docs/CONTRACT.md section 8).
     pub auto_backfills: bool,
@@ -80,8 +82,10 @@ pub type Waker = Arc<dyn Fn(&str) + Send + Sync>;
 /// Errors of the admin layer. Every message is bounded and redacted (AUD-2).
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
+    /// 401: no bearer token, or one that matches no principal (AUTH-1).
     #[error("a bearer token with a backfill capability is required")]
     Unauthorized,
+    /// 403: the principal lacks the capability the request needs (AUTH-1).
     #[error("the principal lacks the {} capability", .0.as_str())]
     Forbidden(Capability),
     /// AUTH-3: a state-changing request whose `Origin` or `Sec-Fetch-Site`
@@ -92,25 +96,36 @@ pub enum AdminError {
     /// (what a DNS-rebinding page sends).
     #[error("this server does not answer for the Host named in the request")]
     Misdirected,
+    /// 400: a malformed request; the message says what is wrong.
     #[error("{0}")]
     BadRequest(String),
+    /// 404: no backfill has this ID.
     #[error("no backfill with this ID")]
     NotFound,
+    /// 422: the idempotency key was already used for another action,
+    /// backfill or body (ADM-4).
     #[error("this Idempotency-Key was already used for a different request")]
     KeyReused,
     /// A settings change that is refused (THR-4); nothing changed.
     #[error("{0}")]
     InvalidSettings(SettingsError),
+    /// 415: a request body that is neither `application/json` nor
+    /// `application/merge-patch+json`.
     #[error("the body must be application/json or application/merge-patch+json")]
     UnsupportedMediaType,
+    /// 413: a request body longer than `MAX_BODY_BYTES`.
     #[error("the body is larger than {} bytes", MAX_BODY_BYTES)]
     PayloadTooLarge,
+    /// 409: this server holds no definition for the backfill (REG-4).
     #[error("this server has no definition for the backfill")]
     NoDefinition,
     /// A request option outside its limits; the message names the limit.
     #[error("{message}")]
     OutOfRange {
+        /// The request option that is out of range (reported as the body's
+        /// `field`).
         field: &'static str,
+        /// What the limit is, in words.
         message: String,
     },
     /// The definition's split points were refused at `start` (PAR-1): a
@@ -122,8 +137,13 @@ pub enum AdminError {
     /// this many seconds.
     #[error("too many rejected requests from this source; retry later")]
     TooManyRequests(u64),
+    /// 503: a transient database condition (a pool timeout, a lost
+    /// connection) that may pass; the message is its bounded, redacted
+    /// cause.
     #[error("{0}")]
     Unavailable(String),
+    /// 500: any other failure; the message is the bounded, redacted cause
+    /// (AUD-2).
     #[error("{0}")]
     Internal(String),
 }
@@ -258,7 +278,9 @@ impl RequestMeta<'_> {
 /// every retry of the same key (200 applied/converged, 409 conflict).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
+    /// The HTTP status of the response.
     pub status: u16,
+    /// The JSON body of the response.
     pub body: Value,
 }
 

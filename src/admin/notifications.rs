@@ -20,17 +20,24 @@ pub struct NotificationView {
     pub seq: i64,
     /// The target's configured name.
     pub target: String,
+    /// The event: `blocked`, `failed`, `completed`, `validation_failed`,
+    /// `undo_completed` or `throttled` (NTF-1).
     pub event: String,
+    /// The backfill the event is about.
     pub backfill_id: String,
+    /// The partition of a partition's throttle; `null` otherwise.
     pub partition: Option<i32>,
     /// `pending`, `delivered` or `dead` (every try failed).
     pub status: String,
+    /// Delivery tries so far.
     pub attempts: i32,
     /// When a pending notification is tried next.
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// Why the last try failed (bounded), while it is not delivered.
     pub last_error: Option<String>,
+    /// When the notification was queued, with the change it reports.
     pub created_at: DateTime<Utc>,
+    /// When its status or tries last changed.
     pub updated_at: DateTime<Utc>,
 }
 
@@ -57,6 +64,7 @@ impl From<OutboxRow> for NotificationView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct NotificationPage {
+    /// The notifications of this page, newest first.
     pub items: Vec<NotificationView>,
     /// Pass as `before` for the next page; `null` = last page.
     pub next_before: Option<i64>,

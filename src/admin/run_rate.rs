@@ -36,6 +36,7 @@ const CHART_MIN_BUCKET_MS: i64 = 2_000;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct RunChart {
+    /// The backfill the chart is of.
     pub backfill_id: String,
     /// Start of the first bucket (the oldest recorded sample); `null`
     /// when nothing was recorded yet, and then every list is empty.
@@ -60,7 +61,10 @@ pub struct RunChart {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct PartitionRates {
+    /// The partition's number.
     pub part: i32,
+    /// Rows per second in each bucket; `null` where no sample pair of the
+    /// partition's claims covers the bucket (unknown, not zero).
     pub rates: Vec<Option<f64>>,
 }
 
@@ -74,11 +78,14 @@ pub struct RunInterval {
     pub kind: String,
     /// The partition whose runner was throttled, if any.
     pub part: Option<i32>,
+    /// When the interval began.
     #[serde(serialize_with = "timestamp::serialize")]
     pub from: DateTime<Utc>,
     /// `null`: still going on.
     #[serde(serialize_with = "timestamp::serialize_opt")]
     pub to: Option<DateTime<Utc>>,
+    /// For `throttled`, the signal, value and threshold; `null` for
+    /// `paused`.
     pub detail: Option<String>,
 }
 

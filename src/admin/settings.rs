@@ -27,7 +27,9 @@ const MEDIA_TYPES: [&str; 2] = ["application/json", "application/merge-patch+jso
 pub enum RequestBody<'a> {
     /// The whole body and its `Content-Type` header, if any.
     Complete {
+        /// The `Content-Type` header, if the request sent one.
         content_type: Option<&'a str>,
+        /// The body as received.
         bytes: &'a [u8],
     },
     /// Longer than [`super::MAX_BODY_BYTES`]; not read past that.

@@ -18,6 +18,7 @@ pub struct TimelineEntry {
     /// whoever made it. `operator`: an action that took effect (from the
     /// audit, with its actor).
     pub source: String,
+    /// When the change was recorded (for an action, when it was audited).
     pub at: DateTime<Utc>,
     /// For `runtime`: `state` (the lifecycle moved), `claimed`, `error` (a
     /// retryable failure; the backfill kept running), `throttled`,
@@ -26,10 +27,14 @@ pub struct TimelineEntry {
     pub kind: String,
     /// The partition a runtime entry is about, if any.
     pub partition: Option<i32>,
+    /// The state before a lifecycle transition or an action; `null` for
+    /// other entries.
     pub from_state: Option<String>,
+    /// The state the change or action left, when it records one.
     pub state: Option<String>,
     /// The worker that claimed, or the operator who acted.
     pub actor: Option<String>,
+    /// The generation the change left (for a claim, the new claim's).
     pub generation: Option<i64>,
     /// An action's outcome: `applied`, or `converged` when it was already
     /// in effect.
@@ -66,7 +71,9 @@ impl From<TimelineRow> for TimelineEntry {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Timeline {
+    /// The backfill the timeline is of.
     pub backfill_id: String,
+    /// The newest entries, newest first.
     pub items: Vec<TimelineEntry>,
 }
 

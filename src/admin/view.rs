@@ -57,6 +57,7 @@ pub struct Diagnostic {
     pub kind: Option<String>,
     /// Bounded (<= 512 bytes) and redacted.
     pub message: String,
+    /// When it was recorded; `null` when unknown.
     #[serde(serialize_with = "timestamp::serialize_opt")]
     pub at: Option<DateTime<Utc>>,
 }
@@ -69,6 +70,7 @@ pub struct ValidationSummary {
     pub outcome: String,
     /// Bounded diagnostic of a failure.
     pub detail: Option<String>,
+    /// When the outcome was recorded.
     #[serde(serialize_with = "timestamp::serialize_opt")]
     pub at: Option<DateTime<Utc>>,
 }
@@ -88,7 +90,10 @@ pub struct Readiness {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct BackfillView {
+    /// The backfill's stable ID (REG-1).
     pub id: String,
+    /// The description given at registration, bounded (REG-2); `null` when
+    /// none was given.
     pub description: Option<String>,
     /// Lifecycle state.
     pub state: State,
@@ -103,7 +108,12 @@ pub struct BackfillView {
     pub checkpoint: Option<Value>,
     /// `start` found nothing to repair (EX-1).
     pub empty_source: bool,
+    /// Progress derived from the checkpoint and the captured source size;
+    /// for a partitioned backfill, the sum over its partitions (PAR-5).
     pub progress: Progress,
+    /// Who holds the claim on the backfill's own row, judged by
+    /// PostgreSQL's clock; the claims of a partitioned run are shown per
+    /// partition.
     pub owner: Ownership,
     /// Fencing generation (CLM-1).
     pub generation: i64,
@@ -130,13 +140,19 @@ pub struct BackfillView {
     pub blocking_keys: Option<Vec<Value>>,
     /// Latest validation outcome and time.
     pub validation: Option<ValidationSummary>,
+    /// Whether the backfill takes part in readiness and keeps the gate
+    /// closed (CFG-1).
     pub readiness: Readiness,
+    /// When the ID was first registered.
     #[serde(serialize_with = "timestamp::serialize")]
     pub registered_at: DateTime<Utc>,
+    /// When the row last changed.
     #[serde(serialize_with = "timestamp::serialize")]
     pub updated_at: DateTime<Utc>,
+    /// When `start` captured the bound; `null` while `pending`.
     #[serde(serialize_with = "timestamp::serialize_opt")]
     pub started_at: Option<DateTime<Utc>>,
+    /// When validation completed the backfill (VAL-3); `null` until then.
     #[serde(serialize_with = "timestamp::serialize_opt")]
     pub completed_at: Option<DateTime<Utc>>,
     /// PostgreSQL's clock at read time.
@@ -194,6 +210,8 @@ pub struct PartitionView {
     pub checkpoint: Option<Value>,
     /// The checkpoint reached the upper end.
     pub ended: bool,
+    /// Who holds the partition's claim, judged by PostgreSQL's clock
+    /// (PAR-2).
     pub owner: Ownership,
     /// Keys whose mutation committed in this partition.
     pub rows_done: i64,
@@ -486,6 +504,7 @@ pub struct CallerView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct BackfillPage {
+    /// The backfills of this page, in ID order.
     pub items: Vec<BackfillView>,
     /// Pass as `after` for the next page; `null` = last page.
     pub next_after: Option<String>,
@@ -498,6 +517,8 @@ pub struct ActionResponse {
     /// `applied` (the transition committed) or `converged` (already there,
     /// LC-3: nothing changed).
     pub outcome: String,
+    /// The action that was requested (`start`, `pause`, `resume`, `retry`,
+    /// ...).
     pub action: String,
     /// State before the action.
     pub prior_state: State,
@@ -509,8 +530,12 @@ pub struct ActionResponse {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct ConflictBody {
-    /// Always `conflict`.
+    /// `conflict` when the current state does not allow the action; a
+    /// refusal of the backfill's own names its reason instead (`undone`,
+    /// `not_journaled`, `undo_of_undo`, `journal_in_use`, `no_definition`).
     pub error: String,
+    /// Why the action is refused, bounded (for a state conflict, the state
+    /// it is not allowed from).
     pub message: String,
     /// The current server state.
     pub current: BackfillView,
@@ -526,6 +551,7 @@ pub struct ErrorBody {
     /// `payload_too_large`, `no_definition`, `too_many_requests`,
     /// `unavailable`, `internal`.
     pub error: String,
+    /// What went wrong, in words; bounded and redacted (AUD-2).
     pub message: String,
     /// The setting an `invalid_settings` error is about, when it is about
     /// one; absent otherwise.
@@ -540,6 +566,7 @@ pub struct ErrorBody {
 pub struct ValidationResponse {
     /// `success`, `failure` or `current-state`.
     pub outcome: String,
+    /// The backfill that was asked to validate.
     pub backfill_id: String,
     /// Lifecycle state when the validation ran (or did not).
     pub state: State,
@@ -558,10 +585,18 @@ pub struct ValidationResponse {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
+    /// The record's sequence number, increasing in insertion order; pass it
+    /// as `before` to page on.
     pub seq: i64,
+    /// When the record was written (for a coalesced window, its first
+    /// request).
     #[serde(serialize_with = "timestamp::serialize")]
     pub at: DateTime<Utc>,
+    /// The backfill the action named; `*` when it named none, or when the
+    /// requests of a coalesced window named different ones (AUD-3).
     pub backfill_id: String,
+    /// The action requested; `*` when the requests of a coalesced window
+    /// asked for different ones.
     pub action: String,
     /// The principal; `null` when the authority source claims no individual
     /// (trusted network, unauthenticated).
@@ -570,11 +605,17 @@ pub struct AuditEntry {
     pub authority: String,
     /// Idempotency key or request id.
     pub correlation: Option<String>,
+    /// The backfill's state before the action; `null` when it was not read
+    /// (a refusal before the row was read).
     pub prior_state: Option<State>,
+    /// The backfill's state after the action; `null` when it was not read.
     pub resulting_state: Option<State>,
+    /// The generation the action left, where relevant.
     pub generation: Option<i64>,
     /// Bounded outcome code.
     pub outcome: String,
+    /// A bounded, redacted detail of the outcome (AUD-2), escaped for
+    /// display (AUD-3).
     pub detail: Option<String>,
     /// How many requests this record stands for: 1, or the count of a
     /// window of coalesced rejections of one source (API-3), whose first
@@ -644,6 +685,7 @@ impl From<AuditRow> for AuditEntry {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct AuditPage {
+    /// The records of this page, newest first.
     pub items: Vec<AuditEntry>,
     /// Pass as `before` for the next page; `null` = last page.
     pub next_before: Option<i64>,

@@ -62,6 +62,7 @@ impl DryRunOptions {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct DryRunReport {
+    /// The backfill that was dry-run.
     pub backfill_id: String,
     /// The state it ran in: `pending` or `paused` (unchanged).
     pub state: State,
@@ -167,8 +168,12 @@ pub struct Forecast {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct SampleRow {
+    /// The row's key columns in the table the repair writes.
     pub key: Value,
+    /// The changed columns as they were before the batch, each value cut
+    /// to 64 characters (DRY-3).
     pub before: Value,
+    /// The same columns as the batch wrote them, cut the same way.
     pub after: Value,
 }
 

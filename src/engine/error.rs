@@ -15,6 +15,7 @@ impl From<diesel::result::Error> for EngineError {
 /// Errors of the engine layer.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// A statement of the store failed (its message is already redacted).
     #[error(transparent)]
     Store(#[from] StoreError),
     /// No row for this stable ID.
@@ -23,24 +24,46 @@ pub enum EngineError {
     /// This process has no definition for the ID (REG-4).
     #[error("no local definition for backfill {0:?}")]
     NoDefinition(String),
+    /// A definition was refused: an invalid stable ID or declaration, or
+    /// an ID registered twice in this process.
     #[error(transparent)]
     Definition(#[from] DefinitionError),
     /// A stored bound or checkpoint is not of the local key type (REG-4:
     /// fail closed). Nothing was changed.
     #[error("backfill {id:?}: {error}")]
-    KeyMismatch { id: String, error: KeyError },
+    KeyMismatch {
+        /// The backfill whose stored key could not be read.
+        id: String,
+        /// How the stored key differs from the local key type.
+        error: KeyError,
+    },
     /// The repair's selection broke the batch contract (EX-3, EX-4); the
     /// batch was rolled back (a two-statement repair's before its mutation
     /// ran).
     #[error("backfill {id:?}: {error}")]
-    Selection { id: String, error: SelectionError },
+    Selection {
+        /// The backfill whose batch was rolled back.
+        id: String,
+        /// The rule of the batch contract the selection broke.
+        error: SelectionError,
+    },
     /// The repair's split points were refused at `start` (PAR-1); the
     /// start rolled back and nothing was written.
     #[error("backfill {id:?}: {error}")]
-    Split { id: String, error: SplitError },
+    Split {
+        /// The backfill whose start was refused.
+        id: String,
+        /// Why the split points were refused.
+        error: SplitError,
+    },
     /// The repair returned an error; the transaction was rolled back.
     #[error("backfill {id:?}: {error}")]
-    Repair { id: String, error: RepairError },
+    Repair {
+        /// The backfill whose repair failed.
+        id: String,
+        /// The repair's error with its class (RT-1).
+        error: RepairError,
+    },
     /// A claim came back in a state that is not claimable (REG-4: fail
     /// closed rather than run it). A state text this build does not know
     /// at all already fails the read in the store.
@@ -75,7 +98,13 @@ pub enum EngineError {
     /// The journal is still needed: an undo of it has not completed, or
     /// the backfill still writes it (UNDO-4). Nothing was changed.
     #[error("the journal of {id:?} is still needed: {why}")]
-    JournalInUse { id: String, why: String },
+    JournalInUse {
+        /// The backfill whose journal was to be deleted.
+        id: String,
+        /// Which of the two holds: the backfill may still write it, or
+        /// its undo has not completed.
+        why: String,
+    },
 }
 
 impl EngineError {

@@ -85,7 +85,12 @@ pub(crate) enum ExplicitOutcome {
 #[derive(Debug, Clone)]
 pub enum ActionOutcome {
     /// The transition committed; the row after it.
-    Applied { prior: State, row: Box<BackfillRow> },
+    Applied {
+        /// The state before the transition.
+        prior: State,
+        /// The row after it.
+        row: Box<BackfillRow>,
+    },
     /// The row already is where the action leads (LC-3); nothing changed.
     Converged(Box<BackfillRow>),
     /// Not allowed from the current state (ADM-5); nothing changed.
@@ -114,7 +119,12 @@ pub enum Started {
     /// straight to `validating` for an empty source set, EX-1).
     Started(Box<BackfillRow>),
     /// The row was already past `pending`; nothing changed.
-    AlreadyStarted { state: State, row: Box<BackfillRow> },
+    AlreadyStarted {
+        /// The state the row was found in.
+        state: State,
+        /// The row as it is.
+        row: Box<BackfillRow>,
+    },
 }
 
 impl Started {
@@ -133,7 +143,10 @@ impl Started {
 pub enum WaitError {
     /// The timeout passed; `state` is the last one read from PostgreSQL.
     #[error("timed out waiting; the backfill is {state}")]
-    Timeout { state: State },
+    Timeout {
+        /// The last state read from PostgreSQL.
+        state: State,
+    },
     /// The backfill cannot reach a state waited for without an operator
     /// (EMB-8): it is `blocked` or `failed` (and that state was not waited
     /// for), or `pending` with a recorded automatic start that failed for
@@ -142,10 +155,14 @@ pub enum WaitError {
     /// `state`.
     #[error("{}", needs_operator(.id, *.state, .diagnostic.as_deref()))]
     NeedsOperator {
+        /// The backfill waited for.
         id: String,
+        /// The state it is in: `blocked`, `failed` or `pending`.
         state: State,
+        /// The row's bounded diagnostic; `None` when none was recorded.
         diagnostic: Option<String>,
     },
+    /// Reading the backfill failed (an unknown ID among them).
     #[error(transparent)]
     Engine(#[from] EngineError),
 }

@@ -16,8 +16,12 @@ use serde_json::Value;
 /// row as it left it.
 #[derive(Debug, Clone)]
 pub struct SettingsChange {
+    /// The live settings before the change.
     pub prior: Settings,
+    /// The live settings after it (equal to `prior` when it changed
+    /// nothing).
     pub next: Settings,
+    /// The backfill's row as the change left it.
     pub row: BackfillRow,
 }
 

@@ -36,7 +36,12 @@ pub enum UndoOutcome {
 #[derive(Debug)]
 pub enum PruneOutcome {
     /// The journal's rows were deleted: how many, with the original's row.
-    Pruned { rows: u64, row: Box<BackfillRow> },
+    Pruned {
+        /// The journal rows deleted.
+        rows: u64,
+        /// The original backfill's row.
+        row: Box<BackfillRow>,
+    },
 }
 
 impl Engine {
