@@ -322,6 +322,30 @@ impl Backend for Engine {
             .map_err(backend_error)
     }
 
+    async fn presence(
+        &self,
+        worker: &str,
+        free_runners: usize,
+    ) -> Result<Vec<(ClaimKey, i64)>, BackendError> {
+        let excess = Engine::presence(self, worker, free_runners)
+            .await
+            .map_err(backend_error)?;
+        Ok(excess
+            .into_iter()
+            .map(|c| {
+                let key = ClaimKey {
+                    id: c.id,
+                    partition: u32::try_from(c.part).ok(),
+                };
+                (key, c.generation)
+            })
+            .collect())
+    }
+
+    async fn leave(&self, worker: &str) -> Result<(), BackendError> {
+        Engine::leave(self, worker).await.map_err(backend_error)
+    }
+
     async fn release(&self, claim: &Claim) -> Result<bool, BackendError> {
         Engine::release(self, claim).await.map_err(backend_error)
     }

@@ -2,7 +2,8 @@
 //! through the production store and engine against a real PostgreSQL.
 //! This file holds the partitioned test repair and the shared helpers;
 //! the tests live in `tests/partitions/`: `split.rs` (PAR-1), `run.rs`
-//! (PAR-2..PAR-4) and `view.rs` (PAR-5, THR-2, THR-4).
+//! (PAR-2..PAR-4), `view.rs` (PAR-5, THR-2, THR-4) and `spread.rs`
+//! (PAR-6).
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - PAR-1 split validation, exact cover, partitions written at `start`:
@@ -16,6 +17,9 @@
 //!   exactly once; validation decides completion: `par04_*`
 //! - PAR-5 the admin view aggregates and shows each partition; unknown
 //!   totals stay unknown: `par05_*`
+//! - PAR-6 a process holds its fair share of a backfill's partitions and
+//!   gives back the rest, so three runtimes with default runners share
+//!   one backfill: `par06_*` (`partitions/spread.rs`)
 //! - THR-4 the live `concurrency` setting caps partitions at once,
 //!   fleet-wide, raised and lowered while it runs: `thr04_*`
 //! - THR-2 the throttle condition written only by the claim in force, on
@@ -29,6 +33,8 @@
 mod run;
 #[path = "partitions/split.rs"]
 mod split;
+#[path = "partitions/spread.rs"]
+mod spread;
 mod support;
 #[path = "partitions/view.rs"]
 mod view;

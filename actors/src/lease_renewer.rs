@@ -11,6 +11,14 @@
 //! Every `sample_interval` it also has the backend record the progress of
 //! the claims it tracks (OBS-5), in one call, so rates come from the
 //! server; a failed sample is logged and the next one tries again.
+//!
+//! Every `renew_interval`, claims or not, it records the process's
+//! presence and free runners (PAR-6). The backend answers the partition
+//! claims the process holds beyond its fair share, and the renewer sends
+//! their holders [`LeaseStatus::Yield`]: each gives its claim back at its
+//! next batch boundary, for another process to take. When the renewer
+//! stops, it withdraws the presence, so the other processes' shares grow
+//! at once.
 
 use crate::metrics::{inc, RuntimeMetrics};
 use crate::{Backend, ClaimKey, Timing};
@@ -54,6 +62,10 @@ pub enum LeaseStatus {
     /// PostgreSQL no longer lets this claim renew (expired, taken over,
     /// paused): the holder must not start another batch.
     Lost { generation: i64 },
+    /// The process holds more partitions of this backfill than its fair
+    /// share (PAR-6): the holder gives the claim back after its current
+    /// batch, as on a graceful stop.
+    Yield { generation: i64 },
 }
 
 /// The renewer actor.
@@ -64,6 +76,10 @@ pub struct LeaseRenewer<B: Backend> {
     claims: HashMap<ClaimKey, (i64, Recipient<LeaseStatus>)>,
     in_flight: bool,
     sampling: bool,
+    /// A presence round is in flight.
+    presenting: bool,
+    /// The process's runner limit, for the free runners it reports.
+    max_runners: usize,
     metrics: Arc<RuntimeMetrics>,
 }
 
@@ -73,6 +89,7 @@ impl<B: Backend> LeaseRenewer<B> {
         backend: Arc<B>,
         worker_id: String,
         timing: Timing,
+        max_runners: usize,
         metrics: Arc<RuntimeMetrics>,
     ) -> Self {
         Self {
@@ -82,6 +99,8 @@ impl<B: Backend> LeaseRenewer<B> {
             claims: HashMap::new(),
             in_flight: false,
             sampling: false,
+            presenting: false,
+            max_runners,
             metrics,
         }
     }
@@ -165,6 +184,41 @@ impl<B: Backend> LeaseRenewer<B> {
     }
 }
 
+impl<B: Backend> LeaseRenewer<B> {
+    /// One presence round (PAR-6): record the process's presence and free
+    /// runners, and ask the holders of the claims beyond its fair share to
+    /// give them back. A failed round is logged; the presence then lapses
+    /// only if the rounds keep failing for a lease TTL.
+    fn present_once(&mut self, ctx: &mut Context<Self>) {
+        if self.presenting {
+            return;
+        }
+        self.presenting = true;
+        let free = self.max_runners.saturating_sub(self.claims.len());
+        let backend = self.backend.clone();
+        let worker = self.worker_id.clone();
+        let fut = async move { backend.presence(&worker, free).await };
+        ctx.spawn(fut.into_actor(self).map(|result, act, _| {
+            act.presenting = false;
+            let excess = match result {
+                Ok(excess) => excess,
+                Err(error) => {
+                    tracing::warn!(event = "presence_failed", worker = %act.worker_id, error = %error.0, "presence was not recorded; the fair share counts this process until its presence lapses");
+                    return;
+                }
+            };
+            for (key, generation) in excess {
+                if let Some((current, holder)) = act.claims.get(&key) {
+                    if *current == generation {
+                        tracing::info!(event = "claim_yielded", backfill = %key.id, partition = key.partition, generation, worker = %act.worker_id, "beyond this process's fair share; given back after the current batch");
+                        holder.do_send(LeaseStatus::Yield { generation });
+                    }
+                }
+            }
+        }));
+    }
+}
+
 impl<B: Backend> Actor for LeaseRenewer<B> {
     type Context = Context<Self>;
 
@@ -174,6 +228,8 @@ impl<B: Backend> Actor for LeaseRenewer<B> {
             return;
         }
         ctx.run_interval(self.timing.renew_interval, |act, ctx| act.run_once(ctx));
+        ctx.run_interval(self.timing.renew_interval, |act, ctx| act.present_once(ctx));
+        self.present_once(ctx);
         ctx.run_interval(self.timing.sample_interval, |act, ctx| act.sample_once(ctx));
     }
 }
@@ -197,6 +253,17 @@ impl<B: Backend> Handler<Untrack> for LeaseRenewer<B> {
 impl<B: Backend> Handler<StopRenewing> for LeaseRenewer<B> {
     type Result = ();
     fn handle(&mut self, _msg: StopRenewing, ctx: &mut Self::Context) {
-        ctx.stop();
+        // Withdraw the presence first, so the other processes may take
+        // this one's partitions at once; if the system ends before it is
+        // withdrawn, it lapses after one lease TTL.
+        let backend = self.backend.clone();
+        let worker = self.worker_id.clone();
+        let fut = async move { backend.leave(&worker).await };
+        ctx.wait(fut.into_actor(self).map(|result, act, ctx| {
+            if let Err(error) = result {
+                tracing::warn!(event = "presence_not_withdrawn", worker = %act.worker_id, error = %error.0, "the presence lapses after one lease TTL");
+            }
+            ctx.stop();
+        }));
     }
 }

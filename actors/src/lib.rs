@@ -276,6 +276,26 @@ pub trait Backend: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Record that `worker` is present, with `free_runners` free runners,
+    /// and answer the `(key, generation)` claims it holds beyond its fair
+    /// share of a partitioned backfill (PAR-6), which its runners give
+    /// back at their next batch boundary. Called once per renewal round,
+    /// also while the process holds no claim. The default records nothing
+    /// and answers none.
+    async fn presence(
+        &self,
+        _worker: &str,
+        _free_runners: usize,
+    ) -> Result<Vec<(ClaimKey, i64)>, BackendError> {
+        Ok(Vec::new())
+    }
+
+    /// Withdraw `worker`'s presence (PAR-6): the process stops serving.
+    /// The default does nothing.
+    async fn leave(&self, _worker: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Give a claim back (graceful shutdown).
     async fn release(&self, claim: &Self::Claim) -> Result<bool, BackendError>;
 

@@ -389,6 +389,12 @@ impl<B: Backend> Handler<LeaseStatus> for Runner<B> {
                 self.lost = true;
                 self.next(ctx);
             }
+            // Beyond the process's fair share (PAR-6): give the claim
+            // back after the current batch, as on a graceful stop.
+            LeaseStatus::Yield { generation } if generation == self.generation => {
+                self.stopping = true;
+                self.next(ctx);
+            }
             _ => {}
         }
     }

@@ -278,6 +278,7 @@ impl<B: Backend> Actor for Supervisor<B> {
                 self.backend.clone(),
                 self.config.worker_id.clone(),
                 self.timing,
+                self.config.max_concurrent_runners,
                 self.metrics.clone(),
             )
             .start(),

@@ -126,6 +126,33 @@ impl Engine {
         Ok(store::progress_sample(&mut conn, worker, claims).await?)
     }
 
+    /// Record `worker`'s presence (PAR-6): the backfills it serves and its
+    /// `free_runners`, live for one lease TTL; and answer its partition
+    /// claims beyond its fair share, `(id, part, generation)`, which it is
+    /// to give back at their next batch boundary. Off the batch path: the
+    /// lease renewer calls it once per renewal round, claims or not.
+    #[doc(hidden)]
+    pub async fn presence(
+        &self,
+        worker: &str,
+        free_runners: usize,
+    ) -> Result<Vec<store::ExcessClaim>, EngineError> {
+        let ids = self.registry.claimable_ids();
+        let ttl = millis(self.config.lease_ttl);
+        let free = i32::try_from(free_runners).unwrap_or(i32::MAX);
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        store::worker_heartbeat(&mut conn, worker, &ids, free, ttl).await?;
+        Ok(store::worker_excess_claims(&mut conn, worker).await?)
+    }
+
+    /// Forget `worker`'s presence (PAR-6): it stops serving, so the other
+    /// processes' shares grow at once.
+    #[doc(hidden)]
+    pub async fn leave(&self, worker: &str) -> Result<(), EngineError> {
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        Ok(store::worker_leave(&mut conn, worker).await?)
+    }
+
     /// Give a claim back (graceful shutdown). `false`: it was already gone.
     /// An open batch the claim carries is rolled back first, and its
     /// connection does the release; if that connection is gone (the server

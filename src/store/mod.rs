@@ -25,6 +25,7 @@ mod prepared;
 mod progress;
 mod timeline;
 mod wake;
+mod worker;
 
 pub use admin::*;
 pub use audit::*;
@@ -47,6 +48,7 @@ pub use prepared::{cached, Cached};
 pub use progress::*;
 pub use timeline::*;
 pub use wake::*;
+pub use worker::*;
 
 use crate::failure::RepairError;
 pub use crate::failure::{classify, describe};

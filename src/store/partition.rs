@@ -229,8 +229,10 @@ const LIVE: &str = "(SELECT count(*) FROM backfill_partition q WHERE q.backfill_
 /// partition claims again and claims one partition `FOR UPDATE SKIP
 /// LOCKED`, advancing that partition's generation (CLM-1, CLM-4, PAR-2).
 /// Claims of one backfill's partitions so take turns on its row, and the
-/// concurrency setting holds however many processes claim. `None`:
-/// nothing claimable (or the race for it was lost).
+/// concurrency setting holds however many processes claim. Both also
+/// require that `worker` holds fewer of the backfill's partitions than
+/// its fair share ([`worker_excess_claims`](super::worker_excess_claims),
+/// PAR-6). `None`: nothing claimable (or the race for it was lost).
 pub async fn partition_claim(
     conn: &mut AsyncPgConnection,
     worker: &str,
@@ -251,12 +253,15 @@ pub async fn partition_claim(
                AND (b.next_attempt_at IS NULL OR b.next_attempt_at <= clock_timestamp()) \
                AND EXISTS (SELECT 1 FROM backfill_partition p WHERE p.backfill_id = b.id AND {CLAIMABLE}) \
                AND {LIVE} < coalesce((b.settings->>'concurrency')::integer, 64) \
+               AND {below_share} \
              ORDER BY b.updated_at, b.id LIMIT 1 \
-             FOR NO KEY UPDATE OF b SKIP LOCKED"
+             FOR NO KEY UPDATE OF b SKIP LOCKED",
+            below_share = super::worker::below_share("$4"),
         ))
         .bind::<Array<Text>, _>(ids)
         .bind::<Array<Text>, _>(&ex_ids)
-        .bind::<Array<Integer>, _>(&ex_parts),
+        .bind::<Array<Integer>, _>(&ex_parts)
+        .bind::<Text, _>(worker),
     )
     .get_result(conn)
     .await
@@ -270,7 +275,7 @@ pub async fn partition_claim(
                  SELECT p.backfill_id, p.part, p.owner AS prior_owner \
                  FROM backfill_partition p JOIN backfill b ON b.id = p.backfill_id \
                  WHERE p.backfill_id = $1 AND b.state = 'running' AND {CLAIMABLE} \
-                   AND {LIVE} < $5 \
+                   AND {LIVE} < $5 AND {below_share} \
                  ORDER BY p.part LIMIT 1 \
                  FOR UPDATE OF p SKIP LOCKED) \
              UPDATE backfill_partition p SET owner = $4, \
@@ -278,7 +283,8 @@ pub async fn partition_claim(
                  generation = p.generation + 1, next_attempt_at = NULL, updated_at = now() \
              FROM candidate c WHERE p.backfill_id = c.backfill_id AND p.part = c.part \
              RETURNING p.backfill_id AS id, p.part, p.generation, p.upper, p.checkpoint, \
-                 p.lease_expires_at, c.prior_owner"
+                 p.lease_expires_at, c.prior_owner",
+            below_share = super::worker::below_share("$4"),
         ))
         .bind::<Text, _>(&candidate.id)
         .bind::<Array<Text>, _>(&ex_ids)
@@ -295,19 +301,19 @@ pub async fn partition_claim(
 /// A renewed partition claim.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct RenewedPartition {
+    /// The backfill whose partition claim was renewed.
     #[diesel(sql_type = Text)]
     pub id: String,
+    /// The renewed partition's number.
     #[diesel(sql_type = Integer)]
     pub part: i32,
+    /// The generation of the renewed claim.
     #[diesel(sql_type = BigInt)]
     pub generation: i64,
-    /// The backfill whose partition claim was renewed.
 }
 
-    /// The renewed partition's number.
 /// Renew every listed partition claim of this worker in one statement.
 /// Fence: owner, the partition's generation, a lease not yet expired by
-    /// The generation of the renewed claim.
 /// PostgreSQL's clock; a claim missing from the result is lost (CLM-3).
 /// A claim is also refused when the concurrency setting (THR-4) was
 /// lowered below it: when as many live claims of lower partitions exist,
@@ -499,35 +505,35 @@ struct PartitionFailure {
 /// A failure of one partition, as [`partition_record_failure`] records it.
 #[derive(Debug, Clone, Copy)]
 pub struct PartitionFailureRecord<'a> {
+    /// The backfill whose partition failed.
     pub id: &'a str,
+    /// The partition that failed.
     pub part: u32,
+    /// The worker ID that must still hold the partition's claim (the
+    /// fence).
     pub worker: &'a str,
+    /// The claim's partition generation, checked by the fence (CLM-2).
     pub generation: i64,
     /// `retryable`, `blocked` or `fatal`.
     pub kind: &'a str,
-    /// The backfill whose partition failed.
-    pub message: &'a str,
-    /// The partition that failed.
-    pub max_attempts: i32,
-    /// The worker ID that must still hold the partition's claim (the
-    /// fence).
-    pub backoff_base_ms: i64,
-    /// The claim's partition generation, checked by the fence (CLM-2).
-    pub backoff_max_ms: i64,
-    pub batch_size: Option<i32>,
-}
     /// The bounded diagnostic to record; prefixed with the partition's
     /// number when it moves the backfill (PAR-3).
-
+    pub message: &'a str,
     /// Retryable failures allowed before the backfill fails (RT-2).
-/// Record a classified failure of one partition durably (RT-1, PAR-3) and
+    pub max_attempts: i32,
     /// The first retry backoff, in milliseconds; it doubles with each
     /// attempt.
-/// drop its claim, in statements that must share the caller's transaction.
+    pub backoff_base_ms: i64,
     /// The longest retry backoff, in milliseconds.
-/// Locks the backfill row first (the lock order above), then updates the
+    pub backoff_max_ms: i64,
     /// The batch size to leave in force (THR-3: smaller after a statement
     /// timeout); `None` keeps the stored one.
+    pub batch_size: Option<i32>,
+}
+
+/// Record a classified failure of one partition durably (RT-1, PAR-3) and
+/// drop its claim, in statements that must share the caller's transaction.
+/// Locks the backfill row first (the lock order above), then updates the
 /// partition, fenced by owner, partition generation, unexpired lease and
 /// the backfill being `running`; `None` = stale, nothing recorded. A
 /// retryable failure under the attempt limit stays on the partition, with

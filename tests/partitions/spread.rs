@@ -1,0 +1,135 @@
+//! PAR-6: the partitions of one backfill spread over the processes that
+//! serve it, through the production store, engine and actor runtime.
+
+use super::*;
+use backfill::runtime::{RuntimeConfig, RuntimeHandle};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The `(part, owner)` of every live partition claim, by owner.
+async fn holders(db: &TestDb) -> BTreeMap<String, usize> {
+    let text = db
+        .text(
+            "SELECT string_agg(owner, ',' ORDER BY part) AS v FROM backfill_partition \
+             WHERE owner IS NOT NULL AND lease_expires_at > clock_timestamp() \
+               AND checkpoint IS DISTINCT FROM upper",
+        )
+        .await
+        .unwrap_or_default();
+    let mut by_owner = BTreeMap::new();
+    for owner in text.split(',').filter(|o| !o.is_empty()) {
+        *by_owner.entry(owner.to_string()).or_insert(0) += 1;
+    }
+    by_owner
+}
+
+fn parts(excess: &[backfill::__private::store::ExcessClaim]) -> Vec<i32> {
+    excess.iter().map(|c| c.part).collect()
+}
+
+/// PAR-6: alone, a process may hold every partition; once two more
+/// processes are present, its share of four partitions is two (the
+/// shares, dealt in worker-ID order, are 2, 1, 1), its presence round
+/// names the two claims beyond it, and once it gave them back it may not
+/// take them again, while each other process takes exactly its one.
+/// Guards: the share condition of the partition claim (the first process
+/// would take its partitions back, the second a second one) and the
+/// excess reading (no claim would be named to give back).
+#[tokio::test]
+async fn par06_a_process_holds_its_fair_share_and_names_the_claims_beyond_it() {
+    let (_db, engine, _hooks) = started(400, 10, 4).await;
+    assert!(engine.presence("a", 4).await.unwrap().is_empty());
+    let mut held = Vec::new();
+    while let Some(claim) = engine.claim_next("a", &[]).await.unwrap() {
+        held.push(claim);
+    }
+    assert_eq!(held.len(), 4, "alone, a process may hold every partition");
+
+    // Two more processes arrive, each with free runners.
+    assert!(engine.presence("b", 4).await.unwrap().is_empty());
+    assert!(engine.presence("c", 4).await.unwrap().is_empty());
+    let excess = engine.presence("a", 0).await.unwrap();
+    assert_eq!(parts(&excess), [2, 3], "a's share is 2 of 4");
+    assert!(engine.claim_next("b", &[]).await.unwrap().is_none());
+
+    // `a` gives them back at its batch boundary; it may not take them
+    // again, and `b` and `c` take one each.
+    for claim in held.iter().filter(|c| c.partition >= Some(2)) {
+        assert!(engine.release(claim).await.unwrap());
+    }
+    assert!(engine.claim_next("a", &[]).await.unwrap().is_none());
+    let b = engine.claim_next("b", &[]).await.unwrap().expect("b's one");
+    assert_eq!(b.partition, Some(2));
+    assert!(engine.claim_next("b", &[]).await.unwrap().is_none());
+    let c = engine.claim_next("c", &[]).await.unwrap().expect("c's one");
+    assert_eq!(c.partition, Some(3));
+    for worker in ["a", "b", "c"] {
+        let free = if worker == "a" { 2 } else { 3 };
+        let excess = engine.presence(worker, free).await.unwrap();
+        assert!(excess.is_empty(), "{worker}: {:?}", parts(&excess));
+    }
+
+    // A process that leaves stops counting at once: the two that remain
+    // share the four partitions 2 and 2.
+    engine.leave("c").await.unwrap();
+    assert!(engine.release(&c).await.unwrap());
+    let again = engine
+        .claim_next("b", &[])
+        .await
+        .unwrap()
+        .expect("b's second");
+    assert_eq!(again.partition, Some(3));
+}
+
+/// PAR-6 through the actor runtime, with the default of four runners per
+/// process: the first runtime takes all four partitions of a running
+/// backfill; two more runtimes start, and the first gives partitions back
+/// at a batch boundary until each of the three runs at least one at the
+/// same time. The run then completes with every row repaired exactly once
+/// (the counter's validation fails on any row not at 1). Guard: the
+/// yield of the claims beyond the share (without it, the first runtime
+/// keeps every partition until each ends).
+#[actix_rt::test]
+async fn par06_three_runtimes_with_default_runners_share_one_backfill() {
+    let (db, first, _hooks) = started(2_000, 5, 4).await;
+    // Slow enough that the others arrive long before a partition ends.
+    first
+        .update_settings(ID, &serde_json::json!({"pause_ms": 25}))
+        .await
+        .unwrap();
+    let config = |worker: &str| RuntimeConfig {
+        worker_id: worker.into(),
+        poll_interval: Duration::from_millis(50),
+        renew_interval: Some(Duration::from_millis(200)),
+        ..RuntimeConfig::default()
+    };
+    assert_eq!(RuntimeConfig::default().max_concurrent_runners, 4);
+    let one = RuntimeHandle::start(Arc::new(first.clone()), config("one")).unwrap();
+    eventually("the first runtime holds every partition", || async {
+        holders(&db).await.get("one") == Some(&4)
+    })
+    .await;
+    let second = engine_for(&db, parted(5, Hooks::new(), 4, Points::Even)).await;
+    let third = engine_for(&db, parted(5, Hooks::new(), 4, Points::Even)).await;
+    let two = RuntimeHandle::start(Arc::new(second), config("two")).unwrap();
+    let three = RuntimeHandle::start(Arc::new(third), config("three")).unwrap();
+    eventually("each runtime runs a partition", || async {
+        let now = holders(&db).await;
+        ["one", "two", "three"]
+            .iter()
+            .all(|w| now.get(*w).is_some_and(|n| *n >= 1))
+    })
+    .await;
+    first
+        .update_settings(ID, &serde_json::json!({"pause_ms": null}))
+        .await
+        .unwrap();
+    eventually("completion", || async {
+        first.get(ID).await.unwrap().state == State::Completed
+    })
+    .await;
+    one.shutdown().await;
+    two.shutdown().await;
+    three.shutdown().await;
+    assert_eq!(count_n(&db, 1).await, 2_000);
+}
