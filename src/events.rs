@@ -17,8 +17,12 @@ const CAPACITY: usize = 1024;
 pub enum Event {
     /// This process claimed it (`validation`: to validate it).
     Claimed {
+        /// The backfill claimed.
         id: String,
+        /// The generation of the new claim.
         generation: i64,
+        /// Whether the claim is to validate it (it is `validating`) rather
+        /// than to run batches.
         validation: bool,
     },
     /// This process committed a batch of `keys` keys, selected with
@@ -27,24 +31,41 @@ pub enum Event {
     /// saw the commit (so a subscriber that reads late still knows when
     /// batches committed, and how far apart).
     Progress {
+        /// The backfill the batch advanced.
         id: String,
+        /// Keys the batch selected, added to the progress counters.
         keys: usize,
+        /// The batch size in force, the batch's limit (THR-3).
         size: u32,
+        /// The time the engine spent on the batch's step.
         took: std::time::Duration,
+        /// When this process saw the commit.
         at: std::time::Instant,
     },
     /// It entered `state`, as recorded by this process.
-    State { id: String, state: State },
+    State {
+        /// The backfill whose state changed.
+        id: String,
+        /// The state it entered.
+        state: State,
+    },
     /// Another process announced a change (NOTIFY); read the row for what.
-    Changed { id: String },
+    Changed {
+        /// The backfill another process changed.
+        id: String,
+    },
     /// This process's automatic start of it failed and was recorded on
     /// its row, which stays `pending` (EMB-8): `kind` is `retryable`,
     /// `blocked` or `fatal`, `diagnostic` the bounded text recorded,
     /// `retrying` whether the automatic start tries again by itself.
     StartFailed {
+        /// The backfill whose automatic start failed.
         id: String,
+        /// The failure's class: `retryable`, `blocked` or `fatal`.
         kind: &'static str,
+        /// The bounded diagnostic recorded on the row.
         diagnostic: String,
+        /// Whether the automatic start tries again by itself.
         retrying: bool,
     },
 }

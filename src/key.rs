@@ -38,7 +38,12 @@ pub enum KeyError {
     /// The bytes were written by a different key type than the one the local
     /// definition declares (e.g. a text bound read as a bigint key).
     #[error("stored key has type tag {found:#04x}, the definition expects {expected}")]
-    TypeMismatch { expected: &'static str, found: u8 },
+    TypeMismatch {
+        /// The name of the key type the definition declares.
+        expected: &'static str,
+        /// The type tag found in the stored bytes.
+        found: u8,
+    },
     /// The bytes end early or carry trailing data.
     #[error("stored key is truncated or has trailing bytes")]
     Malformed,

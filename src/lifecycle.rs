@@ -13,12 +13,22 @@ use std::str::FromStr;
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum State {
+    /// Registered but not started; no bound yet.
     Pending,
+    /// Started; may be claimed once any retry backoff has elapsed.
     Running,
+    /// The operator wants it stopped: no new claims, and work in flight is
+    /// fenced.
     Paused,
+    /// A prerequisite or a data condition requires operator remediation
+    /// (RT-1, RT-4).
     Blocked,
+    /// Retries are exhausted, or validation rejected the result.
     Failed,
+    /// The checkpoint has reached the bound; the row may be validated
+    /// (VAL-1).
     Validating,
+    /// Validation succeeded. Terminal; never changes again (REG-5).
     Completed,
 }
 
@@ -95,10 +105,17 @@ impl FromStr for State {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
+    /// Capture the bound of a `pending` backfill and run it.
     Start,
+    /// Stop a `running` or `validating` backfill, fencing the work in
+    /// flight.
     Pause,
+    /// Let a `paused` backfill run (or validate) again.
     Resume,
+    /// Run a `blocked` or `failed` backfill again, keeping its history,
+    /// bound and checkpoint (RT-3).
     Retry,
+    /// Validate explicitly: read-only, with no claim (VAL-4, VAL-7).
     Validate,
 }
 

@@ -14,6 +14,7 @@ use serde::Serialize;
 /// One required backfill that keeps the gate closed.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Gating {
+    /// The required backfill's stable ID.
     pub id: String,
     /// Its lifecycle state; `None` (shown as `missing`) when no row
     /// exists, which keeps the gate closed (fail closed).
@@ -48,9 +49,12 @@ pub struct GateReport {
 /// What `/readyz` answers.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ReadinessReport {
+    /// Whether the process is ready to serve: PostgreSQL answered and the
+    /// backfill gate is open (CFG-1, CFG-5).
     pub ready: bool,
     /// `ok` or `unreachable`.
     pub database: &'static str,
+    /// The backfill input of readiness.
     pub backfill_gate: GateReport,
 }
 

@@ -35,7 +35,12 @@ pub enum SourceSet<K> {
     Empty,
     /// Work up to and including `upper`. `rows` is the size of the set when
     /// the definition can count it cheaply; `None` shows progress as unknown.
-    Bounded { upper: K, rows: Option<i64> },
+    Bounded {
+        /// The inclusive upper bound: the greatest key of the source set.
+        upper: K,
+        /// The size of the set, when the definition can count it cheaply.
+        rows: Option<i64>,
+    },
 }
 
 /// How many rows a range holds, as a repair could tell (what a dry run's
@@ -72,7 +77,14 @@ pub enum Mutated<K> {
     Nothing,
     /// `count` keys from `first` to `last` (both inclusive) were selected
     /// and mutated.
-    Keys { first: K, last: K, count: u32 },
+    Keys {
+        /// The least key selected.
+        first: K,
+        /// The greatest key selected: the batch's new checkpoint.
+        last: K,
+        /// How many keys were selected, at most the batch limit (EX-4).
+        count: u32,
+    },
     /// A summary whose keys and count disagree: a count of keys without a
     /// first or last key, or only one of the two (say, first and last
     /// read from `UPDATE .. RETURNING` rows that concurrent deletes
@@ -556,7 +568,12 @@ pub enum DefinitionError {
     InvalidBatchTarget(String),
     /// A number of partitions of 0 or above [`MAX_PARTITIONS`] (PAR-1).
     #[error("repair {id:?} allows {partitions} partitions: use 1 to {MAX_PARTITIONS}")]
-    InvalidPartitions { id: String, partitions: u32 },
+    InvalidPartitions {
+        /// The repair's stable ID.
+        id: String,
+        /// The number of partitions it declared.
+        partitions: u32,
+    },
     /// A batch limit of zero cannot make progress.
     #[error("repair {0:?} declares a batch limit of 0")]
     ZeroBatchLimit(String),
@@ -572,10 +589,21 @@ pub enum DefinitionError {
     /// identifier, no key or journaled column, a hand-written one-statement
     /// form, or a stable ID too long to derive its undo's.
     #[error("repair {id:?} declares a journal that cannot be kept: {reason}")]
-    InvalidJournal { id: String, reason: &'static str },
+    InvalidJournal {
+        /// The repair's stable ID.
+        id: String,
+        /// What makes the journal unusable.
+        reason: &'static str,
+    },
     /// A [`SqlRepair`] built without a part it needs.
     #[error("SQL repair {id:?} has no {missing}")]
-    Incomplete { id: String, missing: &'static str },
+    Incomplete {
+        /// The repair's stable ID.
+        id: String,
+        /// The part it lacks: `key column`, `SET list` or `validation
+        /// predicate`.
+        missing: &'static str,
+    },
 }
 
 /// Validate a stable ID: 1-128 characters of `[a-z0-9._-]`.

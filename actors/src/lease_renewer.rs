@@ -31,8 +31,11 @@ use std::time::Instant;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Track {
+    /// The claim to renew.
     pub key: ClaimKey,
+    /// The claim's generation; renewal is fenced by it.
     pub generation: i64,
+    /// The runner or validator told how each renewal went.
     pub holder: Recipient<LeaseStatus>,
 }
 
@@ -40,7 +43,9 @@ pub struct Track {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Untrack {
+    /// The claim to stop renewing.
     pub key: ClaimKey,
+    /// Its generation: a newer claim under the same key stays tracked.
     pub generation: i64,
 }
 
@@ -56,16 +61,25 @@ pub struct StopRenewing;
 pub enum LeaseStatus {
     /// Renewed; the holder may trust the claim until `trusted_until`.
     Renewed {
+        /// The generation of the renewed claim.
         generation: i64,
+        /// The end of the trust window: three quarters of the lease TTL
+        /// after the renewal was sent.
         trusted_until: Instant,
     },
     /// PostgreSQL no longer lets this claim renew (expired, taken over,
     /// paused): the holder must not start another batch.
-    Lost { generation: i64 },
+    Lost {
+        /// The generation of the lost claim.
+        generation: i64,
+    },
     /// The process holds more partitions of this backfill than its fair
     /// share (PAR-6): the holder gives the claim back after its current
     /// batch, as on a graceful stop.
-    Yield { generation: i64 },
+    Yield {
+        /// The generation of the claim to give back.
+        generation: i64,
+    },
 }
 
 /// The renewer actor.

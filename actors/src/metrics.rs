@@ -118,22 +118,50 @@ impl ValidationEnd {
 /// the actors write.
 #[derive(Clone)]
 pub struct RuntimeMetrics {
+    /// New claims acquired (`backfill_claims_acquired_total`).
     pub claims_acquired: IntCounter,
+    /// Claims acquired by taking over an expired owner's
+    /// (`backfill_claims_taken_over_total`).
     pub claims_taken_over: IntCounter,
+    /// Successful claim renewals (`backfill_claims_renewed_total`).
     pub claims_renewed: IntCounter,
+    /// Claims that could no longer be renewed
+    /// (`backfill_claims_lost_total`).
     pub claims_lost: IntCounter,
+    /// Renewal rounds that failed to reach PostgreSQL
+    /// (`backfill_renew_failures_total`).
     pub renew_failures: IntCounter,
+    /// Claims given back on shutdown (`backfill_claims_released_total`).
     pub claims_released: IntCounter,
+    /// Batches or validations of a stale owner rejected by the fence at
+    /// commit, a pause's not counted (`backfill_stale_rejections_total`).
     pub stale_rejections: IntCounter,
+    /// Batches started (`backfill_batches_attempted_total`).
     pub batches_attempted: IntCounter,
+    /// Batches whose mutation and checkpoint committed
+    /// (`backfill_batches_committed_total`).
     pub batches_committed: IntCounter,
+    /// Keys whose mutation committed (`backfill_keys_committed_total`).
     pub keys_committed: IntCounter,
+    /// Retryable errors recorded with a backoff
+    /// (`backfill_errors_retryable_total`).
     pub errors_retryable: IntCounter,
+    /// Errors that blocked a backfill (`backfill_errors_blocked_total`).
     pub errors_blocked: IntCounter,
+    /// Errors that failed a backfill, fatal or exhausted
+    /// (`backfill_errors_failed_total`).
     pub errors_failed: IntCounter,
+    /// Rows this process refused to interpret, REG-4
+    /// (`backfill_fail_closed_total`).
     pub fail_closed: IntCounter,
+    /// Lifecycle validations that completed a backfill
+    /// (`backfill_validations_completed_total`).
     pub validations_completed: IntCounter,
+    /// Lifecycle validations that found the postcondition false
+    /// (`backfill_validations_rejected_total`).
     pub validations_rejected: IntCounter,
+    /// Lifecycle validations that errored
+    /// (`backfill_validation_errors_total`).
     pub validation_errors: IntCounter,
     /// Runners that hold a claim but start no batch because a health
     /// signal is past its threshold (a gauge).

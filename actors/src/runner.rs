@@ -38,7 +38,10 @@ pub enum ExitReason {
     /// The lease renewal failed or the trust window ended.
     LeaseLost,
     /// An error was recorded durably; what it left the backfill in.
-    Recorded { disposition: Disposition },
+    Recorded {
+        /// What the recorded error left the backfill in.
+        disposition: Disposition,
+    },
     /// The row cannot be interpreted by this process (REG-4).
     FailClosed,
     /// Stopped on request; the claim was given back.
@@ -51,12 +54,17 @@ pub enum ExitReason {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct RunnerExited {
+    /// The backfill the runner worked on.
     pub id: String,
     /// The partition the runner advanced, if any (PAR-2).
     pub partition: Option<u32>,
+    /// The generation of the runner's claim.
     pub generation: i64,
+    /// Why it ended.
     pub reason: ExitReason,
+    /// Batches it committed.
     pub batches: u64,
+    /// Keys its committed batches selected.
     pub keys: u64,
 }
 

@@ -44,7 +44,11 @@ pub struct Status;
 /// What [`Status`] answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SupervisorStatus {
+    /// Whether the local definitions are registered, which must happen
+    /// before the first claim (REG-4).
     pub registered: bool,
+    /// Whether the process is shutting down: it claims nothing more and
+    /// waits for its runners to end.
     pub draining: bool,
     /// `(id, generation, is_validation)` of every held claim (a
     /// partitioned backfill's ID once per partition held).

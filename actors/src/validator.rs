@@ -24,8 +24,12 @@ pub struct Validate<C: ClaimInfo>(pub C);
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct ValidationFinished {
+    /// The backfill validated.
     pub id: String,
+    /// The generation of the validation's claim.
     pub generation: i64,
+    /// How the validation ended, or the backend error that kept it from
+    /// ending durably.
     pub outcome: Result<ValidationOutcome, String>,
 }
 

@@ -98,8 +98,12 @@ impl Application for Registry {
 /// wrong and never carry secrets or SQL.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
+    /// The store failed: no connection, a statement, or the framework's
+    /// own migrations.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The engine refused its configuration or a step of startup
+    /// (registration, an automatic start).
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// The application's definitions are unusable (duplicate or invalid
@@ -124,13 +128,21 @@ pub enum HostError {
          renewals and validation)"
     )]
     PoolTooSmall {
+        /// The pool size configured.
         pool: u32,
+        /// The connections the runtime needs at once (EMB-6).
         needed: u32,
+        /// The runtime's maximum concurrent runners.
         runners: usize,
     },
     /// A listener could not be opened.
     #[error("cannot listen on {addr}: {reason}")]
-    Listen { addr: SocketAddr, reason: String },
+    Listen {
+        /// The address that could not be bound.
+        addr: SocketAddr,
+        /// Why, as the operating system said.
+        reason: String,
+    },
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -140,6 +152,8 @@ pub enum HostError {
 /// need. [`HostConfig::new`] gives the defaults.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
+    /// The URL of the PostgreSQL database that holds the framework's
+    /// tables and the application's data.
     pub database_url: String,
     /// Serving listener: the application's routes, `/readyz`, `/livez`
     /// ([`Host`] only).
@@ -172,6 +186,8 @@ pub struct HostConfig {
     pub pool_size: Option<u32>,
     /// The engine's settings; its lease TTL is the one the runtime uses.
     pub engine: EngineConfig,
+    /// The actor runtime's settings: worker ID, runner limit, renewal,
+    /// poll and sampling cadences, shutdown grace.
     pub runtime: RuntimeConfig,
     /// The health signals and their thresholds that hold batches back
     /// (THR-1); by default only a conservative replication-lag limit.
@@ -297,9 +313,14 @@ impl HostConfig {
 /// without a panic; its claims are then taken over once their leases
 /// expire (EMB-9).
 pub struct Embedded {
+    /// The connection pool the engine and the admin API share.
     pub pool: Pool,
+    /// The engine: actions, reads, [`Engine::wait_for`] and events.
     pub engine: Engine,
+    /// The handle of the actor runtime that claims and runs backfills.
     pub runtime: RuntimeHandle<Engine>,
+    /// The readiness gate (section 8 of the contract), evaluated from
+    /// PostgreSQL on every read.
     pub readiness: Readiness,
     /// The required (gating) IDs.
     pub required: Vec<String>,

@@ -35,6 +35,8 @@ impl Embedded {
 /// A started host: the embedded runtime, the serving listener (the
 /// application's routes, `/readyz`, `/livez`) and the admin listener.
 pub struct Host {
+    /// The runtime the listeners serve: engine, actor runtime and
+    /// readiness gate.
     pub embedded: Embedded,
     /// Bound serving address (useful with port 0).
     pub serving_addr: SocketAddr,

@@ -13,9 +13,14 @@ use tokio::sync::oneshot;
 /// actions, reads and [`Engine::wait_for`]), readiness gate and runtime
 /// handle work from any tokio runtime.
 pub struct Spawned {
+    /// The connection pool the engine and the admin API share.
     pub pool: Pool,
+    /// The engine: actions, reads, [`Engine::wait_for`] and events.
     pub engine: Engine,
+    /// The handle of the actor runtime that claims and runs backfills.
     pub runtime: RuntimeHandle<Engine>,
+    /// The readiness gate (section 8 of the contract), evaluated from
+    /// PostgreSQL on every read.
     pub readiness: Readiness,
     /// The required (gating) IDs.
     pub required: Vec<String>,

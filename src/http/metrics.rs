@@ -36,10 +36,13 @@ use std::sync::Arc;
 /// What the endpoint reads.
 #[derive(Clone)]
 pub struct MetricsSource {
+    /// The pool a scrape reads the counts per state and partition from.
     pub pool: Pool,
     /// The engine, for its batch-path counters.
     pub engine: crate::engine::Engine,
+    /// The readiness gate whose state `/metrics` reports.
     pub readiness: Readiness,
+    /// The actor runtime's counters (claims, renewals, runners).
     pub runtime: Arc<RuntimeMetrics>,
 }
 

@@ -22,6 +22,7 @@ pub struct Body {
     /// When the state change committed (its transaction's start, by
     /// PostgreSQL's clock) or the throttle was found long.
     pub occurred_at: DateTime<Utc>,
+    /// The backfill the event is about.
     pub backfill_id: String,
     /// The partition a `throttled` notification is about, if any.
     pub partition: Option<i32>,

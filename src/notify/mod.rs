@@ -72,6 +72,8 @@ impl fmt::Debug for Secret {
 /// admin API know of it; the URL and the secret stay in configuration.
 #[derive(Clone)]
 pub struct Target {
+    /// The target's name (`[a-z0-9_-]{1,32}`), the only part of it the
+    /// database, the logs and the admin API see (NTF-3).
     pub name: String,
     /// `http://host[:port][/path]` or `https://host[:port][/path]`
     /// (default ports 80 and 443). Over https the receiver's certificate
@@ -80,6 +82,8 @@ pub struct Target {
     pub url: String,
     /// Event names from [`EVENTS`].
     pub events: Vec<String>,
+    /// The HMAC-SHA256 signing key of the bodies sent to this target
+    /// (NTF-2); at least 16 bytes.
     pub secret: Secret,
 }
 
@@ -97,6 +101,7 @@ impl fmt::Debug for Target {
 /// runs and nothing is queued.
 #[derive(Debug, Clone)]
 pub struct NotifyConfig {
+    /// The webhooks to notify (NTF-1); none by default.
     pub targets: Vec<Target>,
     /// A PEM file of CA certificates trusted for `https://` targets
     /// besides Mozilla's roots (a private CA's receivers). Read when the
@@ -112,6 +117,7 @@ pub struct NotifyConfig {
     /// The delay after the first failed try, doubled per try up to
     /// `backoff_max`. Defaults 1 s and 5 min.
     pub backoff_base: Duration,
+    /// The longest delay between two tries. Default 5 min.
     pub backoff_max: Duration,
     /// How long a throttle condition lasts before it is a `throttled`
     /// notification. Default 1 h.
@@ -147,7 +153,13 @@ impl Default for NotifyConfig {
 pub enum NotifyError {
     /// Invalid configuration; `field` names it (`targets[0].url`, ..).
     #[error("invalid notification configuration: {field}: {reason}")]
-    Config { field: String, reason: String },
+    Config {
+        /// The setting that is invalid.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A statement of the outbox or the subscription failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }

@@ -23,6 +23,7 @@ pub struct Pass {
     pub leading: bool,
     /// `throttled` notifications queued by this pass.
     pub throttled: usize,
+    /// Notifications delivered (answered 2xx) by this pass.
     pub delivered: usize,
     /// Failed tries that will be tried again.
     pub retried: usize,

@@ -12,7 +12,12 @@ use crate::key::Key;
 pub enum SelectionError {
     /// More keys than the declared batch limit.
     #[error("selection returned {got} keys, the batch limit is {limit}")]
-    OverLimit { got: usize, limit: u32 },
+    OverLimit {
+        /// The keys the selection returned.
+        got: usize,
+        /// The batch limit in force.
+        limit: u32,
+    },
     /// Keys not strictly ascending (duplicates or wrong order).
     #[error("selection returned keys out of order or repeated at position {0}")]
     NotAscending(usize),

@@ -18,17 +18,33 @@ pub enum SplitError {
     /// More points than the definition's partitions allow (at most
     /// `partitions - 1`).
     #[error("{points} split points make more than the {partitions} partitions allowed")]
-    TooMany { points: usize, partitions: u32 },
+    TooMany {
+        /// The split points the definition gave.
+        points: usize,
+        /// The partitions the definition allows.
+        partitions: u32,
+    },
     /// Point `index` is not strictly greater than the one before it
     /// (out of order or duplicated).
     #[error("split point {index} is not strictly greater than the one before it")]
-    NotIncreasing { index: usize },
+    NotIncreasing {
+        /// The point's position in the list, from 0.
+        index: usize,
+    },
     /// Point `index` is not strictly below the bound.
     #[error("split point {index} is not strictly below the bound")]
-    OutsideBound { index: usize },
+    OutsideBound {
+        /// The point's position in the list, from 0.
+        index: usize,
+    },
     /// Point `index` is not of the definition's key type.
     #[error("split point {index}: {error}")]
-    KeyType { index: usize, error: KeyError },
+    KeyType {
+        /// The point's position in the list, from 0.
+        index: usize,
+        /// How its encoding differs from the key type.
+        error: KeyError,
+    },
 }
 
 /// Check `points` against `bound` for a definition allowing `partitions`

@@ -132,13 +132,22 @@ pub enum SettingsError {
     UnknownField(String),
     /// A value that is not a non-negative integer or null.
     #[error("{field} must be a non-negative integer or null")]
-    NotAnInteger { field: &'static str },
+    NotAnInteger {
+        /// The setting's name.
+        field: &'static str,
+    },
     /// A value outside the field's range.
     #[error("{field} must be between {min} and {max}, got {got}")]
     OutOfRange {
+        /// The setting's name.
         field: &'static str,
+        /// The least value allowed, in the setting's unit, which its
+        /// name's suffix states (`_ms`, `_bytes`, `_bytes_per_s`; a count
+        /// without one).
         min: u64,
+        /// The greatest value allowed.
         max: u64,
+        /// The value given.
         got: u64,
     },
     /// Two settings that contradict each other.
@@ -149,8 +158,11 @@ pub enum SettingsError {
     /// instead of committing.
     #[error("{field} must be below the batch statement timeout of {timeout_ms} ms, got {got}")]
     NotBelowTimeout {
+        /// The setting's name (`target_batch_ms`).
         field: &'static str,
+        /// The engine's batch statement timeout, in milliseconds.
         timeout_ms: u64,
+        /// The value given, in milliseconds.
         got: u64,
     },
 }

@@ -28,8 +28,11 @@ const SMOOTHING: f64 = 0.5;
 /// A definition's target batch duration and the size range to search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchTarget {
+    /// The batch duration the size is adjusted toward (THR-3).
     pub duration: Duration,
+    /// The smallest batch size the runner may use.
     pub min: u32,
+    /// The largest batch size the runner may use.
     pub max: u32,
 }
 

@@ -230,13 +230,24 @@ impl HealthConfig {
 pub enum HealthError {
     /// The interval or timeout outside its range.
     #[error("health {what} must be between 10 ms and 60 s, got {value:?}")]
-    Duration { what: &'static str, value: Duration },
+    Duration {
+        /// Which one: `interval` or `timeout`.
+        what: &'static str,
+        /// The duration given.
+        value: Duration,
+    },
     /// A limit outside the range an operator may set.
     #[error("health threshold {field} must be between {min} and {max}, got {got}")]
     Threshold {
+        /// The threshold's setting name (`max_lag_bytes`, ...).
         field: &'static str,
+        /// The least value allowed, in the setting's unit, which its
+        /// name's suffix states (`_ms`, `_bytes`, `_bytes_per_s`; a count
+        /// without one).
         min: u64,
+        /// The greatest value allowed.
         max: u64,
+        /// The value given.
         got: u64,
     },
 }
