@@ -61,6 +61,8 @@
 //! the service's own) and `tokio_service.rs` (events and awaiting from
 //! plain tokio).
 
+#![deny(missing_docs)]
+
 pub mod admin;
 pub mod engine;
 pub mod events;

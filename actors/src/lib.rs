@@ -11,6 +11,8 @@
 //! it never sees SQL or a connection, and its state is a cache of
 //! PostgreSQL's with a trust window, never an authority.
 
+#![deny(missing_docs)]
+
 pub mod lease_renewer;
 pub mod metrics;
 pub mod runner;
@@ -26,6 +28,7 @@ use std::time::{Duration, Instant};
 /// two claims.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClaimKey {
+    /// The backfill's stable ID.
     pub id: String,
     /// `None`: the backfill's own row (a backfill without partitions, or
     /// any backfill's validation).
@@ -114,8 +117,13 @@ impl std::fmt::Display for Disposition {
 /// How a recorded error was classified (RT-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
+    /// The error may pass: the backfill stays `running` under a bounded
+    /// backoff (RT-2).
     Retryable,
+    /// An unmet prerequisite or data invariant: the backfill is `blocked`
+    /// until an operator acts.
     Blocked,
+    /// Retrying cannot help: the backfill is `failed`.
     Fatal,
 }
 
@@ -144,7 +152,12 @@ pub(crate) fn system_dropping() -> bool {
 pub enum StepOutcome {
     /// Mutation and checkpoint committed together. `reached_bound`: the row
     /// is now `validating` and the claim was released.
-    Committed { keys: usize, reached_bound: bool },
+    Committed {
+        /// Keys the batch selected and committed.
+        keys: usize,
+        /// Whether the checkpoint reached the bound with this batch.
+        reached_bound: bool,
+    },
     /// The fence rejected the batch (taken over, lease expired).
     Stale,
     /// The fence rejected the batch because an operator paused the
@@ -156,14 +169,21 @@ pub enum StepOutcome {
     /// backfill in, `kind` the classification, `message` a bounded
     /// diagnostic.
     Recorded {
+        /// What the failure left the backfill in.
         disposition: Disposition,
+        /// How the error was classified.
         kind: ErrorKind,
+        /// The bounded diagnostic recorded.
         message: String,
+        /// Consecutive failed attempts, this one included (RT-2).
         attempts: i32,
     },
     /// The backend cannot interpret this backfill (REG-4: fail closed):
     /// nothing was changed; the runtime stops and stops claiming the ID.
-    FailClosed { message: String },
+    FailClosed {
+        /// Why the backfill cannot be interpreted, bounded.
+        message: String,
+    },
 }
 
 /// The outcome of lifecycle validation.
@@ -173,7 +193,10 @@ pub enum ValidationOutcome {
     Completed,
     /// Validation failed; the row is `failed` or `blocked`.
     Rejected {
+        /// `Failed`, or `Blocked` when validation names an unmet
+        /// prerequisite (VAL-3).
         disposition: Disposition,
+        /// The validation's bounded diagnostic.
         detail: String,
     },
     /// Fence rejected the result.
@@ -183,13 +206,20 @@ pub enum ValidationOutcome {
     Busy,
     /// Validation errored; recorded durably like a batch failure.
     Recorded {
+        /// What the failure left the backfill in.
         disposition: Disposition,
+        /// How the error was classified.
         kind: ErrorKind,
+        /// The bounded diagnostic recorded.
         message: String,
+        /// Consecutive failed attempts, this one included (RT-2).
         attempts: i32,
     },
     /// Cannot interpret the row (REG-4).
-    FailClosed { message: String },
+    FailClosed {
+        /// Why the row cannot be interpreted, bounded.
+        message: String,
+    },
 }
 
 /// What the backend says before a batch: whether the runner may start
@@ -210,6 +240,7 @@ pub enum Gate {
         signal: &'static str,
         /// Signal, value and threshold for operators, bounded.
         text: String,
+        /// How long to wait before asking again.
         recheck: Duration,
     },
 }
