@@ -3,7 +3,7 @@
 //! A backfill runs either with a fixed size (the operator's `batch_size`,
 //! else the definition's batch limit) or toward a target batch duration
 //! within [min, max] (the operator's `target_batch_ms`, else the
-//! definition's [`crate::repair::BatchTarget`]). Adaptive sizing measures
+//! definition's [`BatchTarget`]). Adaptive sizing measures
 //! the cost per key of each committed batch, smooths it, and moves the size
 //! toward the one that would take the target: growing by at most
 //! [`GROW`] per batch, because a size that overshoots holds its locks and
