@@ -326,8 +326,9 @@ impl Backend for Engine {
         &self,
         worker: &str,
         free_runners: usize,
+        given_up: &[String],
     ) -> Result<Vec<(ClaimKey, i64)>, BackendError> {
-        let excess = Engine::presence(self, worker, free_runners)
+        let excess = Engine::presence(self, worker, free_runners, given_up)
             .await
             .map_err(backend_error)?;
         Ok(excess

@@ -23,7 +23,7 @@
 use crate::metrics::{inc, RuntimeMetrics};
 use crate::{Backend, ClaimKey, Timing};
 use actix::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -48,6 +48,22 @@ pub struct Untrack {
     /// Its generation: a newer claim under the same key stays tracked.
     pub generation: i64,
 }
+
+/// Stop presenting backfill `id` (PAR-6): the supervisor gave up on it
+/// (REG-4), so this process no longer counts toward its shares.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct GiveUp {
+    /// The backfill's stable ID.
+    pub id: String,
+}
+
+/// Withdraw the process's presence and present no more (PAR-6): the
+/// supervisor drains, and the claims it gives back are for the other
+/// processes to take at once. Sent once, by the supervisor.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Withdraw;
 
 /// Stop the renewer: its supervisor drained and ends, so nothing is left
 /// to renew. Sent once, by the supervisor.
@@ -92,6 +108,13 @@ pub struct LeaseRenewer<B: Backend> {
     sampling: bool,
     /// A presence round is in flight.
     presenting: bool,
+    /// The presence was withdrawn (draining): no more rounds.
+    withdrawn: bool,
+    /// The backfills the supervisor gave up on, which the presence leaves
+    /// out.
+    given_up: Vec<String>,
+    /// The claims already asked to yield, so each is logged once.
+    yielding: HashSet<(ClaimKey, i64)>,
     /// The process's runner limit, for the free runners it reports.
     max_runners: usize,
     metrics: Arc<RuntimeMetrics>,
@@ -114,6 +137,9 @@ impl<B: Backend> LeaseRenewer<B> {
             in_flight: false,
             sampling: false,
             presenting: false,
+            withdrawn: false,
+            given_up: Vec::new(),
+            yielding: HashSet::new(),
             max_runners,
             metrics,
         }
@@ -204,14 +230,15 @@ impl<B: Backend> LeaseRenewer<B> {
     /// give them back. A failed round is logged; the presence then lapses
     /// only if the rounds keep failing for a lease TTL.
     fn present_once(&mut self, ctx: &mut Context<Self>) {
-        if self.presenting {
+        if self.presenting || self.withdrawn {
             return;
         }
         self.presenting = true;
         let free = self.max_runners.saturating_sub(self.claims.len());
         let backend = self.backend.clone();
         let worker = self.worker_id.clone();
-        let fut = async move { backend.presence(&worker, free).await };
+        let given_up = self.given_up.clone();
+        let fut = async move { backend.presence(&worker, free, &given_up).await };
         ctx.spawn(fut.into_actor(self).map(|result, act, _| {
             act.presenting = false;
             let excess = match result {
@@ -221,13 +248,20 @@ impl<B: Backend> LeaseRenewer<B> {
                     return;
                 }
             };
+            if act.withdrawn {
+                return;
+            }
             for (key, generation) in excess {
-                if let Some((current, holder)) = act.claims.get(&key) {
-                    if *current == generation {
-                        tracing::info!(event = "claim_yielded", backfill = %key.id, partition = key.partition, generation, worker = %act.worker_id, "beyond this process's fair share; given back after the current batch");
-                        holder.do_send(LeaseStatus::Yield { generation });
-                    }
+                let Some((current, holder)) = act.claims.get(&key) else {
+                    continue;
+                };
+                if *current != generation {
+                    continue;
                 }
+                if act.yielding.insert((key.clone(), generation)) {
+                    tracing::info!(event = "claim_yielded", backfill = %key.id, partition = key.partition, generation, worker = %act.worker_id, "another process lacks its fair share; given back after the current batch");
+                }
+                holder.do_send(LeaseStatus::Yield { generation });
             }
         }));
     }
@@ -261,23 +295,52 @@ impl<B: Backend> Handler<Untrack> for LeaseRenewer<B> {
         if matches!(self.claims.get(&msg.key), Some((g, _)) if *g == msg.generation) {
             self.claims.remove(&msg.key);
         }
+        self.yielding.remove(&(msg.key, msg.generation));
+    }
+}
+
+impl<B: Backend> Handler<GiveUp> for LeaseRenewer<B> {
+    type Result = ();
+    fn handle(&mut self, msg: GiveUp, _ctx: &mut Self::Context) {
+        if !self.given_up.contains(&msg.id) {
+            self.given_up.push(msg.id);
+        }
+    }
+}
+
+impl<B: Backend> LeaseRenewer<B> {
+    /// Withdraw the presence; `then_stop`: stop the renewer once done (or
+    /// failed). If the system ends before it is withdrawn, it lapses after
+    /// one lease TTL.
+    fn withdraw(&mut self, ctx: &mut Context<Self>, then_stop: bool) {
+        self.withdrawn = true;
+        let backend = self.backend.clone();
+        let worker = self.worker_id.clone();
+        let fut = async move { backend.leave(&worker).await };
+        ctx.wait(fut.into_actor(self).map(move |result, act, ctx| {
+            if let Err(error) = result {
+                tracing::warn!(event = "presence_not_withdrawn", worker = %act.worker_id, error = %error.0, "the presence lapses after one lease TTL");
+            }
+            if then_stop {
+                ctx.stop();
+            }
+        }));
+    }
+}
+
+impl<B: Backend> Handler<Withdraw> for LeaseRenewer<B> {
+    type Result = ();
+    fn handle(&mut self, _msg: Withdraw, ctx: &mut Self::Context) {
+        self.withdraw(ctx, false);
     }
 }
 
 impl<B: Backend> Handler<StopRenewing> for LeaseRenewer<B> {
     type Result = ();
     fn handle(&mut self, _msg: StopRenewing, ctx: &mut Self::Context) {
-        // Withdraw the presence first, so the other processes may take
-        // this one's partitions at once; if the system ends before it is
-        // withdrawn, it lapses after one lease TTL.
-        let backend = self.backend.clone();
-        let worker = self.worker_id.clone();
-        let fut = async move { backend.leave(&worker).await };
-        ctx.wait(fut.into_actor(self).map(|result, act, ctx| {
-            if let Err(error) = result {
-                tracing::warn!(event = "presence_not_withdrawn", worker = %act.worker_id, error = %error.0, "the presence lapses after one lease TTL");
-            }
-            ctx.stop();
-        }));
+        // Withdraw the presence first (again, should a presence round
+        // have landed after the drain's withdrawal), so the other
+        // processes may take this one's partitions at once.
+        self.withdraw(ctx, true);
     }
 }

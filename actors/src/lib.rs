@@ -308,6 +308,7 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Record that `worker` is present, with `free_runners` free runners,
+    /// serving every registered backfill but the `given_up` ones (REG-4),
     /// and answer the `(key, generation)` claims it holds beyond its fair
     /// share of a partitioned backfill (PAR-6), which its runners give
     /// back at their next batch boundary. Called once per renewal round,
@@ -317,6 +318,7 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         _worker: &str,
         _free_runners: usize,
+        _given_up: &[String],
     ) -> Result<Vec<(ClaimKey, i64)>, BackendError> {
         Ok(Vec::new())
     }

@@ -12,7 +12,7 @@
 //! backend (and so of its connection pool): a host that starts runtimes
 //! one after another does not keep every earlier one's connections.
 
-use crate::lease_renewer::{LeaseRenewer, StopRenewing, Track, Untrack};
+use crate::lease_renewer::{GiveUp, LeaseRenewer, StopRenewing, Track, Untrack, Withdraw};
 use crate::metrics::{inc, RuntimeMetrics};
 use crate::runner::{ExitReason, Runner, RunnerExited, Stop};
 use crate::validator::{Validate, ValidationFinished, Validator};
@@ -183,7 +183,7 @@ impl<B: Backend> Supervisor<B> {
                     }
                     for id in refused {
                         tracing::error!(event = "fail_closed", backfill = %id, "this process cannot interpret the row (key type or state); not claiming it again");
-                        act.excluded.push(id);
+                        act.give_up(id);
                     }
                     for (claim, sent) in claims {
                         act.adopt(ctx, claim, sent);
@@ -254,6 +254,16 @@ impl<B: Backend> Supervisor<B> {
         self.held.insert(key, Held { generation, holder });
     }
 
+    /// Stop claiming `id` (the row cannot be interpreted here, REG-4), and
+    /// stop presenting it, so the other processes' shares of it do not
+    /// wait for this one (PAR-6).
+    fn give_up(&mut self, id: String) {
+        if let Some(renewer) = &self.renewer {
+            renewer.do_send(GiveUp { id: id.clone() });
+        }
+        self.excluded.push(id);
+    }
+
     fn forget(&mut self, key: ClaimKey, generation: i64) {
         if matches!(self.held.get(&key), Some(h) if h.generation == generation) {
             self.held.remove(&key);
@@ -316,7 +326,7 @@ impl<B: Backend> Handler<RunnerExited> for Supervisor<B> {
         };
         tracing::info!(event = "runner_exited", backfill = %key, generation = msg.generation, reason = ?msg.reason, batches = msg.batches, keys = msg.keys);
         if msg.reason == ExitReason::FailClosed {
-            self.excluded.push(key.id.clone());
+            self.give_up(key.id.clone());
         }
         self.forget(key, msg.generation);
         // Reaching the bound makes the row claimable for validation now.
@@ -330,7 +340,7 @@ impl<B: Backend> Handler<ValidationFinished> for Supervisor<B> {
     type Result = ();
     fn handle(&mut self, msg: ValidationFinished, ctx: &mut Self::Context) {
         if matches!(msg.outcome, Ok(crate::ValidationOutcome::FailClosed { .. })) {
-            self.excluded.push(msg.id.clone());
+            self.give_up(msg.id.clone());
         }
         self.forget(ClaimKey::whole(msg.id), msg.generation);
         // An explicit validation holds this ID's validation lock (VAL-6)
@@ -349,6 +359,11 @@ impl<B: Backend> Handler<Shutdown> for Supervisor<B> {
     fn handle(&mut self, _msg: Shutdown, _ctx: &mut Self::Context) -> Self::Result {
         self.draining = true;
         tracing::info!(event = "draining", worker = %self.config.worker_id, held = self.held.len());
+        // The claims given back while draining are for the other
+        // processes to take at once (PAR-6).
+        if let Some(renewer) = &self.renewer {
+            renewer.do_send(Withdraw);
+        }
         let (tx, rx) = oneshot::channel();
         if self.held.is_empty() {
             let _ = tx.send(());

@@ -1,1 +1,2 @@
+DROP INDEX backfill_partition_owner;
 DROP TABLE backfill_worker;

@@ -11,3 +11,8 @@ CREATE TABLE backfill_worker (
     free_runners integer NOT NULL CHECK (free_runners >= 0),
     expires_at   timestamptz NOT NULL
 );
+
+-- A process's own partition claims, found by owner: its presence round
+-- reads them every renewal round, and the partition table keeps every
+-- partition of every backfill ever run.
+CREATE INDEX backfill_partition_owner ON backfill_partition (owner) WHERE owner IS NOT NULL;

@@ -126,8 +126,9 @@ impl Engine {
         Ok(store::progress_sample(&mut conn, worker, claims).await?)
     }
 
-    /// Record `worker`'s presence (PAR-6): the backfills it serves and its
-    /// `free_runners`, live for one lease TTL; and answer its partition
+    /// Record `worker`'s presence (PAR-6): the backfills it serves (those
+    /// registered, but the `given_up` ones it cannot interpret, REG-4) and
+    /// its `free_runners`, live for one lease TTL; and answer its partition
     /// claims beyond its fair share, `(id, part, generation)`, which it is
     /// to give back at their next batch boundary. Off the batch path: the
     /// lease renewer calls it once per renewal round, claims or not.
@@ -136,8 +137,14 @@ impl Engine {
         &self,
         worker: &str,
         free_runners: usize,
+        given_up: &[String],
     ) -> Result<Vec<store::ExcessClaim>, EngineError> {
-        let ids = self.registry.claimable_ids();
+        let ids: Vec<String> = self
+            .registry
+            .claimable_ids()
+            .into_iter()
+            .filter(|id| !given_up.contains(id))
+            .collect();
         let ttl = millis(self.config.lease_ttl);
         let free = i32::try_from(free_runners).unwrap_or(i32::MAX);
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;

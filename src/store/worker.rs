@@ -13,50 +13,61 @@ use diesel::sql_types::{Array, BigInt, Integer, Text};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-/// The live, unfinished partition claims of worker `$W` on backfill `b`.
-/// `$W` is replaced by the statement's parameter of the worker ID.
+/// The live, unfinished partition claims of worker `WORKER` on backfill
+/// `b`; `WORKER` is an SQL expression (a parameter, or a column).
 const OWN: &str = "(SELECT count(*) FROM backfill_partition q WHERE q.backfill_id = b.id \
-     AND q.owner = $W AND q.lease_expires_at > clock_timestamp() \
+     AND q.owner = WORKER AND q.lease_expires_at > clock_timestamp() \
      AND q.checkpoint IS DISTINCT FROM q.upper)";
 
-/// Worker `$W`'s fair share of backfill `b`'s partitions. The partitions
-/// that may run at once (its unfinished ones, at most its `concurrency`
-/// setting) are dealt out over the processes that serve `b`, in the order
-/// of their worker IDs: each gets the quotient, and the first ones one
-/// more each for the remainder, so the shares add up to exactly the
+/// The processes that serve backfill `b`, `$W` among them, each with its
+/// free runners, its live unfinished partitions of `b` and its fair share
+/// of them (`worker_id`, `free`, `own`, `share`).
+///
+/// The partitions that may run at once (the unfinished ones, at most the
+/// `concurrency` setting) are dealt out over the processes: each gets the
+/// quotient, and the remainder goes one each to those that already hold
+/// the most (then by worker ID), so the shares add up to exactly the
 /// partitions there are (three processes split four partitions as two,
-/// one and one). A process serves `b` while its presence is live, it has registered
-/// `b` (REG-4), and it has a free runner or runs one of `b`'s partitions;
-/// `$W` itself always counts, whether its presence was written yet or
-/// not.
-const SHARE: &str = "(SELECT q.u / q.s + CASE WHEN q.r < q.u % q.s THEN 1 ELSE 0 END \
-     FROM (SELECT least((SELECT count(*) FROM backfill_partition u WHERE u.backfill_id = b.id \
-                 AND u.checkpoint IS DISTINCT FROM u.upper), \
-                 coalesce((b.settings->>'concurrency')::integer, 64)) AS u, \
-             1 + (SELECT count(*) FROM backfill_worker w WHERE SERVING) AS s, \
-             (SELECT count(*) FROM backfill_worker w WHERE SERVING AND w.worker_id < $W) AS r) AS q)";
+/// one and one) and a partition that ends moves no other. Another process
+/// serves `b` while its presence is live, it has registered `b` (REG-4)
+/// and not given up on it, and it has a free runner or runs one of `b`'s
+/// partitions. `$W` always serves, with one free runner: it asks because
+/// it has one.
+const SERVERS: &str = "(SELECT x.worker_id, x.free, x.own, \
+         x.u / x.s + CASE WHEN x.r < x.u % x.s THEN 1 ELSE 0 END AS share \
+     FROM (SELECT y.worker_id, y.free, y.own, \
+               row_number() OVER (ORDER BY y.own DESC, y.worker_id) - 1 AS r, \
+               count(*) OVER () AS s, \
+               least((SELECT count(*) FROM backfill_partition u WHERE u.backfill_id = b.id \
+                          AND u.checkpoint IS DISTINCT FROM u.upper), \
+                     coalesce((b.settings->>'concurrency')::integer, 64)) AS u \
+           FROM (SELECT w.worker_id, w.free_runners AS free, OWN_OF_W AS own \
+                 FROM backfill_worker w \
+                 WHERE w.worker_id <> $W AND w.expires_at > clock_timestamp() \
+                   AND b.id = ANY (w.ids) \
+                   AND (w.free_runners > 0 OR OWN_OF_W > 0) \
+                 UNION ALL SELECT $W, 1, OWN_OF_ME) AS y) AS x)";
 
-/// Whether process `w` (a `backfill_worker` row) other than `$W` serves
-/// backfill `b`; see [`SHARE`].
-const SERVING: &str = "w.worker_id <> $W AND w.expires_at > clock_timestamp() \
-     AND b.id = ANY (w.ids) AND (w.free_runners > 0 OR EXISTS (SELECT 1 FROM backfill_partition o \
-         WHERE o.backfill_id = b.id AND o.owner = w.worker_id \
-           AND o.lease_expires_at > clock_timestamp()))";
-
-/// [`SHARE`] for the worker of parameter `worker_param`.
-fn share(worker_param: &str) -> String {
-    SHARE
-        .replace("SERVING", SERVING)
+/// [`SERVERS`] for the worker of parameter `worker_param`.
+fn servers(worker_param: &str) -> String {
+    SERVERS
+        .replace("OWN_OF_W", &OWN.replace("WORKER", "w.worker_id"))
+        .replace("OWN_OF_ME", &OWN.replace("WORKER", worker_param))
         .replace("$W", worker_param)
 }
 
-/// The condition under which worker `$W` may claim another partition of
-/// backfill `b`: it holds fewer than its share.
+/// The condition under which worker `worker_param` may claim another
+/// partition of backfill `b`: it holds fewer than its share, or no other
+/// process that serves `b` and has a free runner holds fewer than its
+/// own share. A share that its process cannot take (no free runner) so
+/// never leaves a partition idle while another process could run it.
 pub(super) fn below_share(worker_param: &str) -> String {
     format!(
-        "{} < {}",
-        OWN.replace("$W", worker_param),
-        share(worker_param)
+        "(SELECT bool_or(v.worker_id = {me} AND v.own < v.share) \
+             OR NOT bool_or(v.worker_id <> {me} AND v.free > 0 AND v.own < v.share) \
+         FROM {servers} AS v)",
+        me = worker_param,
+        servers = servers(worker_param),
     )
 }
 
@@ -116,13 +127,15 @@ pub struct ExcessClaim {
     pub generation: i64,
 }
 
-/// The live partition claims of `worker` on `running` backfills beyond
-/// its fair share of each: of a backfill whose share is n, all but its n
-/// lowest unfinished partitions. Nothing while the worker is the only
-/// process serving a backfill: its share is then every partition that
-/// may run. The caller gives them back at a batch
-/// boundary (a runner's graceful stop), so no batch is lost and no
-/// takeover is needed. Reads only; takes no lock.
+/// The live partition claims of `worker` on `running` backfills that
+/// another process is waiting for: of a backfill whose share for
+/// `worker` is n, its unfinished partitions above the n lowest, as many
+/// as the other processes that serve the backfill and have free runners
+/// lack of their own shares. Nothing while no other process lacks one
+/// (a process alone keeps every partition). The caller gives them back
+/// at a batch boundary (a runner's graceful stop), so nothing committed
+/// is lost and no takeover is needed. Reads only; takes no lock. The
+/// owner index finds the worker's claims.
 pub async fn worker_excess_claims(
     conn: &mut AsyncPgConnection,
     worker: &str,
@@ -130,15 +143,21 @@ pub async fn worker_excess_claims(
     Ok(super::cached(
         diesel::sql_query(format!(
             "SELECT m.backfill_id AS id, m.part, m.generation \
-         FROM (SELECT p.backfill_id, p.part, p.generation, \
-                   row_number() OVER (PARTITION BY p.backfill_id ORDER BY p.part) AS n \
-               FROM backfill_partition p \
-               WHERE p.owner = $1 AND p.lease_expires_at > clock_timestamp() \
-                 AND p.checkpoint IS DISTINCT FROM p.upper) AS m \
-         JOIN backfill b ON b.id = m.backfill_id \
-         WHERE b.state = 'running' AND m.n > {share} \
-         ORDER BY m.backfill_id, m.part",
-            share = share("$1"),
+             FROM (SELECT p.backfill_id, p.part, p.generation, \
+                       row_number() OVER (PARTITION BY p.backfill_id ORDER BY p.part) AS n \
+                   FROM backfill_partition p \
+                   WHERE p.owner = $1 AND p.lease_expires_at > clock_timestamp() \
+                     AND p.checkpoint IS DISTINCT FROM p.upper) AS m \
+             JOIN backfill b ON b.id = m.backfill_id \
+             CROSS JOIN LATERAL (SELECT \
+                     max(v.share) FILTER (WHERE v.worker_id = $1) AS share, \
+                     coalesce(sum(least(v.share - v.own, v.free)) \
+                         FILTER (WHERE v.worker_id <> $1 AND v.free > 0 AND v.own < v.share), 0) \
+                         AS wanted \
+                 FROM {servers} AS v) AS s \
+             WHERE b.state = 'running' AND m.n > s.share AND m.n <= s.share + s.wanted \
+             ORDER BY m.backfill_id, m.part",
+            servers = servers("$1"),
         ))
         .bind::<Text, _>(worker),
     )

@@ -38,7 +38,7 @@ fn parts(excess: &[backfill::__private::store::ExcessClaim]) -> Vec<i32> {
 #[tokio::test]
 async fn par06_a_process_holds_its_fair_share_and_names_the_claims_beyond_it() {
     let (_db, engine, _hooks) = started(400, 10, 4).await;
-    assert!(engine.presence("a", 4).await.unwrap().is_empty());
+    assert!(engine.presence("a", 4, &[]).await.unwrap().is_empty());
     let mut held = Vec::new();
     while let Some(claim) = engine.claim_next("a", &[]).await.unwrap() {
         held.push(claim);
@@ -46,9 +46,9 @@ async fn par06_a_process_holds_its_fair_share_and_names_the_claims_beyond_it() {
     assert_eq!(held.len(), 4, "alone, a process may hold every partition");
 
     // Two more processes arrive, each with free runners.
-    assert!(engine.presence("b", 4).await.unwrap().is_empty());
-    assert!(engine.presence("c", 4).await.unwrap().is_empty());
-    let excess = engine.presence("a", 0).await.unwrap();
+    assert!(engine.presence("b", 4, &[]).await.unwrap().is_empty());
+    assert!(engine.presence("c", 4, &[]).await.unwrap().is_empty());
+    let excess = engine.presence("a", 0, &[]).await.unwrap();
     assert_eq!(parts(&excess), [2, 3], "a's share is 2 of 4");
     assert!(engine.claim_next("b", &[]).await.unwrap().is_none());
 
@@ -65,12 +65,12 @@ async fn par06_a_process_holds_its_fair_share_and_names_the_claims_beyond_it() {
     assert_eq!(c.partition, Some(3));
     for worker in ["a", "b", "c"] {
         let free = if worker == "a" { 2 } else { 3 };
-        let excess = engine.presence(worker, free).await.unwrap();
+        let excess = engine.presence(worker, free, &[]).await.unwrap();
         assert!(excess.is_empty(), "{worker}: {:?}", parts(&excess));
     }
 
     // A process that leaves stops counting at once: the two that remain
-    // share the four partitions 2 and 2.
+    // share the four partitions two and two.
     engine.leave("c").await.unwrap();
     assert!(engine.release(&c).await.unwrap());
     let again = engine
@@ -92,9 +92,10 @@ async fn par06_a_process_holds_its_fair_share_and_names_the_claims_beyond_it() {
 #[actix_rt::test]
 async fn par06_three_runtimes_with_default_runners_share_one_backfill() {
     let (db, first, _hooks) = started(2_000, 5, 4).await;
-    // Slow enough that the others arrive long before a partition ends.
+    // Slow enough that the others arrive long before a partition ends
+    // (a runner pausing between batches gives its claim back at once).
     first
-        .update_settings(ID, &serde_json::json!({"pause_ms": 25}))
+        .update_settings(ID, &serde_json::json!({"pause_ms": 250}))
         .await
         .unwrap();
     let config = |worker: &str| RuntimeConfig {
@@ -132,4 +133,57 @@ async fn par06_three_runtimes_with_default_runners_share_one_backfill() {
     two.shutdown().await;
     three.shutdown().await;
     assert_eq!(count_n(&db, 1).await, 2_000);
+}
+
+/// PAR-6: a share is a claim on idle runners, never a reason to leave a
+/// partition idle. A process whose runners are all busy elsewhere does
+/// not hold back another that has room (it takes the partition beyond
+/// its share), and a process that gave up on the backfill (REG-4: it
+/// cannot interpret the row) does not count toward its shares at all.
+/// Guards: the exception for a share whose process has no free runner,
+/// and the given-up backfills left out of the presence.
+#[tokio::test]
+async fn par06_a_share_its_process_cannot_take_leaves_no_partition_idle() {
+    let (_db, engine, _hooks) = started(400, 10, 4).await;
+    assert!(engine.presence("a", 4, &[]).await.unwrap().is_empty());
+    let a = engine
+        .claim_next("a", &[])
+        .await
+        .unwrap()
+        .expect("a's first");
+    assert!(engine.presence("b", 4, &[]).await.unwrap().is_empty());
+    for _ in 0..2 {
+        engine
+            .claim_next("b", &[])
+            .await
+            .unwrap()
+            .expect("b's share");
+    }
+    assert!(
+        engine.claim_next("b", &[]).await.unwrap().is_none(),
+        "a has a free runner and lacks one of its two"
+    );
+    // `a`'s runners are now all busy: its share no longer holds `b` back.
+    assert!(engine.presence("a", 0, &[]).await.unwrap().is_empty());
+    let fourth = engine
+        .claim_next("b", &[])
+        .await
+        .unwrap()
+        .expect("b runs the fourth");
+    assert_eq!(fourth.partition, Some(3));
+    assert!(engine.release(&fourth).await.unwrap());
+
+    // `a` gives up on the backfill: it counts for nothing, whatever it
+    // holds or has free.
+    assert!(engine
+        .presence("a", 4, &[ID.to_string()])
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(engine.release(&a).await.unwrap());
+    let mut taken = 0;
+    while engine.claim_next("b", &[]).await.unwrap().is_some() {
+        taken += 1;
+    }
+    assert_eq!(taken, 2, "b takes every partition left");
 }
