@@ -528,7 +528,18 @@ impl Admin {
         row: &BackfillRow,
     ) -> Result<BackfillView, StoreError> {
         let parts = store::partition_list(conn, std::slice::from_ref(&row.id)).await?;
-        let mut view = self.view(row, &parts);
+        self.view_of_parts(conn, row, &parts).await
+    }
+
+    /// [`Admin::view_on`] with the row's partitions as the caller read
+    /// them, so a caller that needs them too reads them once.
+    async fn view_of_parts(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        row: &BackfillRow,
+        parts: &[store::PartitionRow],
+    ) -> Result<BackfillView, StoreError> {
+        let mut view = self.view(row, parts);
         if view.journaled && row.undo_of.is_none() {
             let undo = crate::repair::undo_id(&row.id);
             view.undo = store::backfill_get(conn, &undo).await?.map(|u| UndoLink {
@@ -772,7 +783,8 @@ impl Admin {
         let row = store::backfill_get(&mut conn, id)
             .await?
             .ok_or(AdminError::NotFound)?;
-        let mut view = self.view_on(&mut conn, &row).await?;
+        let parts = store::partition_list(&mut conn, std::slice::from_ref(&row.id)).await?;
+        let mut view = self.view_of_parts(&mut conn, &row, &parts).await?;
         self.journal_on(&mut conn, &mut view).await?;
         if row.state == State::Blocked {
             view.blocking_keys = store::backfill_blocking_keys_get(&mut conn, id)
@@ -782,7 +794,6 @@ impl Admin {
         let samples = self
             .recent_samples(&mut conn, std::slice::from_ref(&row))
             .await?;
-        let parts = store::partition_list(&mut conn, std::slice::from_ref(&row.id)).await?;
         Ok(view.with_rates(&row, &parts, &samples))
     }
 
