@@ -317,6 +317,15 @@ pub trait Repair: Send + Sync + 'static {
         None
     }
 
+    /// The UTC hours in which the repair's batches may start (FLT-3):
+    /// outside them its runners hold back, shown as the throttle condition
+    /// `outside_window` with the next opening. An operator's
+    /// `window_start_hour` and `window_end_hour` settings override it.
+    /// Default: none, any hour.
+    fn run_window(&self) -> Option<crate::throttle::window::RunWindow> {
+        None
+    }
+
     /// The tables the repair writes, as PostgreSQL names them
     /// (`events`, `app.events`): sessions waiting for a lock on one of
     /// them hold this repair's batches back when the lock-waiter
@@ -594,6 +603,15 @@ pub enum DefinitionError {
         id: String,
         /// What makes the journal unusable.
         reason: &'static str,
+    },
+    /// A run window with an hour past 23 or equal hours, which would
+    /// never open (FLT-3).
+    #[error("repair {id:?} declares a run window that cannot be used: {reason}")]
+    InvalidRunWindow {
+        /// The repair's stable ID.
+        id: String,
+        /// What is wrong with the window.
+        reason: String,
     },
     /// A [`SqlRepair`] built without a part it needs.
     #[error("SQL repair {id:?} has no {missing}")]

@@ -14,6 +14,9 @@
 //! - a completed backfill: `thr04_completed_*`
 //! - the view's size in force and throttle condition: `thr04_view_*`
 //! - the OpenAPI document: `thr04_openapi_*`
+//! - FLT-3 a run window set, cleared, and refused half set or never
+//!   opening: `flt03_*` (the window holding a runner back is in
+//!   `tests/throttle.rs`)
 
 mod support;
 
@@ -714,4 +717,56 @@ async fn thr04_a_change_of_exactly_16_kib_is_read_and_one_byte_more_is_413() {
     assert_eq!(stored(&db).await, json!({"pause_ms": 7}));
     server.stop().await;
     assert_audit_complete(&db).await;
+}
+
+/// FLT-3: a run window is set and cleared as two settings that go
+/// together; one half set, equal hours (a window that never opens) and an
+/// hour past 23 are 422 `invalid_settings` naming the field, and change
+/// nothing. Guard: the window rule of `Settings::validate` (without it the
+/// half-set and never-opening windows are stored).
+#[actix_rt::test]
+async fn flt03_a_run_window_half_set_or_never_opening_is_a_422_naming_the_field() {
+    let (db, engine, _hooks) = setup(5).await;
+    let server = serve(admin(engine));
+    start(&server).await;
+    let before = stored(&db).await;
+    let cases = [
+        (r#"{"window_start_hour": 5}"#, "window_end_hour"),
+        (r#"{"window_end_hour": 5}"#, "window_start_hour"),
+        (
+            r#"{"window_start_hour": 5, "window_end_hour": 5}"#,
+            "window_end_hour",
+        ),
+        (
+            r#"{"window_start_hour": 24, "window_end_hour": 5}"#,
+            "window_start_hour",
+        ),
+    ];
+    for (i, (body, field)) in cases.iter().enumerate() {
+        let r = patch(&server, Some(OPERATOR), &format!("window-{i}"), body).await;
+        assert_eq!(r.status, 422, "{body}: {}", r.text);
+        assert_eq!(r.body["error"], "invalid_settings", "{body}: {}", r.text);
+        assert_eq!(r.body["field"], *field, "{body}: {}", r.text);
+        assert_eq!(stored(&db).await, before, "{body} changed nothing");
+    }
+    let night = r#"{"window_start_hour": 22, "window_end_hour": 6}"#;
+    let r = patch(&server, Some(OPERATOR), "night", night).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        stored(&db).await,
+        json!({"window_start_hour": 22, "window_end_hour": 6})
+    );
+    let half = patch(
+        &server,
+        Some(OPERATOR),
+        "half",
+        r#"{"window_end_hour": null}"#,
+    )
+    .await;
+    assert_eq!(half.status, 422, "{}", half.text);
+    assert_eq!(half.body["field"], "window_end_hour", "{}", half.text);
+    let clear = r#"{"window_start_hour": null, "window_end_hour": null}"#;
+    let r = patch(&server, Some(OPERATOR), "clear", clear).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(stored(&db).await, before);
 }

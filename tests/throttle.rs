@@ -15,6 +15,9 @@
 //!   log, and an unreadable signal shown as unknown: `thr02_*`
 //! - THR-3 sizing toward a target, the statement-timeout halving and the
 //!   batch contract at the size in force: `thr03_*`
+//! - FLT-3 outside its run window a runner holds its claim, renewed, and
+//!   commits nothing, the view naming the window and its next opening;
+//!   a window that includes the hour lets it complete: `flt03_*`
 //! - THR-5 the admin view's reading refreshed while throttled, and a
 //!   partitioned backfill's own counters moving while it runs: `thr05_*`
 //!   (a stale replay lag and the throttle text are in `tests/health.rs`)
@@ -1035,5 +1038,76 @@ async fn thr05_a_partitioned_backfills_counters_move_while_it_runs() {
     let end = rolled(&mut conn).await;
     assert_eq!((end.rows, end.batches), (end.part_rows, end.part_batches));
     assert_eq!(end.rows, 4_000);
+    host.stop().await;
+}
+
+/// FLT-3: outside its run window (here the operator's, from the live
+/// settings) the runner holds its claim, keeps it renewed and commits
+/// nothing; the admin view shows the condition `outside_window` with the
+/// window and its next opening. Moving the window over the current hour
+/// lets the backfill complete, and the condition is gone. The windows
+/// keep at least an hour from the current one, so the test cannot meet
+/// an hour boundary. Guard: the window check of the gate (without it the
+/// backfill runs at once and the condition never shows).
+#[actix_rt::test]
+async fn flt03_outside_its_run_window_a_runner_waits_and_names_the_next_opening() {
+    use chrono::Timelike;
+    let db = test_db().await;
+    db.exec(&items_sql(300)).await;
+    let host = shop_host(host_config(&db.url), &Arc::new(Maintenance::default())).await;
+    let hour = u64::from(chrono::Utc::now().hour());
+    let patch = |key: &'static str, change: String| {
+        let addr = host.admin_addr;
+        async move {
+            let auth = format!("Bearer {TOKEN}");
+            let response = request(
+                addr,
+                "PATCH",
+                &format!("/admin/backfills/{FIX}/settings"),
+                &[
+                    ("Authorization", &auth),
+                    ("Idempotency-Key", key),
+                    ("Content-Type", "application/json"),
+                ],
+                Some(&change),
+            )
+            .await;
+            assert_eq!(response.status, 200, "{}", response.text);
+        }
+    };
+    let (start_hour, end_hour) = ((hour + 2) % 24, (hour + 3) % 24);
+    patch(
+        "closed",
+        format!(r#"{{"window_start_hour": {start_hour}, "window_end_hour": {end_hour}}}"#),
+    )
+    .await;
+    start(&host).await;
+    let mut conn = db.connect().await;
+    assert_held_back(&mut conn, "outside_window").await;
+    let throttle = view(&host).await["throttle"].clone();
+    let text = throttle["text"].as_str().unwrap_or_default().to_string();
+    assert!(
+        text.contains(&format!("{start_hour:02}:00-{end_hour:02}:00 UTC"))
+            && text.contains("opens at ")
+            && text.contains(&format!(" {start_hour:02}:00 UTC")),
+        "{throttle}"
+    );
+
+    patch(
+        "open",
+        format!(
+            r#"{{"window_start_hour": {}, "window_end_hour": {}}}"#,
+            (hour + 23) % 24,
+            (hour + 2) % 24
+        ),
+    )
+    .await;
+    completed(&host).await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        300
+    );
+    assert!(view(&host).await["throttle"].is_null());
     host.stop().await;
 }

@@ -17,7 +17,7 @@ use super::error::EngineError;
 use super::Engine;
 use crate::repair::DynRepair;
 use crate::store::{self, StoreError};
-use crate::throttle::health::{Throttle, Verdict};
+use crate::throttle::health::{Signal, Throttle, Verdict};
 use crate::throttle::settings::Settings;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -53,7 +53,9 @@ impl Engine {
             .get(&claim.id)
             .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?;
         self.refresh_pacing(claim).await?;
-        if let Some((throttle, recheck)) = self.throttle_for(claim, &**def) {
+        let held = outside_window(claim, &**def, chrono::Utc::now())
+            .or_else(|| self.throttle_for(claim, &**def));
+        if let Some((throttle, recheck)) = held {
             park(claim).await;
             let record = throttle_json(&throttle);
             if record_due(claim.pacing.throttled.as_ref(), &record, recheck) {
@@ -178,6 +180,44 @@ impl Engine {
         };
         Ok(())
     }
+}
+
+/// How often a claim held back by its run window asks again: often
+/// enough that an operator's new window applies within about a second,
+/// and a settings read at most once per [`SETTINGS_REFRESH`] anyway.
+const WINDOW_RECHECK: Duration = Duration::from_secs(1);
+
+/// The run window holding `claim` back at `now` (FLT-3), if it is closed:
+/// the operator's window from the live settings, else the definition's.
+/// The condition names the window and its next opening.
+fn outside_window(
+    claim: &Claim,
+    def: &dyn DynRepair,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<(Throttle, Duration)> {
+    let window = claim
+        .pacing
+        .settings
+        .window()
+        .or_else(|| def.run_window())?;
+    if window.contains(now) {
+        return None;
+    }
+    let opens = window.next_opening(now);
+    let throttle = Throttle {
+        signal: Signal::OutsideWindow,
+        value: None,
+        threshold: None,
+        text: format!(
+            "outside the run window {window}; opens at {} UTC",
+            opens.format("%Y-%m-%d %H:%M")
+        ),
+    };
+    let until = (opens - now).to_std().unwrap_or_default();
+    Some((
+        throttle,
+        until.clamp(Duration::from_millis(10), WINDOW_RECHECK),
+    ))
 }
 
 /// The row's record of a throttle: signal, value, threshold and text.

@@ -58,6 +58,7 @@ pub(crate) trait DynRepair: Send + Sync {
     fn overlap_commits(&self) -> bool;
     fn batch_limit(&self) -> u32;
     fn batch_target(&self) -> Option<crate::throttle::sizing::BatchTarget>;
+    fn run_window(&self) -> Option<crate::throttle::window::RunWindow>;
     fn tables(&self) -> Vec<String>;
     fn key_type(&self) -> String;
     /// Fail closed (REG-4) when a stored key is not of this definition's type.
@@ -184,6 +185,9 @@ impl<R: Repair> DynRepair for Erased<R> {
     }
     fn batch_target(&self) -> Option<crate::throttle::sizing::BatchTarget> {
         self.repair.batch_target()
+    }
+    fn run_window(&self) -> Option<crate::throttle::window::RunWindow> {
+        self.repair.run_window()
     }
     fn tables(&self) -> Vec<String> {
         self.repair.tables()

@@ -29,6 +29,7 @@ use super::{
 };
 use crate::store::{cached, journal_array_columns, journal_entry_from};
 use crate::throttle::sizing::BatchTarget;
+use crate::throttle::window::RunWindow;
 use async_trait::async_trait;
 use diesel::sql_types::{BigInt, Json, Nullable};
 use diesel::QueryableByName;
@@ -112,6 +113,8 @@ pub struct SqlRepair {
     /// A journaled repair's batch statements, which take the place of
     /// `batch_sql` and `batch_sql_bound_limit`.
     journaled: Option<JournaledBatch>,
+    /// What [`Repair::run_window`] answers.
+    window: Option<RunWindow>,
 }
 
 /// The batch statements of a journaled [`SqlRepair`]. How the journal
@@ -146,6 +149,7 @@ pub struct SqlRepairBuilder {
     target: Option<BatchTarget>,
     partitions: u32,
     journal: Vec<String>,
+    window: Option<(u64, u64)>,
 }
 
 impl SqlRepair {
@@ -170,6 +174,7 @@ impl SqlRepair {
             target: None,
             partitions: 1,
             journal: Vec::new(),
+            window: None,
         }
     }
 
@@ -252,6 +257,15 @@ impl SqlRepairBuilder {
         self
     }
 
+    /// Start batches only from `start_hour:00` to `end_hour:00` UTC (what
+    /// [`Repair::run_window`] answers; FLT-3); an end not after the start
+    /// wraps past midnight. [`SqlRepairBuilder::build`] refuses an hour
+    /// past 23 and equal hours (a window that never opens).
+    pub fn run_window(mut self, start_hour: u64, end_hour: u64) -> Self {
+        self.window = Some((start_hour, end_hour));
+        self
+    }
+
     /// What [`Repair::overlap_commits`] answers (default `false`). Say
     /// `true` only when the SET expression and the filter read nothing an
     /// earlier batch of this repair writes on other rows.
@@ -322,6 +336,16 @@ impl SqlRepairBuilder {
             .validate_where
             .as_deref()
             .ok_or_else(|| incomplete("validation predicate"))?;
+        let window =
+            match self.window {
+                Some((start, end)) => Some(RunWindow::new(start, end).map_err(|e| {
+                    DefinitionError::InvalidRunWindow {
+                        id: self.id.clone(),
+                        reason: e.to_string(),
+                    }
+                })?),
+                None => None,
+            };
         let table = &self.table;
         let and_filter = match &self.filter {
             Some(filter) => format!(" AND ({filter})"),
@@ -399,6 +423,7 @@ impl SqlRepairBuilder {
             ],
             journal,
             journaled,
+            window,
             id: self.id,
         })
     }
@@ -547,6 +572,10 @@ impl Repair for SqlRepair {
 
     fn batch_target(&self) -> Option<BatchTarget> {
         self.target
+    }
+
+    fn run_window(&self) -> Option<RunWindow> {
+        self.window
     }
 
     fn tables(&self) -> Vec<String> {
@@ -740,6 +769,22 @@ mod tests {
         let plain = items().build().expect("valid");
         assert!(!plain.batch_sql.contains("AND ("), "{}", plain.batch_sql);
         assert_eq!(plain.bound_sql, "SELECT max(id)::bigint AS max FROM items");
+    }
+
+    #[test]
+    fn flt03_a_declared_run_window_is_checked_at_build() {
+        let night = items().run_window(22, 6).build().expect("valid");
+        assert_eq!(night.run_window(), Some(RunWindow::new(22, 6).unwrap()));
+        assert_eq!(items().build().expect("valid").run_window(), None);
+        for (start, end) in [(5, 5), (24, 1), (0, 30)] {
+            match items().run_window(start, end).build() {
+                Err(DefinitionError::InvalidRunWindow { id, .. }) => {
+                    assert_eq!(id, "items.email-norm.v1")
+                }
+                Err(other) => panic!("{start}-{end}: {other:?}"),
+                Ok(_) => panic!("{start}-{end} accepted"),
+            }
+        }
     }
 
     #[test]

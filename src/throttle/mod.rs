@@ -9,6 +9,8 @@
 //! - [`health`]: the process's health signals (standby lag, WAL rate,
 //!   old transactions, lock waiters, the application's own check), read
 //!   on an interval and judged against thresholds (THR-1, THR-2).
+//! - [`window`]: the UTC hours in which a backfill's batches may start
+//!   (FLT-3).
 //!
 //! The room decides; it does not act. The engine's per-batch gate
 //! (`engine/gate.rs`) consults it before every batch, the settings action
@@ -20,3 +22,4 @@
 pub mod health;
 pub mod settings;
 pub mod sizing;
+pub mod window;

@@ -13,6 +13,7 @@
 //! domain. The set of fields is closed: an unknown name in a change is an
 //! error, never silently dropped.
 
+use super::window::RunWindow;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -54,6 +55,12 @@ pub enum Field {
     /// their next renewal, so their runners stop after their batch. No
     /// effect without partitions.
     Concurrency,
+    /// The hour (UTC, 0 to 23) from which batches may start (FLT-3); set
+    /// together with [`Field::WindowEndHour`].
+    WindowStartHour,
+    /// The hour (UTC, 0 to 23) from which batches may no longer start;
+    /// a window whose end is not after its start wraps past midnight.
+    WindowEndHour,
 }
 
 /// The largest batch an operator may set: a batch is one transaction, and
@@ -62,7 +69,7 @@ pub const MAX_BATCH_SIZE: u64 = 100_000;
 
 impl Field {
     /// Every field, in the order they are listed and audited.
-    pub const ALL: [Field; 11] = [
+    pub const ALL: [Field; 13] = [
         Field::BatchSize,
         Field::TargetBatchMs,
         Field::MinBatchSize,
@@ -74,6 +81,8 @@ impl Field {
         Field::MaxLockWaiters,
         Field::MaxXactAgeMs,
         Field::Concurrency,
+        Field::WindowStartHour,
+        Field::WindowEndHour,
     ];
 
     /// The field's name in JSON, the CLI (with dashes) and the audit log.
@@ -90,6 +99,8 @@ impl Field {
             Field::MaxLockWaiters => "max_lock_waiters",
             Field::MaxXactAgeMs => "max_xact_age_ms",
             Field::Concurrency => "concurrency",
+            Field::WindowStartHour => "window_start_hour",
+            Field::WindowEndHour => "window_end_hour",
         }
     }
 
@@ -114,6 +125,7 @@ impl Field {
             // At least one, or a partitioned backfill could never run;
             // at most the partitions a definition may allow.
             Field::Concurrency => (1, MAX_PARTITIONS as u64),
+            Field::WindowStartHour | Field::WindowEndHour => (0, 23),
         }
     }
 }
@@ -153,6 +165,14 @@ pub enum SettingsError {
     /// Two settings that contradict each other.
     #[error("{0}")]
     Conflict(&'static str),
+    /// A run window that is half set or can never open (FLT-3).
+    #[error("{field}: {problem}")]
+    Window {
+        /// The setting that makes the window wrong.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
     /// A target batch duration the batch's statement timeout would cut
     /// short: a batch sized toward it would be cancelled at the timeout
     /// instead of committing.
@@ -174,7 +194,8 @@ impl SettingsError {
             SettingsError::UnknownField(name) => Some(name),
             SettingsError::NotAnInteger { field }
             | SettingsError::OutOfRange { field, .. }
-            | SettingsError::NotBelowTimeout { field, .. } => Some(field),
+            | SettingsError::NotBelowTimeout { field, .. }
+            | SettingsError::Window { field, .. } => Some(field),
             _ => None,
         }
     }
@@ -293,8 +314,41 @@ impl Settings {
         Ok(next)
     }
 
+    /// The run window (FLT-3), when both of its hours are set.
+    pub fn window(&self) -> Option<RunWindow> {
+        RunWindow::new(
+            self.get(Field::WindowStartHour)?,
+            self.get(Field::WindowEndHour)?,
+        )
+        .ok()
+    }
+
     /// The rules between fields.
     pub fn validate(&self) -> Result<(), SettingsError> {
+        match (
+            self.get(Field::WindowStartHour),
+            self.get(Field::WindowEndHour),
+        ) {
+            (Some(_), None) => {
+                return Err(SettingsError::Window {
+                    field: Field::WindowEndHour.name(),
+                    problem: "a run window needs its end hour too (or clear both with null)",
+                })
+            }
+            (None, Some(_)) => {
+                return Err(SettingsError::Window {
+                    field: Field::WindowStartHour.name(),
+                    problem: "a run window needs its start hour too (or clear both with null)",
+                })
+            }
+            (Some(start), Some(end)) if start == end => {
+                return Err(SettingsError::Window {
+                    field: Field::WindowEndHour.name(),
+                    problem: "a run window whose end equals its start never opens",
+                })
+            }
+            _ => {}
+        }
         if self.batch_size().is_some() && self.target_batch().is_some() {
             return Err(SettingsError::Conflict(
                 "batch_size and target_batch_ms exclude each other: clear one with null",

@@ -344,7 +344,7 @@ test("thr4 the form offers every setting the server takes, where the state still
   assert.deepStrictEqual(app.SETTINGS.map((f) => f.name), [
     "batch_size", "target_batch_ms", "min_batch_size", "max_batch_size", "pause_ms",
     "max_lag_bytes", "max_lag_ms", "max_wal_bytes_per_s", "max_lock_waiters", "max_xact_age_ms",
-    "concurrency",
+    "concurrency", "window_start_hour", "window_end_hour",
   ]);
   for (const s of ["pending", "running", "validating", "paused", "blocked", "failed"]) assert.ok(app.settingsOffered(s), s);
   for (const s of ["completed", "bogus", undefined]) assert.ok(!app.settingsOffered(s), `no form for ${s}`);

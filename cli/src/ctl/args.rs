@@ -71,7 +71,7 @@ pub enum CtlCommand {
     // A negative value is a value (refused by its parser, naming the
     // flag), not an unknown flag.
     #[command(allow_negative_numbers = true)]
-    Set(SetArgs),
+    Set(Box<SetArgs>),
     /// Show the audit log of one backfill.
     Audit {
         id: String,
@@ -147,6 +147,14 @@ pub struct SetArgs {
     /// Partitions of a partitioned backfill running at once, fleet-wide.
     #[arg(long, value_name = "N", value_parser = setting_value)]
     pub concurrency: Option<u64>,
+    /// The UTC hour (0-23) from which batches may start (a run window;
+    /// set with --window-end-hour).
+    #[arg(long, value_name = "HOUR", value_parser = setting_value)]
+    pub window_start_hour: Option<u64>,
+    /// The UTC hour (0-23) from which batches may no longer start; before
+    /// the start hour, the window wraps past midnight.
+    #[arg(long, value_name = "HOUR", value_parser = setting_value)]
+    pub window_end_hour: Option<u64>,
     /// Clear a setting (e.g. `pause-ms`); repeatable.
     #[arg(long, value_name = "NAME")]
     pub clear: Vec<String>,
@@ -167,6 +175,8 @@ impl SetArgs {
             (Field::MaxLockWaiters, self.max_lock_waiters),
             (Field::MaxXactAgeMs, self.max_xact_age_ms),
             (Field::Concurrency, self.concurrency),
+            (Field::WindowStartHour, self.window_start_hour),
+            (Field::WindowEndHour, self.window_end_hour),
         ];
         let mut change: serde_json::Map<String, Value> = given
             .into_iter()

@@ -57,7 +57,7 @@ const CONSEQUENCES = {
   validate: "Runs the definition's validation read-only over the range up to the bound and records the outcome. A completed backfill stays completed.",
 };
 
-// The live settings the server accepts (src/settings.rs `Field`), in its
+// The live settings the server accepts (src/throttle/settings.rs `Field`), in its
 // order, with each one's inclusive range. tests/ui.rs compares this list
 // with the server's, so a field or range changed on one side only fails
 // there rather than in front of an operator.
@@ -73,6 +73,8 @@ const SETTINGS = [
   { name: "max_lock_waiters", label: "max lock waiters", min: 0, max: 100000, group: "health" },
   { name: "max_xact_age_ms", label: "max transaction age (ms)", min: 1000, max: 86400000, group: "health" },
   { name: "concurrency", label: "partitions at once", min: 1, max: 64, group: "batch" },
+  { name: "window_start_hour", label: "run window from hour (UTC)", min: 0, max: 23, group: "batch" },
+  { name: "window_end_hour", label: "run window until hour (UTC)", min: 0, max: 23, group: "batch" },
 ];
 
 // The states whose settings the server still changes: every state but

@@ -163,6 +163,9 @@ impl Snapshot {
                 }),
                 Some(Reading::Unknown(reason)) => Judged::Unknown(reason.clone()),
             },
+            // The gate judges the run window itself; the monitor has no
+            // reading of it.
+            Signal::OutsideWindow => Judged::Within,
         }
     }
 }
@@ -296,7 +299,7 @@ fn threshold(signal: Signal, thresholds: &Thresholds) -> Option<f64> {
         Signal::WalRate => thresholds.max_wal_bytes_per_s.map(|v| v as f64),
         Signal::LockWaiters => thresholds.max_lock_waiters.map(|v| v as f64),
         Signal::TransactionAge => thresholds.max_xact_age.map(|d| d.as_secs_f64()),
-        Signal::Application => None,
+        Signal::Application | Signal::OutsideWindow => None,
     }
 }
 

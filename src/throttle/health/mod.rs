@@ -145,6 +145,7 @@ impl Thresholds {
             Signal::LockWaiters => self.max_lock_waiters.is_some(),
             Signal::TransactionAge => self.max_xact_age.is_some(),
             Signal::Application => true,
+            Signal::OutsideWindow => false,
         }
     }
 }
@@ -283,6 +284,10 @@ pub enum Signal {
     TransactionAge,
     /// The application's own check.
     Application,
+    /// Not a health signal: the backfill's run window is closed (FLT-3).
+    /// The gate judges it before the health signals; it is not in
+    /// [`Signal::ALL`] and has no reading.
+    OutsideWindow,
 }
 
 impl Signal {
@@ -305,6 +310,7 @@ impl Signal {
             Signal::LockWaiters => "lock_waiters",
             Signal::TransactionAge => "transaction_age",
             Signal::Application => "application",
+            Signal::OutsideWindow => "outside_window",
         }
     }
 
@@ -317,7 +323,7 @@ impl Signal {
             Signal::ReplicationLag | Signal::TransactionAge => "seconds",
             Signal::WalRate => "bytes_per_second",
             Signal::LockWaiters => "sessions",
-            Signal::Application => "",
+            Signal::Application | Signal::OutsideWindow => "",
         }
     }
 }
@@ -331,6 +337,7 @@ impl fmt::Display for Signal {
             Signal::LockWaiters => "lock waiters",
             Signal::TransactionAge => "oldest transaction",
             Signal::Application => "application check",
+            Signal::OutsideWindow => "run window",
         })
     }
 }
@@ -414,6 +421,7 @@ impl Snapshot {
             Signal::LockWaiters => self.lock_waiters.reason(),
             Signal::TransactionAge => self.xact_age.reason(),
             Signal::Application => self.application.as_ref().and_then(Reading::reason),
+            Signal::OutsideWindow => None,
         }
     }
 }
