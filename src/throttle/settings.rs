@@ -436,14 +436,18 @@ mod tests {
         assert_eq!(t.diff(&t), "no change");
         for field in Field::ALL {
             let (min, max) = field.range();
-            assert!(Settings::default()
-                .apply(&json!({field.name(): min}))
-                .is_ok());
-            assert!(Settings::default()
-                .apply(&json!({field.name(): max}))
-                .is_ok());
+            // A run window's hour goes with the other one (FLT-3), set
+            // here to an hour that is neither end of the range.
+            let partner = match field {
+                Field::WindowStartHour => Some(Field::WindowEndHour),
+                Field::WindowEndHour => Some(Field::WindowStartHour),
+                _ => None,
+            };
+            let base = Settings(partner.map(|p| (p, 12)).into_iter().collect());
+            assert!(base.apply(&json!({field.name(): min})).is_ok());
+            assert!(base.apply(&json!({field.name(): max})).is_ok());
             assert_eq!(
-                Settings::default().apply(&json!({field.name(): max + 1})),
+                base.apply(&json!({field.name(): max + 1})),
                 Err(SettingsError::OutOfRange {
                     field: field.name(),
                     min,
@@ -453,7 +457,7 @@ mod tests {
             );
             if min > 0 {
                 assert!(matches!(
-                    Settings::default().apply(&json!({field.name(): min - 1})),
+                    base.apply(&json!({field.name(): min - 1})),
                     Err(SettingsError::OutOfRange { .. })
                 ));
             }
