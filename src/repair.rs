@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use diesel_async::AsyncPgConnection;
 
 mod check;
+mod dependencies;
 mod erased;
 mod journal;
 mod partition;
@@ -326,6 +327,17 @@ pub trait Repair: Send + Sync + 'static {
         None
     }
 
+    /// The stable IDs of the repairs this one starts after (FLT-4): while
+    /// any of them is not `completed` in the same database, this backfill
+    /// is not claimed. A `start` before then is accepted and the backfill
+    /// waits, shown as `waiting_for` in the admin view; automatic mode
+    /// starts it and it waits the same way. Every ID must be registered in
+    /// the same process, and the dependencies must not form a cycle:
+    /// both are registration errors naming the IDs. Default: none.
+    fn after(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The tables the repair writes, as PostgreSQL names them
     /// (`events`, `app.events`): sessions waiting for a lock on one of
     /// them hold this repair's batches back when the lock-waiter
@@ -613,6 +625,20 @@ pub enum DefinitionError {
         /// What is wrong with the window.
         reason: String,
     },
+    /// A dependency ([`Repair::after`]) on a stable ID that no
+    /// definition of the process registers (FLT-4).
+    #[error("repair {id:?} starts after {dependency:?}, which no definition registers")]
+    UnknownDependency {
+        /// The dependent repair's stable ID.
+        id: String,
+        /// The ID it depends on.
+        dependency: String,
+    },
+    /// Dependencies ([`Repair::after`]) that form a cycle, so none of its
+    /// repairs could ever start (FLT-4); the IDs in order, the first
+    /// repeated at the end.
+    #[error("repairs start after each other in a cycle: {}", .0.join(" -> "))]
+    DependencyCycle(Vec<String>),
     /// A [`SqlRepair`] built without a part it needs.
     #[error("SQL repair {id:?} has no {missing}")]
     Incomplete {

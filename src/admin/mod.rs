@@ -507,15 +507,53 @@ impl Admin {
         &self.engine
     }
 
-    fn view(&self, row: &BackfillRow, parts: &[store::PartitionRow]) -> BackfillView {
+    /// The view of `row` with its partitions; `completed` are the
+    /// dependencies (FLT-4) known to be completed, as
+    /// [`Admin::completed_dependencies`] read them.
+    fn view(
+        &self,
+        row: &BackfillRow,
+        parts: &[store::PartitionRow],
+        completed: &[String],
+    ) -> BackfillView {
         let mut view = BackfillView::from_row(
             row,
             self.config.required.contains(&row.id),
             self.config.auto_backfills,
         )
         .with_partitions(row, parts);
-        view.journaled = self.engine.registry().journal(&row.id).is_some();
+        let registry = self.engine.registry();
+        view.journaled = registry.journal(&row.id).is_some();
+        if matches!(row.state, State::Pending | State::Running) {
+            view.waiting_for = registry
+                .dependencies(&row.id)
+                .iter()
+                .filter(|d| !completed.contains(d))
+                .cloned()
+                .collect();
+        }
         view
+    }
+
+    /// Which dependencies of `rows` (FLT-4) are completed, in one read;
+    /// none is read when no row's definition declares any.
+    async fn completed_dependencies(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        rows: &[BackfillRow],
+    ) -> Result<Vec<String>, StoreError> {
+        let registry = self.engine.registry();
+        let mut wanted: Vec<String> = rows
+            .iter()
+            .filter(|r| matches!(r.state, State::Pending | State::Running))
+            .flat_map(|r| registry.dependencies(&r.id).iter().cloned())
+            .collect();
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        wanted.sort();
+        wanted.dedup();
+        store::backfill_completed_among(conn, &wanted).await
     }
 
     /// [`Admin::view`] with the row's partitions read on `conn` (PAR-5)
@@ -539,7 +577,10 @@ impl Admin {
         row: &BackfillRow,
         parts: &[store::PartitionRow],
     ) -> Result<BackfillView, StoreError> {
-        let mut view = self.view(row, parts);
+        let completed = self
+            .completed_dependencies(conn, std::slice::from_ref(row))
+            .await?;
+        let mut view = self.view(row, parts, &completed);
         if view.journaled && row.undo_of.is_none() {
             let undo = crate::repair::undo_id(&row.id);
             view.undo = store::backfill_get(conn, &undo).await?.map(|u| UndoLink {
@@ -753,19 +794,23 @@ impl Admin {
         // The connection goes back to the pool before the page is built:
         // concurrent readers wait for connections, not for each other's
         // rendering.
-        let (rows, parts, samples) = {
+        let (rows, parts, samples, completed) = {
             let mut conn = self.conn().await?;
             let rows = store::backfill_list(&mut conn, after, limit + 1).await?;
             let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
             let parts = store::partition_list(&mut conn, &ids).await?;
             let samples = self.recent_samples(&mut conn, &rows).await?;
-            (rows, parts, samples)
+            let completed = self.completed_dependencies(&mut conn, &rows).await?;
+            (rows, parts, samples, completed)
         };
         let more = rows.len() as i64 > limit;
         let items: Vec<BackfillView> = rows
             .iter()
             .take(limit as usize)
-            .map(|r| self.view(r, &parts).with_rates(r, &parts, &samples))
+            .map(|r| {
+                self.view(r, &parts, &completed)
+                    .with_rates(r, &parts, &samples)
+            })
             .collect();
         let next_after = more.then(|| items.last().map(|v| v.id.clone())).flatten();
         Ok(BackfillPage { items, next_after })

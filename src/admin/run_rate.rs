@@ -386,9 +386,13 @@ impl Admin {
         let rows = store::backfill_get_many(&mut conn, ids).await?;
         let parts = store::partition_list(&mut conn, ids).await?;
         let samples = self.recent_samples(&mut conn, &rows).await?;
+        let completed = self.completed_dependencies(&mut conn, &rows).await?;
         Ok(rows
             .iter()
-            .map(|r| self.view(r, &parts).with_rates(r, &parts, &samples))
+            .map(|r| {
+                self.view(r, &parts, &completed)
+                    .with_rates(r, &parts, &samples)
+            })
             .collect())
     }
 

@@ -168,6 +168,12 @@ pub struct BackfillView {
     /// Why the runner holding the claim starts no batch (THR-1, THR-2);
     /// `null` when it is not throttled or nothing holds the claim.
     pub throttle: Option<Throttle>,
+    /// The repairs this `pending` or `running` backfill starts after that
+    /// are not `completed` yet (FLT-4), by stable ID: while any is listed,
+    /// no process claims it. Empty otherwise, and when this server's
+    /// definition declares no dependencies.
+    #[serde(default)]
+    pub waiting_for: Vec<String>,
     /// Each partition of a partitioned backfill, by part (PAR-5); empty
     /// for a backfill without partitions. `progress` then aggregates them.
     /// Read as empty when absent, from a server without partitions.
@@ -432,6 +438,7 @@ impl BackfillView {
             settings: Settings::from_stored(&row.settings).to_json(),
             batch_size: row.batch_size,
             throttle: Throttle::from_row(row),
+            waiting_for: Vec::new(),
             partitions: Vec::new(),
             journaled: false,
             undo_of: row.undo_of.clone(),

@@ -32,7 +32,8 @@ impl Engine {
     /// `exclude_parts` (those this process already holds). A backfill
     /// without partitions, or one in `validating`, is claimed on its own
     /// row first; otherwise a partition of a `running` partitioned
-    /// backfill (PAR-2).
+    /// backfill (PAR-2). A backfill whose definition starts after others
+    /// is skipped while any of them is not `completed` (FLT-4).
     #[doc(hidden)]
     pub async fn claim_next_excluding(
         &self,
@@ -48,6 +49,25 @@ impl Engine {
         let registry = self.registry.clone();
         let worker = worker.to_string();
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let ids = if registry.has_dependencies() {
+            // Read before the claim's transaction: a dependency that
+            // completes just after this read is seen by the next poll.
+            let completed =
+                store::backfill_completed_among(&mut conn, &registry.all_dependencies()).await?;
+            ids.into_iter()
+                .filter(|id| {
+                    registry
+                        .dependencies(id)
+                        .iter()
+                        .all(|d| completed.contains(d))
+                })
+                .collect()
+        } else {
+            ids
+        };
+        if ids.is_empty() {
+            return Ok(None);
+        }
         conn.transaction::<_, EngineError, _>(async |conn| {
             let Some(row) = store::backfill_claim(conn, &worker, &ids, exclude, ttl).await? else {
                 let ids: Vec<String> = ids

@@ -96,9 +96,12 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// An engine over `pool` for the definitions in `registry`.
+    /// An engine over `pool` for the definitions in `registry`. Refuses
+    /// an invalid configuration and dependencies between definitions that
+    /// name an unregistered ID or form a cycle (FLT-4).
     pub fn new(pool: Pool, registry: Registry, config: EngineConfig) -> Result<Self, EngineError> {
         config.validate()?;
+        registry.check_dependencies()?;
         Ok(Self {
             pool,
             registry: Arc::new(registry),

@@ -107,7 +107,8 @@ pub enum HostError {
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// The application's definitions are unusable (duplicate or invalid
-    /// stable ID, batch limit of 0).
+    /// stable ID, batch limit of 0, a dependency on an unregistered ID or
+    /// a cycle of dependencies).
     #[error(transparent)]
     Definition(#[from] DefinitionError),
     /// The schema the application and its repairs need is not in place
@@ -339,6 +340,7 @@ impl Embedded {
     /// [`Embedded::spawn`].
     pub async fn start(config: HostConfig, app: &dyn Application) -> Result<Self, HostError> {
         let registry = app.registry()?;
+        registry.check_dependencies()?;
         let pool_size = config.validate(&registry)?;
         let allowed_hosts = config.allowed_hosts()?;
         let required = match &config.required {

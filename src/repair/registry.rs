@@ -21,6 +21,9 @@ pub struct Registry {
     /// other; only registration leaves them out (the undo action creates
     /// their rows).
     undos: BTreeMap<String, String>,
+    /// Each definition that starts after others (FLT-4), with the IDs it
+    /// waits for; definitions without dependencies are absent.
+    after: BTreeMap<String, Vec<String>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -55,6 +58,13 @@ impl Registry {
         if self.repairs.contains_key(&id) {
             return Err(DefinitionError::DuplicateId(id));
         }
+        let after = repair.after();
+        for dependency in &after {
+            validate_id(dependency)?;
+        }
+        if after.contains(&id) {
+            return Err(DefinitionError::DependencyCycle(vec![id.clone(), id]));
+        }
         let journal = repair.journal();
         let undo = match &journal {
             Some(journal) => {
@@ -80,6 +90,12 @@ impl Registry {
             repair,
             capture,
         };
+        if !after.is_empty() {
+            let mut after = after;
+            after.sort();
+            after.dedup();
+            self.after.insert(id.clone(), after);
+        }
         self.repairs.insert(id, Arc::new(erased));
         if let Some(undo) = undo {
             let undo_id = undo.id().to_string();
@@ -157,6 +173,43 @@ impl Registry {
     /// connection per claim).
     pub fn any_overlaps(&self) -> bool {
         self.repairs.values().any(|r| r.overlap_commits())
+    }
+
+    /// The stable IDs the definition `id` starts after (FLT-4), sorted;
+    /// empty for one without dependencies or an unknown ID.
+    pub fn dependencies(&self, id: &str) -> &[String] {
+        self.after.get(id).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Whether any definition starts after others (FLT-4), so that a
+    /// claim must first ask which of them completed.
+    pub fn has_dependencies(&self) -> bool {
+        !self.after.is_empty()
+    }
+
+    /// Every ID some definition depends on (FLT-4), once each.
+    pub(crate) fn all_dependencies(&self) -> Vec<String> {
+        let all: std::collections::BTreeSet<&String> = self.after.values().flatten().collect();
+        all.into_iter().cloned().collect()
+    }
+
+    /// Check the definitions' dependencies as a whole (FLT-4): each names
+    /// a definition registered here, and none is part of a cycle. Called
+    /// at startup, before anything reaches PostgreSQL, once every
+    /// definition is registered.
+    pub fn check_dependencies(&self) -> Result<(), DefinitionError> {
+        for (id, after) in &self.after {
+            if let Some(dependency) = after.iter().find(|d| !self.repairs.contains_key(*d)) {
+                return Err(DefinitionError::UnknownDependency {
+                    id: id.clone(),
+                    dependency: dependency.clone(),
+                });
+            }
+        }
+        match super::dependencies::find_cycle(&self.after) {
+            Some(cycle) => Err(DefinitionError::DependencyCycle(cycle)),
+            None => Ok(()),
+        }
     }
 
     /// Key type name of a definition.
@@ -399,5 +452,42 @@ mod tests {
         assert_eq!(registry.claimable_ids(), vec!["j.v1", "j.v1.undo"]);
         assert_eq!(registry.undo_of("j.v1.undo"), Some("j.v1"));
         assert_eq!(registry.undo_of("j.v1"), None);
+    }
+
+    /// FLT-4: dependencies are kept sorted and once each; an invalid ID
+    /// among them is refused at registration; an unknown one and a cycle
+    /// only by the whole-registry check, since a later definition may
+    /// supply the ID.
+    #[test]
+    fn flt04_dependencies_are_checked_when_the_registry_is_complete() {
+        assert_eq!(
+            register_one(sql("b.v1", "t").after(["Not An ID"])),
+            Err(DefinitionError::InvalidId("Not An ID".into()))
+        );
+        let mut registry = Registry::new()
+            .with(
+                sql("c.v1", "t")
+                    .after(["b.v1", "a.v1", "b.v1"])
+                    .build()
+                    .expect("valid"),
+            )
+            .expect("registers");
+        assert!(registry.has_dependencies());
+        assert_eq!(registry.dependencies("c.v1"), ["a.v1", "b.v1"]);
+        assert_eq!(registry.dependencies("a.v1"), [] as [String; 0]);
+        assert_eq!(
+            registry.check_dependencies(),
+            Err(DefinitionError::UnknownDependency {
+                id: "c.v1".into(),
+                dependency: "a.v1".into()
+            })
+        );
+        registry
+            .register(sql("a.v1", "t").build().expect("valid"))
+            .and_then(|r| r.register(sql("b.v1", "t").build().expect("valid")))
+            .expect("registers");
+        assert_eq!(registry.check_dependencies(), Ok(()));
+        assert_eq!(registry.all_dependencies(), ["a.v1", "b.v1"]);
+        assert!(!Registry::new().has_dependencies());
     }
 }

@@ -115,6 +115,8 @@ pub struct SqlRepair {
     journaled: Option<JournaledBatch>,
     /// What [`Repair::run_window`] answers.
     window: Option<RunWindow>,
+    /// What [`Repair::after`] answers.
+    after: Vec<String>,
 }
 
 /// The batch statements of a journaled [`SqlRepair`]. How the journal
@@ -150,6 +152,7 @@ pub struct SqlRepairBuilder {
     partitions: u32,
     journal: Vec<String>,
     window: Option<(u64, u64)>,
+    after: Vec<String>,
 }
 
 impl SqlRepair {
@@ -175,6 +178,7 @@ impl SqlRepair {
             partitions: 1,
             journal: Vec::new(),
             window: None,
+            after: Vec::new(),
         }
     }
 
@@ -263,6 +267,19 @@ impl SqlRepairBuilder {
     /// past 23 and equal hours (a window that never opens).
     pub fn run_window(mut self, start_hour: u64, end_hour: u64) -> Self {
         self.window = Some((start_hour, end_hour));
+        self
+    }
+
+    /// Start only after the repairs `ids` (stable IDs registered in the
+    /// same process) are `completed` in the same database (what
+    /// [`Repair::after`] answers; FLT-4). Registration refuses an unknown
+    /// ID and a cycle.
+    pub fn after<I>(mut self, ids: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.after.extend(ids.into_iter().map(Into::into));
         self
     }
 
@@ -424,6 +441,7 @@ impl SqlRepairBuilder {
             journal,
             journaled,
             window,
+            after: self.after,
             id: self.id,
         })
     }
@@ -576,6 +594,10 @@ impl Repair for SqlRepair {
 
     fn run_window(&self) -> Option<RunWindow> {
         self.window
+    }
+
+    fn after(&self) -> Vec<String> {
+        self.after.clone()
     }
 
     fn tables(&self) -> Vec<String> {

@@ -303,6 +303,31 @@ pub async fn backfill_get_many(
     .await?)
 }
 
+/// One stable ID, as a statement answers it.
+#[derive(QueryableByName)]
+struct IdRow {
+    #[diesel(sql_type = Text)]
+    id: String,
+}
+
+/// Which of `ids` are `completed` (FLT-4): the dependencies a dependent
+/// backfill no longer waits for. No lock: a completed backfill stays
+/// completed, so a claim that saw it completed cannot be wrong later.
+pub async fn backfill_completed_among(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+) -> Result<Vec<String>, StoreError> {
+    let rows: Vec<IdRow> = super::cached(
+        diesel::sql_query(
+            "SELECT id FROM backfill WHERE id = ANY($1) AND state = 'completed' ORDER BY id",
+        )
+        .bind::<Array<Text>, _>(ids),
+    )
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
 /// Lock one row `FOR UPDATE` for the rest of the caller's transaction, so an
 /// action reads the prior state it will transition from and concurrent
 /// actions on the same ID serialize (ADM-4).

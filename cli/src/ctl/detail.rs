@@ -106,11 +106,17 @@ fn owner_line(b: &BackfillView) -> String {
     }
 }
 
-/// The lines only some backfills have: the runner's throttle condition,
-/// why the automatic start of a `pending` one failed (EMB-8) and the last
-/// recorded error.
+/// The lines only some backfills have: the repairs it waits for (FLT-4),
+/// the runner's throttle condition, why the automatic start of a
+/// `pending` one failed (EMB-8) and the last recorded error.
 fn conditions(b: &BackfillView) -> Vec<(&'static str, String)> {
     let mut lines = Vec::new();
+    if !b.waiting_for.is_empty() {
+        lines.push((
+            "waiting for",
+            format!("{} to complete", b.waiting_for.join(", ")),
+        ));
+    }
     if let Some(t) = &b.throttle {
         lines.push((
             "throttled",

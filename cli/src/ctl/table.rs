@@ -142,12 +142,16 @@ fn note_and_fill(
     // runner is throttled (THR-2); a blocked or failed row holds no claim,
     // so never both. A terminal gets it in what is left of the row and,
     // when it does not fit there, below the table. A pipe gets the table
-    // as it always was plus the throttled marker, which is short and says
-    // why a running row does not move.
+    // as it always was plus the throttled (or waiting-for, FLT-4) marker,
+    // which is short and says why a running row does not move.
     let throttled = b
         .throttle
         .as_ref()
-        .map(|t| format!("throttled: {}", screen::one_line(&t.text)));
+        .map(|t| format!("throttled: {}", screen::one_line(&t.text)))
+        .or_else(|| {
+            (!b.waiting_for.is_empty())
+                .then(|| format!("waiting for: {}", b.waiting_for.join(", ")))
+        });
     let note = diag.or_else(|| throttled.clone());
     let on_row = if fits { note.clone() } else { throttled };
     let fill = match (marker, on_row) {

@@ -531,11 +531,16 @@ function describeSettingsResult(status, body, prior) {
   return { outcome: "unknown", field: null, text: `settings: HTTP ${status}, no readable answer (the outcome is unknown; refresh to see the server's settings)` };
 }
 
-// Markers beside the state: gating readiness, throttled, failed attempts.
+// Markers beside the state: gating readiness, the repairs it waits for
+// (FLT-4), throttled, failed attempts.
 function markers(view, elapsedMs) {
   const out = [];
   if (view.readiness && view.readiness.gating) {
     out.push('<span class="marker gating" title="Required for readiness: /readyz stays closed until it completes">gating</span>');
+  }
+  if (Array.isArray(view.waiting_for) && view.waiting_for.length) {
+    const ids = view.waiting_for.join(", ");
+    out.push(`<span class="marker throttled" title="${escapeHtml(`Starts only after ${ids} completed (FLT-4): no process claims it until then`)}">waiting for: ${escapeHtml(ids)}</span>`);
   }
   const t = throttleInfo(view, elapsedMs);
   if (t) out.push(`<span class="marker throttled" title="${escapeHtml(t.condition ? `${t.text} (${t.condition})` : t.text)}">throttled: ${escapeHtml(t.short)}</span>`);
