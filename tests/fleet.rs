@@ -3,6 +3,14 @@
 //! over HTTP and a real PostgreSQL.
 //!
 //! Index:
+//! - FLT-1 one runtime over twenty databases: every row repaired exactly
+//!   once in each, and one database dropped mid-run reported unavailable
+//!   while the others complete: `flt01_one_runtime_*`; a database that
+//!   cannot be reached at start is retried and joins, databases added to
+//!   and removed from the source at run time join and are drained:
+//!   `flt01_databases_join_*`; malformed and duplicated entries are
+//!   startup errors naming them: `flt01_a_malformed_*` (and the unit
+//!   tests of `src/host/fleet.rs`)
 //! - FLT-4 a dependent repair waits, unclaimed and visible as
 //!   `waiting_for`, while its dependency runs, and runs once it
 //!   completed: `flt04_a_dependent_*`; automatic mode starts both and
@@ -10,15 +18,27 @@
 //!   or a cycle is a startup error naming the IDs, before anything
 //!   reaches PostgreSQL: `flt04_an_unknown_dependency_or_a_cycle_*`
 //!
+//! The tests take turns (`SERIAL`): a fleet holds a pool per database, and
+//! the server's connections are shared by every test of the binary.
+//!
 //! The dependent repair writes, into every row it fixes, how many rows
 //! of its dependency's table were fixed at that moment, so the order of
 //! the two runs is read from the data itself, not from timing.
 
 mod support;
 
-use backfill::host::{Host, HostConfig, HostError};
+/// One test at a time: see the module's documentation.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+use backfill::host::{
+    Availability, Database, DatabaseSource, Fleet, FleetConfig, FleetError, Host, HostConfig,
+    HostError,
+};
 use backfill::repair::{DefinitionError, Registry};
+use backfill::AsyncPgConnection;
 use backfill::{SqlRepair, State};
+use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+use std::sync::Arc;
 use std::time::Duration;
 use support::http::request;
 use support::{engine_config, test_db, Deadline, TestDb};
@@ -126,6 +146,7 @@ async fn completed(host: &Host, id: &str) {
 /// `waiting_for`.
 #[actix_rt::test]
 async fn flt04_a_dependent_waits_unclaimed_while_its_dependency_runs_then_runs_after_it() {
+    let _serial = SERIAL.lock().await;
     use chrono::Timelike;
     let db = fleet_db().await;
     let host = Host::start(host_config(&db, false), shop(&[A]))
@@ -245,6 +266,7 @@ async fn flt04_a_dependent_waits_unclaimed_while_its_dependency_runs_then_runs_a
 /// unfinished, or its rows are counted wrong).
 #[actix_rt::test]
 async fn flt04_automatic_mode_starts_a_dependent_that_runs_after_its_dependency() {
+    let _serial = SERIAL.lock().await;
     let db = fleet_db().await;
     let mut config = host_config(&db, true);
     config.required = Some(vec![A.into(), B.into()]);
@@ -269,6 +291,7 @@ async fn flt04_automatic_mode_starts_a_dependent_that_runs_after_its_dependency(
 /// host's dependency check before migrating.
 #[actix_rt::test]
 async fn flt04_an_unknown_dependency_or_a_cycle_is_a_startup_error_naming_the_ids() {
+    let _serial = SERIAL.lock().await;
     let absent = support::with_database(
         support::server_url(),
         &format!("bft_absent_{}", rand::random::<u32>()),
@@ -323,4 +346,296 @@ async fn flt04_an_unknown_dependency_or_a_cycle_is_a_startup_error_naming_the_id
         Registry::new().with(repair(A, &[A])).unwrap_err(),
         DefinitionError::DependencyCycle(vec![A.into(), A.into()])
     );
+}
+
+const EVENTS: &str = "events.fix";
+
+/// The fleet's repair: every row of `events` gets `n = n + 1` once.
+fn events_registry() -> Registry {
+    Registry::new()
+        .with(
+            SqlRepair::new(EVENTS, "events")
+                .key("id")
+                .set("n = n + 1")
+                .validate_where("n <> 1")
+                .batch_size(50)
+                .build()
+                .expect("valid repair"),
+        )
+        .expect("valid registry")
+}
+
+/// A database name of this test run, `bft_` first so CI's cleanup finds it.
+fn fleet_db_name(tag: &str, i: usize) -> String {
+    format!(
+        "bft_{tag}_{}_{}_{i}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// Create the database `name` with an `events` table of `ROWS` rows, and
+/// keep no connection to it.
+async fn create_fleet_db(name: &str) -> String {
+    let mut server = AsyncPgConnection::establish(support::server_url())
+        .await
+        .unwrap();
+    server
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let url = support::with_database(support::server_url(), name);
+    let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+    conn.batch_execute(&table_sql("events")).await.unwrap();
+    url
+}
+
+async fn drop_fleet_db(name: &str) {
+    let mut server = AsyncPgConnection::establish(support::server_url())
+        .await
+        .unwrap();
+    server
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await
+        .unwrap();
+}
+
+async fn scalar_at(url: &str, sql: &str) -> i64 {
+    let mut conn = AsyncPgConnection::establish(url).await.unwrap();
+    support::scalar_on(&mut conn, sql).await
+}
+
+/// Each database's runtime: automatic mode, one runner, a small pool, and
+/// retries enough to keep a lock-held backfill running for a while.
+fn fleet_config() -> FleetConfig {
+    let mut host = HostConfig::new("postgres://unused");
+    host.auto_backfills = true;
+    host.pool_size = Some(3);
+    host.engine = engine_config();
+    host.engine.retry.max_attempts = 100;
+    host.engine.retry.backoff_base = Duration::from_millis(50);
+    host.engine.retry.backoff_max = Duration::from_millis(100);
+    host.runtime.max_concurrent_runners = 1;
+    host.runtime.poll_interval = Duration::from_millis(100);
+    let mut config = FleetConfig::new(host);
+    // The tests refresh by hand (`run_once`); the loop stays out of the way.
+    config.refresh_interval = Duration::from_secs(600);
+    config
+}
+
+async fn wait_completed(fleet: &Fleet, name: &str) {
+    let engine = fleet
+        .engine(name)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{name} runs"));
+    let row = engine
+        .wait_for(
+            EVENTS,
+            &[State::Completed, State::Failed, State::Blocked],
+            Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.state, State::Completed, "{name}: {:?}", row.last_error);
+}
+
+/// FLT-1: one fleet over twenty databases on the local server, one repair
+/// in automatic mode. One database's backfill is held mid-run by a row
+/// lock, then that database is dropped: the next refresh reports it
+/// unavailable with a reason, and the fleet is not ready, while each of
+/// the other nineteen completes with every row repaired exactly once
+/// (`n = n + 1` over every row, so a second application shows as 2).
+/// Guards: the probe of a running database (without it the dropped one
+/// stays available) and each database's own runtime (a shared one would
+/// not repair the other databases' rows).
+#[actix_rt::test]
+async fn flt01_one_runtime_serves_twenty_databases_and_reports_a_dropped_one() {
+    let _serial = SERIAL.lock().await;
+    let names: Vec<String> = (0..20).map(|i| fleet_db_name("fleet", i)).collect();
+    let mut databases = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        databases.push(Database::new(
+            format!("t{i:02}"),
+            create_fleet_db(name).await,
+        ));
+    }
+    let victim = databases[7].clone();
+    let mut lock = AsyncPgConnection::establish(&victim.url).await.unwrap();
+    lock.batch_execute("BEGIN; SELECT * FROM events WHERE id = 1 FOR UPDATE")
+        .await
+        .unwrap();
+    let fleet = Fleet::start(fleet_config(), databases.clone(), events_registry())
+        .await
+        .unwrap();
+    assert_eq!(fleet.databases().len(), 20);
+    assert!(fleet
+        .databases()
+        .iter()
+        .all(|d| d.availability == Availability::Available));
+    let mut wait = Deadline::new("the victim's backfill runs into the row lock");
+    while scalar_at(
+        &victim.url,
+        &format!("SELECT attempts::bigint AS v FROM backfill WHERE id = '{EVENTS}'"),
+    )
+    .await
+        == 0
+    {
+        wait.tick().await;
+    }
+    assert_eq!(
+        scalar_at(
+            &victim.url,
+            &format!(
+                "SELECT count(*) AS v FROM backfill WHERE id = '{EVENTS}' AND state = 'running'"
+            )
+        )
+        .await,
+        1,
+        "the victim is mid-run when it is dropped"
+    );
+    drop(lock);
+    drop_fleet_db(&names[7]).await;
+    fleet.run_once().await;
+    let status = fleet.database("t07").unwrap();
+    assert_eq!(status.availability, Availability::Unavailable, "{status:?}");
+    assert!(status.reason.is_some(), "{status:?}");
+    assert!(!status.reason.unwrap().contains("postgres://"));
+
+    for db in databases.iter().filter(|d| d.name != "t07") {
+        wait_completed(&fleet, &db.name).await;
+        assert_eq!(
+            scalar_at(&db.url, "SELECT count(*) AS v FROM events WHERE n = 1").await,
+            ROWS,
+            "{}: every row once",
+            db.name
+        );
+        assert_eq!(
+            scalar_at(&db.url, "SELECT count(*) AS v FROM events WHERE n <> 1").await,
+            0,
+            "{}: no row twice",
+            db.name
+        );
+    }
+    fleet.run_once().await;
+    let readiness = fleet.readiness(None).unwrap();
+    assert!(!readiness.ready);
+    let not_ready: Vec<&str> = readiness
+        .not_ready
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(not_ready, ["t07"]);
+    assert!(fleet.readiness(Some("t00")).unwrap().ready);
+    assert!(matches!(
+        fleet.readiness(Some("t99")),
+        Err(FleetError::UnknownDatabase(name)) if name == "t99"
+    ));
+    fleet.stop().await;
+    for name in &names {
+        drop_fleet_db(name).await;
+    }
+}
+
+/// A source the test changes while the fleet runs (a tenant directory).
+#[derive(Clone, Default)]
+struct Tenants(Arc<parking_lot::Mutex<Vec<Database>>>);
+
+#[backfill::async_trait]
+impl DatabaseSource for Tenants {
+    async fn databases(&self) -> Result<Vec<Database>, backfill::host::AppError> {
+        Ok(self.0.lock().clone())
+    }
+}
+
+/// FLT-1: a listed database that does not exist at start is unavailable,
+/// not a startup error, and joins at the first refresh after it is
+/// created, then completes; a database added to the source at run time
+/// joins and completes; one removed from the source is drained and no
+/// longer listed. Guards: the retry of an unavailable database and the
+/// source's re-listing in `run_once`.
+#[actix_rt::test]
+async fn flt01_databases_join_when_reachable_or_added_and_leave_when_removed() {
+    let _serial = SERIAL.lock().await;
+    let names: Vec<String> = (0..3).map(|i| fleet_db_name("tenant", i)).collect();
+    let first = Database::new("first", create_fleet_db(&names[0]).await);
+    let late = Database::new(
+        "late",
+        support::with_database(support::server_url(), &names[1]),
+    );
+    let tenants = Tenants::default();
+    *tenants.0.lock() = vec![first.clone(), late.clone()];
+    let fleet = Fleet::start(fleet_config(), tenants.clone(), events_registry())
+        .await
+        .unwrap();
+    let status = fleet.database("late").unwrap();
+    assert_eq!(status.availability, Availability::Unavailable);
+    assert!(fleet.engine("late").unwrap().is_none());
+    wait_completed(&fleet, "first").await;
+
+    create_fleet_db(&names[1]).await;
+    let added = Database::new("added", create_fleet_db(&names[2]).await);
+    tenants.0.lock().push(added.clone());
+    fleet.run_once().await;
+    assert_eq!(
+        fleet.database("late").unwrap().availability,
+        Availability::Available
+    );
+    wait_completed(&fleet, "late").await;
+    wait_completed(&fleet, "added").await;
+    for db in [&late, &added] {
+        assert_eq!(
+            scalar_at(&db.url, "SELECT count(*) AS v FROM events WHERE n = 1").await,
+            ROWS
+        );
+    }
+
+    tenants.0.lock().retain(|d| d.name != "first");
+    fleet.run_once().await;
+    let listed: Vec<String> = fleet.databases().into_iter().map(|d| d.name).collect();
+    assert_eq!(listed, ["added", "late"]);
+    assert!(matches!(
+        fleet.engine("first"),
+        Err(FleetError::UnknownDatabase(_))
+    ));
+    fleet.run_once().await;
+    assert!(fleet.readiness(None).unwrap().ready);
+    fleet.stop().await;
+    for name in &names {
+        drop_fleet_db(name).await;
+    }
+}
+
+/// FLT-1 bad input: a malformed entry and a duplicated name are startup
+/// errors naming the entry, before any database is touched (the URLs
+/// name databases that do not exist).
+#[actix_rt::test]
+async fn flt01_a_malformed_or_duplicated_entry_is_a_startup_error_naming_it() {
+    let _serial = SERIAL.lock().await;
+    let absent = support::with_database(support::server_url(), "bft_absent_fleet");
+    let cases = [
+        (
+            vec![
+                Database::new("ok", absent.clone()),
+                Database::new("ok", absent.clone()),
+            ],
+            "database \"ok\" is listed twice",
+        ),
+        (
+            vec![
+                Database::new("ok", absent.clone()),
+                Database::new("Not OK", absent.clone()),
+            ],
+            "database entry #1: the name must be 1 to 63 characters of [a-z0-9._-]",
+        ),
+        (
+            vec![Database::new("ok", "mysql://elsewhere/db")],
+            "database entry ok: the URL must start with postgres:// or postgresql://",
+        ),
+    ];
+    for (databases, expected) in cases {
+        match Fleet::start(fleet_config(), databases, events_registry()).await {
+            Err(e) => assert_eq!(e.to_string(), expected),
+            Ok(_) => panic!("a fleet started; expected {expected}"),
+        }
+    }
 }

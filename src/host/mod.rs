@@ -19,11 +19,16 @@
 //! the serving and admin listeners.
 
 mod auto_start;
+mod fleet;
 #[cfg(feature = "http")]
 mod server;
 mod spawned;
 mod wake;
 
+pub use fleet::{
+    Availability, Database, DatabaseSource, DatabaseStatus, Fleet, FleetConfig, FleetError,
+    FleetReadiness,
+};
 #[cfg(feature = "http")]
 pub use server::Host;
 pub use spawned::Spawned;

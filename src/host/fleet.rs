@@ -1,0 +1,581 @@
+//! One runtime over a fleet of databases (FLT-1): shards, or one database
+//! per tenant, each still the only authority for its own rows.
+//!
+//! A [`Fleet`] runs one [`Embedded`] per database of its
+//! [`DatabaseSource`], with the same [`Application`]: each database gets
+//! its own pool, migrations, schema check, registration, automatic starts,
+//! actor runtime, health monitor and readiness, exactly as a single-database
+//! host does, so nothing of the contract changes inside one database. A
+//! backfill is named by (database, stable ID). The fleet adds no
+//! coordinator and no table: it only starts, watches and stops the
+//! members.
+//!
+//! A database that cannot be started (it does not exist yet, refuses
+//! connections, fails its schema check) or stops answering is marked
+//! `unavailable` with the reason, and the refresh loop retries it; the
+//! other databases go on. The loop ([`Fleet::run_once`], every
+//! [`FleetConfig::refresh_interval`]) also lists the source again, so
+//! databases added at run time join and removed ones are drained.
+
+use super::{AppError, Application, Embedded, HostConfig, HostError};
+use crate::engine::Engine;
+use crate::failure::bounded;
+use crate::readiness::ReadinessReport;
+use chrono::{DateTime, Utc};
+use futures_util::future::join_all;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One database of a fleet: the name operators and the admin API use for
+/// it, and its URL. The URL may carry a password, so it is never logged,
+/// shown or put in an error; `Debug` shows the name only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Database {
+    /// 1 to 63 characters of `[a-z0-9._-]`, unique in the fleet.
+    pub name: String,
+    /// A `postgres://` or `postgresql://` URL.
+    pub url: String,
+}
+
+impl Database {
+    /// The database `name` at `url`.
+    pub fn new(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            url: url.into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a fleet's databases come from: a static list (`Vec<Database>`)
+/// or the host's own callback, asked at startup and again on every
+/// refresh, so tenants can be added and removed at run time.
+#[async_trait::async_trait]
+pub trait DatabaseSource: Send + Sync + 'static {
+    /// The databases the fleet serves now. An error at startup stops it;
+    /// later, the fleet logs it and keeps the databases it has.
+    async fn databases(&self) -> Result<Vec<Database>, AppError>;
+}
+
+#[async_trait::async_trait]
+impl DatabaseSource for Vec<Database> {
+    async fn databases(&self) -> Result<Vec<Database>, AppError> {
+        Ok(self.clone())
+    }
+}
+
+/// A fleet's settings.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// What every database's runtime runs with (migrations, automatic
+    /// mode, required set, engine, runtime, health, webhooks); its
+    /// `database_url` is replaced by each database's, and its listeners
+    /// are not used. Mind the pool: each database has its own
+    /// ([`HostConfig::pool_size`]), so a fleet of D databases may hold D
+    /// times its connections on the server.
+    pub host: HostConfig,
+    /// How often the fleet lists its source again, probes every database
+    /// (one read of its readiness), and retries the unavailable ones.
+    /// Default 5 s; at least 100 ms.
+    pub refresh_interval: Duration,
+}
+
+impl FleetConfig {
+    /// Defaults around `host`.
+    pub fn new(host: HostConfig) -> Self {
+        Self {
+            host,
+            refresh_interval: Duration::from_secs(5),
+        }
+    }
+
+    /// Check the fleet's own settings.
+    pub fn validate(&self) -> Result<(), FleetError> {
+        if self.refresh_interval < Duration::from_millis(100) {
+            return Err(FleetError::Config(
+                "refresh_interval must be at least 100 ms".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a fleet cannot start, or an action on it is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// A setting of the fleet itself is out of range.
+    #[error("invalid fleet configuration: {0}")]
+    Config(String),
+    /// The host configuration or the application's definitions are
+    /// unusable; the same for every database, so checked once.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// The source could not list the databases at startup.
+    #[error("the database source failed: {0}")]
+    Source(String),
+    /// A database entry is malformed; named by its name, or its place in
+    /// the list when the name is what is wrong.
+    #[error("database entry {entry}: {reason}")]
+    InvalidEntry {
+        /// The entry's name, or `#<index>` when the name is invalid.
+        entry: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Two entries have the same name.
+    #[error("database {0:?} is listed twice")]
+    Duplicate(String),
+    /// No database of the fleet has this name.
+    #[error("unknown database {0:?}")]
+    UnknownDatabase(String),
+}
+
+/// Whether a database of the fleet is being served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Availability {
+    /// Its runtime runs and its last probe reached it.
+    Available,
+    /// It could not be started, or its last probe did not reach it; the
+    /// fleet retries it every refresh.
+    Unavailable,
+}
+
+/// What the fleet knows of one database.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DatabaseStatus {
+    /// The database's name.
+    pub name: String,
+    /// Whether it is being served.
+    pub availability: Availability,
+    /// Why it is unavailable, bounded (never its URL); `None` when
+    /// available.
+    pub reason: Option<String>,
+    /// When its availability last changed, by this process's clock.
+    pub since: DateTime<Utc>,
+    /// Its readiness (section 8 of the contract) at the last probe:
+    /// `Some(true)` ready, `Some(false)` not yet (a required backfill has
+    /// not completed), `None` unknown (unavailable).
+    pub ready: Option<bool>,
+}
+
+/// The fleet's readiness: ready when every database is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetReadiness {
+    /// Every database is available and ready.
+    pub ready: bool,
+    /// The databases that keep it closed, with their status.
+    pub not_ready: Vec<DatabaseStatus>,
+}
+
+/// One database's place in the fleet: its runtime while it has one.
+struct Member {
+    url: String,
+    embedded: Option<Embedded>,
+}
+
+/// One runtime over many databases (FLT-1). Must run inside an actix
+/// system, like [`Embedded`]. Call [`Fleet::stop`] to drain every
+/// database's runtime.
+pub struct Fleet {
+    shared: Arc<Shared>,
+    task: Option<actix_rt::task::JoinHandle<()>>,
+}
+
+/// What the refresh loop and the fleet's readers share.
+struct Shared {
+    config: FleetConfig,
+    app: Arc<dyn Application>,
+    source: Arc<dyn DatabaseSource>,
+    /// The members; only the refresh loop and `stop` change it, each
+    /// holding it across their awaits so they never overlap.
+    members: tokio::sync::Mutex<BTreeMap<String, Member>>,
+    /// What readers see: a status and, while it runs, the engine of every
+    /// database. Locked only to copy or replace entries, never across an
+    /// await.
+    views: parking_lot::Mutex<BTreeMap<String, (DatabaseStatus, Option<Engine>)>>,
+}
+
+impl Fleet {
+    /// Check the configuration and the application's definitions once,
+    /// list the databases (a malformed or duplicated entry is an error
+    /// naming it), start every database's runtime (one that fails is
+    /// marked unavailable and retried, not an error), then refresh every
+    /// [`FleetConfig::refresh_interval`].
+    pub async fn start(
+        config: FleetConfig,
+        source: impl DatabaseSource,
+        app: impl Application,
+    ) -> Result<Self, FleetError> {
+        config.validate()?;
+        let registry = app.registry().map_err(HostError::from)?;
+        registry.check_dependencies().map_err(HostError::from)?;
+        config.host.validate(&registry)?;
+        let databases = source
+            .databases()
+            .await
+            .map_err(|e| FleetError::Source(bounded(e.to_string())))?;
+        check_entries(&databases)?;
+        let shared = Arc::new(Shared {
+            config,
+            app: Arc::new(app),
+            source: Arc::new(source),
+            members: tokio::sync::Mutex::new(BTreeMap::new()),
+            views: parking_lot::Mutex::new(BTreeMap::new()),
+        });
+        shared.join(databases).await;
+        let loop_shared = shared.clone();
+        let task = actix_rt::spawn(async move {
+            let mut tick = actix_rt::time::interval(loop_shared.config.refresh_interval);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                loop_shared.run_once().await;
+            }
+        });
+        Ok(Self {
+            shared,
+            task: Some(task),
+        })
+    }
+
+    /// One refresh: list the source again (new databases join, removed
+    /// ones are drained), retry the unavailable databases and probe the
+    /// others. The loop calls it; a test may call it to refresh now.
+    pub async fn run_once(&self) {
+        self.shared.run_once().await;
+    }
+
+    /// Every database's status, by name.
+    pub fn databases(&self) -> Vec<DatabaseStatus> {
+        self.shared
+            .views
+            .lock()
+            .values()
+            .map(|(status, _)| status.clone())
+            .collect()
+    }
+
+    /// The status of the database `name`.
+    pub fn database(&self, name: &str) -> Result<DatabaseStatus, FleetError> {
+        self.shared
+            .views
+            .lock()
+            .get(name)
+            .map(|(status, _)| status.clone())
+            .ok_or_else(|| FleetError::UnknownDatabase(name.to_string()))
+    }
+
+    /// The engine of the database `name` while its runtime runs: its
+    /// actions, reads and [`Engine::wait_for`]. `Ok(None)` while it is
+    /// unavailable and has never started.
+    pub fn engine(&self, name: &str) -> Result<Option<Engine>, FleetError> {
+        self.shared
+            .views
+            .lock()
+            .get(name)
+            .map(|(_, engine)| engine.clone())
+            .ok_or_else(|| FleetError::UnknownDatabase(name.to_string()))
+    }
+
+    /// Readiness of the whole fleet, or of the database `name` alone, as
+    /// of the last probe: ready when every database in question is
+    /// available and ready.
+    pub fn readiness(&self, name: Option<&str>) -> Result<FleetReadiness, FleetError> {
+        let statuses = match name {
+            Some(name) => vec![self.database(name)?],
+            None => self.databases(),
+        };
+        let not_ready: Vec<DatabaseStatus> = statuses
+            .into_iter()
+            .filter(|s| s.availability != Availability::Available || s.ready != Some(true))
+            .collect();
+        Ok(FleetReadiness {
+            ready: not_ready.is_empty(),
+            not_ready,
+        })
+    }
+
+    /// Stop refreshing and drain every database's runtime, together.
+    pub async fn stop(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        let members = std::mem::take(&mut *self.shared.members.lock().await);
+        join_all(
+            members
+                .into_values()
+                .filter_map(|m| m.embedded)
+                .map(Embedded::stop),
+        )
+        .await;
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Shared {
+    async fn run_once(&self) {
+        let listed = match self.source.databases().await {
+            Ok(listed) => Some(listed),
+            Err(e) => {
+                tracing::warn!(event = "fleet_source_failed", error = %bounded(e.to_string()));
+                None
+            }
+        };
+        if let Some(listed) = listed {
+            self.follow(listed).await;
+        }
+        let mut members = self.members.lock().await;
+        let probes = members.iter_mut().map(|(name, member)| async move {
+            match &member.embedded {
+                Some(embedded) => {
+                    let report = embedded.readiness.evaluate().await;
+                    (name.clone(), Probe::Report(report))
+                }
+                None => (
+                    name.clone(),
+                    match self.start_member(name, &member.url).await {
+                        Ok(embedded) => {
+                            let report = embedded.readiness.evaluate().await;
+                            member.embedded = Some(embedded);
+                            Probe::Started(report)
+                        }
+                        Err(reason) => Probe::Failed(reason),
+                    },
+                ),
+            }
+        });
+        let outcomes = join_all(probes).await;
+        for (name, probe) in outcomes {
+            let engine = members
+                .get(&name)
+                .and_then(|m| m.embedded.as_ref().map(|e| e.engine.clone()));
+            self.record(&name, probe, engine);
+        }
+    }
+
+    /// Start the databases of `listed` the fleet does not serve yet, and
+    /// drain those no longer listed. A malformed or duplicated entry is
+    /// skipped with a log line: the fleet is running, so it cannot refuse
+    /// to start.
+    async fn follow(&self, listed: Vec<Database>) {
+        let mut valid: BTreeMap<String, String> = BTreeMap::new();
+        for (index, db) in listed.into_iter().enumerate() {
+            if let Err(e) = check_entry(index, &db) {
+                tracing::warn!(event = "fleet_database_skipped", error = %e);
+                continue;
+            }
+            if valid.insert(db.name.clone(), db.url).is_some() {
+                let e = FleetError::Duplicate(db.name);
+                tracing::warn!(event = "fleet_database_skipped", error = %e);
+            }
+        }
+        let gone: Vec<String> = {
+            let members = self.members.lock().await;
+            members
+                .keys()
+                .filter(|name| !valid.contains_key(*name))
+                .cloned()
+                .collect()
+        };
+        for name in gone {
+            let member = self.members.lock().await.remove(&name);
+            self.views.lock().remove(&name);
+            if let Some(embedded) = member.and_then(|m| m.embedded) {
+                embedded.stop().await;
+            }
+            tracing::info!(event = "fleet_database_removed", database = %name);
+        }
+        let new: Vec<Database> = {
+            let members = self.members.lock().await;
+            valid
+                .into_iter()
+                .filter(|(name, _)| !members.contains_key(name))
+                .map(|(name, url)| Database { name, url })
+                .collect()
+        };
+        if !new.is_empty() {
+            self.join(new).await;
+        }
+    }
+
+    /// Start the runtimes of `databases` together and add them.
+    async fn join(&self, databases: Vec<Database>) {
+        let started = join_all(databases.into_iter().map(|db| async move {
+            let outcome = self.start_member(&db.name, &db.url).await;
+            (db, outcome)
+        }))
+        .await;
+        let mut members = self.members.lock().await;
+        for (db, outcome) in started {
+            let (embedded, probe) = match outcome {
+                Ok(embedded) => {
+                    let report = embedded.readiness.evaluate().await;
+                    (Some(embedded), Probe::Started(report))
+                }
+                Err(reason) => (None, Probe::Failed(reason)),
+            };
+            let engine = embedded.as_ref().map(|e| e.engine.clone());
+            members.insert(
+                db.name.clone(),
+                Member {
+                    url: db.url,
+                    embedded,
+                },
+            );
+            self.record(&db.name, probe, engine);
+        }
+    }
+
+    /// Start one database's runtime; the reason, bounded, when it fails.
+    async fn start_member(&self, name: &str, url: &str) -> Result<Embedded, String> {
+        let mut config = self.config.host.clone();
+        config.database_url = url.to_string();
+        Embedded::start(config, self.app.as_ref())
+            .await
+            .map_err(|e| {
+                tracing::debug!(event = "fleet_database_start_failed", database = %name);
+                bounded(redact(&e, url))
+            })
+    }
+
+    /// Record a probe's outcome, logging a change of availability.
+    fn record(&self, name: &str, probe: Probe, engine: Option<Engine>) {
+        let (availability, reason, ready) = match probe {
+            Probe::Started(report) | Probe::Report(report) if report.database == "ok" => {
+                (Availability::Available, None, Some(report.ready))
+            }
+            Probe::Started(_) | Probe::Report(_) => (
+                Availability::Unavailable,
+                Some("the database does not answer".to_string()),
+                None,
+            ),
+            Probe::Failed(reason) => (Availability::Unavailable, Some(reason), None),
+        };
+        let mut views = self.views.lock();
+        let previous = views.get(name).map(|(s, _)| s.clone());
+        let since = match &previous {
+            Some(p) if p.availability == availability => p.since,
+            _ => Utc::now(),
+        };
+        if previous.as_ref().map(|p| p.availability) != Some(availability) {
+            match availability {
+                Availability::Available => {
+                    tracing::info!(event = "fleet_database_available", database = %name)
+                }
+                Availability::Unavailable => tracing::warn!(
+                    event = "fleet_database_unavailable",
+                    database = %name,
+                    reason = reason.as_deref().unwrap_or_default(),
+                ),
+            }
+        }
+        views.insert(
+            name.to_string(),
+            (
+                DatabaseStatus {
+                    name: name.to_string(),
+                    availability,
+                    reason,
+                    since,
+                    ready,
+                },
+                engine,
+            ),
+        );
+    }
+}
+
+/// What a refresh learned of one database.
+enum Probe {
+    /// Its runtime was started now; its first readiness reading.
+    Started(ReadinessReport),
+    /// Its running runtime's readiness reading.
+    Report(ReadinessReport),
+    /// Its runtime could not be started, and why.
+    Failed(String),
+}
+
+/// A start failure's text without the database's URL, should the error
+/// quote it.
+fn redact(error: &HostError, url: &str) -> String {
+    error.to_string().replace(url, "<database url>")
+}
+
+/// Check every entry and refuse duplicated names.
+fn check_entries(databases: &[Database]) -> Result<(), FleetError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (index, db) in databases.iter().enumerate() {
+        check_entry(index, db)?;
+        if !seen.insert(db.name.as_str()) {
+            return Err(FleetError::Duplicate(db.name.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// A name of 1 to 63 characters of `[a-z0-9._-]`, and a PostgreSQL URL.
+fn check_entry(index: usize, db: &Database) -> Result<(), FleetError> {
+    let name_ok = !db.name.is_empty()
+        && db.name.len() <= 63
+        && db.name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'_' || b == b'-'
+        });
+    if !name_ok {
+        return Err(FleetError::InvalidEntry {
+            entry: format!("#{index}"),
+            reason: "the name must be 1 to 63 characters of [a-z0-9._-]",
+        });
+    }
+    if !(db.url.starts_with("postgres://") || db.url.starts_with("postgresql://")) {
+        return Err(FleetError::InvalidEntry {
+            entry: db.name.clone(),
+            reason: "the URL must start with postgres:// or postgresql://",
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flt01_malformed_and_duplicated_entries_are_named() {
+        let url = "postgres://u:secret@db/x";
+        assert!(check_entries(&[Database::new("a", url), Database::new("b", url)]).is_ok());
+        let bad_name = check_entries(&[Database::new("a", url), Database::new("Bad Name", url)]);
+        assert_eq!(
+            bad_name.unwrap_err().to_string(),
+            "database entry #1: the name must be 1 to 63 characters of [a-z0-9._-]"
+        );
+        let bad_url = check_entries(&[Database::new("t1", "mysql://u:secret@db/x")])
+            .unwrap_err()
+            .to_string();
+        assert!(bad_url.starts_with("database entry t1: "), "{bad_url}");
+        assert!(!bad_url.contains("secret"), "{bad_url}");
+        let twice = check_entries(&[Database::new("t1", url), Database::new("t1", url)]);
+        assert_eq!(
+            twice.unwrap_err().to_string(),
+            "database \"t1\" is listed twice"
+        );
+        assert!(!format!("{:?}", Database::new("t1", url)).contains("secret"));
+    }
+}
