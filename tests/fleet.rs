@@ -11,6 +11,8 @@
 //!   `flt01_databases_join_*`; malformed and duplicated entries are
 //!   startup errors naming them: `flt01_a_malformed_*` (and the unit
 //!   tests of `src/host/fleet.rs`)
+//! - FLT-5 one database's lock waiters hold only that database's runner;
+//!   the other database completes: `flt05_*`
 //! - FLT-4 a dependent repair waits, unclaimed and visible as
 //!   `waiting_for`, while its dependency runs, and runs once it
 //!   completed: `flt04_a_dependent_*`; automatic mode starts both and
@@ -637,5 +639,80 @@ async fn flt01_a_malformed_or_duplicated_entry_is_a_startup_error_naming_it() {
             Err(e) => assert_eq!(e.to_string(), expected),
             Ok(_) => panic!("a fleet started; expected {expected}"),
         }
+    }
+}
+
+/// FLT-5: throttling stays local. In database `held`, a session holds a
+/// SHARE lock on `events` and another queues behind it (lock waiters on
+/// the repair's own table; reads such as the bound's capture still pass);
+/// with a lock-waiter limit of 0, `held`'s runner holds its claim as
+/// `lock_waiters` and changes nothing, while database `free`, served by
+/// the same fleet, completes. Once the lock is released, `held`
+/// completes too. Guard: each database's own health monitor (one monitor
+/// for the fleet would hold both, or neither).
+#[actix_rt::test]
+async fn flt05_one_databases_lock_waiters_hold_only_its_runners() {
+    let _serial = SERIAL.lock().await;
+    let names: Vec<String> = (0..2).map(|i| fleet_db_name("local", i)).collect();
+    let held = Database::new("held", create_fleet_db(&names[0]).await);
+    let free = Database::new("free", create_fleet_db(&names[1]).await);
+    let mut holder = AsyncPgConnection::establish(&held.url).await.unwrap();
+    holder
+        .batch_execute("BEGIN; LOCK TABLE events IN SHARE MODE")
+        .await
+        .unwrap();
+    let url = held.url.clone();
+    let waiter = actix_rt::spawn(async move {
+        let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+        conn.batch_execute("BEGIN; LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE; COMMIT")
+            .await
+            .unwrap();
+    });
+    let mut wait = Deadline::new("a session queues for a lock on events");
+    while scalar_at(
+        &held.url,
+        "SELECT count(*) AS v FROM pg_locks WHERE NOT granted AND relation = 'events'::regclass",
+    )
+    .await
+        == 0
+    {
+        wait.tick().await;
+    }
+    let mut config = fleet_config();
+    config.host.health.thresholds.max_lock_waiters = Some(0);
+    config.host.health.interval = Duration::from_millis(50);
+    let fleet = Fleet::start(config, vec![held.clone(), free.clone()], events_registry())
+        .await
+        .unwrap();
+    wait_completed(&fleet, "free").await;
+    let mut wait = Deadline::new("held's runner records the lock waiters");
+    while scalar_at(
+        &held.url,
+        &format!(
+            "SELECT count(*) AS v FROM backfill WHERE id = '{EVENTS}' AND state = 'running' \
+             AND throttle->>'signal' = 'lock_waiters'"
+        ),
+    )
+    .await
+        == 0
+    {
+        wait.tick().await;
+    }
+    assert_eq!(
+        scalar_at(&held.url, "SELECT count(*) AS v FROM events WHERE n <> 0").await,
+        0,
+        "nothing committed in the throttled database"
+    );
+
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    waiter.await.unwrap();
+    wait_completed(&fleet, "held").await;
+    assert_eq!(
+        scalar_at(&held.url, "SELECT count(*) AS v FROM events WHERE n = 1").await,
+        ROWS
+    );
+    fleet.stop().await;
+    for name in &names {
+        drop_fleet_db(name).await;
     }
 }
