@@ -13,6 +13,11 @@
 //!   tests of `src/host/fleet.rs`)
 //! - FLT-5 one database's lock waiters hold only that database's runner;
 //!   the other database completes: `flt05_*`
+//! - FLT-6 the fleet's HTTP view: every database listed with aggregates,
+//!   a filter by database, a fleet-wide pause that each database audits
+//!   on its own and a database that is down reported, an action on one
+//!   database, readiness of the fleet or of one database, bad input:
+//!   `flt06_*`
 //! - FLT-4 a dependent repair waits, unclaimed and visible as
 //!   `waiting_for`, while its dependency runs, and runs once it
 //!   completed: `flt04_a_dependent_*`; automatic mode starts both and
@@ -711,6 +716,239 @@ async fn flt05_one_databases_lock_waiters_hold_only_its_runners() {
         scalar_at(&held.url, "SELECT count(*) AS v FROM events WHERE n = 1").await,
         ROWS
     );
+    fleet.stop().await;
+    for name in &names {
+        drop_fleet_db(name).await;
+    }
+}
+
+/// `method path` against a fleet's listener with the operator's token
+/// (and a fresh idempotency key unless `key` names one); status and JSON.
+async fn fleet_call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    key: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = Vec::new();
+    if let Some(auth) = &auth {
+        headers.push(("Authorization", auth.as_str()));
+    }
+    if let Some(key) = key {
+        headers.push(("Idempotency-Key", key));
+    }
+    let response = request(addr, method, path, &headers, None).await;
+    let body = serde_json::from_str(&response.text)
+        .unwrap_or_else(|_| panic!("{method} {path}: not JSON: {}", response.text));
+    (response.status, body)
+}
+
+/// FLT-6 through the fleet's HTTP listener, over databases `d0` and `d1`
+/// and a database `down` that does not exist. The repair's run window is
+/// closed, so started backfills stay `running`. A fleet-wide start and
+/// pause answer per database (`down`: 503, reported, not skipped), each
+/// database records its own audit row, and the same request again
+/// replays without a second one. The overview counts databases and
+/// backfills by state; the list filters by database and names `down` as
+/// unavailable; an action limited to one database reaches only it;
+/// `/readyz` gates on the fleet (closed by `down`) or on one database.
+/// Bad input: no token 401, an unknown database 404, an unknown action
+/// 400, each with a JSON body naming the problem. Guards: the per-database
+/// fan-out of actions (without it a database keeps running), the report
+/// of unavailable databases, and the database filter.
+#[actix_rt::test]
+async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
+    use chrono::Timelike;
+    let _serial = SERIAL.lock().await;
+    let names: Vec<String> = (0..2).map(|i| fleet_db_name("view", i)).collect();
+    let d0 = Database::new("d0", create_fleet_db(&names[0]).await);
+    let d1 = Database::new("d1", create_fleet_db(&names[1]).await);
+    let down = Database::new(
+        "down",
+        support::with_database(support::server_url(), "bft_absent_view"),
+    );
+    let hour = u64::from(chrono::Utc::now().hour());
+    let registry = Registry::new()
+        .with(
+            SqlRepair::new(EVENTS, "events")
+                .key("id")
+                .set("n = n + 1")
+                .validate_where("n <> 1")
+                .run_window((hour + 2) % 24, (hour + 3) % 24)
+                .build()
+                .expect("valid repair"),
+        )
+        .unwrap();
+    let mut config = fleet_config();
+    config.host.auto_backfills = false;
+    config.host.admin_auth =
+        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+    let mut fleet = Fleet::start(config, vec![d0.clone(), d1.clone(), down], registry)
+        .await
+        .unwrap();
+    let addr = fleet.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let token = Some(TOKEN);
+
+    let (status, body) = fleet_call(addr, "GET", "/admin/fleet", None, None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("unauthorized"))
+    );
+
+    let start = format!("/admin/fleet/backfills/{EVENTS}/start");
+    let (status, body) = fleet_call(addr, "POST", &start, token, Some("start-1")).await;
+    assert_eq!(status, 200, "{body}");
+    let statuses = |body: &serde_json::Value| -> Vec<(String, u64)> {
+        body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["database"].as_str().unwrap().to_string(),
+                    r["status"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        statuses(&body),
+        [("d0".into(), 200), ("d1".into(), 200), ("down".into(), 503)]
+    );
+    let pause = format!("/admin/fleet/backfills/{EVENTS}/pause");
+    for _ in 0..2 {
+        let (status, body) = fleet_call(addr, "POST", &pause, token, Some("pause-1")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            statuses(&body),
+            [("d0".into(), 200), ("d1".into(), 200), ("down".into(), 503)]
+        );
+        assert_eq!(
+            body["results"][0]["body"]["backfill"]["state"], "paused",
+            "{body}"
+        );
+        assert_eq!(body["results"][2]["body"]["error"], "unavailable", "{body}");
+    }
+    for db in [&d0, &d1] {
+        assert_eq!(
+            scalar_at(
+                &db.url,
+                &format!(
+                    "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{EVENTS}' \
+                     AND action = 'pause' AND outcome = 'applied'"
+                )
+            )
+            .await,
+            1,
+            "{}: one audit row of its own",
+            db.name
+        );
+        assert_eq!(
+            scalar_at(
+                &db.url,
+                &format!(
+                    "SELECT count(*) AS v FROM backfill WHERE id = '{EVENTS}' AND state = 'paused'"
+                )
+            )
+            .await,
+            1
+        );
+    }
+
+    let (status, overview) = fleet_call(addr, "GET", "/admin/fleet", token, None).await;
+    assert_eq!(status, 200, "{overview}");
+    let totals = &overview["totals"];
+    assert_eq!(
+        (
+            &totals["databases"],
+            &totals["available"],
+            &totals["unavailable"]
+        ),
+        (
+            &serde_json::json!(3),
+            &serde_json::json!(2),
+            &serde_json::json!(1)
+        ),
+        "{overview}"
+    );
+    assert_eq!(overview["databases"][0]["name"], "d0");
+    assert_eq!(overview["databases"][0]["backfills"]["paused"], 1);
+    assert_eq!(overview["databases"][2]["availability"], "unavailable");
+    assert!(overview["databases"][2]["reason"].is_string(), "{overview}");
+    assert!(!overview.to_string().contains("postgres://"));
+
+    let (status, list) = fleet_call(addr, "GET", "/admin/fleet/backfills", token, None).await;
+    assert_eq!(status, 200);
+    let listed: Vec<(&str, &str)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["database"].as_str().unwrap(), i["id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(listed, [("d0", EVENTS), ("d1", EVENTS)]);
+    assert_eq!(list["unavailable"][0]["name"], "down");
+    let (_, one) = fleet_call(
+        addr,
+        "GET",
+        "/admin/fleet/backfills?database=d1",
+        token,
+        None,
+    )
+    .await;
+    assert_eq!(one["items"].as_array().unwrap().len(), 1);
+    assert_eq!(one["items"][0]["database"], "d1");
+
+    let resume = format!("/admin/fleet/backfills/{EVENTS}/resume?database=d0");
+    let (status, body) = fleet_call(addr, "POST", &resume, token, Some("resume-1")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(statuses(&body), [("d0".into(), 200)]);
+    assert_eq!(
+        scalar_at(
+            &d1.url,
+            &format!(
+                "SELECT count(*) AS v FROM backfill WHERE id = '{EVENTS}' AND state = 'paused'"
+            )
+        )
+        .await,
+        1,
+        "d1 is left alone"
+    );
+
+    let (status, _) = fleet_call(addr, "GET", "/readyz", None, None).await;
+    assert_eq!(status, 503);
+    let (status, _) = fleet_call(addr, "GET", "/readyz?database=d0", None, None).await;
+    assert_eq!(status, 200);
+    for (method, path, expected, code) in [
+        ("GET", "/readyz?database=nope", 404, "unknown_database"),
+        (
+            "GET",
+            "/admin/fleet/backfills?database=nope",
+            404,
+            "unknown_database",
+        ),
+        (
+            "POST",
+            "/admin/fleet/backfills/events.fix/pause?database=nope",
+            404,
+            "unknown_database",
+        ),
+        (
+            "POST",
+            "/admin/fleet/backfills/events.fix/explode",
+            400,
+            "bad_request",
+        ),
+    ] {
+        let (status, body) = fleet_call(addr, method, path, token, Some("bad-1")).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (expected, Some(code)),
+            "{path}: {body}"
+        );
+        assert!(body["message"].is_string(), "{body}");
+    }
     fleet.stop().await;
     for name in &names {
         drop_fleet_db(name).await;

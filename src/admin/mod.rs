@@ -12,6 +12,7 @@
 
 mod auth;
 mod dry_run;
+mod fleet;
 pub(crate) mod flood;
 mod journal_view;
 mod notifications;
@@ -26,6 +27,11 @@ pub use auth::{
     read_token_file, sha256, AuthConfig, AuthError, Authority, Capability, Principal, OPERATOR,
 };
 pub use dry_run::DRY_RUN_ACTION;
+pub use fleet::{
+    Availability, DatabaseReply, DatabaseStatus, DatabaseSummary, FleetAdmin, FleetBackfill,
+    FleetBackfills, FleetMember, FleetMembers, FleetOverview, FleetReadiness, FleetReply,
+    FleetTotals, StateCounts,
+};
 pub use flood::FloodLimits;
 #[doc(hidden)]
 pub use flood::{FloodGate, Reason as FloodReason};
@@ -137,6 +143,10 @@ pub enum AdminError {
     /// this many seconds.
     #[error("too many rejected requests from this source; retry later")]
     TooManyRequests(u64),
+    /// 404: a fleet request names a database the fleet does not have
+    /// (FLT-6).
+    #[error("no database named {0:?} in the fleet")]
+    UnknownDatabase(String),
     /// 503: a transient database condition (a pool timeout, a lost
     /// connection) that may pass; the message is its bounded, redacted
     /// cause.
@@ -158,6 +168,7 @@ impl AdminError {
             AdminError::Misdirected => 421,
             AdminError::BadRequest(_) => 400,
             AdminError::NotFound => 404,
+            AdminError::UnknownDatabase(_) => 404,
             AdminError::KeyReused => 422,
             AdminError::InvalidSettings(_) => 422,
             AdminError::UnsupportedMediaType => 415,
@@ -180,6 +191,7 @@ impl AdminError {
             AdminError::Misdirected => "misdirected_request",
             AdminError::BadRequest(_) => "bad_request",
             AdminError::NotFound => "not_found",
+            AdminError::UnknownDatabase(_) => "unknown_database",
             AdminError::KeyReused => "idempotency_key_reused",
             AdminError::InvalidSettings(_) => "invalid_settings",
             AdminError::UnsupportedMediaType => "unsupported_media_type",

@@ -18,12 +18,14 @@
 //! databases added at run time join and removed ones are drained.
 
 use super::{AppError, Application, Embedded, HostConfig, HostError};
+use crate::admin::{
+    Admin, Availability, DatabaseStatus, FleetAdmin, FleetMember, FleetMembers, FleetReadiness,
+};
 use crate::engine::Engine;
 use crate::failure::bounded;
 use crate::readiness::ReadinessReport;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use futures_util::future::join_all;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,42 +142,12 @@ pub enum FleetError {
     UnknownDatabase(String),
 }
 
-/// Whether a database of the fleet is being served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Availability {
-    /// Its runtime runs and its last probe reached it.
-    Available,
-    /// It could not be started, or its last probe did not reach it; the
-    /// fleet retries it every refresh.
-    Unavailable,
-}
-
-/// What the fleet knows of one database.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DatabaseStatus {
-    /// The database's name.
-    pub name: String,
-    /// Whether it is being served.
-    pub availability: Availability,
-    /// Why it is unavailable, bounded (never its URL); `None` when
-    /// available.
-    pub reason: Option<String>,
-    /// When its availability last changed, by this process's clock.
-    pub since: DateTime<Utc>,
-    /// Its readiness (section 8 of the contract) at the last probe:
-    /// `Some(true)` ready, `Some(false)` not yet (a required backfill has
-    /// not completed), `None` unknown (unavailable).
-    pub ready: Option<bool>,
-}
-
-/// The fleet's readiness: ready when every database is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FleetReadiness {
-    /// Every database is available and ready.
-    pub ready: bool,
-    /// The databases that keep it closed, with their status.
-    pub not_ready: Vec<DatabaseStatus>,
+/// What readers see of one database.
+#[derive(Clone)]
+struct View {
+    status: DatabaseStatus,
+    /// Its engine and admin service while its runtime runs.
+    served: Option<(Engine, Admin)>,
 }
 
 /// One database's place in the fleet: its runtime while it has one.
@@ -190,6 +162,9 @@ struct Member {
 pub struct Fleet {
     shared: Arc<Shared>,
     task: Option<actix_rt::task::JoinHandle<()>>,
+    /// The listeners opened by [`Fleet::listen`], stopped with the fleet.
+    #[cfg(feature = "http")]
+    servers: Vec<actix_web::dev::ServerHandle>,
 }
 
 /// What the refresh loop and the fleet's readers share.
@@ -203,7 +178,7 @@ struct Shared {
     /// What readers see: a status and, while it runs, the engine of every
     /// database. Locked only to copy or replace entries, never across an
     /// await.
-    views: parking_lot::Mutex<BTreeMap<String, (DatabaseStatus, Option<Engine>)>>,
+    views: parking_lot::Mutex<BTreeMap<String, View>>,
 }
 
 impl Fleet {
@@ -246,6 +221,8 @@ impl Fleet {
         Ok(Self {
             shared,
             task: Some(task),
+            #[cfg(feature = "http")]
+            servers: Vec::new(),
         })
     }
 
@@ -262,7 +239,7 @@ impl Fleet {
             .views
             .lock()
             .values()
-            .map(|(status, _)| status.clone())
+            .map(|view| view.status.clone())
             .collect()
     }
 
@@ -272,7 +249,7 @@ impl Fleet {
             .views
             .lock()
             .get(name)
-            .map(|(status, _)| status.clone())
+            .map(|view| view.status.clone())
             .ok_or_else(|| FleetError::UnknownDatabase(name.to_string()))
     }
 
@@ -284,7 +261,7 @@ impl Fleet {
             .views
             .lock()
             .get(name)
-            .map(|(_, engine)| engine.clone())
+            .map(|view| view.served.as_ref().map(|(engine, _)| engine.clone()))
             .ok_or_else(|| FleetError::UnknownDatabase(name.to_string()))
     }
 
@@ -296,21 +273,61 @@ impl Fleet {
             Some(name) => vec![self.database(name)?],
             None => self.databases(),
         };
-        let not_ready: Vec<DatabaseStatus> = statuses
-            .into_iter()
-            .filter(|s| s.availability != Availability::Available || s.ready != Some(true))
-            .collect();
-        Ok(FleetReadiness {
-            ready: not_ready.is_empty(),
-            not_ready,
-        })
+        Ok(FleetReadiness::of(statuses))
     }
 
-    /// Stop refreshing and drain every database's runtime, together.
+    /// The fleet's admin service (FLT-6): every database's backfills,
+    /// the aggregates, and actions on one database or all, each
+    /// authorized and audited by the database it reaches.
+    pub fn admin(&self) -> FleetAdmin {
+        FleetAdmin::new(
+            self.shared.clone(),
+            self.shared.config.host.admin_auth.clone(),
+        )
+    }
+
+    /// Serve the fleet's HTTP boundary on `addr` (feature `http`): `GET
+    /// /admin/fleet`, `GET /admin/fleet/backfills`, `POST
+    /// /admin/fleet/backfills/{id}/{action}`, `GET /readyz` (with
+    /// `?database=` for one database) and `GET /livez`. Returns the
+    /// address bound (port 0 asks for a free one); the listener stops
+    /// with the fleet.
+    #[cfg(feature = "http")]
+    pub fn listen(&mut self, addr: std::net::SocketAddr) -> std::io::Result<std::net::SocketAddr> {
+        let routes = crate::http::fleet::FleetRoutes::new(self.admin());
+        let grace = self
+            .shared
+            .config
+            .host
+            .runtime
+            .shutdown_grace
+            .as_secs()
+            .max(1);
+        let server = actix_web::HttpServer::new(move || {
+            let routes = routes.clone();
+            actix_web::App::new()
+                .wrap(crate::http::security_headers())
+                .configure(move |cfg| routes.configure(cfg))
+        })
+        .disable_signals()
+        .shutdown_timeout(grace)
+        .workers(1)
+        .bind(addr)?;
+        let bound = server.addrs().first().copied().unwrap_or(addr);
+        let server = server.run();
+        self.servers.push(server.handle());
+        actix_rt::spawn(server);
+        Ok(bound)
+    }
+
+    /// Stop refreshing and the listeners, and drain every database's
+    /// runtime, together.
     pub async fn stop(mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        #[cfg(feature = "http")]
+        join_all(self.servers.iter().map(|server| server.stop(true))).await;
         let members = std::mem::take(&mut *self.shared.members.lock().await);
         join_all(
             members
@@ -364,10 +381,10 @@ impl Shared {
         });
         let outcomes = join_all(probes).await;
         for (name, probe) in outcomes {
-            let engine = members
+            let served = members
                 .get(&name)
-                .and_then(|m| m.embedded.as_ref().map(|e| e.engine.clone()));
-            self.record(&name, probe, engine);
+                .and_then(|m| m.embedded.as_ref().map(served));
+            self.record(&name, probe, served);
         }
     }
 
@@ -432,7 +449,7 @@ impl Shared {
                 }
                 Err(reason) => (None, Probe::Failed(reason)),
             };
-            let engine = embedded.as_ref().map(|e| e.engine.clone());
+            let served = embedded.as_ref().map(served);
             members.insert(
                 db.name.clone(),
                 Member {
@@ -440,7 +457,7 @@ impl Shared {
                     embedded,
                 },
             );
-            self.record(&db.name, probe, engine);
+            self.record(&db.name, probe, served);
         }
     }
 
@@ -457,7 +474,7 @@ impl Shared {
     }
 
     /// Record a probe's outcome, logging a change of availability.
-    fn record(&self, name: &str, probe: Probe, engine: Option<Engine>) {
+    fn record(&self, name: &str, probe: Probe, served: Option<(Engine, Admin)>) {
         let (availability, reason, ready) = match probe {
             Probe::Started(report) | Probe::Report(report) if report.database == "ok" => {
                 (Availability::Available, None, Some(report.ready))
@@ -470,7 +487,7 @@ impl Shared {
             Probe::Failed(reason) => (Availability::Unavailable, Some(reason), None),
         };
         let mut views = self.views.lock();
-        let previous = views.get(name).map(|(s, _)| s.clone());
+        let previous = views.get(name).map(|v| v.status.clone());
         let since = match &previous {
             Some(p) if p.availability == availability => p.since,
             _ => Utc::now(),
@@ -489,17 +506,35 @@ impl Shared {
         }
         views.insert(
             name.to_string(),
-            (
-                DatabaseStatus {
+            View {
+                status: DatabaseStatus {
                     name: name.to_string(),
                     availability,
                     reason,
                     since,
                     ready,
                 },
-                engine,
-            ),
+                served,
+            },
         );
+    }
+}
+
+/// A running database's engine and admin service, for readers.
+fn served(embedded: &Embedded) -> (Engine, Admin) {
+    (embedded.engine.clone(), embedded.admin())
+}
+
+impl FleetMembers for Shared {
+    fn members(&self) -> Vec<FleetMember> {
+        self.views
+            .lock()
+            .values()
+            .map(|view| FleetMember {
+                status: view.status.clone(),
+                admin: view.served.as_ref().map(|(_, admin)| admin.clone()),
+            })
+            .collect()
     }
 }
 

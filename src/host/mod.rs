@@ -25,10 +25,8 @@ mod server;
 mod spawned;
 mod wake;
 
-pub use fleet::{
-    Availability, Database, DatabaseSource, DatabaseStatus, Fleet, FleetConfig, FleetError,
-    FleetReadiness,
-};
+pub use crate::admin::{Availability, DatabaseStatus, FleetReadiness};
+pub use fleet::{Database, DatabaseSource, Fleet, FleetConfig, FleetError};
 #[cfg(feature = "http")]
 pub use server::Host;
 pub use spawned::Spawned;

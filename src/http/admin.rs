@@ -182,7 +182,7 @@ async fn no_route() -> HttpResponse {
 }
 
 /// Headers of one request, owned.
-struct Meta {
+pub(super) struct Meta {
     source: Option<std::net::IpAddr>,
     bearer: Option<String>,
     idempotency_key: Option<String>,
@@ -194,7 +194,7 @@ struct Meta {
 }
 
 impl Meta {
-    fn from(req: &HttpRequest) -> Self {
+    pub(super) fn from(req: &HttpRequest) -> Self {
         let header = |name: &str| {
             req.headers()
                 .get(name)
@@ -235,7 +235,7 @@ impl Meta {
         }
     }
 
-    fn as_meta(&self) -> RequestMeta<'_> {
+    pub(super) fn as_meta(&self) -> RequestMeta<'_> {
         RequestMeta {
             bearer: self.bearer.as_deref(),
             idempotency_key: self.idempotency_key.as_deref(),
@@ -249,7 +249,7 @@ impl Meta {
     }
 }
 
-fn error(e: &AdminError) -> HttpResponse {
+pub(super) fn error(e: &AdminError) -> HttpResponse {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::build(status);
     match e {
@@ -268,7 +268,7 @@ fn error(e: &AdminError) -> HttpResponse {
     response.json(e.body())
 }
 
-fn render<T: serde::Serialize>(result: Result<T, AdminError>) -> HttpResponse {
+pub(super) fn render<T: serde::Serialize>(result: Result<T, AdminError>) -> HttpResponse {
     match result {
         Ok(body) => HttpResponse::Ok().json(body),
         Err(e) => error(&e),
@@ -284,7 +284,7 @@ fn reply(result: Result<Reply, AdminError>) -> HttpResponse {
     }
 }
 
-fn query<T: for<'de> Deserialize<'de>>(req: &HttpRequest) -> Result<T, AdminError> {
+pub(super) fn query<T: for<'de> Deserialize<'de>>(req: &HttpRequest) -> Result<T, AdminError> {
     web::Query::<T>::from_query(req.query_string())
         .map(web::Query::into_inner)
         .map_err(|_| AdminError::BadRequest("malformed query parameters".into()))

@@ -4,6 +4,7 @@
 //! state of its own (ADM-1).
 
 pub mod admin;
+pub mod fleet;
 mod headers;
 pub mod metrics;
 pub mod serving;

@@ -1,0 +1,463 @@
+//! One view of a fleet (FLT-6): every database's backfills, with
+//! per-database and fleet-wide aggregates, and an action on one database
+//! or on all of them.
+//!
+//! The fleet has no state of its own: each answer is assembled from every
+//! database's own admin service, so each database authorizes, audits and
+//! answers for itself (AUD-1 stays per database), and a database that is
+//! unavailable is reported with its reason, never left out in silence.
+//! Only the first check, that the caller holds the capability at all,
+//! happens here, before any database is asked.
+
+use super::{Admin, AdminError, BackfillView, Capability, Reply, RequestMeta, MAX_PAGE};
+use crate::failure::bounded;
+use crate::lifecycle::{Action, State};
+use chrono::{DateTime, Utc};
+use futures_util::future::join_all;
+use serde::Serialize;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Whether a database of a fleet is being served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Availability {
+    /// Its runtime runs and its last probe reached it.
+    Available,
+    /// It could not be started, or its last probe did not reach it; the
+    /// fleet retries it every refresh.
+    Unavailable,
+}
+
+/// What the fleet knows of one database.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DatabaseStatus {
+    /// The database's name.
+    pub name: String,
+    /// Whether it is being served.
+    pub availability: Availability,
+    /// Why it is unavailable, bounded (never its URL); `None` when
+    /// available.
+    pub reason: Option<String>,
+    /// When its availability last changed, by this process's clock.
+    pub since: DateTime<Utc>,
+    /// Its readiness (section 8 of the contract) at the last probe:
+    /// `Some(true)` ready, `Some(false)` not yet (a required backfill has
+    /// not completed), `None` unknown (unavailable).
+    pub ready: Option<bool>,
+}
+
+/// The fleet's readiness: ready when every database in question is
+/// available and ready.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetReadiness {
+    /// Every database in question is available and ready.
+    pub ready: bool,
+    /// The databases that keep it closed, with their status.
+    pub not_ready: Vec<DatabaseStatus>,
+}
+
+impl FleetReadiness {
+    /// Readiness over `statuses`.
+    pub fn of(statuses: Vec<DatabaseStatus>) -> Self {
+        let not_ready: Vec<DatabaseStatus> = statuses
+            .into_iter()
+            .filter(|s| s.availability != Availability::Available || s.ready != Some(true))
+            .collect();
+        Self {
+            ready: not_ready.is_empty(),
+            not_ready,
+        }
+    }
+}
+
+/// One database as the fleet's admin view reaches it: its status and,
+/// while its runtime runs, its admin service.
+#[derive(Clone)]
+pub struct FleetMember {
+    /// The database's status.
+    pub status: DatabaseStatus,
+    /// Its admin service; `None` while it has never started.
+    pub admin: Option<Admin>,
+}
+
+/// Where the fleet's admin view finds the databases (the host's fleet).
+pub trait FleetMembers: Send + Sync + 'static {
+    /// Every database, by name.
+    fn members(&self) -> Vec<FleetMember>;
+}
+
+/// How many of a database's backfills are in each state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StateCounts {
+    /// `pending`.
+    pub pending: u32,
+    /// `running`.
+    pub running: u32,
+    /// `paused`.
+    pub paused: u32,
+    /// `blocked`.
+    pub blocked: u32,
+    /// `failed`.
+    pub failed: u32,
+    /// `validating`.
+    pub validating: u32,
+    /// `completed`.
+    pub completed: u32,
+}
+
+impl StateCounts {
+    fn add(&mut self, state: State) {
+        let slot = match state {
+            State::Pending => &mut self.pending,
+            State::Running => &mut self.running,
+            State::Paused => &mut self.paused,
+            State::Blocked => &mut self.blocked,
+            State::Failed => &mut self.failed,
+            State::Validating => &mut self.validating,
+            State::Completed => &mut self.completed,
+        };
+        *slot += 1;
+    }
+
+    fn total(&self) -> u32 {
+        self.pending
+            + self.running
+            + self.paused
+            + self.blocked
+            + self.failed
+            + self.validating
+            + self.completed
+    }
+}
+
+/// One database in the fleet's overview.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DatabaseSummary {
+    /// Its availability and readiness.
+    #[serde(flatten)]
+    pub status: DatabaseStatus,
+    /// Its backfills by state; all zero when it could not be read.
+    pub backfills: StateCounts,
+    /// Rows per second over its running backfills (OBS-5); `null` when
+    /// none has a known rate.
+    pub rows_per_second: Option<f64>,
+    /// Seconds until its slowest running backfill ends, from its rate and
+    /// remaining rows, of those whose total is known; `null` otherwise.
+    pub eta_seconds: Option<f64>,
+    /// Why its backfills could not be read (it answered the probe but not
+    /// this read), bounded; `null` otherwise.
+    pub error: Option<String>,
+}
+
+/// The fleet-wide aggregates.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FleetTotals {
+    /// Databases in the fleet.
+    pub databases: u32,
+    /// Databases being served.
+    pub available: u32,
+    /// Databases unavailable (not started, or not answering).
+    pub unavailable: u32,
+    /// Available databases whose every backfill is `completed`.
+    pub completed: u32,
+    /// Databases with a backfill `running` or `validating`.
+    pub running: u32,
+    /// Databases with a backfill `blocked` or `failed` (an operator's
+    /// turn).
+    pub blocked: u32,
+    /// Rows per second over the whole fleet.
+    pub rows_per_second: f64,
+    /// The slowest database's `eta_seconds`; `null` when none is known.
+    pub eta_seconds: Option<f64>,
+}
+
+/// `GET /admin/fleet`: every database and the fleet's totals.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetOverview {
+    /// Every database, by name.
+    pub databases: Vec<DatabaseSummary>,
+    /// The aggregates over them.
+    pub totals: FleetTotals,
+}
+
+/// One backfill of one database.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetBackfill {
+    /// The database that holds it.
+    pub database: String,
+    /// The backfill as that database's admin view shows it.
+    #[serde(flatten)]
+    pub view: BackfillView,
+}
+
+/// `GET /admin/fleet/backfills`: the backfills of every database (or of
+/// one), and the databases that could not be read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetBackfills {
+    /// Backfills by database, then ID; at most 500 per database.
+    pub items: Vec<FleetBackfill>,
+    /// The databases not listed, each with why.
+    pub unavailable: Vec<DatabaseStatus>,
+}
+
+/// What one database answered to a fleet action.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DatabaseReply {
+    /// The database.
+    pub database: String,
+    /// Its HTTP status: its own answer, or 503 when it is unavailable.
+    pub status: u16,
+    /// Its JSON answer, or the error body.
+    pub body: Value,
+}
+
+/// `POST /admin/fleet/backfills/{id}/{action}`: each database's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetReply {
+    /// One answer per database acted on, by name.
+    pub results: Vec<DatabaseReply>,
+}
+
+/// The fleet's admin service over a host's [`FleetMembers`].
+#[derive(Clone)]
+pub struct FleetAdmin {
+    members: Arc<dyn FleetMembers>,
+    auth: super::AuthConfig,
+}
+
+impl FleetAdmin {
+    /// The admin view over `members`; `auth` is the databases' own
+    /// authentication, checked once here before any database is asked.
+    pub fn new(members: Arc<dyn FleetMembers>, auth: super::AuthConfig) -> Self {
+        Self { members, auth }
+    }
+
+    /// Refuse a caller without `capability`, before any database is asked.
+    fn authorize(&self, meta: &RequestMeta<'_>, capability: Capability) -> Result<(), AdminError> {
+        let authority = self
+            .auth
+            .authenticate(meta.bearer)
+            .ok_or(AdminError::Unauthorized)?;
+        if authority.can(capability) {
+            Ok(())
+        } else {
+            Err(AdminError::Forbidden(capability))
+        }
+    }
+
+    /// The members, only `database` when one is named (404 when unknown).
+    fn chosen(&self, database: Option<&str>) -> Result<Vec<FleetMember>, AdminError> {
+        let members = self.members.members();
+        match database {
+            None => Ok(members),
+            Some(name) => {
+                let one: Vec<FleetMember> = members
+                    .into_iter()
+                    .filter(|m| m.status.name == name)
+                    .collect();
+                if one.is_empty() {
+                    Err(AdminError::UnknownDatabase(bounded(name)))
+                } else {
+                    Ok(one)
+                }
+            }
+        }
+    }
+
+    /// Readiness of the whole fleet, or of `database` alone (404 when
+    /// unknown), as of the last probe. Unauthenticated, like `/readyz`.
+    pub fn readiness(&self, database: Option<&str>) -> Result<FleetReadiness, AdminError> {
+        let members = self.chosen(database)?;
+        Ok(FleetReadiness::of(
+            members.into_iter().map(|m| m.status).collect(),
+        ))
+    }
+
+    /// Every database's backfills (or one database's), read from each
+    /// database now; needs `backfill:read`.
+    pub async fn backfills(
+        &self,
+        meta: &RequestMeta<'_>,
+        database: Option<&str>,
+    ) -> Result<FleetBackfills, AdminError> {
+        self.authorize(meta, Capability::Read)?;
+        let members = self.chosen(database)?;
+        let pages = join_all(members.iter().map(|m| async move {
+            match (&m.admin, m.status.availability) {
+                (Some(admin), Availability::Available) => {
+                    Some(admin.list(meta, None, Some(MAX_PAGE)).await)
+                }
+                _ => None,
+            }
+        }))
+        .await;
+        let mut out = FleetBackfills {
+            items: Vec::new(),
+            unavailable: Vec::new(),
+        };
+        for (member, page) in members.into_iter().zip(pages) {
+            match page {
+                Some(Ok(page)) => {
+                    out.items
+                        .extend(page.items.into_iter().map(|view| FleetBackfill {
+                            database: member.status.name.clone(),
+                            view,
+                        }))
+                }
+                Some(Err(e)) if matches!(e.status(), 401 | 403 | 421) => return Err(e),
+                Some(Err(e)) => out.unavailable.push(DatabaseStatus {
+                    availability: Availability::Unavailable,
+                    reason: Some(bounded(e.to_string())),
+                    ready: None,
+                    ..member.status
+                }),
+                None => out.unavailable.push(member.status),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every database with its backfills by state, rates and ETA, and the
+    /// fleet's totals; needs `backfill:read`.
+    pub async fn overview(&self, meta: &RequestMeta<'_>) -> Result<FleetOverview, AdminError> {
+        self.authorize(meta, Capability::Read)?;
+        let members = self.members.members();
+        let pages = join_all(members.iter().map(|m| async move {
+            match (&m.admin, m.status.availability) {
+                (Some(admin), Availability::Available) => {
+                    Some(admin.list(meta, None, Some(MAX_PAGE)).await)
+                }
+                _ => None,
+            }
+        }))
+        .await;
+        let mut totals = FleetTotals::default();
+        let mut databases = Vec::new();
+        for (member, page) in members.into_iter().zip(pages) {
+            let summary = summarize(member.status, page);
+            totals.add(&summary);
+            databases.push(summary);
+        }
+        Ok(FleetOverview { databases, totals })
+    }
+
+    /// `action` on the backfill `id` in every database (or in one): one
+    /// request to each database's own admin service, which authorizes,
+    /// audits and answers it in that database, with the same idempotency
+    /// key, so a retry of the whole request replays every answer (ADM-4).
+    /// An unavailable database answers 503; it is never skipped.
+    pub async fn act(
+        &self,
+        meta: &RequestMeta<'_>,
+        database: Option<&str>,
+        id: &str,
+        action: Action,
+    ) -> Result<FleetReply, AdminError> {
+        self.authorize(meta, Capability::Operate)?;
+        let members = self.chosen(database)?;
+        let replies = join_all(members.iter().map(|m| async move {
+            match (&m.admin, m.status.availability) {
+                (Some(admin), Availability::Available) => Some(admin.act(meta, id, action).await),
+                _ => None,
+            }
+        }))
+        .await;
+        let results = members
+            .into_iter()
+            .zip(replies)
+            .map(|(member, reply)| {
+                let (status, body) = match reply {
+                    Some(Ok(Reply { status, body })) => (status, body),
+                    Some(Err(e)) => (
+                        e.status(),
+                        serde_json::to_value(e.body()).unwrap_or_default(),
+                    ),
+                    None => {
+                        let e = AdminError::Unavailable(
+                            member
+                                .status
+                                .reason
+                                .clone()
+                                .unwrap_or_else(|| "the database is unavailable".into()),
+                        );
+                        (
+                            e.status(),
+                            serde_json::to_value(e.body()).unwrap_or_default(),
+                        )
+                    }
+                };
+                DatabaseReply {
+                    database: member.status.name,
+                    status,
+                    body,
+                }
+            })
+            .collect();
+        Ok(FleetReply { results })
+    }
+}
+
+/// One database's summary from its status and, when it was asked, its
+/// list of backfills.
+fn summarize(
+    status: DatabaseStatus,
+    page: Option<Result<super::BackfillPage, AdminError>>,
+) -> DatabaseSummary {
+    let mut summary = DatabaseSummary {
+        status,
+        backfills: StateCounts::default(),
+        rows_per_second: None,
+        eta_seconds: None,
+        error: None,
+    };
+    match page {
+        Some(Ok(page)) => {
+            for view in &page.items {
+                summary.backfills.add(view.state);
+                if !matches!(view.state, State::Running | State::Validating) {
+                    continue;
+                }
+                let Some(rate) = view.progress.rows_per_second.filter(|r| *r > 0.0) else {
+                    continue;
+                };
+                summary.rows_per_second = Some(summary.rows_per_second.unwrap_or(0.0) + rate);
+                if let Some(total) = view.progress.total_rows {
+                    let left = (total - view.progress.rows_done).max(0) as f64 / rate;
+                    summary.eta_seconds = Some(summary.eta_seconds.map_or(left, |e| e.max(left)));
+                }
+            }
+        }
+        Some(Err(e)) => summary.error = Some(bounded(e.to_string())),
+        None => {}
+    }
+    summary
+}
+
+impl FleetTotals {
+    fn add(&mut self, db: &DatabaseSummary) {
+        self.databases += 1;
+        match db.status.availability {
+            Availability::Available => self.available += 1,
+            Availability::Unavailable => self.unavailable += 1,
+        }
+        let counts = &db.backfills;
+        if db.status.availability == Availability::Available
+            && db.error.is_none()
+            && counts.total() > 0
+            && counts.completed == counts.total()
+        {
+            self.completed += 1;
+        }
+        if counts.running + counts.validating > 0 {
+            self.running += 1;
+        }
+        if counts.blocked + counts.failed > 0 {
+            self.blocked += 1;
+        }
+        self.rows_per_second += db.rows_per_second.unwrap_or(0.0);
+        if let Some(eta) = db.eta_seconds {
+            self.eta_seconds = Some(self.eta_seconds.map_or(eta, |e| e.max(eta)));
+        }
+    }
+}
