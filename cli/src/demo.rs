@@ -8,6 +8,7 @@
 //! `--exit-when-done`, until every required backfill is `completed`).
 
 use crate::example::{self, ExampleApp, ExampleError};
+use crate::fleet_demo::{self, FleetDemo, FleetDemoError, FleetExit};
 use crate::screen::{self, Column, Row, Screen, Table};
 use backfill::__private::store::{self, StoreError};
 use backfill::admin::BackfillView;
@@ -33,6 +34,8 @@ pub struct DemoConfig {
     pub admin_listen: SocketAddr,
     pub batch_size: u32,
     pub operator_token: Option<String>,
+    /// Above 1: a fleet of this many tenant databases (`FleetDemo`).
+    pub databases: u32,
 }
 
 /// Why the demo could not run.
@@ -46,6 +49,8 @@ pub enum DemoError {
     Ephemeral(#[from] EphemeralError),
     #[error("example application: {0}")]
     Example(#[from] ExampleError),
+    #[error(transparent)]
+    Fleet(#[from] FleetDemoError),
     #[error("{0}")]
     Other(String),
 }
@@ -199,6 +204,24 @@ async fn run_on<S: std::future::Future<Output = ()>>(
     config: &DemoConfig,
     mut signal: std::pin::Pin<&mut S>,
 ) -> Result<DemoExit, DemoError> {
+    if config.databases > 1 {
+        let fleet = FleetDemo {
+            databases: config.databases,
+            rows: config.rows,
+            bad_rows: config.bad_rows,
+            database_name: config.database_name.clone(),
+            exit_when_done: config.exit_when_done,
+            admin_listen: config.admin_listen,
+            batch_size: config.batch_size,
+            operator_token: config.operator_token.clone(),
+        };
+        return Ok(
+            match fleet_demo::run_on(server_url, &fleet, signal).await? {
+                FleetExit::Done => DemoExit::Done,
+                FleetExit::Stuck => DemoExit::Stuck,
+            },
+        );
+    }
     let host = tokio::select! {
         host = start_host(server_url, config) => host?,
         _ = signal.as_mut() => return Ok(DemoExit::Done),

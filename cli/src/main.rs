@@ -333,6 +333,11 @@ struct DemoArgs {
     /// Operator token (default: random, printed).
     #[arg(long, env = "BACKFILL_OPERATOR_TOKEN", hide_env_values = true)]
     operator_token: Option<String>,
+    /// Tenant databases, 1 to 16: above 1, one fleet serves that many
+    /// databases (`<database-name>_t01` ..), each seeded with its share
+    /// of the events, and the fleet's view listens on --admin-listen.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    databases: u32,
 }
 
 #[derive(Args, Debug)]
@@ -480,6 +485,7 @@ fn run(cli: Cli, token_on_argv: bool) -> anyhow::Result<i32> {
                 admin_listen: args.admin_listen,
                 batch_size: args.batch_size,
                 operator_token: args.operator_token,
+                databases: args.databases,
             };
             actix_rt::System::new().block_on(async move {
                 match backfill_cli::demo::run(config)

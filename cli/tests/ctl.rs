@@ -1,6 +1,7 @@
 //! `backfill ctl` against a live admin server (ADM-1, ADM-3, CT-11 client
-//! part; OBS-5 the server's rate: `obs05_*`): the real binary, the real
-//! HTTP server, a real PostgreSQL.
+//! part; OBS-5 the server's rate: `obs05_*`; FLT-6 `ctl fleet` against the
+//! fleet demo's listener: `flt06_*`): the real binary, the real HTTP
+//! server, a real PostgreSQL.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -895,4 +896,133 @@ async fn obs05_ctl_list_and_show_print_the_servers_rate() {
         show.stdout
     );
     server.stop().await;
+}
+
+/// FLT-1, FLT-6 end to end: `backfill demo --databases 3` creates three
+/// tenant databases, one fleet serves them, and `ctl fleet status` shows
+/// each database and the totals until all three completed every backfill;
+/// a fleet-wide pause of a completed backfill is refused by every
+/// database, one line each, exit 3; a malformed `--database` is exit 2
+/// before anything is sent; SIGTERM drains the fleet and the demo exits 0.
+/// Guards: the demo's fleet path (one database would show one row) and
+/// the CLI's per-database lines and exit code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flt06_ctl_fleet_status_and_actions_against_the_fleet_demo() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let prefix = format!("bft_fleetdemo_{}", std::process::id());
+    let token = "fleet-demo-token-0123456789";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args(["demo", "--databases", "3", "--rows", "3000"])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(["--database-name", &prefix])
+        .env("DATABASE_URL", support::server_url())
+        .env("BACKFILL_OPERATOR_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the demo");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let url = loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("the demo prints its fleet address");
+        if let Some(rest) = line.strip_prefix("fleet     http://") {
+            let addr = rest.split('/').next().unwrap().to_string();
+            break format!("http://{addr}");
+        }
+    };
+    let mut wait = support::Deadline::new("every tenant database completes");
+    loop {
+        let out = ctl(&url, Some(token), &["fleet", "status", "--json"]).await;
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let body: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        if body["totals"]["completed"] == 3 {
+            break;
+        }
+        // Each poll is a process of its own: poll a few times a second.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        wait.tick().await;
+    }
+    let out = ctl(&url, Some(token), &["fleet", "status"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for name in ["t01", "t02", "t03"] {
+        assert!(
+            out.stdout
+                .lines()
+                .any(|l| l.starts_with(name) && l.contains("4 completed")),
+            "{}",
+            out.stdout
+        );
+    }
+    assert!(
+        out.stdout
+            .contains("fleet: 3 databases (3 available, 0 unavailable); 3 completed"),
+        "{}",
+        out.stdout
+    );
+
+    let id = backfill_cli::example::AUTHOR_NORM_ID;
+    let out = ctl(&url, Some(token), &["fleet", "pause", id]).await;
+    assert_eq!(out.code, 3, "{} {}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    assert!(
+        lines[0].starts_with(&format!("t01: pause {id}: HTTP 409")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("3 of 3 databases did not accept it"),
+        "{}",
+        out.stderr
+    );
+    let out = ctl(
+        &url,
+        Some(token),
+        &["fleet", "pause", id, "--database", "Bad Name"],
+    )
+    .await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("is not a database name"),
+        "{}",
+        out.stderr
+    );
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    for i in 1..=3 {
+        let mut conn =
+            <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(
+                support::server_url(),
+            )
+            .await
+            .unwrap();
+        diesel_async::SimpleAsyncConnection::batch_execute(
+            &mut conn,
+            &format!("DROP DATABASE IF EXISTS {prefix}_t{i:02} WITH (FORCE)"),
+        )
+        .await
+        .unwrap();
+    }
 }

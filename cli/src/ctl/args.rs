@@ -88,6 +88,11 @@ pub enum CtlCommand {
         #[arg(long, default_value_t = 50)]
         limit: i64,
     },
+    /// A fleet of databases (served by a fleet's listener): each database
+    /// with its availability and backfills, and the fleet's totals; or an
+    /// action on a backfill in every database, or in one.
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// Live table with progress bars, rows/s and ETA.
     Watch {
         /// Only this backfill.
@@ -99,6 +104,32 @@ pub enum CtlCommand {
         #[arg(long)]
         count: Option<u64>,
     },
+}
+
+/// `backfill ctl fleet` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Every database: availability, readiness, backfills by state,
+    /// rows/s and ETA; then the fleet's totals.
+    Status,
+    /// Start the backfill in every database (or in `--database`).
+    Start(FleetAction),
+    /// Pause the backfill in every database (or in `--database`).
+    Pause(FleetAction),
+    /// Resume the backfill in every database (or in `--database`).
+    Resume(FleetAction),
+    /// Retry the backfill in every database (or in `--database`).
+    Retry(FleetAction),
+}
+
+/// The backfill a fleet action names, and the one database it is limited
+/// to, if any.
+#[derive(Debug, Args)]
+pub struct FleetAction {
+    pub id: String,
+    /// Only this database of the fleet.
+    #[arg(long)]
+    pub database: Option<String>,
 }
 
 /// `backfill ctl journal` subcommands.
@@ -246,4 +277,12 @@ pub(super) fn in_flag_words(message: &str) -> String {
     }
     flush(&mut word, &mut out);
     out.replace("clear one with null", "clear one with --clear NAME")
+}
+
+/// The ID as it goes into a path. Stable IDs are URL-safe by
+/// construction; anything else is a typo.
+pub(super) fn checked_id(id: &str) -> Result<String, CtlError> {
+    backfill::repair::validate_id(id)
+        .map(|()| id.to_string())
+        .map_err(|_| CtlError::Usage(format!("{:?} is not a stable backfill ID", one_line(id))))
 }

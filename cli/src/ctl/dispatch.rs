@@ -1,10 +1,13 @@
 //! Each `backfill ctl` command: what it sends to the admin API and how it
 //! prints the answer, as tables or as the API's own JSON (`--json`).
 
-use super::args::{in_flag_words, CtlArgs, CtlCommand, JournalCommand, SetArgs};
+use super::args::{
+    checked_id, in_flag_words, CtlArgs, CtlCommand, FleetCommand, JournalCommand, SetArgs,
+};
 use super::client::{decode, list_all, Client};
 use super::detail::{detail, settings_line};
-use super::error::{one_line, CtlError};
+use super::error::CtlError;
+use super::output::print_json;
 use super::table::table;
 use super::watch::watch;
 use crate::screen;
@@ -38,6 +41,7 @@ pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
         CtlCommand::Undo { id } => undo(&client, id, json).await,
         CtlCommand::Journal(JournalCommand::Prune { id }) => prune(&client, id, json).await,
         CtlCommand::Set(set) => set_settings(&client, set, json).await,
+        CtlCommand::Fleet(command) => super::fleet::run(&client, command, json).await,
         CtlCommand::Audit { id, limit } => audit(&client, id, *limit, json).await,
         CtlCommand::History { id, limit } => history(&client, id, *limit, json).await,
         CtlCommand::Watch {
@@ -68,6 +72,12 @@ fn checked_reason(args: &CtlArgs) -> Result<Option<&str>, CtlError> {
             | CtlCommand::Undo { .. }
             | CtlCommand::Journal(_)
             | CtlCommand::Set(_)
+            | CtlCommand::Fleet(
+                FleetCommand::Start(_)
+                    | FleetCommand::Pause(_)
+                    | FleetCommand::Resume(_)
+                    | FleetCommand::Retry(_)
+            )
     );
     if !action {
         return Err(CtlError::Usage(
@@ -89,14 +99,6 @@ fn checked_reason(args: &CtlArgs) -> Result<Option<&str>, CtlError> {
     Ok(Some(reason))
 }
 
-/// The ID as it goes into a path. Stable IDs are URL-safe by
-/// construction; anything else is a typo.
-fn checked_id(id: &str) -> Result<String, CtlError> {
-    backfill::repair::validate_id(id)
-        .map(|()| id.to_string())
-        .map_err(|_| CtlError::Usage(format!("{:?} is not a stable backfill ID", one_line(id))))
-}
-
 /// The seconds between `watch` refreshes, if they make sense.
 fn checked_interval(interval: f64) -> Result<f64, CtlError> {
     // A day at most: `Duration` cannot hold every float, and an operator
@@ -107,13 +109,6 @@ fn checked_interval(interval: f64) -> Result<f64, CtlError> {
         ));
     }
     Ok(interval)
-}
-
-fn print_json(value: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    );
 }
 
 /// `list`: every backfill, page after page.

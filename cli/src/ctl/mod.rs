@@ -14,13 +14,15 @@ mod detail;
 mod dispatch;
 mod dry_run;
 mod error;
+mod fleet;
+mod output;
 mod partitions;
 #[cfg(test)]
 mod sample;
 mod table;
 mod watch;
 
-pub use args::{CtlArgs, CtlCommand, SetArgs};
+pub use args::{CtlArgs, CtlCommand, FleetAction, FleetCommand, SetArgs};
 pub use error::{
     CtlError, EXIT_CONFLICT, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_SERVER, EXIT_UNAUTHORIZED,
     EXIT_USAGE,
