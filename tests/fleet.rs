@@ -753,7 +753,8 @@ async fn fleet_call(
 /// replays without a second one. The overview counts databases and
 /// backfills by state; the list filters by database and names `down` as
 /// unavailable; an action limited to one database reaches only it;
-/// `/readyz` gates on the fleet (closed by `down`) or on one database.
+/// `/readyz` gates on the fleet (closed by `down`) or on one database;
+/// `/metrics` reports each database's availability.
 /// Bad input: no token 401, an unknown database 404, an unknown action
 /// 400, each with a JSON body naming the problem. Guards: the per-database
 /// fan-out of actions (without it a database keeps running), the report
@@ -916,6 +917,15 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
         "d1 is left alone"
     );
 
+    let metrics = request(addr, "GET", "/metrics", &[], None).await;
+    assert_eq!(metrics.status, 200);
+    for line in [
+        "backfill_fleet_database_available{database=\"d0\"} 1",
+        "backfill_fleet_database_available{database=\"down\"} 0",
+        "backfill_fleet_databases{availability=\"unavailable\"} 1",
+    ] {
+        assert!(metrics.text.contains(line), "{line} in {}", metrics.text);
+    }
     let (status, _) = fleet_call(addr, "GET", "/readyz", None, None).await;
     assert_eq!(status, 503);
     let (status, _) = fleet_call(addr, "GET", "/readyz?database=d0", None, None).await;

@@ -265,6 +265,15 @@ impl FleetAdmin {
         }
     }
 
+    /// Every database's status, as of the last probe (for `/metrics`).
+    pub fn statuses(&self) -> Vec<DatabaseStatus> {
+        self.members
+            .members()
+            .into_iter()
+            .map(|m| m.status)
+            .collect()
+    }
+
     /// Readiness of the whole fleet, or of `database` alone (404 when
     /// unknown), as of the last probe. Unauthenticated, like `/readyz`.
     pub fn readiness(&self, database: Option<&str>) -> Result<FleetReadiness, AdminError> {

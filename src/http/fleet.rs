@@ -7,7 +7,7 @@
 //! for itself; this layer only reads parameters and renders.
 
 use super::admin::{error, query, render, Meta};
-use crate::admin::{AdminError, FleetAdmin};
+use crate::admin::{AdminError, Availability, DatabaseStatus, FleetAdmin};
 use crate::lifecycle::Action;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -34,15 +34,16 @@ impl FleetRoutes {
     }
 
     /// Mount `GET /admin/fleet`, `GET /admin/fleet/backfills`, `POST
-    /// /admin/fleet/backfills/{id}/{action}` and `GET /readyz`, `GET
-    /// /livez`.
+    /// /admin/fleet/backfills/{id}/{action}`, `GET /readyz`, `GET
+    /// /livez` and `GET /metrics`.
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
         cfg.app_data(self.admin.clone())
             .route("/admin/fleet", web::get().to(overview))
             .route("/admin/fleet/backfills", web::get().to(backfills))
             .route("/admin/fleet/backfills/{id}/{action}", web::post().to(act))
             .route("/readyz", web::get().to(readyz))
-            .route("/livez", web::get().to(livez));
+            .route("/livez", web::get().to(livez))
+            .route("/metrics", web::get().to(metrics));
     }
 }
 
@@ -103,4 +104,73 @@ async fn readyz(req: HttpRequest, admin: web::Data<FleetAdmin>) -> HttpResponse 
 
 async fn livez() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"live": true}))
+}
+
+/// `GET /metrics`: each database's availability and readiness as of the
+/// last probe (FLT-1), in the Prometheus text format. The `database`
+/// label is a name from the host's own list, so its values are as many
+/// as the fleet has databases. Every database's own families are on its
+/// single-database listener, not here.
+async fn metrics(admin: web::Data<FleetAdmin>) -> HttpResponse {
+    match fleet_exposition(&admin.statuses()) {
+        Ok(body) => HttpResponse::Ok()
+            .content_type(prometheus::TEXT_FORMAT)
+            .body(body),
+        Err(error) => {
+            tracing::error!(event = "metrics_unrenderable", error = %error);
+            HttpResponse::InternalServerError()
+                .content_type("text/plain; charset=utf-8")
+                .body("metrics could not be rendered\n")
+        }
+    }
+}
+
+fn fleet_exposition(statuses: &[DatabaseStatus]) -> prometheus::Result<String> {
+    use prometheus::{IntGaugeVec, Opts, Registry, TextEncoder};
+    let databases = IntGaugeVec::new(
+        Opts::new(
+            "backfill_fleet_databases",
+            "Databases of the fleet by availability",
+        ),
+        &["availability"],
+    )?;
+    let available = IntGaugeVec::new(
+        Opts::new(
+            "backfill_fleet_database_available",
+            "1 while the database is served and answered its last probe, else 0",
+        ),
+        &["database"],
+    )?;
+    let ready = IntGaugeVec::new(
+        Opts::new(
+            "backfill_fleet_database_ready",
+            "The database's readiness at its last probe, 1 ready, 0 not; absent when unknown",
+        ),
+        &["database"],
+    )?;
+    for (label, which) in [
+        ("available", Availability::Available),
+        ("unavailable", Availability::Unavailable),
+    ] {
+        let n = statuses.iter().filter(|s| s.availability == which).count();
+        databases
+            .with_label_values(&[label])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    for status in statuses {
+        let up = status.availability == Availability::Available;
+        available
+            .with_label_values(&[status.name.as_str()])
+            .set(i64::from(up));
+        if let Some(r) = status.ready {
+            ready
+                .with_label_values(&[status.name.as_str()])
+                .set(i64::from(r));
+        }
+    }
+    let registry = Registry::new();
+    registry.register(Box::new(databases))?;
+    registry.register(Box::new(available))?;
+    registry.register(Box::new(ready))?;
+    TextEncoder::new().encode_to_string(&registry.gather())
 }
