@@ -338,6 +338,15 @@ pub trait Repair: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Which work goes first when runners are scarce (FLT-2): a claim
+    /// takes the highest-priority claimable backfill of its database,
+    /// and in a fleet with a runner budget a database with
+    /// higher-priority work waiting gets the next free runner before
+    /// one with lower. Equal priorities keep the usual order. Default 0.
+    fn priority(&self) -> i32 {
+        0
+    }
+
     /// The tables the repair writes, as PostgreSQL names them
     /// (`events`, `app.events`): sessions waiting for a lock on one of
     /// them hold this repair's batches back when the lock-waiter

@@ -11,6 +11,10 @@
 //!   `flt01_databases_join_*`; malformed and duplicated entries are
 //!   startup errors naming them: `flt01_a_malformed_*` (and the unit
 //!   tests of `src/host/fleet.rs`)
+//! - FLT-2 with runners scarce the higher priority is claimed first (the
+//!   timeline's claim times), and a process-wide runner cap and a rollout
+//!   cap hold (every batch's time): `flt02_*`; the budget's own rules:
+//!   unit tests of `src/throttle/budget.rs`
 //! - FLT-5 one database's lock waiters hold only that database's runner;
 //!   the other database completes: `flt05_*`
 //! - FLT-6 the fleet's HTTP view: every database listed with aggregates,
@@ -959,6 +963,255 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
         );
         assert!(body["message"].is_string(), "{body}");
     }
+    fleet.stop().await;
+    for name in &names {
+        drop_fleet_db(name).await;
+    }
+}
+
+/// A table of `ROWS` rows whose repair stamps each row with the time its
+/// batch ran (`at`), so the order and overlap of runs is read from the
+/// data, by the server's one clock.
+fn stamped_sql(name: &str) -> String {
+    format!(
+        "CREATE TABLE {name} (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0, at timestamptz); \
+         INSERT INTO {name} (id) SELECT g FROM generate_series(1, {ROWS}) g"
+    )
+}
+
+fn stamped(id: &str, table: &str, priority: i32) -> SqlRepair {
+    stamped_batch(id, table, priority, 10)
+}
+
+fn stamped_batch(id: &str, table: &str, priority: i32, batch: u32) -> SqlRepair {
+    SqlRepair::new(id, table)
+        .key("id")
+        .set("n = 1, at = clock_timestamp()")
+        .filter("n = 0")
+        .validate_where("n <> 1")
+        .batch_size(batch)
+        .priority(priority)
+        .build()
+        .expect("valid repair")
+}
+
+/// The first and last batch time of `table` in the database at `url`, in
+/// microseconds since the epoch.
+async fn run_interval(url: &str, table: &str) -> (i64, i64) {
+    let first = scalar_at(
+        url,
+        &format!("SELECT (extract(epoch FROM min(at)) * 1000000)::bigint AS v FROM {table}"),
+    )
+    .await;
+    let last = scalar_at(
+        url,
+        &format!("SELECT (extract(epoch FROM max(at)) * 1000000)::bigint AS v FROM {table}"),
+    )
+    .await;
+    (first, last)
+}
+
+/// The most intervals that cover one instant.
+fn most_at_once(intervals: &[(i64, i64)]) -> usize {
+    let mut edges: Vec<(i64, i32)> = intervals
+        .iter()
+        .flat_map(|(a, b)| [(*a, 1), (*b, -1)])
+        .collect();
+    // At equal times a run that ends is counted out before one that starts.
+    edges.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// The time of the first claim of `id` in the database at `url`, in
+/// microseconds since the epoch, from the timeline PostgreSQL records in
+/// the claim's own transaction.
+async fn first_claim(url: &str, id: &str) -> i64 {
+    scalar_at(
+        url,
+        &format!(
+            "SELECT (extract(epoch FROM min(at)) * 1000000)::bigint AS v FROM backfill_event \
+             WHERE backfill_id = '{id}' AND kind = 'claimed'"
+        ),
+    )
+    .await
+}
+
+/// Four databases with stamped `hi_items`, `lo_items` and `gate_items`
+/// tables, and the fleet's registry over them: `shop.hi` (priority 10),
+/// `shop.lo` (0) and `shop.gate` (20, its run window closed now, so a
+/// claim of it holds its runner and runs nothing).
+async fn budget_fleet(tag: &str) -> (Vec<String>, Vec<Database>, Registry) {
+    use chrono::Timelike;
+    let names: Vec<String> = (0..4).map(|i| fleet_db_name(tag, i)).collect();
+    let mut databases = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let url = create_fleet_db(name).await;
+        let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+        conn.batch_execute(&format!(
+            "{}; {}; {}",
+            stamped_sql("hi_items"),
+            stamped_sql("lo_items"),
+            stamped_sql("gate_items")
+        ))
+        .await
+        .unwrap();
+        databases.push(Database::new(format!("b{i}"), url));
+    }
+    let hour = u64::from(chrono::Utc::now().hour());
+    let gate = SqlRepair::new("shop.gate", "gate_items")
+        .key("id")
+        .set("n = 1")
+        .validate_where("n <> 1")
+        .priority(20)
+        .run_window((hour + 2) % 24, (hour + 3) % 24)
+        .build()
+        .unwrap();
+    let registry = Registry::new()
+        .with(stamped("shop.hi", "hi_items", 10))
+        .and_then(|r| r.with(stamped("shop.lo", "lo_items", 0)))
+        .and_then(|r| r.with(gate))
+        .unwrap();
+    (names, databases, registry)
+}
+
+async fn all_completed(fleet: &Fleet, databases: &[Database], ids: &[&str]) {
+    for db in databases {
+        for id in ids {
+            let row = fleet
+                .engine(&db.name)
+                .unwrap()
+                .unwrap()
+                .wait_for(
+                    id,
+                    &[State::Completed, State::Failed, State::Blocked],
+                    Duration::from_secs(120),
+                )
+                .await
+                .unwrap();
+            assert_eq!(row.state, State::Completed, "{} {id}", db.name);
+        }
+    }
+}
+
+/// FLT-2: with one runner for the whole fleet, the higher priority is
+/// claimed first. Four databases each hold a high-priority repair
+/// (`shop.hi`, 10) and a low one (`shop.lo`, 0). The runner is made
+/// scarce before that work starts: `shop.gate` (20) holds it outside its
+/// run window while every database finds its work and waits for it;
+/// pausing the gate frees it. From the timeline's claim times (one
+/// server clock, written in each claim's transaction), every database's
+/// `shop.hi` was claimed before any `shop.lo`, and from the batch times
+/// no two runs overlapped. Guards: the budget's priority rule (without
+/// it a low-priority claim comes between) and its cap.
+#[actix_rt::test]
+async fn flt02_with_runners_scarce_the_higher_priority_is_claimed_first() {
+    let _serial = SERIAL.lock().await;
+    let (names, databases, registry) = budget_fleet("prio").await;
+    let mut config = fleet_config();
+    config.host.auto_backfills = false;
+    config.host.runtime.max_concurrent_runners = 2;
+    config.host.pool_size = Some(4);
+    config.max_runners = Some(1);
+    let fleet = Fleet::start(config, databases.clone(), registry)
+        .await
+        .unwrap();
+    let engine = |name: &str| fleet.engine(name).unwrap().unwrap();
+    engine("b0").start("shop.gate").await.unwrap();
+    let mut wait = Deadline::new("the gate holds the runner");
+    while fleet.runners() < 1 {
+        wait.tick().await;
+    }
+    for db in &databases {
+        for id in ["shop.hi", "shop.lo"] {
+            engine(&db.name).start(id).await.unwrap();
+        }
+    }
+    let mut wait = Deadline::new("every database waits for the runner");
+    while fleet.waiting() < 4 {
+        wait.tick().await;
+    }
+    engine("b0").pause("shop.gate").await.unwrap();
+    all_completed(&fleet, &databases, &["shop.hi", "shop.lo"]).await;
+    assert_eq!(fleet.runners(), 0, "every permit went back");
+    let mut hi = Vec::new();
+    let mut lo = Vec::new();
+    let mut runs = Vec::new();
+    for db in &databases {
+        hi.push(first_claim(&db.url, "shop.hi").await);
+        lo.push(first_claim(&db.url, "shop.lo").await);
+        runs.push(run_interval(&db.url, "hi_items").await);
+        runs.push(run_interval(&db.url, "lo_items").await);
+    }
+    assert!(
+        hi.iter().max() < lo.iter().min(),
+        "every shop.hi is claimed before any shop.lo: hi {hi:?}, lo {lo:?}"
+    );
+    assert_eq!(most_at_once(&runs), 1, "one run at a time: {runs:?}");
+    fleet.stop().await;
+    for name in &names {
+        drop_fleet_db(name).await;
+    }
+}
+
+/// FLT-2: a fleet-wide cap of three runners over four databases of two
+/// runners each, and a rollout cap of two databases for `shop.lo`, which
+/// is started in every database at once, one key per batch so the runs
+/// overlap. From the batch times (one server clock): never more than two
+/// databases ran `shop.lo` at once, though three runners were free.
+/// Then the cap is lifted live (`Fleet::set_rollout`) and `shop.hi`, one
+/// key per batch too, runs in all four databases: never more than three
+/// at once. Guards: the rollout cap (three would run) and the budget's
+/// cap (four would).
+#[actix_rt::test]
+async fn flt02_the_runner_cap_and_the_rollout_cap_hold_throughout() {
+    let _serial = SERIAL.lock().await;
+    let (names, databases, _) = budget_fleet("caps").await;
+    let registry = Registry::new()
+        .with(stamped_batch("shop.hi", "hi_items", 10, 1))
+        .and_then(|r| r.with(stamped_batch("shop.lo", "lo_items", 0, 1)))
+        .unwrap();
+    let mut config = fleet_config();
+    config.host.auto_backfills = false;
+    config.host.runtime.max_concurrent_runners = 2;
+    config.host.pool_size = Some(4);
+    config.max_runners = Some(3);
+    config.rollout.insert("shop.lo".into(), 2);
+    let fleet = Fleet::start(config, databases.clone(), registry)
+        .await
+        .unwrap();
+    let engine = |name: &str| fleet.engine(name).unwrap().unwrap();
+    for db in &databases {
+        engine(&db.name).start("shop.lo").await.unwrap();
+    }
+    all_completed(&fleet, &databases, &["shop.lo"]).await;
+    fleet.set_rollout("shop.lo", None).unwrap();
+    for db in &databases {
+        engine(&db.name).start("shop.hi").await.unwrap();
+    }
+    all_completed(&fleet, &databases, &["shop.hi"]).await;
+    let mut hi = Vec::new();
+    let mut lo = Vec::new();
+    for db in &databases {
+        hi.push(run_interval(&db.url, "hi_items").await);
+        lo.push(run_interval(&db.url, "lo_items").await);
+    }
+    assert!(
+        most_at_once(&lo) <= 2,
+        "shop.lo in at most two databases: {lo:?}"
+    );
+    assert!(most_at_once(&hi) <= 3, "at most three runs at once: {hi:?}");
+    assert!(
+        matches!(
+            fleet.set_rollout("shop.lo", Some(0)),
+            Err(FleetError::Config(_))
+        ),
+        "a cap of 0 would never run"
+    );
     fleet.stop().await;
     for name in &names {
         drop_fleet_db(name).await;

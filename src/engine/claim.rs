@@ -43,6 +43,9 @@ pub struct Claim {
     pub(crate) open: OpenBatch,
     /// Settings, sizing and pause of this claim's batches (THR-1..4).
     pub(crate) pacing: Pacing,
+    /// The runner budget's permit this claim runs on (FLT-2), given back
+    /// when the claim is dropped; `None` without a budget.
+    pub(crate) permit: Option<crate::throttle::budget::Permit>,
 }
 
 /// What a claim knows of its pacing.
@@ -261,6 +264,7 @@ pub(in crate::engine) mod tests {
             checkpoint: None,
             open: OpenBatch::default(),
             pacing: Pacing::default(),
+            permit: None,
         }
     }
 

@@ -11,7 +11,8 @@ use super::Engine;
 use crate::lifecycle::State;
 use crate::repair::RepairError;
 use crate::store::{self, StoreError};
-use diesel_async::AsyncConnection;
+use crate::throttle::budget::Permit;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 impl Engine {
     /// Claim the next eligible backfill this process has a definition for,
@@ -68,40 +69,99 @@ impl Engine {
         if ids.is_empty() {
             return Ok(None);
         }
-        conn.transaction::<_, EngineError, _>(async |conn| {
-            let Some(row) = store::backfill_claim(conn, &worker, &ids, exclude, ttl).await? else {
-                let ids: Vec<String> = ids
+        // With priorities or a budget, first see which work is claimable,
+        // then claim only the one repair chosen (FLT-2).
+        let (ids, permit) = match self.choose(&mut conn, ids, exclude, exclude_parts).await? {
+            Some(chosen) => chosen,
+            None => return Ok(None),
+        };
+        let claimed = conn
+            .transaction::<_, EngineError, _>(async |conn| {
+                let Some(row) = store::backfill_claim(conn, &worker, &ids, exclude, ttl).await?
+                else {
+                    let ids: Vec<String> = ids
+                        .iter()
+                        .filter(|id| !exclude.contains(id))
+                        .cloned()
+                        .collect();
+                    return claim_partition_in(conn, &registry, &worker, &ids, exclude_parts, ttl)
+                        .await;
+                };
+                check_claimed(
+                    &registry,
+                    &row.id,
+                    [row.bound.as_deref(), row.checkpoint.as_deref()],
+                )?;
+                let phase = match row.state {
+                    State::Running => Phase::Execute,
+                    State::Validating => Phase::Validate,
+                    _ => return Err(EngineError::UnknownState(row.id.clone())),
+                };
+                Ok(Some(Claim {
+                    id: row.id,
+                    worker: worker.clone(),
+                    generation: row.generation,
+                    phase,
+                    partition: None,
+                    takeover_from: row.prior_owner,
+                    bound: row.bound,
+                    checkpoint: row.checkpoint,
+                    open: OpenBatch::default(),
+                    pacing: Default::default(),
+                    permit: None,
+                }))
+            })
+            .await?;
+        Ok(claimed.map(|mut claim| {
+            claim.permit = permit;
+            claim
+        }))
+    }
+
+    /// Which repairs a claim may take (FLT-2): all of `ids` when no
+    /// definition has a priority and no budget is attached; otherwise the
+    /// one claimable repair of highest priority (that the budget's rollout
+    /// cap allows), with the budget's permit for it. `None`: nothing to
+    /// claim now, or no permit (the budget then knows this database waits).
+    async fn choose(
+        &self,
+        conn: &mut AsyncPgConnection,
+        ids: Vec<String>,
+        exclude: &[String],
+        exclude_parts: &[(String, u32)],
+    ) -> Result<Option<(Vec<String>, Option<Permit>)>, EngineError> {
+        let budget = self.budget.get();
+        if budget.is_none() && !self.registry.has_priorities() {
+            return Ok(Some((ids, None)));
+        }
+        let part_ids: Vec<String> = exclude_parts.iter().map(|(id, _)| id.clone()).collect();
+        let parts: Vec<i32> = exclude_parts
+            .iter()
+            .map(|(_, p)| i32::try_from(*p).unwrap_or(i32::MAX))
+            .collect();
+        let claimable = store::backfill_claimable(conn, &ids, exclude, &part_ids, &parts).await?;
+        let candidates: Vec<(String, i32)> = claimable
+            .into_iter()
+            .map(|id| {
+                let priority = self.registry.priority(&id);
+                (id, priority)
+            })
+            .collect();
+        Ok(match budget {
+            Some((budget, database)) => budget
+                .try_take(database, &candidates)
+                .map(|permit| (vec![permit.id().to_string()], Some(permit))),
+            // Every repair of the highest priority, so equal priorities
+            // keep the claim's usual order.
+            None => candidates.iter().map(|(_, p)| *p).max().map(|top| {
+                let ids = candidates
                     .iter()
-                    .filter(|id| !exclude.contains(id))
-                    .cloned()
+                    .filter(|(_, p)| *p == top)
+                    .map(|(id, _)| id.clone())
                     .collect();
-                return claim_partition_in(conn, &registry, &worker, &ids, exclude_parts, ttl)
-                    .await;
-            };
-            check_claimed(
-                &registry,
-                &row.id,
-                [row.bound.as_deref(), row.checkpoint.as_deref()],
-            )?;
-            let phase = match row.state {
-                State::Running => Phase::Execute,
-                State::Validating => Phase::Validate,
-                _ => return Err(EngineError::UnknownState(row.id.clone())),
-            };
-            Ok(Some(Claim {
-                id: row.id,
-                worker: worker.clone(),
-                generation: row.generation,
-                phase,
-                partition: None,
-                takeover_from: row.prior_owner,
-                bound: row.bound,
-                checkpoint: row.checkpoint,
-                open: OpenBatch::default(),
-                pacing: Default::default(),
-            }))
+                (ids, None)
+            }),
         })
-        .await
     }
 
     /// Renew the listed claims of `worker` in one statement; returns the

@@ -62,6 +62,7 @@ use crate::events::{Event, Events};
 use crate::lifecycle::State;
 use crate::repair::{bounded, Registry};
 use crate::store::{self, BackfillRow, Pool, StoreError};
+use crate::throttle::budget::RunnerBudget;
 use crate::throttle::health::Monitor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -84,6 +85,9 @@ pub struct Engine {
     /// The process's health monitor, whose cached signals hold batches
     /// back (THR-1); unset for an engine driven without a host.
     health: Arc<std::sync::OnceLock<Arc<Monitor>>>,
+    /// The fleet's runner budget and this engine's database name in it
+    /// (FLT-2), when attached.
+    budget: Arc<std::sync::OnceLock<(Arc<RunnerBudget>, String)>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -110,6 +114,7 @@ impl Engine {
             serial_fallbacks: Arc::default(),
             changes: Arc::default(),
             health: Arc::default(),
+            budget: Arc::default(),
         })
     }
 
@@ -125,6 +130,13 @@ impl Engine {
     /// the runtime starts; a second monitor is refused (`false`).
     pub fn attach_health(&self, monitor: Arc<Monitor>) -> bool {
         self.health.set(monitor).is_ok()
+    }
+
+    /// Take every claim on a permit of `budget`, as the database named
+    /// `database` (FLT-2). Set once, before the runtime starts; a second
+    /// budget is refused (`false`).
+    pub fn attach_budget(&self, budget: Arc<RunnerBudget>, database: String) -> bool {
+        self.budget.set((budget, database)).is_ok()
     }
 
     /// The health monitor batches are paced by, if one is attached.

@@ -45,6 +45,7 @@ pub(super) async fn claim_partition_in(
         checkpoint: row.checkpoint,
         open: OpenBatch::default(),
         pacing: Default::default(),
+        permit: None,
     }))
 }
 

@@ -24,6 +24,7 @@ use crate::admin::{
 use crate::engine::Engine;
 use crate::failure::bounded;
 use crate::readiness::ReadinessReport;
+use crate::throttle::budget::RunnerBudget;
 use chrono::Utc;
 use futures_util::future::join_all;
 use std::collections::BTreeMap;
@@ -90,6 +91,16 @@ pub struct FleetConfig {
     /// (one read of its readiness), and retries the unavailable ones.
     /// Default 5 s; at least 100 ms.
     pub refresh_interval: Duration,
+    /// The most runners this process runs at once over all its databases
+    /// (FLT-2); each database's own cap is
+    /// `host.runtime.max_concurrent_runners`. While runners are scarce, a
+    /// database with higher-priority work ([`crate::Repair::priority`])
+    /// waiting gets the next one first. `None`: no cap beyond the
+    /// databases' own.
+    pub max_runners: Option<usize>,
+    /// Rollout caps at start, by repair ID: the most databases that run
+    /// the repair at once ([`Fleet::set_rollout`] changes them live).
+    pub rollout: BTreeMap<String, u32>,
 }
 
 impl FleetConfig {
@@ -98,6 +109,8 @@ impl FleetConfig {
         Self {
             host,
             refresh_interval: Duration::from_secs(5),
+            max_runners: None,
+            rollout: BTreeMap::new(),
         }
     }
 
@@ -107,6 +120,19 @@ impl FleetConfig {
             return Err(FleetError::Config(
                 "refresh_interval must be at least 100 ms".into(),
             ));
+        }
+        if self.max_runners == Some(0) {
+            return Err(FleetError::Config("max_runners must be at least 1".into()));
+        }
+        if let Some(id) = self
+            .rollout
+            .iter()
+            .find(|(_, cap)| **cap == 0)
+            .map(|(id, _)| id)
+        {
+            return Err(FleetError::Config(format!(
+                "the rollout cap of {id:?} must be at least 1"
+            )));
         }
         Ok(())
     }
@@ -172,6 +198,8 @@ struct Shared {
     config: FleetConfig,
     app: Arc<dyn Application>,
     source: Arc<dyn DatabaseSource>,
+    /// The process's runners over every database (FLT-2).
+    budget: Arc<RunnerBudget>,
     /// The members; only the refresh loop and `stop` change it, each
     /// holding it across their awaits so they never overlap.
     members: tokio::sync::Mutex<BTreeMap<String, Member>>,
@@ -201,8 +229,19 @@ impl Fleet {
             .await
             .map_err(|e| FleetError::Source(bounded(e.to_string())))?;
         check_entries(&databases)?;
+        // A want outlives a few of a database's claim polls, so a waiting
+        // database keeps its place between polls and loses it soon after
+        // it stops asking.
+        let budget = RunnerBudget::new(
+            config.max_runners.unwrap_or(usize::MAX),
+            config.host.runtime.poll_interval * 4,
+        );
+        for (id, cap) in &config.rollout {
+            budget.set_rollout(id, Some(*cap));
+        }
         let shared = Arc::new(Shared {
             config,
+            budget,
             app: Arc::new(app),
             source: Arc::new(source),
             members: tokio::sync::Mutex::new(BTreeMap::new()),
@@ -274,6 +313,37 @@ impl Fleet {
             None => self.databases(),
         };
         Ok(FleetReadiness::of(statuses))
+    }
+
+    /// Cap the databases that run repair `id` at once (FLT-2), or lift
+    /// the cap with `None`; applies to the next claim, and claims held now
+    /// run on. Not kept across restarts: [`FleetConfig::rollout`] is the
+    /// cap at start.
+    pub fn set_rollout(&self, id: &str, max_databases: Option<u32>) -> Result<(), FleetError> {
+        if max_databases == Some(0) {
+            return Err(FleetError::Config(format!(
+                "the rollout cap of {:?} must be at least 1",
+                bounded(id)
+            )));
+        }
+        self.shared.budget.set_rollout(id, max_databases);
+        tracing::info!(
+            event = "fleet_rollout_set",
+            repair = %bounded(id),
+            max_databases = max_databases.map_or(-1, i64::from),
+        );
+        Ok(())
+    }
+
+    /// The runners the fleet's databases hold now, against
+    /// [`FleetConfig::max_runners`].
+    pub fn runners(&self) -> usize {
+        self.shared.budget.held()
+    }
+
+    /// Databases that found work but wait for a runner of the budget now.
+    pub fn waiting(&self) -> usize {
+        self.shared.budget.waiting()
     }
 
     /// The fleet's admin service (FLT-6): every database's backfills,
@@ -465,12 +535,16 @@ impl Shared {
     async fn start_member(&self, name: &str, url: &str) -> Result<Embedded, String> {
         let mut config = self.config.host.clone();
         config.database_url = url.to_string();
-        Embedded::start(config, self.app.as_ref())
-            .await
-            .map_err(|e| {
-                tracing::debug!(event = "fleet_database_start_failed", database = %name);
-                bounded(redact(&e, url))
-            })
+        Embedded::start_with(
+            config,
+            self.app.as_ref(),
+            Some((self.budget.clone(), name.to_string())),
+        )
+        .await
+        .map_err(|e| {
+            tracing::debug!(event = "fleet_database_start_failed", database = %name);
+            bounded(redact(&e, url))
+        })
     }
 
     /// Record a probe's outcome, logging a change of availability.

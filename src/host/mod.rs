@@ -342,6 +342,17 @@ impl Embedded {
     /// (`actix_web::main`, `actix_rt::System`); from plain tokio, see
     /// [`Embedded::spawn`].
     pub async fn start(config: HostConfig, app: &dyn Application) -> Result<Self, HostError> {
+        Self::start_with(config, app, None).await
+    }
+
+    /// [`Embedded::start`] whose engine takes its claims on `budget`'s
+    /// permits as the named database (FLT-2), attached before the runtime
+    /// can claim anything.
+    pub(crate) async fn start_with(
+        config: HostConfig,
+        app: &dyn Application,
+        budget: Option<(Arc<crate::throttle::budget::RunnerBudget>, String)>,
+    ) -> Result<Self, HostError> {
         let registry = app.registry()?;
         registry.check_dependencies()?;
         let pool_size = config.validate(&registry)?;
@@ -367,6 +378,9 @@ impl Embedded {
                 .map_err(|e| HostError::Schema(crate::repair::bounded(e.to_string())))?;
         }
         let engine = Engine::new(pool.clone(), registry, config.engine.clone())?;
+        if let Some((budget, database)) = budget {
+            engine.attach_budget(budget, database);
+        }
         engine.register().await?;
         // One reading before the first claim, so no batch starts on a
         // server that is already past a limit.

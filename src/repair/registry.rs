@@ -24,6 +24,8 @@ pub struct Registry {
     /// Each definition that starts after others (FLT-4), with the IDs it
     /// waits for; definitions without dependencies are absent.
     after: BTreeMap<String, Vec<String>>,
+    /// Each definition with a priority other than 0 (FLT-2).
+    priorities: BTreeMap<String, i32>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -59,6 +61,7 @@ impl Registry {
             return Err(DefinitionError::DuplicateId(id));
         }
         let after = repair.after();
+        let priority = repair.priority();
         for dependency in &after {
             validate_id(dependency)?;
         }
@@ -95,6 +98,9 @@ impl Registry {
             after.sort();
             after.dedup();
             self.after.insert(id.clone(), after);
+        }
+        if priority != 0 {
+            self.priorities.insert(id.clone(), priority);
         }
         self.repairs.insert(id, Arc::new(erased));
         if let Some(undo) = undo {
@@ -185,6 +191,18 @@ impl Registry {
     /// claim must first ask which of them completed.
     pub fn has_dependencies(&self) -> bool {
         !self.after.is_empty()
+    }
+
+    /// The priority of the definition `id` (FLT-2); 0 for one that
+    /// declares none or an unknown ID.
+    pub fn priority(&self, id: &str) -> i32 {
+        self.priorities.get(id).copied().unwrap_or(0)
+    }
+
+    /// Whether any definition declares a priority other than 0, so that a
+    /// claim must first see which work is claimable (FLT-2).
+    pub fn has_priorities(&self) -> bool {
+        !self.priorities.is_empty()
     }
 
     /// Every ID some definition depends on (FLT-4), once each.

@@ -117,6 +117,8 @@ pub struct SqlRepair {
     window: Option<RunWindow>,
     /// What [`Repair::after`] answers.
     after: Vec<String>,
+    /// What [`Repair::priority`] answers.
+    priority: i32,
 }
 
 /// The batch statements of a journaled [`SqlRepair`]. How the journal
@@ -153,6 +155,7 @@ pub struct SqlRepairBuilder {
     journal: Vec<String>,
     window: Option<(u64, u64)>,
     after: Vec<String>,
+    priority: i32,
 }
 
 impl SqlRepair {
@@ -179,6 +182,7 @@ impl SqlRepair {
             journal: Vec::new(),
             window: None,
             after: Vec::new(),
+            priority: 0,
         }
     }
 
@@ -280,6 +284,13 @@ impl SqlRepairBuilder {
         I::Item: Into<String>,
     {
         self.after.extend(ids.into_iter().map(Into::into));
+        self
+    }
+
+    /// What [`Repair::priority`] answers (default 0): higher goes first
+    /// when runners are scarce (FLT-2).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
         self
     }
 
@@ -442,6 +453,7 @@ impl SqlRepairBuilder {
             journaled,
             window,
             after: self.after,
+            priority: self.priority,
             id: self.id,
         })
     }
@@ -598,6 +610,10 @@ impl Repair for SqlRepair {
 
     fn after(&self) -> Vec<String> {
         self.after.clone()
+    }
+
+    fn priority(&self) -> i32 {
+        self.priority
     }
 
     fn tables(&self) -> Vec<String> {

@@ -118,6 +118,41 @@ pub async fn backfill_claim(
     .optional()?)
 }
 
+/// Which of `ids` have work a claim could take now (FLT-2), without
+/// claiming it: a backfill `backfill_claim` would take (not in
+/// `exclude`), or a `running` one with a partition `partition_claim`
+/// would (not one of the `(exclude_part_ids[i], exclude_parts[i])` this
+/// process holds). No lock, so the answer may be stale by the time a
+/// claim follows; it also leaves out the partition claim's concurrency
+/// and fair-share conditions, so it may name an ID whose claim then finds
+/// nothing. The budget uses it to know which priority a database waits
+/// with, and a claim that finds nothing gives its permit back.
+pub async fn backfill_claimable(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+    exclude: &[String],
+    exclude_part_ids: &[String],
+    exclude_parts: &[i32],
+) -> Result<Vec<String>, StoreError> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = Text)]
+        id: String,
+    }
+    let rows: Vec<Id> = super::cached(
+        diesel::sql_query(
+            "SELECT b.id FROM backfill b              WHERE b.id = ANY($1) AND NOT (b.id = ANY($2))                AND ((b.state IN ('running', 'validating')                      AND (b.next_attempt_at IS NULL OR b.next_attempt_at <= clock_timestamp())                      AND (b.owner IS NULL OR b.lease_expires_at <= clock_timestamp())                      AND (b.state = 'validating' OR NOT EXISTS (                          SELECT 1 FROM backfill_partition p WHERE p.backfill_id = b.id)))                  OR (b.state = 'running' AND EXISTS (                      SELECT 1 FROM backfill_partition p WHERE p.backfill_id = b.id                        AND p.checkpoint IS DISTINCT FROM p.upper                        AND (p.next_attempt_at IS NULL OR p.next_attempt_at <= clock_timestamp())                        AND (p.owner IS NULL OR p.lease_expires_at <= clock_timestamp())                        AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::integer[])                                        AS x(id, part)                                        WHERE x.id = p.backfill_id AND x.part = p.part))))              ORDER BY b.id",
+        )
+        .bind::<Array<Text>, _>(ids)
+        .bind::<Array<Text>, _>(exclude)
+        .bind::<Array<Text>, _>(exclude_part_ids)
+        .bind::<Array<Integer>, _>(exclude_parts),
+    )
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
 /// Renew every listed claim this worker holds, in one statement. Fence:
 /// same owner, same generation and a lease that has not expired yet by
 /// PostgreSQL's clock; a claim missing from the result is lost (CLM-3).

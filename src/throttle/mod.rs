@@ -19,6 +19,7 @@
 //! calls (the health monitor's readings). Nothing here depends on the
 //! engine, the admin layer or the runtime.
 
+pub mod budget;
 pub mod health;
 pub mod settings;
 pub mod sizing;
