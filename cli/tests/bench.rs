@@ -214,6 +214,59 @@ fn par02_bench_engine_p_runs_at_each_partition_count() {
     assert_eq!(runners, ["engine-p1", "engine-p3"]);
 }
 
+/// FLT-1: the `fleet` run spreads the rows over each D of
+/// `--fleet-databases`, verifies every database, and reports an idle
+/// database's connections and transactions; a D whose connections the
+/// server cannot hold is reported as skipped, not run. No timing is
+/// asserted.
+#[test]
+fn flt01_bench_fleet_reports_each_database_count_and_the_idle_cost() {
+    let server = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
+        .args([
+            "bench",
+            "--only",
+            "fleet",
+            "--fleet-databases",
+            "1,3,100000",
+            "--rows",
+            "3000",
+            "--batch",
+            "100",
+            "--json",
+            "--database",
+            "bft_bench_fleet",
+            "--database-url",
+            &server,
+        ])
+        .output()
+        .expect("run the bench binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    let runs = report["fleet"]["runs"].as_array().expect("fleet runs");
+    assert_eq!(runs.len(), 3, "{report}");
+    for (run, d) in runs.iter().take(2).zip([1, 3]) {
+        assert_eq!(run["databases"], d, "{run}");
+        assert_eq!(run["verified"], true, "{run}");
+        assert!(run["rows_per_s"].as_f64().unwrap() > 0.0, "{run}");
+        assert!(
+            run["idle_connections_per_db"].as_f64().unwrap() >= 0.0,
+            "{run}"
+        );
+        assert!(
+            run["idle_xacts_per_db_per_poll"].as_f64().unwrap() >= 0.0,
+            "{run}"
+        );
+    }
+    assert!(
+        runs[2]["skipped"].as_str().unwrap().contains("connections"),
+        "{report}"
+    );
+}
+
 #[test]
 fn emb04_bench_rejects_bad_input_with_one_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_backfill"))

@@ -52,6 +52,10 @@ pub enum Runner {
     /// Admin API list latency (p50/p99) with 10,000 registered backfills
     /// under 32 concurrent clients.
     AdminList,
+    /// The N rows over D databases served by one fleet (FLT-1), for each
+    /// D of `--fleet-databases`, and an idle database's connections and
+    /// transactions afterwards.
+    Fleet,
     /// Adaptive batch sizing (THR-3) from a bad start: one backfill sized
     /// toward `--target-batch-ms` from `--start-batch` keys, every batch's
     /// size and duration over time.
@@ -130,6 +134,9 @@ pub struct BenchArgs {
     /// The size the `adaptive` run starts from (its smallest size).
     #[arg(long, default_value_t = 10)]
     pub start_batch: u32,
+    /// Databases of the `fleet` runs, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
+    pub fleet_databases: Vec<usize>,
     /// Rows of the `rss` run.
     #[arg(long, default_value_t = 10_000_000)]
     pub rss_rows: u64,

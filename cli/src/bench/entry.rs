@@ -74,6 +74,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         rss: None,
         admin_list: None,
         adaptive: None,
+        fleet: None,
     };
     let result = measure(&mut ctx, &mut report).await;
     let pool = ctx.pool.clone();
@@ -182,6 +183,9 @@ async fn measure(ctx: &mut Ctx, report: &mut Report) -> Result<(), BenchError> {
     if only.contains(&Runner::AdminList) {
         report.admin_list = Some(admin_list(ctx).await?);
     }
+    if only.contains(&Runner::Fleet) {
+        report.fleet = Some(super::fleet::fleet(ctx, first).await?);
+    }
     if only.contains(&Runner::Adaptive) {
         report.adaptive = Some(ctx.adaptive().await?);
     }
@@ -249,7 +253,7 @@ async fn run_one(
             ctx.drop_tables(&tables).await?;
             r
         }
-        Runner::Takeover | Runner::Rss | Runner::AdminList | Runner::Adaptive => {
+        Runner::Takeover | Runner::Rss | Runner::AdminList | Runner::Adaptive | Runner::Fleet => {
             return Ok(Vec::new())
         }
     };

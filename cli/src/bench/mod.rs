@@ -62,6 +62,7 @@ mod context;
 mod cost;
 mod entry;
 mod extras;
+mod fleet;
 mod partitioned;
 mod repair;
 mod report;

@@ -20,6 +20,8 @@ pub(super) struct Report {
     pub(super) admin_list: Option<Value>,
     /// The `adaptive` run's trace.
     pub(super) adaptive: Option<Value>,
+    /// The `fleet` runs (FLT-1).
+    pub(super) fleet: Option<Value>,
 }
 
 impl Report {
@@ -233,6 +235,7 @@ impl Report {
             "admin_list": self.admin_list,
             "admin_list_latency": Value::Null,
             "adaptive": self.adaptive,
+            "fleet": self.fleet,
         })
     }
 
@@ -396,6 +399,9 @@ impl Report {
             s.push('\n');
             s.push_str(&super::adaptive::markdown(a));
         }
+        if let Some(f) = &self.fleet {
+            s.push_str(&super::fleet::markdown(f));
+        }
         s
     }
 }
@@ -511,6 +517,7 @@ mod tests {
             rss: None,
             admin_list: None,
             adaptive: None,
+            fleet: None,
         };
         assert_eq!(
             report.rep_range("engine", "plpgsql", 1.0, 100),
@@ -558,6 +565,7 @@ mod tests {
             rss: None,
             admin_list: None,
             adaptive: None,
+            fleet: None,
         };
         let json = report.json();
         assert_eq!(json["ratios"]["engine_journal_vs_engine"]["100"], 0.8);
