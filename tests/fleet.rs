@@ -758,7 +758,9 @@ async fn fleet_call(
 /// backfills by state; the list filters by database and names `down` as
 /// unavailable; an action limited to one database reaches only it;
 /// `/readyz` gates on the fleet (closed by `down`) or on one database;
-/// `/metrics` reports each database's availability.
+/// `/metrics` reports each database's availability; a rollout cap is set
+/// over HTTP, and a cap of 0, a body that is not JSON or a missing token
+/// is refused.
 /// Bad input: no token 401, an unknown database 404, an unknown action
 /// 400, each with a JSON body naming the problem. Guards: the per-database
 /// fan-out of actions (without it a database keeps running), the report
@@ -920,6 +922,44 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
         1,
         "d1 is left alone"
     );
+
+    let auth = format!("Bearer {TOKEN}");
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let put = request(
+        addr,
+        "PUT",
+        &format!("/admin/fleet/rollout/{EVENTS}"),
+        &headers,
+        Some(r#"{"max_databases": 1}"#),
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    let body: serde_json::Value = serde_json::from_str(&put.text).unwrap();
+    assert_eq!(body, serde_json::json!({"id": EVENTS, "max_databases": 1}));
+    for (body, expected) in [(r#"{"max_databases": 0}"#, 400), ("not json", 400)] {
+        let refused = request(
+            addr,
+            "PUT",
+            &format!("/admin/fleet/rollout/{EVENTS}"),
+            &headers,
+            Some(body),
+        )
+        .await;
+        assert_eq!(refused.status, expected, "{body}: {}", refused.text);
+        assert!(refused.text.contains("\"bad_request\""), "{}", refused.text);
+    }
+    let unauthorized = request(
+        addr,
+        "PUT",
+        &format!("/admin/fleet/rollout/{EVENTS}"),
+        &[("Content-Type", "application/json")],
+        Some(r#"{"max_databases": 2}"#),
+    )
+    .await;
+    assert_eq!(unauthorized.status, 401);
 
     let metrics = request(addr, "GET", "/metrics", &[], None).await;
     assert_eq!(metrics.status, 200);

@@ -903,7 +903,9 @@ async fn obs05_ctl_list_and_show_print_the_servers_rate() {
 /// each database and the totals until all three completed every backfill;
 /// a fleet-wide pause of a completed backfill is refused by every
 /// database, one line each, exit 3; a malformed `--database` is exit 2
-/// before anything is sent; SIGTERM drains the fleet and the demo exits 0.
+/// before anything is sent; `ctl fleet rollout` sets and lifts a rollout
+/// cap (a cap of 0 is exit 2); SIGTERM drains the fleet and the demo
+/// exits 0.
 /// Guards: the demo's fleet path (one database would show one row) and
 /// the CLI's per-database lines and exit code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1000,6 +1002,28 @@ async fn flt06_ctl_fleet_status_and_actions_against_the_fleet_demo() {
         "{}",
         out.stderr
     );
+
+    let out = ctl(
+        &url,
+        Some(token),
+        &["fleet", "rollout", id, "--max-databases", "2"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout.trim(),
+        format!("rollout {id}: at most 2 databases at once")
+    );
+    let out = ctl(
+        &url,
+        Some(token),
+        &["fleet", "rollout", id, "--max-databases", "0"],
+    )
+    .await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    let out = ctl(&url, Some(token), &["fleet", "rollout", id, "--clear"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), format!("rollout {id}: no cap"));
 
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -85,6 +85,23 @@ pub struct FleetMember {
 pub trait FleetMembers: Send + Sync + 'static {
     /// Every database, by name.
     fn members(&self) -> Vec<FleetMember>;
+
+    /// Cap the databases that run repair `id` at once (FLT-2), or lift
+    /// the cap (`None`).
+    fn set_rollout(&self, id: &str, max_databases: Option<u32>);
+
+    /// The rollout cap of repair `id`, if any.
+    fn rollout(&self, id: &str) -> Option<u32>;
+}
+
+/// `PUT /admin/fleet/rollout/{id}`: the cap a repair's rollout is held to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Rollout {
+    /// The repair's stable ID.
+    #[serde(default)]
+    pub id: String,
+    /// The most databases that run it at once; `null`: no cap.
+    pub max_databases: Option<u32>,
 }
 
 /// How many of a database's backfills are in each state.
@@ -263,6 +280,44 @@ impl FleetAdmin {
                 }
             }
         }
+    }
+
+    /// Set the rollout cap of repair `id` (FLT-2); needs
+    /// `backfill:operate`. A cap of 0 (it would never run) or an ID that
+    /// is not a stable ID is a 400, and changes nothing. The cap lives in
+    /// this process and applies to its next claims; it is logged
+    /// (`fleet_rollout_set`, with the principal).
+    pub fn set_rollout(
+        &self,
+        meta: &RequestMeta<'_>,
+        id: &str,
+        max_databases: Option<u32>,
+    ) -> Result<Rollout, AdminError> {
+        let authority = self
+            .auth
+            .authenticate(meta.bearer)
+            .ok_or(AdminError::Unauthorized)?;
+        if !authority.can(Capability::Operate) {
+            return Err(AdminError::Forbidden(Capability::Operate));
+        }
+        crate::repair::validate_id(id)
+            .map_err(|_| AdminError::BadRequest("the path's ID is not a stable ID".into()))?;
+        if max_databases == Some(0) {
+            return Err(AdminError::BadRequest(
+                "max_databases must be at least 1, or null for no cap".into(),
+            ));
+        }
+        self.members.set_rollout(id, max_databases);
+        tracing::info!(
+            event = "fleet_rollout_set",
+            repair = %id,
+            max_databases = max_databases.map_or(-1, i64::from),
+            actor = %authority.principal(),
+        );
+        Ok(Rollout {
+            id: id.to_string(),
+            max_databases: self.members.rollout(id),
+        })
     }
 
     /// Every database's status, as of the last probe (for `/metrics`).

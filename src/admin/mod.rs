@@ -30,7 +30,7 @@ pub use dry_run::DRY_RUN_ACTION;
 pub use fleet::{
     Availability, DatabaseReply, DatabaseStatus, DatabaseSummary, FleetAdmin, FleetBackfill,
     FleetBackfills, FleetMember, FleetMembers, FleetOverview, FleetReadiness, FleetReply,
-    FleetTotals, StateCounts,
+    FleetTotals, Rollout, StateCounts,
 };
 pub use flood::FloodLimits;
 #[doc(hidden)]

@@ -331,6 +331,7 @@ impl Fleet {
             event = "fleet_rollout_set",
             repair = %bounded(id),
             max_databases = max_databases.map_or(-1, i64::from),
+            actor = "host",
         );
         Ok(())
     }
@@ -600,6 +601,14 @@ fn served(embedded: &Embedded) -> (Engine, Admin) {
 }
 
 impl FleetMembers for Shared {
+    fn set_rollout(&self, id: &str, max_databases: Option<u32>) {
+        self.budget.set_rollout(id, max_databases);
+    }
+
+    fn rollout(&self, id: &str) -> Option<u32> {
+        self.budget.rollout(id)
+    }
+
     fn members(&self) -> Vec<FleetMember> {
         self.views
             .lock()

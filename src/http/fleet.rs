@@ -7,7 +7,7 @@
 //! for itself; this layer only reads parameters and renders.
 
 use super::admin::{error, query, render, Meta};
-use crate::admin::{AdminError, Availability, DatabaseStatus, FleetAdmin};
+use crate::admin::{AdminError, Availability, DatabaseStatus, FleetAdmin, Rollout};
 use crate::lifecycle::Action;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -34,13 +34,15 @@ impl FleetRoutes {
     }
 
     /// Mount `GET /admin/fleet`, `GET /admin/fleet/backfills`, `POST
-    /// /admin/fleet/backfills/{id}/{action}`, `GET /readyz`, `GET
-    /// /livez` and `GET /metrics`.
+    /// /admin/fleet/backfills/{id}/{action}`, `PUT
+    /// /admin/fleet/rollout/{id}`, `GET /readyz`, `GET /livez` and `GET
+    /// /metrics`.
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
         cfg.app_data(self.admin.clone())
             .route("/admin/fleet", web::get().to(overview))
             .route("/admin/fleet/backfills", web::get().to(backfills))
             .route("/admin/fleet/backfills/{id}/{action}", web::post().to(act))
+            .route("/admin/fleet/rollout/{id}", web::put().to(rollout))
             .route("/readyz", web::get().to(readyz))
             .route("/livez", web::get().to(livez))
             .route("/metrics", web::get().to(metrics));
@@ -91,6 +93,25 @@ async fn act(
             .act(&meta.as_meta(), database.as_deref(), &id, action)
             .await,
     )
+}
+
+/// `PUT /admin/fleet/rollout/{id}` with `{"max_databases": N | null}`.
+async fn rollout(
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+    admin: web::Data<FleetAdmin>,
+) -> HttpResponse {
+    let meta = Meta::from(&req);
+    let wanted: Rollout = match serde_json::from_slice(&body) {
+        Ok(wanted) => wanted,
+        Err(_) => {
+            return error(&AdminError::BadRequest(
+                "the body must be JSON: {\"max_databases\": N or null}".into(),
+            ))
+        }
+    };
+    render(admin.set_rollout(&meta.as_meta(), &id, wanted.max_databases))
 }
 
 async fn readyz(req: HttpRequest, admin: web::Data<FleetAdmin>) -> HttpResponse {

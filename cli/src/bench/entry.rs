@@ -30,11 +30,15 @@ pub async fn run(args: BenchArgs) -> Result<i32, BenchError> {
         Some(url) => (url.clone(), None),
         None => {
             // With pg_stat_statements loaded, the runs' cost counts the
-            // statements the clients send.
+            // statements the clients send; the connections let the
+            // `fleet` run serve 64 databases, each with its own pool.
             let cluster = tokio::task::spawn_blocking(|| {
                 backfill_ephemeral::EphemeralPostgres::start_with(
                     "bench",
-                    &[("shared_preload_libraries", "pg_stat_statements")],
+                    &[
+                        ("shared_preload_libraries", "pg_stat_statements"),
+                        ("max_connections", "500"),
+                    ],
                 )
             })
             .await

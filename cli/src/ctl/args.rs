@@ -120,6 +120,22 @@ pub enum FleetCommand {
     Resume(FleetAction),
     /// Retry the backfill in every database (or in `--database`).
     Retry(FleetAction),
+    /// Cap how many databases run a repair at once (its rollout), or lift
+    /// the cap with --clear; applies to the fleet's next claims.
+    Rollout {
+        id: String,
+        /// The most databases that run it at once (at least 1).
+        #[arg(
+            long,
+            value_name = "N",
+            conflicts_with = "clear",
+            required_unless_present = "clear"
+        )]
+        max_databases: Option<u32>,
+        /// Lift the cap.
+        #[arg(long)]
+        clear: bool,
+    },
 }
 
 /// The backfill a fleet action names, and the one database it is limited

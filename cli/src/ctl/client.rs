@@ -54,6 +54,7 @@ impl Client {
         let mut req = match method {
             "POST" => self.http.post(url),
             "PATCH" => self.http.patch(url),
+            "PUT" => self.http.put(url),
             _ => self.http.get(url),
         };
         if let Some(token) = &self.token {
@@ -67,7 +68,12 @@ impl Client {
         }
         let sent = match body {
             Some(body) => {
-                req.insert_header(("Content-Type", "application/merge-patch+json"))
+                let kind = if method == "PUT" {
+                    "application/json"
+                } else {
+                    "application/merge-patch+json"
+                };
+                req.insert_header(("Content-Type", kind))
                     .send_body(body.to_string())
                     .await
             }
@@ -112,6 +118,12 @@ impl Client {
     /// an idempotency key, since repeating it repeats no change.
     pub(super) async fn post(&self, path: &str) -> Result<Value, CtlError> {
         Ok(Self::check(self.send("POST", path, None, None).await?, path)?.body)
+    }
+
+    /// PUT `body` as JSON: a value set whole, which sending again sets
+    /// again, so it needs no idempotency key.
+    pub(super) async fn put_json(&self, path: &str, body: &Value) -> Result<Value, CtlError> {
+        Ok(Self::check(self.send("PUT", path, None, Some(body)).await?, path)?.body)
     }
 
     /// POST an action with one idempotency key (see [`Client::idempotent`]).

@@ -25,7 +25,42 @@ pub(super) async fn run(
         FleetCommand::Pause(a) => act(client, "pause", a, json).await,
         FleetCommand::Resume(a) => act(client, "resume", a, json).await,
         FleetCommand::Retry(a) => act(client, "retry", a, json).await,
+        FleetCommand::Rollout {
+            id,
+            max_databases,
+            clear,
+        } => rollout(client, id, if *clear { None } else { *max_databases }, json).await,
     }
+}
+
+/// Set or lift a repair's rollout cap.
+async fn rollout(
+    client: &Client,
+    id: &str,
+    max_databases: Option<u32>,
+    json: bool,
+) -> Result<(), CtlError> {
+    if max_databases == Some(0) {
+        return Err(CtlError::Usage(
+            "--max-databases must be at least 1 (or --clear)".into(),
+        ));
+    }
+    let path = format!("/admin/fleet/rollout/{}", checked_id(id)?);
+    let body = client
+        .put_json(
+            &path,
+            &serde_json::json!({ "max_databases": max_databases }),
+        )
+        .await?;
+    if json {
+        print_json(&body);
+    } else {
+        match body["max_databases"].as_u64() {
+            Some(n) => println!("rollout {id}: at most {n} databases at once"),
+            None => println!("rollout {id}: no cap"),
+        }
+    }
+    Ok(())
 }
 
 async fn status(client: &Client, json: bool) -> Result<(), CtlError> {
