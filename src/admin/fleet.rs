@@ -251,13 +251,17 @@ impl FleetAdmin {
     }
 
     /// Refuse a caller without `capability`, before any database is asked.
-    fn authorize(&self, meta: &RequestMeta<'_>, capability: Capability) -> Result<(), AdminError> {
+    fn authorize(
+        &self,
+        meta: &RequestMeta<'_>,
+        capability: Capability,
+    ) -> Result<super::Authority, AdminError> {
         let authority = self
             .auth
             .authenticate(meta.bearer)
             .ok_or(AdminError::Unauthorized)?;
         if authority.can(capability) {
-            Ok(())
+            Ok(authority)
         } else {
             Err(AdminError::Forbidden(capability))
         }
@@ -293,13 +297,7 @@ impl FleetAdmin {
         id: &str,
         max_databases: Option<u32>,
     ) -> Result<Rollout, AdminError> {
-        let authority = self
-            .auth
-            .authenticate(meta.bearer)
-            .ok_or(AdminError::Unauthorized)?;
-        if !authority.can(Capability::Operate) {
-            return Err(AdminError::Forbidden(Capability::Operate));
-        }
+        let authority = self.authorize(meta, Capability::Operate)?;
         crate::repair::validate_id(id)
             .map_err(|_| AdminError::BadRequest("the path's ID is not a stable ID".into()))?;
         if max_databases == Some(0) {
@@ -347,15 +345,7 @@ impl FleetAdmin {
     ) -> Result<FleetBackfills, AdminError> {
         self.authorize(meta, Capability::Read)?;
         let members = self.chosen(database)?;
-        let pages = join_all(members.iter().map(|m| async move {
-            match (&m.admin, m.status.availability) {
-                (Some(admin), Availability::Available) => {
-                    Some(admin.list(meta, None, Some(MAX_PAGE)).await)
-                }
-                _ => None,
-            }
-        }))
-        .await;
+        let pages = list_each(&members, meta).await;
         let mut out = FleetBackfills {
             items: Vec::new(),
             unavailable: Vec::new(),
@@ -387,15 +377,7 @@ impl FleetAdmin {
     pub async fn overview(&self, meta: &RequestMeta<'_>) -> Result<FleetOverview, AdminError> {
         self.authorize(meta, Capability::Read)?;
         let members = self.members.members();
-        let pages = join_all(members.iter().map(|m| async move {
-            match (&m.admin, m.status.availability) {
-                (Some(admin), Availability::Available) => {
-                    Some(admin.list(meta, None, Some(MAX_PAGE)).await)
-                }
-                _ => None,
-            }
-        }))
-        .await;
+        let pages = list_each(&members, meta).await;
         let mut totals = FleetTotals::default();
         let mut databases = Vec::new();
         for (member, page) in members.into_iter().zip(pages) {
@@ -460,6 +442,24 @@ impl FleetAdmin {
             .collect();
         Ok(FleetReply { results })
     }
+}
+
+/// Each member's first page of backfills (at most [`MAX_PAGE`]), read
+/// from every available database at once; `None` for a database that
+/// is not available, which is reported rather than asked.
+async fn list_each(
+    members: &[FleetMember],
+    meta: &RequestMeta<'_>,
+) -> Vec<Option<Result<super::BackfillPage, AdminError>>> {
+    join_all(members.iter().map(|m| async move {
+        match (&m.admin, m.status.availability) {
+            (Some(admin), Availability::Available) => {
+                Some(admin.list(meta, None, Some(MAX_PAGE)).await)
+            }
+            _ => None,
+        }
+    }))
+    .await
 }
 
 /// One database's summary from its status and, when it was asked, its
