@@ -21,7 +21,9 @@
 //!   a filter by database, a fleet-wide pause that each database audits
 //!   on its own and a database that is down reported, an action on one
 //!   database, readiness of the fleet or of one database, bad input:
-//!   `flt06_*`
+//!   `flt06_the_fleet_view_*`; the fleet listener's OpenAPI document
+//!   lists its routes and the fields it serves:
+//!   `flt06_the_fleet_listener_serves_an_openapi_document_*`
 //! - FLT-4 a dependent repair waits, unclaimed and visible as
 //!   `waiting_for`, while its dependency runs, and runs once it
 //!   completed: `flt04_a_dependent_*`; automatic mode starts both and
@@ -1007,6 +1009,99 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
     for name in &names {
         drop_fleet_db(name).await;
     }
+}
+
+/// FLT-6, API-1: the fleet listener serves its own OpenAPI 3 document,
+/// generated from its handlers, listing every fleet route with its
+/// methods and error bodies and nothing else, and the live overview's
+/// fields are the documented ones. The document is written to
+/// `target/tmp/fleet-openapi.json` for `.ci/run`'s validator and the
+/// generated reference. Guards: a fleet route left out of the document,
+/// or a field of the overview the document does not name.
+#[actix_rt::test]
+async fn flt06_the_fleet_listener_serves_an_openapi_document_of_its_routes() {
+    let _serial = SERIAL.lock().await;
+    let name = fleet_db_name("doc", 0);
+    let d0 = Database::new("d0", create_fleet_db(&name).await);
+    let mut config = fleet_config();
+    config.host.auto_backfills = false;
+    config.host.admin_auth =
+        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+    let mut fleet = Fleet::start(config, vec![d0], events_registry())
+        .await
+        .unwrap();
+    let addr = fleet.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let response = request(addr, "GET", "/openapi.json", &[], None).await;
+    assert_eq!(response.status, 200);
+    let doc: serde_json::Value = serde_json::from_str(&response.text).unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().expect("paths");
+    let expected = [
+        ("/admin/fleet", "get"),
+        ("/admin/fleet/backfills", "get"),
+        ("/admin/fleet/backfills/{id}/{action}", "post"),
+        ("/admin/fleet/rollout/{id}", "put"),
+        ("/readyz", "get"),
+        ("/livez", "get"),
+        ("/openapi.json", "get"),
+    ];
+    for (path, method) in expected {
+        let op = &paths.get(path).unwrap_or_else(|| panic!("missing {path}"))[method];
+        assert!(op.is_object(), "missing {method} {path}");
+        if path.starts_with("/admin") {
+            for status in ["200", "401", "403"] {
+                assert!(
+                    op["responses"][status].is_object(),
+                    "{method} {path} lacks {status}"
+                );
+            }
+        }
+        if path.contains("{id}") || path == "/admin/fleet/backfills" || path == "/readyz" {
+            assert!(
+                op["responses"]["400"].is_object(),
+                "{method} {path} lacks 400"
+            );
+        }
+    }
+    assert_eq!(
+        paths.len(),
+        expected.len(),
+        "no undocumented routes: {paths:?}"
+    );
+    let schemas = &doc["components"]["schemas"];
+    let (status, overview) = fleet_call(addr, "GET", "/admin/fleet", Some(TOKEN), None).await;
+    assert_eq!(status, 200, "{overview}");
+    for (schema, live) in [
+        ("FleetOverview", &overview),
+        ("FleetTotals", &overview["totals"]),
+        ("StateCounts", &overview["databases"][0]["backfills"]),
+        ("DatabaseStatus", &overview["databases"][0]),
+    ] {
+        let documented = schemas[schema]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{schema} has no properties"));
+        let live = live
+            .as_object()
+            .unwrap_or_else(|| panic!("{schema}: {live}"));
+        for field in documented.keys() {
+            assert!(
+                live.contains_key(field),
+                "{schema}.{field} documented, not served"
+            );
+        }
+        if schema != "DatabaseStatus" {
+            for field in live.keys() {
+                assert!(
+                    documented.contains_key(field),
+                    "{schema}.{field} served, not documented"
+                );
+            }
+        }
+    }
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fleet-openapi.json");
+    std::fs::write(&out, &response.text).expect("write fleet-openapi.json");
+    fleet.stop().await;
+    drop_fleet_db(&name).await;
 }
 
 /// A table of `ROWS` rows whose repair stamps each row with the time its

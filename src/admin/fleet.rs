@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 /// Whether a database of a fleet is being served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Availability {
     /// Its runtime runs and its last probe reached it.
@@ -31,6 +32,7 @@ pub enum Availability {
 
 /// What the fleet knows of one database.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct DatabaseStatus {
     /// The database's name.
     pub name: String,
@@ -50,6 +52,7 @@ pub struct DatabaseStatus {
 /// The fleet's readiness: ready when every database in question is
 /// available and ready.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct FleetReadiness {
     /// Every database in question is available and ready.
     pub ready: bool,
@@ -96,6 +99,7 @@ pub trait FleetMembers: Send + Sync + 'static {
 
 /// `PUT /admin/fleet/rollout/{id}`: the cap a repair's rollout is held to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Rollout {
     /// The repair's stable ID.
     #[serde(default)]
@@ -106,6 +110,7 @@ pub struct Rollout {
 
 /// How many of a database's backfills are in each state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct StateCounts {
     /// `pending`.
     pub pending: u32,
@@ -150,6 +155,7 @@ impl StateCounts {
 
 /// One database in the fleet's overview.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct DatabaseSummary {
     /// Its availability and readiness.
     #[serde(flatten)]
@@ -169,6 +175,7 @@ pub struct DatabaseSummary {
 
 /// The fleet-wide aggregates.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct FleetTotals {
     /// Databases in the fleet.
     pub databases: u32,
@@ -191,6 +198,7 @@ pub struct FleetTotals {
 
 /// `GET /admin/fleet`: every database and the fleet's totals.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct FleetOverview {
     /// Every database, by name.
     pub databases: Vec<DatabaseSummary>,
@@ -200,6 +208,7 @@ pub struct FleetOverview {
 
 /// One backfill of one database.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct FleetBackfill {
     /// The database that holds it.
     pub database: String,
@@ -211,6 +220,7 @@ pub struct FleetBackfill {
 /// `GET /admin/fleet/backfills`: the backfills of every database (or of
 /// one), and the databases that could not be read.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct FleetBackfills {
     /// Backfills by database, then ID; at most 500 per database.
     pub items: Vec<FleetBackfill>,
@@ -220,17 +230,20 @@ pub struct FleetBackfills {
 
 /// What one database answered to a fleet action.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct DatabaseReply {
     /// The database.
     pub database: String,
     /// Its HTTP status: its own answer, or 503 when it is unavailable.
     pub status: u16,
     /// Its JSON answer, or the error body.
+    #[cfg_attr(feature = "http", schema(value_type = Object))]
     pub body: Value,
 }
 
 /// `POST /admin/fleet/backfills/{id}/{action}`: each database's answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct FleetReply {
     /// One answer per database acted on, by name.
     pub results: Vec<DatabaseReply>,

@@ -7,14 +7,57 @@
 //! for itself; this layer only reads parameters and renders.
 
 use super::admin::{error, query, render, Meta};
-use crate::admin::{AdminError, Availability, DatabaseStatus, FleetAdmin, Rollout};
+use crate::admin::{
+    AdminError, Availability, BackfillView, DatabaseReply, DatabaseStatus, DatabaseSummary,
+    Diagnostic, ErrorBody, FleetAdmin, FleetBackfill, FleetBackfills, FleetOverview,
+    FleetReadiness, FleetReply, FleetTotals, JournalView, Ownership, PartitionRates, PartitionView,
+    Progress, Rollout, StateCounts, Throttle, UndoLink, ValidationSummary,
+};
 use crate::lifecycle::Action;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+/// The OpenAPI document of the fleet listener, generated from its
+/// handlers. Each database's own routes are in the admin API's document;
+/// these routes fan out to them.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "backfill fleet API",
+        description = "One view of a fleet of databases (docs/CONTRACT.md FLT-6). The /admin/fleet routes need a bearer token of the databases' own authentication: backfill:read for reads, backfill:operate for actions and rollout caps. Each database authorizes, audits and answers an action for itself."
+    ),
+    paths(overview, backfills, act, rollout, readyz, livez, openapi_json),
+    components(schemas(
+        FleetOverview, DatabaseSummary, DatabaseStatus, Availability, StateCounts, FleetTotals,
+        FleetBackfills, FleetBackfill, BackfillView, Progress, Ownership, Diagnostic,
+        ValidationSummary, Throttle, PartitionView, UndoLink, JournalView, PartitionRates,
+        FleetReply, DatabaseReply, Rollout, FleetReadiness, ErrorBody
+    )),
+    modifiers(&BearerAuth),
+    security(("bearer" = []))
+)]
+pub struct FleetApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
 
 /// The database a fleet request is limited to, if any.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct DatabaseQuery {
+    /// One database of the fleet, by the name the host gave it; absent:
+    /// every database. An unknown name is a 404.
     database: Option<String>,
 }
 
@@ -35,10 +78,11 @@ impl FleetRoutes {
 
     /// Mount `GET /admin/fleet`, `GET /admin/fleet/backfills`, `POST
     /// /admin/fleet/backfills/{id}/{action}`, `PUT
-    /// /admin/fleet/rollout/{id}`, `GET /readyz`, `GET /livez` and `GET
-    /// /metrics`.
+    /// /admin/fleet/rollout/{id}`, `GET /readyz`, `GET /livez`, `GET
+    /// /metrics` and `GET /openapi.json`.
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
         cfg.app_data(self.admin.clone())
+            .route("/openapi.json", web::get().to(openapi_json))
             .route("/admin/fleet", web::get().to(overview))
             .route("/admin/fleet/backfills", web::get().to(backfills))
             .route("/admin/fleet/backfills/{id}/{action}", web::post().to(act))
@@ -55,11 +99,39 @@ fn database(req: &HttpRequest) -> Result<Option<String>, AdminError> {
     Ok(q.database)
 }
 
+/// Every database with its backfills by state, rows/s and ETA, and the
+/// fleet's totals (FLT-6). A database that is unavailable is listed with
+/// its reason and zero counts; one that answered its probe but not this
+/// read carries an `error`.
+#[utoipa::path(
+    get, path = "/admin/fleet",
+    responses(
+        (status = 200, description = "Every database and the totals", body = FleetOverview),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+    )
+)]
 async fn overview(req: HttpRequest, admin: web::Data<FleetAdmin>) -> HttpResponse {
     let meta = Meta::from(&req);
     render(admin.overview(&meta.as_meta()).await)
 }
 
+/// The backfills of every database, or of one, each with its database;
+/// the databases that could not be read are named with why (FLT-6).
+#[utoipa::path(
+    get, path = "/admin/fleet/backfills", params(DatabaseQuery),
+    responses(
+        (status = 200, description = "Backfills by database, then ID (at most 500 per database), and the unavailable databases", body = FleetBackfills),
+        (status = 400, description = "A malformed query", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
+        (status = 404, description = "`unknown_database`: no database of that name", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+    )
+)]
 async fn backfills(req: HttpRequest, admin: web::Data<FleetAdmin>) -> HttpResponse {
     let meta = Meta::from(&req);
     let database = match database(&req) {
@@ -69,6 +141,31 @@ async fn backfills(req: HttpRequest, admin: web::Data<FleetAdmin>) -> HttpRespon
     render(admin.backfills(&meta.as_meta(), database.as_deref()).await)
 }
 
+/// An action on backfill `id` in every database, or in one: one request
+/// to each database's own admin service, which authorizes, audits and
+/// answers it there with the same Idempotency-Key, so a retry replays
+/// every answer (FLT-6, ADM-4). Each database's status and body are in
+/// `results`; a database that is unavailable answers 503 and is never
+/// skipped.
+#[utoipa::path(
+    post, path = "/admin/fleet/backfills/{id}/{action}",
+    params(
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("action" = String, Path, description = "start, pause, resume, retry or validate", pattern = "^(start|pause|resume|retry|validate)$"),
+        DatabaseQuery,
+        ("Idempotency-Key" = String, Header, description = "One logical request, passed to each database; retries replay its answers (ADM-4). A missing or malformed key is each database's 400 in `results`", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator acts, stored with each database's audit row", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
+    ),
+    responses(
+        (status = 200, description = "Each database's answer, by name", body = FleetReply),
+        (status = 400, description = "Not one of the actions, or a malformed query", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "`unknown_database`: no database of that name", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+    )
+)]
 async fn act(
     req: HttpRequest,
     path: web::Path<(String, String)>,
@@ -95,7 +192,22 @@ async fn act(
     )
 }
 
-/// `PUT /admin/fleet/rollout/{id}` with `{"max_databases": N | null}`.
+/// Cap how many databases run repair `id` at once (FLT-2), or lift the
+/// cap with `null`. The cap belongs to this process and applies to its
+/// next claims.
+#[utoipa::path(
+    put, path = "/admin/fleet/rollout/{id}",
+    params(("id" = String, Path, description = "Stable ID of a repair", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)),
+    request_body(content = Rollout, description = "`{\"max_databases\": N}` with N at least 1, or `null` for no cap"),
+    responses(
+        (status = 200, description = "The cap now in force", body = Rollout),
+        (status = 400, description = "A body that is not the JSON above, a cap of 0, or not a stable ID", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+    )
+)]
 async fn rollout(
     req: HttpRequest,
     id: web::Path<String>,
@@ -114,6 +226,18 @@ async fn rollout(
     render(admin.set_rollout(&meta.as_meta(), &id, wanted.max_databases))
 }
 
+/// Readiness of the fleet, or of one database, as of the last probe:
+/// 200 when every database in question is available and ready, else 503
+/// naming those that keep it closed. Needs no token.
+#[utoipa::path(
+    get, path = "/readyz", params(DatabaseQuery), security(()),
+    responses(
+        (status = 200, description = "Ready", body = FleetReadiness),
+        (status = 400, description = "A malformed query", body = ErrorBody),
+        (status = 404, description = "`unknown_database`: no database of that name", body = ErrorBody),
+        (status = 503, description = "Not ready: the databases that keep it closed", body = FleetReadiness),
+    )
+)]
 async fn readyz(req: HttpRequest, admin: web::Data<FleetAdmin>) -> HttpResponse {
     let readiness = database(&req).and_then(|database| admin.readiness(database.as_deref()));
     match readiness {
@@ -123,8 +247,22 @@ async fn readyz(req: HttpRequest, admin: web::Data<FleetAdmin>) -> HttpResponse 
     }
 }
 
+/// The process answers. Needs no token.
+#[utoipa::path(
+    get, path = "/livez", security(()),
+    responses((status = 200, description = "`{\"live\": true}`", content_type = "application/json"))
+)]
 async fn livez() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"live": true}))
+}
+
+/// This document.
+#[utoipa::path(
+    get, path = "/openapi.json", security(()),
+    responses((status = 200, description = "The OpenAPI 3 document", content_type = "application/json"))
+)]
+async fn openapi_json() -> HttpResponse {
+    HttpResponse::Ok().json(FleetApiDoc::openapi())
 }
 
 /// `GET /metrics`: each database's availability and readiness as of the
