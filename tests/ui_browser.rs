@@ -27,6 +27,12 @@
 //!   changes nothing: `thr04_ui_browser_settings_form_shows_422_and_changes_nothing`
 //! - a runner held back by a real health signal:
 //!   `thr02_ui_browser_throttled_backfill_shows_signal_value_and_threshold`
+//! - the fleet page (FLT-6) on a fleet's listener: every database with
+//!   its availability and a down one's reason, the totals, the database
+//!   filter, a pause on every database (one audited request each, a lost
+//!   answer retried with its key, the down database's 503 shown) and a
+//!   resume on one database:
+//!   `flt06_ui_browser_fleet_page_lists_databases_and_pauses_all`
 //! - AUTH-4, in every scenario: the page is served under the admin
 //!   listener's Content-Security-Policy and the client runs with no
 //!   violation of it (`browser.mjs` fails the scenario otherwise)
@@ -1113,4 +1119,229 @@ async fn undo02_ui_browser_undo_names_the_conflict_rule_and_shows_progress() {
         8
     );
     server.stop().await;
+}
+
+/// The repair of the fleet test, on an `events` table in each database.
+const FLEET_REPAIR: &str = "events.fix";
+
+/// The databases of the fleet test, dropped when it ends, pass or fail
+/// (the fleet's pools are ended by `WITH (FORCE)`).
+struct FleetDatabases(Vec<String>);
+
+impl FleetDatabases {
+    /// `n` new databases, each with an `events` table of 20 rows to fix;
+    /// returns them and their URLs.
+    async fn create(n: usize) -> (Self, Vec<String>) {
+        let mut dbs = Self(Vec::new());
+        let mut urls = Vec::new();
+        let mut server = AsyncPgConnection::establish(support::server_url())
+            .await
+            .expect("connect to the test server");
+        for i in 0..n {
+            let name = format!(
+                "bft_uifleet_{}_{}_{i}",
+                std::process::id(),
+                rand::random::<u32>()
+            );
+            server
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("create a fleet database");
+            dbs.0.push(name.clone());
+            let url = support::with_database(support::server_url(), &name);
+            let mut conn = AsyncPgConnection::establish(&url).await.expect("connect");
+            conn.batch_execute(
+                "CREATE TABLE events (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0); \
+                 INSERT INTO events (id) SELECT g FROM generate_series(1, 20) g",
+            )
+            .await
+            .expect("the events table");
+            urls.push(url);
+        }
+        (dbs, urls)
+    }
+}
+
+impl Drop for FleetDatabases {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut self.0);
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(mut conn) = AsyncPgConnection::establish(support::server_url()).await {
+                    for name in names {
+                        let _ = conn
+                            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .await;
+                    }
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// One number read from the database at `url`.
+async fn scalar_at(url: &str, sql: &str) -> i64 {
+    let mut conn = AsyncPgConnection::establish(url).await.expect("connect");
+    support::scalar_on(&mut conn, sql).await
+}
+
+/// FLT-6 in the web client: a real `Fleet` over databases `d0` and `d1`
+/// and a database `down` that does not exist, its listener serving the
+/// client at `/ui`. The repair's run window is closed, so started
+/// backfills stay `running`. The page finds out it talks to a fleet and
+/// shows the fleet page: the totals, one row per database with `down`
+/// unavailable and its reason as the fleet reports it, the backfills of
+/// both databases with their database, and `down` reported as not
+/// listed; the database filter narrows both tables to one database. A
+/// pause on every database, confirmed with a reason, whose answer is
+/// lost after the commit, is retried with the same Idempotency-Key: in
+/// PostgreSQL each available database has its backfill paused, one
+/// applied audit row of its own carrying the page's key and the reason,
+/// and one replay; the page shows each database's answer, `down`'s 503
+/// among them, and still offers the retry that would reach it. A resume
+/// from `d0`'s row reaches `d0` alone. Guards: the fan-out of the
+/// all-databases action (`sendFleet` without `?database=`; acting on one
+/// database leaves the other running and shows one answer), the
+/// listener probe (`listenerKind`), `fleetDatabaseRow`/`fleetAnswers`
+/// (the down database's reason and 503) and `keyFor` on the fleet's
+/// requests.
+#[actix_rt::test]
+async fn flt06_ui_browser_fleet_page_lists_databases_and_pauses_all() {
+    use backfill::host::{Availability, Database, Fleet, FleetConfig};
+    use chrono::Timelike;
+    prerequisites();
+    let (_dbs, urls) = FleetDatabases::create(2).await;
+    let databases = vec![
+        Database::new("d0", urls[0].clone()),
+        Database::new("d1", urls[1].clone()),
+        Database::new(
+            "down",
+            support::with_database(support::server_url(), "bft_absent_ui_fleet"),
+        ),
+    ];
+    let hour = u64::from(chrono::Utc::now().hour());
+    let registry = Registry::new()
+        .with(
+            SqlRepair::new(FLEET_REPAIR, "events")
+                .key("id")
+                .set("n = n + 1")
+                .validate_where("n <> 1")
+                .run_window((hour + 2) % 24, (hour + 3) % 24)
+                .build()
+                .expect("definition"),
+        )
+        .expect("registers");
+    let mut host = HostConfig::new("postgres://unused");
+    host.auto_backfills = false;
+    host.pool_size = Some(3);
+    host.engine = engine_config();
+    host.runtime.max_concurrent_runners = 1;
+    host.runtime.poll_interval = Duration::from_millis(100);
+    host.admin_auth =
+        AuthConfig::Tokens(AuthConfig::parse_tokens_file(&tokens_file()).expect("tokens file"));
+    let mut config = FleetConfig::new(host);
+    // The test asks nothing of a refresh; the loop stays out of the way.
+    config.refresh_interval = Duration::from_secs(600);
+    let mut fleet = Fleet::start(config, databases, registry)
+        .await
+        .expect("fleet");
+    let addr = fleet
+        .listen("127.0.0.1:0".parse().expect("address"))
+        .expect("listen");
+    for name in ["d0", "d1"] {
+        let engine = fleet.engine(name).expect("listed").expect("runs");
+        engine.start(FLEET_REPAIR).await.expect("start");
+    }
+    let down = fleet.database("down").expect("listed");
+    assert_eq!(down.availability, Availability::Unavailable);
+    let reason = down.reason.expect("an unavailable database has a reason");
+    let expect = json!({
+        "repair": FLEET_REPAIR,
+        "databases": [
+            {"name": "d0", "availability": "available", "counts": "1 running"},
+            {"name": "d1", "availability": "available", "counts": "1 running"},
+            {"name": "down", "availability": "unavailable", "counts": "unknown", "reason": reason},
+        ],
+    });
+    let state = format!(
+        "SELECT count(*) AS v FROM backfill WHERE id = '{FLEET_REPAIR}' AND state = 'paused'"
+    );
+    let mut browser = Browser::start("fleet", &format!("http://{addr}"), &expect).await;
+
+    // The first request committed in each database; only its answer was
+    // lost.
+    browser.step("lost").await;
+    for (name, url) in [("d0", &urls[0]), ("d1", &urls[1])] {
+        assert_eq!(
+            scalar_at(url, &state).await,
+            1,
+            "{name} is paused before the retry"
+        );
+    }
+    browser.go().await;
+
+    let key = browser.step("paused").await;
+    assert!(key.starts_with("ui-"), "the page's key: {key}");
+    for (name, url) in [("d0", &urls[0]), ("d1", &urls[1])] {
+        assert_eq!(scalar_at(url, &state).await, 1, "{name} is paused");
+        let audit = |outcome: &str| {
+            format!(
+                "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{FLEET_REPAIR}' \
+                 AND action = 'pause' AND outcome = '{outcome}' AND correlation = '{key}'"
+            )
+        };
+        assert_eq!(
+            scalar_at(url, &audit("applied")).await,
+            1,
+            "{name}: one applied pause of its own, with the page's key"
+        );
+        assert_eq!(
+            scalar_at(url, &audit("replayed")).await,
+            1,
+            "{name}: the retry replayed it"
+        );
+        assert_eq!(
+            scalar_at(
+                url,
+                &format!(
+                    "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{FLEET_REPAIR}' \
+                     AND action = 'pause' AND outcome = 'applied' AND actor = 'ops' \
+                     AND reason = 'fleet quiet hours'"
+                )
+            )
+            .await,
+            1,
+            "{name}: the operator and the reason are in its audit"
+        );
+    }
+    browser.go().await;
+
+    browser.step("resumed").await;
+    let running = format!(
+        "SELECT count(*) AS v FROM backfill WHERE id = '{FLEET_REPAIR}' AND state = 'running'"
+    );
+    assert_eq!(scalar_at(&urls[0], &running).await, 1, "d0 resumed");
+    assert_eq!(scalar_at(&urls[1], &state).await, 1, "d1 is left alone");
+    assert_eq!(
+        scalar_at(
+            &urls[1],
+            &format!(
+                "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{FLEET_REPAIR}' \
+                 AND action = 'resume'"
+            )
+        )
+        .await,
+        0,
+        "d1 received no resume"
+    );
+    browser.go().await;
+    browser.finish().await;
+    fleet.stop().await;
 }

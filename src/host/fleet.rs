@@ -360,9 +360,11 @@ impl Fleet {
     /// Serve the fleet's HTTP boundary on `addr` (feature `http`): `GET
     /// /admin/fleet`, `GET /admin/fleet/backfills`, `POST
     /// /admin/fleet/backfills/{id}/{action}`, `GET /readyz` (with
-    /// `?database=` for one database) and `GET /livez`. Returns the
-    /// address bound (port 0 asks for a free one); the listener stops
-    /// with the fleet.
+    /// `?database=` for one database), `GET /livez`, `GET /metrics`, `GET
+    /// /openapi.json`, and the web client at `/ui`, which shows the fleet
+    /// page there.
+    /// Returns the address bound (port 0 asks for a free one); the
+    /// listener stops with the fleet.
     #[cfg(feature = "http")]
     pub fn listen(&mut self, addr: std::net::SocketAddr) -> std::io::Result<std::net::SocketAddr> {
         let routes = crate::http::fleet::FleetRoutes::new(self.admin());
@@ -376,9 +378,12 @@ impl Fleet {
             .max(1);
         let server = actix_web::HttpServer::new(move || {
             let routes = routes.clone();
+            // The web client is served here too: it asks `/admin/fleet`
+            // to find out that it talks to a fleet and shows the fleet page.
             actix_web::App::new()
                 .wrap(crate::http::security_headers())
                 .configure(move |cfg| routes.configure(cfg))
+                .configure(crate::http::ui::configure)
         })
         .disable_signals()
         .shutdown_timeout(grace)

@@ -588,3 +588,163 @@ test("adm04 a bulk action targets only the rows it applies to and counts every o
   );
   assert.strictEqual(app.bulkSummary("resume", [{ id: "b.v1", outcome: "applied" }]), "resume 1 backfill: 1 applied");
 });
+
+// FLT-6: the fleet page's projections.
+const fleetDb = (extra) => ({
+  name: "d0", availability: "available", reason: null, since: T0, ready: true,
+  backfills: { pending: 0, running: 1, paused: 2, blocked: 0, failed: 0, validating: 0, completed: 0 },
+  rows_per_second: 125, eta_seconds: 80, error: null,
+  ...extra,
+});
+const zero = { pending: 0, running: 0, paused: 0, blocked: 0, failed: 0, validating: 0, completed: 0 };
+const down = fleetDb({
+  name: "down", availability: "unavailable", reason: 'database "bft_absent" does not exist', ready: null,
+  backfills: zero, rows_per_second: null, eta_seconds: null,
+});
+
+test("flt06 the listener's kind comes from GET /admin/fleet: 404 single, 200/401/403 fleet, else unknown", () => {
+  assert.strictEqual(app.listenerKind(404), "single");
+  for (const s of [200, 401, 403]) assert.strictEqual(app.listenerKind(s), "fleet");
+  for (const s of [null, undefined, 429, 500, 503]) assert.strictEqual(app.listenerKind(s), null);
+});
+
+test("flt06 a database that is down shows its reason and unknown figures, never zeros", () => {
+  const a = app.fleetAvailability(down);
+  assert.deepStrictEqual(a, { state: "unavailable", reason: 'database "bft_absent" does not exist', ready: "unknown" });
+  assert.strictEqual(app.fleetCountsText(down), "unknown");
+  assert.deepStrictEqual(app.fleetRateEta(down), { rate: "unknown", eta: "unknown" });
+  const row = app.fleetDatabaseRow(down);
+  assert.match(row, /data-database="down"/);
+  assert.match(row, /badge avail-unavailable">unavailable</);
+  assert.match(row, /database &quot;bft_absent&quot; does not exist/);
+  assert.doesNotMatch(row, /no backfills|0 running|0 rows/);
+  // Available but unread: the counts are unknown and the row says why.
+  const unread = fleetDb({ backfills: zero, error: "statement timeout" });
+  assert.strictEqual(app.fleetCountsText(unread), "unknown");
+  assert.match(app.fleetDatabaseRow(unread), /its backfills could not be read: statement timeout/);
+  assert.strictEqual(app.fleetAvailability(unread).state, "available");
+  // Escaped, like every server text.
+  assert.match(app.fleetDatabaseRow(fleetDb({ name: "<b>" })), /&lt;b&gt;/);
+});
+
+test("flt06 a database's counts, rate and ETA: unknown stays unknown, not running is not applicable", () => {
+  const d = fleetDb();
+  assert.strictEqual(app.fleetCountsText(d), "1 running, 2 paused");
+  assert.deepStrictEqual(app.fleetRateEta(d), { rate: "125 rows/s", eta: "80 s" });
+  assert.deepStrictEqual(app.fleetRateEta(d, true), { rate: "stale", eta: "stale" });
+  assert.deepStrictEqual(app.fleetRateEta(fleetDb({ rows_per_second: null, eta_seconds: null })), { rate: "measuring…", eta: "unknown" });
+  const idle = fleetDb({ backfills: { ...zero, completed: 3 }, rows_per_second: null, eta_seconds: null });
+  assert.deepStrictEqual(app.fleetRateEta(idle), { rate: "—", eta: "—" });
+  assert.strictEqual(app.fleetCountsText(idle), "3 completed");
+  assert.strictEqual(app.fleetCountsText(fleetDb({ backfills: zero })), "no backfills");
+  assert.strictEqual(app.fleetAvailability(fleetDb({ ready: false })).ready, "not ready");
+});
+
+test("flt06 the fleet totals count the databases that could not be read apart", () => {
+  const overview = {
+    databases: [fleetDb(), fleetDb({ name: "d1" }), down],
+    totals: { databases: 3, available: 2, unavailable: 1, completed: 0, running: 2, blocked: 0, rows_per_second: 250, eta_seconds: 80 },
+  };
+  const rows = Object.fromEntries(app.fleetTotalsRows(overview).map(([k, , v]) => [k, v]));
+  assert.deepStrictEqual(rows, {
+    databases: "3: 2 available, 1 unavailable",
+    completed: "0 databases (1 database unknown)",
+    running: "2 databases (1 database unknown)",
+    blocked: "0 databases (1 database unknown)",
+    rate: "250 rows/s (1 database unknown)",
+    eta: "80 s (1 database unknown)",
+  });
+  const stale = Object.fromEntries(app.fleetTotalsRows(overview, true).map(([k, , v]) => [k, v]));
+  assert.strictEqual(stale.rate, "stale");
+  assert.strictEqual(stale.eta, "stale");
+  // Nothing moves and one database is unknown: the fleet's rate is unknown, not 0.
+  const still = {
+    databases: [fleetDb({ backfills: { ...zero, completed: 1 }, rows_per_second: null, eta_seconds: null }), down],
+    totals: { databases: 2, available: 1, unavailable: 1, completed: 1, running: 0, blocked: 0, rows_per_second: 0, eta_seconds: null },
+  };
+  const s = Object.fromEntries(app.fleetTotalsRows(still).map(([k, , v]) => [k, v]));
+  assert.strictEqual(s.rate, "unknown");
+  assert.strictEqual(s.eta, "unknown");
+  assert.strictEqual(s.completed, "1 database (1 database unknown)");
+  const allKnown = Object.fromEntries(app.fleetTotalsRows({ databases: [still.databases[0]], totals: { ...still.totals, databases: 1, unavailable: 0 } }).map(([k, , v]) => [k, v]));
+  assert.strictEqual(allKnown.rate, "—");
+  // Missing totals are unknown, never 0.
+  assert.match(app.fleetTotalsRows({ databases: [], totals: {} })[0][2], /^unknown: unknown available/);
+});
+
+test("flt06 the filter narrows backfills and unlisted databases to one database; names listed once", () => {
+  const list = {
+    items: [view({ id: "e.fix", database: "d0" }), view({ id: "e.fix", database: "d1", state: "paused" })],
+    unavailable: [{ name: "down", availability: "unavailable", reason: "gone" }],
+  };
+  assert.strictEqual(app.fleetFilter(list, "all").items.length, 2);
+  assert.deepStrictEqual(app.fleetFilter(list, "d1").items.map((i) => i.database), ["d1"]);
+  assert.deepStrictEqual(app.fleetFilter(list, "d1").unavailable, []);
+  assert.deepStrictEqual(app.fleetFilter(list, "down"), { items: [], unavailable: list.unavailable });
+  assert.deepStrictEqual(app.fleetDatabaseNames({ databases: [fleetDb(), down] }, list), ["d0", "down", "d1"]);
+  const row = app.fleetUnavailableRow(list.unavailable[0]);
+  assert.match(row, /data-database="down"/);
+  assert.match(row, /unavailable/);
+  assert.match(row, /gone/);
+});
+
+test("flt06 each backfill row names its database and acts on it alone; every database per ID", () => {
+  const row = app.fleetRow(view({ id: "e.fix", database: "d1" }), {});
+  assert.match(row, /<td class="col-database">d1<\/td>/);
+  assert.match(row, /data-fleet-action="pause" data-id="e.fix" data-database="d1"/);
+  assert.match(row, /aria-label="pause e.fix in d1"/);
+  assert.doesNotMatch(row, /data-action=/);
+  assert.doesNotMatch(app.fleetRow(view({ id: "e.fix", database: "d1" }), { cannotOperate: true }), /<button/);
+  const ids = app.fleetIdActions([
+    view({ id: "e.fix", database: "d0" }), view({ id: "e.fix", database: "d1", state: "paused" }),
+    view({ id: "a.fix", database: "d0", state: "completed" }),
+  ]);
+  assert.deepStrictEqual(ids, [
+    { id: "a.fix", actions: ["validate"], databases: ["d0"] },
+    { id: "e.fix", actions: ["pause", "resume", "validate"], databases: ["d0", "d1"] },
+  ]);
+  const all = app.fleetActionButtons(["pause"], "e.fix", null, false);
+  assert.match(all, /data-database=""/);
+  assert.match(all, /aria-label="pause e.fix in every database"/);
+  assert.match(app.fleetActionButtons(["pause"], "e.fix", null, true), /disabled/);
+});
+
+test("flt06 every database's answer is shown, a down one's 503 as unavailable, never skipped", () => {
+  const body = {
+    results: [
+      { database: "d0", status: 200, body: { outcome: "applied", prior_state: "running", backfill: { state: "paused" } } },
+      { database: "d1", status: 409, body: { error: "conflict", message: "no", current: { state: "completed" } } },
+      { database: "down", status: 503, body: { error: "unavailable", message: "database \"x\" does not exist" } },
+    ],
+  };
+  const answers = app.fleetAnswers("pause", body);
+  assert.deepStrictEqual(answers.map((a) => [a.database, a.status, a.outcome]), [
+    ["d0", 200, "applied"], ["d1", 409, "conflict"], ["down", 503, "unavailable"],
+  ]);
+  assert.strictEqual(answers[0].text, "pause: applied (running → paused)");
+  assert.match(answers[2].text, /HTTP 503 unavailable: database "x" does not exist/);
+  assert.strictEqual(app.fleetSummary("pause", "e.fix", "in every database", answers),
+    "pause e.fix in every database: 1 applied (d0), 1 conflict (d1), 1 unavailable (down)");
+  assert.strictEqual(app.fleetOutcome(answers), "partial");
+  assert.strictEqual(app.fleetOutcome(answers.slice(0, 1)), "applied");
+  assert.strictEqual(app.fleetOutcome([]), "unknown");
+  assert.match(app.fleetAnswerRow(answers[2]), /data-database="down"[\s\S]*503[\s\S]*outcome-unavailable/);
+  assert.match(app.fleetAnswerRow({ database: "d9", status: null, outcome: "unknown", text: "x" }), /no answer/);
+});
+
+test("flt06 a fleet action stays open, with its key, while a database's answer is a 5xx or none came", () => {
+  const ok = { results: [{ database: "d0", status: 200 }, { database: "d1", status: 409 }] };
+  const withDown = { results: [{ database: "d0", status: 200 }, { database: "down", status: 503 }] };
+  assert.strictEqual(app.fleetSettles(200, ok), true);
+  assert.strictEqual(app.fleetSettles(200, withDown), false);
+  assert.strictEqual(app.fleetSettles(null, null), false);
+  assert.strictEqual(app.fleetSettles(200, null), false);
+  assert.strictEqual(app.fleetSettles(403, { error: "forbidden" }), true);
+  // The same request keeps its key; another scope is another request.
+  let n = 0;
+  const mint = () => `k${++n}`;
+  const pending = { action: "pause", id: "e.fix", key: "k0", request: "fleet:*", unanswered: true };
+  assert.strictEqual(app.keyFor(pending, "pause", "e.fix", mint, "fleet:*"), "k0");
+  assert.strictEqual(app.keyFor(pending, "pause", "e.fix", mint, "fleet:d0"), "k1");
+  assert.strictEqual(app.keyFor(pending, "pause", "e.fix", mint, undefined), "k2");
+});

@@ -619,6 +619,116 @@ const scenarios = {
     check((await page.locator("#card-Throttle").count()) === 0, "no throttle card");
   },
 
+  // FLT-6: the fleet page on a fleet's listener. BACKFILL_UI_EXPECT is
+  // {repair, databases: [{name, availability, counts, reason?}]}, the
+  // databases as the fleet reports them.
+  async fleet() {
+    const want = expected;
+    const R = want.repair;
+    const dbRow = (name) => page.locator(`#fleet-db-rows tr[data-database="${name}"]`);
+    const fleetRow = (name) => page.locator(`#fleet-rows tr[data-database="${name}"][data-backfill="${R}"]`);
+    const stateIn = (name) => fleetRow(name).locator(".col-state .badge").innerText();
+    const total = (key) => text(`#fleet-totals [data-total="${key}"]`);
+    const answers = () => page.locator("#fleet-answer-rows tr").evaluateAll((rows) => rows.map((r) => [
+      r.dataset.database, r.querySelector(".col-status").innerText, r.querySelector(".col-outcome").innerText, r.querySelector(".col-text").innerText,
+    ]));
+    await page.goto(`${base}/ui`);
+    // The page knows it talks to a fleet before any token is entered.
+    await until("the fleet page", () => page.locator("#fleet-page").isVisible(), (v) => v);
+    check(!(await page.locator("#list-page").isVisible()), "no single-database list on a fleet's listener");
+    await until("the token prompt", () => page.locator("#auth").isVisible(), (v) => v);
+    await signIn(token);
+    await until("a live fleet page", bannerLabel, (t) => t === "Live");
+    await until("every database", () => page.locator("#fleet-db-rows tr").count(), (n) => n === want.databases.length);
+    for (const d of want.databases) {
+      const row = dbRow(d.name);
+      check((await row.locator(".col-availability .badge").innerText()) === d.availability, `${d.name} is ${d.availability}`);
+      check((await row.locator(".col-counts").innerText()) === d.counts, `${d.name} counts ${d.counts}, got ${await row.locator(".col-counts").innerText()}`);
+      if (d.reason) {
+        check((await row.locator(".col-reason").innerText()) === d.reason, `${d.name}'s reason: ${await row.locator(".col-reason").innerText()}`);
+        check(!(await row.innerText()).includes("postgres://"), `${d.name} shows no URL`);
+        check((await row.locator(".col-rate").innerText()) === "unknown", `${d.name}'s rate is unknown, not 0`);
+      }
+    }
+    check((await total("databases")) === "3: 2 available, 1 unavailable", `the totals count databases: ${await total("databases")}`);
+    check((await total("running")) === "2 databases (1 database unknown)", `the totals count running databases: ${await total("running")}`);
+    const listed = await page.locator("#fleet-rows tr[data-backfill]").evaluateAll((rows) => rows.map((r) => `${r.dataset.database}/${r.dataset.backfill}`));
+    check(JSON.stringify(listed) === JSON.stringify([`d0/${R}`, `d1/${R}`]), `the backfills of every database: ${listed}`);
+    const unlisted = page.locator('#fleet-rows tr.row-unavailable[data-database="down"]');
+    check((await unlisted.count()) === 1, "the down database is reported among the backfills");
+    check((await unlisted.innerText()).includes(want.databases[2].reason), "with its reason");
+    for (const name of ["d0", "d1"]) {
+      const offered = await fleetRow(name).locator("button[data-fleet-action]").evaluateAll((bs) => bs.map((b) => b.dataset.fleetAction));
+      check(JSON.stringify(offered) === JSON.stringify(OFFERED.running), `${name}'s row offers ${OFFERED.running}: ${offered}`);
+    }
+    // The filter narrows both tables to one database.
+    await page.locator("#fleet-database").selectOption("d1");
+    await until("d1 alone", () => page.locator("#fleet-rows tr").evaluateAll((rows) => rows.map((r) => r.dataset.database)), (ds) => JSON.stringify(ds) === '["d1"]');
+    check((await page.locator("#fleet-db-rows tr").count()) === 1, "one database row");
+    await page.locator("#fleet-database").selectOption("down");
+    await until("down alone", () => page.locator("#fleet-rows tr").evaluateAll((rows) => rows.map((r) => r.className)), (cs) => JSON.stringify(cs) === '["row-unavailable"]');
+    await page.locator("#fleet-database").selectOption("all");
+    await until("every row again", () => page.locator("#fleet-rows tr").count(), (n) => n === 3);
+    await shot("fleet");
+
+    // Pause on every database; the first answer is lost after the commit.
+    const keys = [];
+    const reasons = [];
+    const urls = [];
+    let lost = false;
+    const pattern = `**/admin/fleet/backfills/${R}/pause*`;
+    await page.route(pattern, async (route) => {
+      keys.push(route.request().headers()["idempotency-key"]);
+      reasons.push(route.request().headers()["backfill-reason"]);
+      urls.push(new URL(route.request().url()).search);
+      if (!lost) {
+        lost = true;
+        await route.fetch();
+        await route.abort("connectionreset");
+      } else {
+        await route.continue();
+      }
+    });
+    const all = page.locator(`#fleet-id-actions button[data-fleet-action="pause"][data-id="${R}"]`);
+    check((await all.count()) === 1, "a pause on every database is offered");
+    await all.click();
+    await until("the confirm dialog", () => page.locator("#confirm").isVisible(), (v) => v);
+    check((await text("#confirm-title")) === `Pause ${R} in every database?`, `the dialog says where: ${await text("#confirm-title")}`);
+    const said = await text("#confirm-text");
+    check(["d0", "d1", "down", "503"].every((w) => said.includes(w)), `the dialog names every database: ${said}`);
+    await page.locator("#confirm-reason").fill("fleet quiet hours");
+    await page.locator("#confirm-ok").click();
+    await until("an unknown outcome", () => text("#result"), (t) => /no answer \(network error\); the outcome is unknown/.test(t));
+    check((await text("#result-outcome")) === "unknown", "the outcome badge says unknown");
+    await step("lost");
+
+    await page.locator("#result-retry").click();
+    await until("every database's answer", answers, (a) => a.length === 3);
+    const got = await answers();
+    check(JSON.stringify(got.map((a) => a.slice(0, 3))) === JSON.stringify([["d0", "200", "applied"], ["d1", "200", "applied"], ["down", "503", "unavailable"]]),
+      `each database answered: ${JSON.stringify(got)}`);
+    check(got[2][3].includes("HTTP 503 unavailable"), `the down database's refusal is shown: ${got[2][3]}`);
+    check((await text("#result-text")) === `pause ${R} in every database: 2 applied (d0, d1), 1 unavailable (down)`, `the summary: ${await text("#result-text")}`);
+    check(await page.locator("#result-retry").isVisible(), "the retry that would reach the down database stays offered");
+    check(keys.length === 2 && keys[0] === keys[1] && /^ui-/.test(keys[0]), `one key for the action and its retry: ${keys}`);
+    check(reasons.every((r) => r === encodeURIComponent("fleet quiet hours")), `the reason with each request: ${reasons}`);
+    check(urls.every((u) => u === ""), `the action went to every database, not one: ${urls}`);
+    await until("both paused", async () => [await stateIn("d0"), await stateIn("d1")], (s) => s.join() === "paused,paused");
+    await shot("fleet-paused");
+    await page.unroute(pattern);
+    await step("paused", keys[0]);
+
+    // Resume on d0 alone, from its row.
+    await fleetRow("d0").locator('button[data-fleet-action="resume"]').click();
+    await until("the confirm dialog", () => page.locator("#confirm").isVisible(), (v) => v);
+    check((await text("#confirm-title")) === `Resume ${R} in d0?`, `the dialog names the database: ${await text("#confirm-title")}`);
+    await page.locator("#confirm-ok").click();
+    await until("d0's answer alone", answers, (a) => a.length === 1 && a[0][0] === "d0" && a[0][2] === "applied");
+    await until("d0 running, d1 paused", async () => [await stateIn("d0"), await stateIn("d1")], (s) => s.join() === "running,paused");
+    check(!(await page.locator("#result-retry").isVisible()), "a settled action offers no retry");
+    await step("resumed");
+  },
+
   // 401: the prompt, focused, and nothing else.
   async unauthorized() {
     const noData = async (where) => {

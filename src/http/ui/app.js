@@ -959,6 +959,267 @@ async function fetchAll(get) {
   }
 }
 
+// The fleet page (FLT-6): the same client on a fleet's listener shows
+// every database of the fleet, the fleet's totals and the backfills of
+// all databases, and acts on one database or on all of them through the
+// fleet's routes, which send one audited request to each database.
+
+// Which listener the page was served by, from the status of an
+// unauthenticated `GET /admin/fleet`: only a fleet's listener has that
+// route (it answers 401 without a token, or 200 where the databases trust
+// their network), and a single database's admin listener answers 404 for
+// every path under /admin it does not serve. Any other answer (none, a
+// 5xx, a 429) decides nothing, and the page asks again at its next
+// refresh.
+function listenerKind(status) {
+  if (status === 404) return "single";
+  if (status === 200 || status === 401 || status === 403) return "fleet";
+  return null;
+}
+
+// Whether a database's backfills were read: it is available and its list
+// answered. Otherwise the server's counts are zeros that count nothing,
+// and every figure of the database is unknown.
+function fleetKnown(db) {
+  return Boolean(db) && db.availability === "available" && !db.error;
+}
+
+// Whether any backfill of a database moves (running or validating), so
+// that a rate and an ETA apply to it.
+function fleetMoving(db) {
+  const c = (db && db.backfills) || {};
+  return (isNum(c.running) ? c.running : 0) + (isNum(c.validating) ? c.validating : 0) > 0;
+}
+
+// A database's backfills by state in words, in the filter's order:
+// "1 running, 2 paused"; "unknown" when they could not be read.
+function fleetCountsText(db) {
+  if (!fleetKnown(db)) return "unknown";
+  const c = db.backfills || {};
+  const parts = STATES.filter((s) => isNum(c[s]) && c[s] > 0).map((s) => `${fmtCount(c[s])} ${s}`);
+  return parts.length ? parts.join(", ") : "no backfills";
+}
+
+// A database's rows/s and the ETA of its slowest moving backfill, as
+// texts: unknown when its backfills could not be read, "—" (not
+// applicable) when none moves, stale when the last refresh failed, and
+// the server's null as "measuring…" (rate) or "unknown" (ETA), never 0.
+function fleetRateEta(db, stale) {
+  if (!fleetKnown(db)) return { rate: "unknown", eta: "unknown" };
+  if (!fleetMoving(db)) return { rate: "—", eta: "—" };
+  if (stale) return { rate: "stale", eta: "stale" };
+  return {
+    rate: rateText(isNum(db.rows_per_second) ? db.rows_per_second : null),
+    eta: isNum(db.eta_seconds) ? fmtDuration(db.eta_seconds * 1000) : "unknown",
+  };
+}
+
+// A database's availability in words: its state, the server's bounded
+// reason when it is unavailable (never its URL: the server leaves that
+// out), why its backfills could not be read when it answered the probe
+// but not the read, and its readiness.
+function fleetAvailability(db) {
+  const d = db || {};
+  const state = d.availability === "available" || d.availability === "unavailable" ? d.availability : "unknown";
+  const reason = state === "unavailable" ? (d.reason ? String(d.reason) : "no reason given") :
+    d.error ? `its backfills could not be read: ${d.error}` : null;
+  const ready = d.ready === true ? "ready" : d.ready === false ? "not ready" : "unknown";
+  return { state, reason, ready };
+}
+
+// One row of the databases table. `ctx`: {stale}.
+function fleetDatabaseRow(db, ctx) {
+  const c = ctx || {};
+  const name = String(db.name);
+  const a = fleetAvailability(db);
+  const re = fleetRateEta(db, c.stale);
+  const show = (t) => (t === "—" ? '<span class="muted" title="no backfill moves">—</span>' :
+    t === "unknown" ? '<span class="unknown">unknown</span>' : escapeHtml(t));
+  const counts = fleetCountsText(db);
+  return `<tr data-id="db:${escapeHtml(name)}" data-database="${escapeHtml(name)}" class="db-${a.state}">` +
+    `<th scope="row" class="col-name">${escapeHtml(name)}</th>` +
+    `<td class="col-availability"><span class="badge avail-${a.state}">${a.state}</span>` +
+    (a.reason ? `<div class="diag col-reason">${escapeHtml(a.reason)}</div>` : "") +
+    (db.since ? `<div class="sub">since ${escapeHtml(fmtTime(db.since))}</div>` : "") + "</td>" +
+    `<td class="col-ready">${a.ready === "unknown" ? '<span class="unknown">unknown</span>' : a.ready}</td>` +
+    `<td class="col-counts">${counts === "unknown" ? '<span class="unknown">unknown</span>' : escapeHtml(counts)}</td>` +
+    `<td class="col-rate num">${show(re.rate)}</td>` +
+    `<td class="col-eta num">${show(re.eta)}</td></tr>`;
+}
+
+// The fleet's totals as label/text pairs, each with a key for the page.
+// Databases whose backfills could not be read are counted apart, so a
+// total over the others never reads as the whole fleet's.
+function fleetTotalsRows(overview, stale) {
+  const t = (overview && overview.totals) || {};
+  const dbs = (overview && Array.isArray(overview.databases)) ? overview.databases : [];
+  const unknown = dbs.filter((d) => !fleetKnown(d)).length;
+  const count = (n) => (isNum(n) ? fmtCount(n) : "unknown");
+  const without = unknown ? ` (${unknown} database${unknown === 1 ? "" : "s"} unknown)` : "";
+  const moving = dbs.some((d) => fleetKnown(d) && fleetMoving(d));
+  let rate;
+  let eta;
+  if (stale) {
+    rate = "stale";
+    eta = "stale";
+  } else if (!moving) {
+    rate = unknown ? "unknown" : "—";
+    eta = unknown ? "unknown" : "—";
+  } else {
+    rate = isNum(t.rows_per_second) && t.rows_per_second > 0 ? rateText(t.rows_per_second) : "measuring…";
+    eta = isNum(t.eta_seconds) ? fmtDuration(t.eta_seconds * 1000) : "unknown";
+  }
+  return [
+    ["databases", "Databases", `${count(t.databases)}: ${count(t.available)} available, ${count(t.unavailable)} unavailable`],
+    ["completed", "Completed", `${count(t.completed)} database${t.completed === 1 ? "" : "s"}${without}`],
+    ["running", "Running", `${count(t.running)} database${t.running === 1 ? "" : "s"}${without}`],
+    ["blocked", "Blocked or failed", `${count(t.blocked)} database${t.blocked === 1 ? "" : "s"}${without}`],
+    ["rate", "Rows/s", `${rate}${moving && !stale ? without : ""}`],
+    ["eta", "ETA of the slowest", `${eta}${moving && !stale ? without : ""}`],
+  ];
+}
+
+// The database names the filter offers: the overview's, then any other
+// the list names, each once.
+function fleetDatabaseNames(overview, list) {
+  const names = [];
+  const add = (n) => { if (typeof n === "string" && !names.includes(n)) names.push(n); };
+  for (const d of (overview && overview.databases) || []) add(d.name);
+  for (const i of (list && list.items) || []) add(i.database);
+  for (const u of (list && list.unavailable) || []) add(u.name);
+  return names;
+}
+
+// The backfills and the unread databases one database filter leaves
+// (`all` or a database's name).
+function fleetFilter(list, database) {
+  const items = (list && Array.isArray(list.items)) ? list.items : [];
+  const unavailable = (list && Array.isArray(list.unavailable)) ? list.unavailable : [];
+  if (!database || database === "all") return { items, unavailable };
+  return {
+    items: items.filter((i) => i.database === database),
+    unavailable: unavailable.filter((u) => u.name === database),
+  };
+}
+
+// The buttons of a fleet action: on `database` alone, or on every
+// database when it is null.
+function fleetActionButtons(actions, id, database, busy) {
+  const where = database ? `in ${database}` : "in every database";
+  const scope = database || "*";
+  return actions.map((a) => `<button type="button" class="act act-${a}" data-fleet-action="${a}" data-id="${escapeHtml(id)}"` +
+    ` data-database="${escapeHtml(database || "")}" data-key="fleet:${a}:${escapeHtml(scope)}:${escapeHtml(id)}"` +
+    ` aria-label="${a} ${escapeHtml(id)} ${escapeHtml(where)}"${busy ? " disabled" : ""}>${a}</button>`).join("");
+}
+
+// One backfill of one database. `ctx`: {stale, elapsedMs, busy, cannotOperate}.
+function fleetRow(item, ctx) {
+  const c = ctx || {};
+  const db = String(item.database);
+  const re = rateEta(item, serverRate(item), c.stale);
+  const diag = ["blocked", "failed"].includes(item.state) ? diagnosticCell(item) : startFailedCell(item);
+  const na = (text) => (text === "—" ? '<span class="muted" title="not running">—</span>' : escapeHtml(text));
+  return `<tr data-id="${escapeHtml(db)}/${escapeHtml(item.id)}" data-database="${escapeHtml(db)}" data-backfill="${escapeHtml(item.id)}" class="row-${escapeHtml(item.state)}">` +
+    `<td class="col-database">${escapeHtml(db)}</td>` +
+    `<th scope="row" class="col-id">${escapeHtml(item.id)}` +
+    (item.description ? `<div class="sub">${escapeHtml(item.description)}</div>` : "") + "</th>" +
+    `<td class="col-state">${stateBadge(item.state)}${diag ? `<div>${diag}</div>` : ""}</td>` +
+    `<td class="col-progress">${progressCell(item.progress, `${item.id} in ${db}`)}</td>` +
+    `<td class="col-rows num">${escapeHtml(rowsText(item.progress))}</td>` +
+    `<td class="col-rate num">${na(re.rate)}</td>` +
+    `<td class="col-eta num">${na(re.eta)}</td>` +
+    `<td class="col-markers">${markers(item, c.elapsedMs)}</td>` +
+    `<td class="col-actions">${c.cannotOperate ? "" : fleetActionButtons(actionsFor(item.state), item.id, db, c.busy)}</td></tr>`;
+}
+
+// A database whose backfills are not listed, in the backfills table: it
+// is reported with why, never left out.
+function fleetUnavailableRow(status) {
+  const name = String(status.name);
+  const reason = status.reason ? String(status.reason) : "no reason given";
+  return `<tr data-id="${escapeHtml(name)}/" data-database="${escapeHtml(name)}" class="row-unavailable">` +
+    `<td class="col-database">${escapeHtml(name)}</td>` +
+    `<td colspan="8" class="col-unavailable"><span class="badge avail-unavailable">unavailable</span> ` +
+    `<span class="diag">${escapeHtml(reason)}</span> <span class="muted">Its backfills could not be listed.</span></td></tr>`;
+}
+
+// The actions offered on every database at once, per backfill ID: those
+// its state allows in at least one database that lists it. The request
+// still goes to every database: one where the state does not allow it
+// answers for itself (a 409), and one that is down answers 503; the page
+// shows each answer.
+function fleetIdActions(items) {
+  const byId = new Map();
+  for (const i of items || []) {
+    const entry = byId.get(i.id) || { id: i.id, actions: new Set(), databases: [] };
+    for (const a of actionsFor(i.state)) entry.actions.add(a);
+    if (!entry.databases.includes(i.database)) entry.databases.push(i.database);
+    byId.set(i.id, entry);
+  }
+  return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+    .map((e) => ({ id: e.id, actions: ACTIONS.filter((a) => e.actions.has(a)), databases: e.databases }));
+}
+
+// Each database's answer to a fleet action, in words, in the server's
+// order: every database acted on has one, and a database that is down is
+// `unavailable` (its 503), never missing.
+function fleetAnswers(action, body) {
+  const results = body && Array.isArray(body.results) ? body.results : [];
+  return results.map((r) => {
+    const status = isNum(r.status) ? r.status : null;
+    const b = r.body && typeof r.body === "object" ? r.body : null;
+    const outcome = status === 503 && b && b.error === "unavailable" ? "unavailable" : resultOutcome(status, b);
+    return { database: String(r.database), status, outcome, text: describeResult(action, status, b) };
+  });
+}
+
+// One database's answer as a table row.
+function fleetAnswerRow(a) {
+  return `<tr data-id="answer:${escapeHtml(a.database)}" data-database="${escapeHtml(a.database)}">` +
+    `<th scope="row" class="col-database">${escapeHtml(a.database)}</th>` +
+    `<td class="col-status num">${a.status === null ? "no answer" : escapeHtml(String(a.status))}</td>` +
+    `<td class="col-outcome"><span class="outcome outcome-${escapeHtml(a.outcome)}">${escapeHtml(a.outcome)}</span></td>` +
+    `<td class="col-text">${escapeHtml(a.text)}</td></tr>`;
+}
+
+// A fleet action's answers in one line: how many databases gave each
+// outcome, naming them, e.g. "pause events.fix in every database: 2
+// applied (d0, d1), 1 unavailable (down)".
+function fleetSummary(action, id, where, answers) {
+  const groups = [];
+  for (const a of answers || []) {
+    let g = groups.find((x) => x.outcome === a.outcome);
+    if (!g) groups.push((g = { outcome: a.outcome, names: [] }));
+    g.names.push(a.database);
+  }
+  const word = (o) => (o === "converged" ? "unchanged" : o);
+  const names = (ns) => (ns.length > 10 ? `${ns.slice(0, 10).join(", ")} and ${ns.length - 10} more` : ns.join(", "));
+  const parts = groups.map((g) => `${g.names.length} ${word(g.outcome)} (${names(g.names)})`);
+  return `${action} ${id} ${where}: ${parts.length ? parts.join(", ") : "no database answered"}`;
+}
+
+// The badge of a fleet action: `applied` when every database applied it
+// or already was there, the one outcome when all agree, `partial`
+// otherwise.
+function fleetOutcome(answers) {
+  const all = answers || [];
+  if (!all.length) return "unknown";
+  if (all.every((a) => a.outcome === "applied" || a.outcome === "converged")) return "applied";
+  return all.every((a) => a.outcome === all[0].outcome) ? all[0].outcome : "partial";
+}
+
+// Whether a fleet action is settled: the fleet answered it (`settles`)
+// and no database's answer leaves its outcome open (a 5xx, such as a
+// database that is down). While one does, the page offers the same
+// request again with the same key: each database that answered replays
+// its answer (ADM-4), and one that is back gets the request.
+function fleetSettles(status, body) {
+  if (!settles(status)) return false;
+  if (status !== 200) return true;
+  const results = body && Array.isArray(body.results) ? body.results : null;
+  return Boolean(results) && results.every((r) => settles(r.status));
+}
+
 if (typeof module !== "undefined") {
   module.exports = {
     ACTIONS, STATES, CONSEQUENCES, SETTINGS, actionsFor, settingsOffered, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
@@ -968,6 +1229,8 @@ if (typeof module !== "undefined") {
     stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
     auditCells, auditText, timelineCells, reasonHeaders, noExplicitValidation, validationHistory, keyText, partitionRows, parseRoute, fetchAll,
+    listenerKind, fleetKnown, fleetMoving, fleetCountsText, fleetRateEta, fleetAvailability, fleetDatabaseRow, fleetTotalsRows, fleetDatabaseNames,
+    fleetFilter, fleetActionButtons, fleetRow, fleetUnavailableRow, fleetIdActions, fleetAnswers, fleetAnswerRow, fleetSummary, fleetOutcome, fleetSettles,
   };
 }
 
@@ -1004,6 +1267,14 @@ if (typeof document !== "undefined") {
     settingsFor: null, // the ID the settings form was last filled for
     settingsMsg: null, // {id, outcome, text, field}: the last answer beside the form
     dryRun: null, // {id, sending, stamp, html}: the last dry run's report on the detail page
+    // The listener the page was served by (`listenerKind`): null until
+    // `GET /admin/fleet` answered, then "single" or "fleet" for the page's
+    // life (a listener does not change its kind).
+    listener: null,
+    fleet: null, // the fleet page's last good read: {overview, list}
+    fleetAt: null, // local ms when `fleet` was read
+    fleetDatabase: "all", // the fleet page's database filter
+    fleetAnswers: null, // {what, answers}: each database's answer to the last fleet action
   };
   let timer = null;
   let seq = 0;
@@ -1076,8 +1347,8 @@ if (typeof document !== "undefined") {
 
   const renderList = () => {
     const views = ui.views;
-    $("list-page").hidden = ui.route.page !== "list";
-    if (ui.route.page !== "list") return;
+    $("list-page").hidden = ui.route.page !== "list" || ui.listener === "fleet";
+    if ($("list-page").hidden) return;
     const counts = stateCounts(views || []);
     const filter = $("filter");
     const opts = ["all", ...STATES].map((s) =>
@@ -1209,8 +1480,8 @@ if (typeof document !== "undefined") {
 
   const renderDetail = () => {
     const page = $("detail-page");
-    page.hidden = ui.route.page !== "detail";
-    if (ui.route.page !== "detail") return;
+    page.hidden = ui.route.page !== "detail" || ui.listener === "fleet";
+    if (page.hidden) return;
     const id = ui.route.id;
     setText($("detail-title-id"), id);
     document.title = `${id} — backfill admin`;
@@ -1340,6 +1611,57 @@ if (typeof document !== "undefined") {
       `<section class="audit-section" aria-labelledby="audit-title" data-read="${auditRead}"><h3 id="audit-title">Audit trail</h3>${auditHtml}</section>`);
   };
 
+  // The fleet page: totals, one row per database, the actions on every
+  // database per backfill ID, each database's answer to the last action,
+  // and the backfills of the databases the filter leaves, with the
+  // databases that could not be listed.
+  const renderFleet = () => {
+    const page = $("fleet-page");
+    page.hidden = ui.listener !== "fleet";
+    if (page.hidden) return;
+    document.title = "fleet — backfill admin";
+    const f = ui.fleet;
+    const names = f ? fleetDatabaseNames(f.overview, f.list) : [];
+    if (ui.fleetDatabase !== "all" && f && !names.includes(ui.fleetDatabase)) ui.fleetDatabase = "all";
+    const select = $("fleet-database");
+    setHtml(select, `<option value="all">all databases${f ? ` (${names.length})` : ""}</option>` +
+      names.map((n) => `<option value="${escapeHtml(n)}">${escapeHtml(n)}</option>`).join(""));
+    if (select.value !== ui.fleetDatabase) select.value = ui.fleetDatabase;
+    const answers = ui.fleetAnswers;
+    $("fleet-answers").hidden = !answers;
+    setText($("fleet-answers-what"), answers ? answers.what : "");
+    setHtml($("fleet-answer-rows"), answers ? answers.answers.map(fleetAnswerRow).join("") : "");
+    if (!f) {
+      setHtml($("fleet-totals"), "");
+      setHtml($("fleet-db-rows"), "");
+      setHtml($("fleet-rows"), "");
+      setHtml($("fleet-id-actions"), "");
+      $("fleet-all-actions").hidden = true;
+      $("fleet-empty").hidden = true;
+      setText($("fleet-summary"), "");
+      return;
+    }
+    const isStale = stale();
+    setHtml($("fleet-totals"), fleetTotalsRows(f.overview, isStale).map(([key, label, value]) =>
+      `<div data-key="total:${key}"><dt>${escapeHtml(label)}</dt><dd data-total="${key}">${escapeHtml(value)}</dd></div>`).join(""));
+    const dbs = (f.overview.databases || []).filter((d) => ui.fleetDatabase === "all" || d.name === ui.fleetDatabase);
+    setHtml($("fleet-db-rows"), dbs.map((d) => fleetDatabaseRow(d, { stale: isStale })).join(""));
+    const shown = fleetFilter(f.list, ui.fleetDatabase);
+    const ctx = { stale: isStale, elapsedMs: since(ui.fleetAt), busy: ui.busy, cannotOperate: ui.cannotOperate };
+    setHtml($("fleet-rows"), shown.items.map((i) => fleetRow(i, ctx)).join("") + shown.unavailable.map(fleetUnavailableRow).join(""));
+    const all = fleetIdActions(f.list.items);
+    $("fleet-all-actions").hidden = ui.cannotOperate || all.length === 0;
+    setHtml($("fleet-id-actions"), ui.cannotOperate ? "" : all.map((e) =>
+      `<li data-id="all:${escapeHtml(e.id)}"><span class="fleet-id">${escapeHtml(e.id)}</span>` +
+      `<span class="muted">in all ${names.length} databases:</span> ${fleetActionButtons(e.actions, e.id, null, ui.busy)}</li>`).join(""));
+    const unread = (f.list.unavailable || []).length;
+    setText($("fleet-summary"), `${f.list.items.length} backfill${f.list.items.length === 1 ? "" : "s"} in ${names.length} database${names.length === 1 ? "" : "s"}` +
+      `${unread ? `, ${unread} not listed` : ""}${ui.fleetDatabase === "all" ? "" : `; showing ${ui.fleetDatabase}`}`);
+    const empty = $("fleet-empty");
+    empty.hidden = shown.items.length + shown.unavailable.length > 0;
+    setText(empty, ui.fleetDatabase === "all" ? "No database lists a backfill." : `${ui.fleetDatabase} lists no backfill.`);
+  };
+
   const renderResult = () => {
     const box = $("result");
     const r = ui.result;
@@ -1373,6 +1695,11 @@ if (typeof document !== "undefined") {
     $("settings-panel").hidden = true;
     ui.dryRun = null;
     $("dry-run-panel").hidden = true;
+    ui.fleet = null;
+    ui.fleetAt = null;
+    ui.fleetAnswers = null;
+    for (const id of ["fleet-totals", "fleet-db-rows", "fleet-rows", "fleet-id-actions", "fleet-answer-rows"]) setHtml($(id), "");
+    setText($("fleet-summary"), "");
     for (const id of ["rows", "detail-state", "detail-markers", "detail-actions", "detail-body"]) setHtml($(id), "");
     setText($("summary"), "");
   };
@@ -1382,7 +1709,28 @@ if (typeof document !== "undefined") {
     renderList();
     renderDetail();
     renderDryRun();
+    renderFleet();
     renderResult();
+  };
+
+  // Which listener served the page, asked without the token, so that the
+  // token prompt already stands on the right page: a single database's
+  // admin listener answers 404, a fleet's 401 (`listenerKind`). Resolves
+  // to whether the kind is known; a failed probe is retried at the next
+  // refresh.
+  let probing = null;
+  const probe = () => {
+    if (ui.listener !== null) return Promise.resolve(true);
+    if (!probing) {
+      probing = fetch("/admin/fleet", { cache: "no-store" })
+        .then((res) => listenerKind(res.status), () => null)
+        .then((kind) => {
+          probing = null;
+          if (kind !== null && ui.listener === null) ui.listener = kind;
+          return ui.listener !== null;
+        });
+    }
+    return probing;
   };
 
   // One refresh of what the current route shows. A read that fails keeps
@@ -1391,12 +1739,18 @@ if (typeof document !== "undefined") {
     // A rejected token is not sent again until the operator enters one: a
     // poll with it would only add rejections to the audit.
     if (!ui.token || ui.unauthorized) return render();
+    // Until the listener's kind is known nothing is read: the two kinds
+    // serve different routes.
+    if (ui.listener === null && !(await probe())) {
+      ui.lastError = "network error";
+      return render();
+    }
     const my = ++seq;
     const route = ui.route;
     // What this token may do, read once per token: buttons are offered
     // for it, not learnt from a refusal. A failed read offers them as
     // before; the server still decides.
-    if (ui.capsFor !== ui.token) {
+    if (ui.capsFor !== ui.token && ui.listener !== "fleet") {
       const token = ui.token;
       try {
         const me = await fetch("/admin/me", { headers: authHeaders(), cache: "no-store" });
@@ -1411,7 +1765,15 @@ if (typeof document !== "undefined") {
     }
     let got;
     try {
-      if (route.page === "list") {
+      if (ui.listener === "fleet") {
+        const [o, l] = await Promise.all([
+          fetch("/admin/fleet", { headers: authHeaders(), cache: "no-store" }),
+          fetch("/admin/fleet/backfills", { headers: authHeaders(), cache: "no-store" }),
+        ]);
+        if (!o.ok) got = { status: o.status };
+        else if (!l.ok) got = { status: l.status };
+        else got = { fleet: { overview: await o.json(), list: await l.json() } };
+      } else if (route.page === "list") {
         got = await fetchAll((path) => fetch(path, { headers: authHeaders(), cache: "no-store" }));
       } else {
         const id = encodeURIComponent(route.id);
@@ -1449,7 +1811,10 @@ if (typeof document !== "undefined") {
       ui.unauthorized = null;
       ui.lastError = null;
       ui.lastOkAt = Date.now();
-      if (got.missing) {
+      if (got.fleet) {
+        ui.fleet = got.fleet;
+        ui.fleetAt = ui.lastOkAt;
+      } else if (got.missing) {
         ui.detailMissing = route.id;
         ui.detail = null;
         ui.audit = null;
@@ -1470,7 +1835,7 @@ if (typeof document !== "undefined") {
     if (ui.focusAfterRead && !ui.lastError) {
       // The prompt that had the focus is gone: hand it to the page.
       ui.focusAfterRead = false;
-      (route.page === "detail" ? $("detail-title") : $("list-title")).focus();
+      (ui.listener === "fleet" ? $("fleet-title") : route.page === "detail" ? $("detail-title") : $("list-title")).focus();
     }
   };
 
@@ -1519,6 +1884,60 @@ if (typeof document !== "undefined") {
     ui.result = {
       text: `${id}: ${describeResult(action, status, body)}`,
       outcome: resultOutcome(status, body),
+      retry: open ? { action, id } : null,
+    };
+    render();
+    if (open) $("result-retry").focus();
+    refresh();
+  };
+
+  // Send one fleet action (FLT-6): on `database` alone, or on every
+  // database when it is null. The fleet sends it to each database with
+  // the same Idempotency-Key, and each authorizes, audits and answers it.
+  // The key is kept while the outcome is open (no answer, or a database
+  // that answered 5xx), for the same action, backfill and databases, so
+  // the retry replays what was answered and reaches what was not (ADM-4).
+  const sendFleet = async (action, id, database, reason) => {
+    const request = `fleet:${database || "*"}`;
+    const key = keyFor(ui.pending, action, id, undefined, request);
+    ui.pending = { action, id, key, reason, request, database, fleet: true, unanswered: true };
+    const where = database ? `in ${database}` : "in every database";
+    ui.busy = true;
+    ui.result = { text: `${action} ${id} ${where}: sending…`, outcome: "sending", retry: null };
+    render();
+    let res = null;
+    let body = null;
+    try {
+      const scope = database ? `?database=${encodeURIComponent(database)}` : "";
+      res = await fetch(`/admin/fleet/backfills/${encodeURIComponent(id)}/${action}${scope}`, {
+        method: "POST",
+        headers: { ...authHeaders(), "Idempotency-Key": key, ...reasonHeaders(reason) },
+      });
+      try { body = await res.json(); } catch (e) { body = null; }
+    } catch (e) {
+      res = null;
+    }
+    const status = res ? res.status : null;
+    ui.busy = false;
+    if (status === 401) {
+      ui.pending = null;
+      ui.result = null;
+      ui.unauthorized = "HTTP 401 unauthorized";
+      dropData();
+      render();
+      $("token").focus();
+      return;
+    }
+    if (status === 403) ui.cannotOperate = true;
+    const open = !fleetSettles(status, body);
+    if (!open) ui.pending = null;
+    const answers = status === 200 && body && Array.isArray(body.results) ? fleetAnswers(action, body) : null;
+    // The table shows the answers of this request only: an earlier
+    // action's would read as this one's.
+    ui.fleetAnswers = answers ? { what: `${action} ${id} ${where}`, answers } : null;
+    ui.result = {
+      text: answers ? fleetSummary(action, id, where, answers) : `${id} ${where}: ${describeResult(action, status, body)}`,
+      outcome: answers ? fleetOutcome(answers) : resultOutcome(status, body),
       retry: open ? { action, id } : null,
     };
     render();
@@ -1646,11 +2065,29 @@ if (typeof document !== "undefined") {
     });
   };
 
+  // Confirm a fleet action in the page's dialog, naming where it goes.
+  const confirmFleet = (action, id, database, opener) => {
+    const name = `${action[0].toUpperCase()}${action.slice(1)}`;
+    const names = ui.fleet ? fleetDatabaseNames(ui.fleet.overview, ui.fleet.list) : [];
+    const listed = names.length > 10 ? `${names.slice(0, 10).join(", ")} and ${names.length - 10} more` : names.join(", ");
+    confirmDialog({
+      title: database ? `${name} ${id} in ${database}?` : `${name} ${id} in every database?`,
+      text: database ? `In ${database} only. ${CONSEQUENCES[action] || ""}` :
+        `One audited request to each of the ${names.length} databases (${listed}). Each: ${CONSEQUENCES[action] || ""} ` +
+        "A database that is down answers 503, and its answer is shown with the others.",
+      ok: database ? name : `${name} in all ${names.length}`,
+      openerKey: opener && opener.dataset ? opener.dataset.key : null,
+      onOk: (reason) => sendFleet(action, id, database, reason),
+    });
+  };
+
   // A new route shows what is already known for it, with the age of that
   // read (and still stale if the last refresh failed) until its own read
   // answers.
   const onRoute = () => {
     ui.route = parseRoute(location.hash);
+    // The fleet page has no routes of its own.
+    if (ui.listener === "fleet") return render();
     if (ui.route.page === "detail" && (!ui.detail || ui.detail.id !== ui.route.id)) {
       const known = (ui.views || []).find((v) => v.id === ui.route.id);
       ui.detail = known || null;
@@ -1717,15 +2154,26 @@ if (typeof document !== "undefined") {
   $("filter").addEventListener("change", (e) => {
     location.hash = e.target.value === "all" ? "#/" : `#/?state=${e.target.value}`;
   });
-  $("refresh-now").addEventListener("click", () => refresh());
-  $("interval").addEventListener("change", (e) => {
-    ui.interval = Number(e.target.value);
-    schedule();
+  for (const [button, select] of [["refresh-now", "interval"], ["fleet-refresh-now", "fleet-interval"]]) {
+    $(button).addEventListener("click", () => refresh());
+    $(select).addEventListener("change", (e) => {
+      ui.interval = Number(e.target.value);
+      // One interval for both pages: the other page's control says it too.
+      $("interval").value = e.target.value;
+      $("fleet-interval").value = e.target.value;
+      schedule();
+      render();
+    });
+  }
+  $("fleet-database").addEventListener("change", (e) => {
+    ui.fleetDatabase = e.target.value;
     render();
   });
   document.addEventListener("click", (e) => {
     const b = e.target.closest("button[data-action]");
     if (b && !b.disabled) confirmAction(b.dataset.action, b.dataset.id, b);
+    const f = e.target.closest("button[data-fleet-action]");
+    if (f && !f.disabled) confirmFleet(f.dataset.fleetAction, f.dataset.id, f.dataset.database || null, f);
   });
   // Enter in the reason field would submit the dialog with its first
   // button, Cancel: it does nothing instead, so only a click confirms.
@@ -1734,7 +2182,8 @@ if (typeof document !== "undefined") {
   });
   $("result-retry").addEventListener("click", () => {
     const p = ui.pending;
-    if (p && p.unanswered && p.action === "settings") sendSettings(p.id, p.change, p.reason);
+    if (p && p.unanswered && p.fleet) sendFleet(p.action, p.id, p.database, p.reason);
+    else if (p && p.unanswered && p.action === "settings") sendSettings(p.id, p.change, p.reason);
     else if (p && p.unanswered) send(p.action, p.id, p.reason);
   });
   $("settings-fields").innerHTML = settingsFormHtml();
@@ -1790,5 +2239,6 @@ if (typeof document !== "undefined") {
   setInterval(render, 1000);
   schedule();
   render();
+  probe().then(render);
   refresh();
 }
