@@ -44,7 +44,9 @@ use utoipa::{IntoParams, Modify, OpenApi};
 )]
 pub struct ApiDoc;
 
-struct BearerAuth;
+/// Declares the bearer scheme every `/admin` route needs; the fleet's
+/// document uses it too.
+pub(super) struct BearerAuth;
 
 impl Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {

@@ -6,7 +6,7 @@
 //! database's admin service: each database authorizes, audits and answers
 //! for itself; this layer only reads parameters and renders.
 
-use super::admin::{error, query, render, Meta};
+use super::admin::{error, query, render, BearerAuth, Meta};
 use crate::admin::{
     AdminError, Availability, BackfillView, DatabaseReply, DatabaseStatus, DatabaseSummary,
     Diagnostic, ErrorBody, FleetAdmin, FleetBackfill, FleetBackfills, FleetOverview,
@@ -16,8 +16,7 @@ use crate::admin::{
 use crate::lifecycle::Action;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi};
+use utoipa::OpenApi;
 
 /// The OpenAPI document of the fleet listener, generated from its
 /// handlers. Each database's own routes are in the admin API's document;
@@ -39,18 +38,6 @@ use utoipa::{Modify, OpenApi};
     security(("bearer" = []))
 )]
 pub struct FleetApiDoc;
-
-struct BearerAuth;
-
-impl Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
-        );
-    }
-}
 
 /// The database a fleet request is limited to, if any.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

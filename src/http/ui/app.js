@@ -1845,6 +1845,33 @@ if (typeof document !== "undefined") {
     ui.paused = ui.interval <= 0;
   };
 
+  // POST an action with its key and reason: the status (null when no
+  // answer arrived) and the JSON body (null when there is none).
+  const post = async (url, key, reason) => {
+    try {
+      const res = await fetch(url, {
+        method: "POST",
+        headers: { ...authHeaders(), "Idempotency-Key": key, ...reasonHeaders(reason) },
+      });
+      let body = null;
+      try { body = await res.json(); } catch (e) { body = null; }
+      return { status: res.status, body };
+    } catch (e) {
+      return { status: null, body: null };
+    }
+  };
+
+  // The token was refused (401): drop the pending action and everything
+  // it read, and ask for a token again.
+  const signedOut = () => {
+    ui.pending = null;
+    ui.result = null;
+    ui.unauthorized = "HTTP 401 unauthorized";
+    dropData();
+    render();
+    $("token").focus();
+  };
+
   // Send one intended action. The key is kept until the server answers, so
   // the "Retry" of an unanswered request sends the same key (ADM-4).
   const send = async (action, id, reason) => {
@@ -1853,31 +1880,12 @@ if (typeof document !== "undefined") {
     ui.busy = true;
     ui.result = { text: `${action} ${id}: sending…`, outcome: "sending", retry: null };
     render();
-    let res = null;
-    let body = null;
-    try {
-      res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/${action}`, {
-        method: "POST",
-        headers: { ...authHeaders(), "Idempotency-Key": key, ...reasonHeaders(reason) },
-      });
-      try { body = await res.json(); } catch (e) { body = null; }
-    } catch (e) {
-      res = null;
-    }
-    const status = res ? res.status : null;
+    const { status, body } = await post(`/admin/backfills/${encodeURIComponent(id)}/${action}`, key, reason);
     ui.busy = false;
     // A 401 means the token is not accepted at all: nothing it read may
     // stay. A 403 only says this token may not operate; it can still read,
     // so the refusal is shown as the action's result below.
-    if (status === 401) {
-      ui.pending = null;
-      ui.result = null;
-      ui.unauthorized = "HTTP 401 unauthorized";
-      dropData();
-      render();
-      $("token").focus();
-      return;
-    }
+    if (status === 401) return signedOut();
     if (status === 403) ui.cannotOperate = true;
     const open = !settles(status);
     if (!open) ui.pending = null;
@@ -1905,29 +1913,10 @@ if (typeof document !== "undefined") {
     ui.busy = true;
     ui.result = { text: `${action} ${id} ${where}: sending…`, outcome: "sending", retry: null };
     render();
-    let res = null;
-    let body = null;
-    try {
-      const scope = database ? `?database=${encodeURIComponent(database)}` : "";
-      res = await fetch(`/admin/fleet/backfills/${encodeURIComponent(id)}/${action}${scope}`, {
-        method: "POST",
-        headers: { ...authHeaders(), "Idempotency-Key": key, ...reasonHeaders(reason) },
-      });
-      try { body = await res.json(); } catch (e) { body = null; }
-    } catch (e) {
-      res = null;
-    }
-    const status = res ? res.status : null;
+    const scope = database ? `?database=${encodeURIComponent(database)}` : "";
+    const { status, body } = await post(`/admin/fleet/backfills/${encodeURIComponent(id)}/${action}${scope}`, key, reason);
     ui.busy = false;
-    if (status === 401) {
-      ui.pending = null;
-      ui.result = null;
-      ui.unauthorized = "HTTP 401 unauthorized";
-      dropData();
-      render();
-      $("token").focus();
-      return;
-    }
+    if (status === 401) return signedOut();
     if (status === 403) ui.cannotOperate = true;
     const open = !fleetSettles(status, body);
     if (!open) ui.pending = null;
