@@ -57,7 +57,10 @@ pub fn install(format: LogFormat) -> Result<(), InstallError> {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let installed = match format {
-        LogFormat::Json => builder.event_format(JsonLines).try_init(),
+        LogFormat::Json => builder
+            .fmt_fields(JsonLines)
+            .event_format(JsonLines)
+            .try_init(),
         LogFormat::Text => builder.try_init(),
     };
     installed.map_err(|e| InstallError(e.to_string()))

@@ -10,7 +10,9 @@
 //!   and removed from the source at run time join and are drained:
 //!   `flt01_databases_join_*`; malformed and duplicated entries are
 //!   startup errors naming them: `flt01_a_malformed_*` (and the unit
-//!   tests of `src/host/fleet.rs`)
+//!   tests of `src/host/fleet.rs`); in one JSON log of two databases,
+//!   every claim, batch and completion line names its database:
+//!   `flt01_every_member_log_line_*`
 //! - FLT-2 with runners scarce the higher priority is claimed first (the
 //!   timeline's claim times), and a process-wide runner cap and a rollout
 //!   cap hold (every batch's time): `flt02_*`; the budget's own rules:
@@ -616,6 +618,80 @@ async fn flt01_databases_join_when_reachable_or_added_and_leave_when_removed() {
     for name in &names {
         drop_fleet_db(name).await;
     }
+}
+
+/// Collects what a JSON log writes.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// FLT-1: in one log of many databases, each database's lines name it.
+/// Two databases run one repair under the crate's JSON log format (the
+/// one `backfill --log-format json` writes); every claim, batch and
+/// completion event carries `database` naming the database it happened
+/// in, and each database's events name only it. Guards: the member span
+/// around a database's startup, and the actors started inside it (a
+/// supervisor or runner started bare logs without the field).
+#[actix_rt::test]
+async fn flt01_every_member_log_line_names_its_database() {
+    let _serial = SERIAL.lock().await;
+    let buffer = LogBuffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .fmt_fields(backfill::logging::JsonLines)
+        .event_format(backfill::logging::JsonLines)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .finish();
+    // Thread-local: the fleet's actors run on this test's actix thread.
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let names: Vec<String> = (0..2).map(|i| fleet_db_name("logs", i)).collect();
+    let mut databases = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        databases.push(Database::new(format!("l{i}"), create_fleet_db(name).await));
+    }
+    let fleet = Fleet::start(fleet_config(), databases, events_registry())
+        .await
+        .unwrap();
+    wait_completed(&fleet, "l0").await;
+    wait_completed(&fleet, "l1").await;
+    fleet.stop().await;
+    for name in &names {
+        drop_fleet_db(name).await;
+    }
+
+    let text = String::from_utf8(buffer.0.lock().clone()).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is one JSON object"))
+        .collect();
+    for member in ["l0", "l1"] {
+        for event in ["registered", "claim_acquired", "batch_committed"] {
+            let named = lines
+                .iter()
+                .filter(|l| l["event"] == event && l["database"] == member)
+                .count();
+            assert!(named > 0, "{member}: no {event} names it:\n{text}");
+        }
+    }
+    let unnamed: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| {
+            ["claim_acquired", "batch_committed", "completed"]
+                .contains(&l["event"].as_str().unwrap_or_default())
+                && l.get("database").is_none()
+        })
+        .collect();
+    assert!(unnamed.is_empty(), "lines without a database: {unnamed:?}");
 }
 
 /// FLT-1 bad input: a malformed entry and a duplicated name are startup

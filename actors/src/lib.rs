@@ -19,8 +19,29 @@ pub mod runner;
 pub mod supervisor;
 pub mod validator;
 
+use actix::{Actor, Addr, AsyncContext, Context};
 use async_trait::async_trait;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// Start an actor whose every handler runs inside the caller's current
+/// `tracing` span. `Actor::start` spawns the actor's future bare, so an
+/// embedder's span (a fleet names each database's runtime by one) would
+/// stop at the first actor; started here, the supervisor and everything it
+/// starts log inside that span.
+pub(crate) fn start_in_current_span<A>(actor: A) -> Addr<A>
+where
+    A: Actor<Context = Context<A>>,
+{
+    let context = Context::new();
+    let address = context.address();
+    actix_rt::spawn(
+        context
+            .into_future(actor)
+            .instrument(tracing::Span::current()),
+    );
+    address
+}
 
 /// What identifies a claim in the runtime: the stable ID and, for a
 /// partition claim, the partition (PAR-2). Claims of one process are held,

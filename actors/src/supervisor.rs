@@ -234,7 +234,7 @@ impl<B: Backend> Supervisor<B> {
             validator.do_send(Validate(claim));
             Holder::Validation
         } else {
-            let runner = Runner::new(
+            let runner = crate::start_in_current_span(Runner::new(
                 self.backend.clone(),
                 &self.config,
                 self.timing,
@@ -242,8 +242,7 @@ impl<B: Backend> Supervisor<B> {
                 sent,
                 ctx.address().recipient(),
                 self.metrics.clone(),
-            )
-            .start();
+            ));
             renewer.do_send(Track {
                 key: key.clone(),
                 generation,
@@ -287,24 +286,18 @@ impl<B: Backend> Actor for Supervisor<B> {
             ctx.stop();
             return;
         }
-        self.renewer = Some(
-            LeaseRenewer::new(
-                self.backend.clone(),
-                self.config.worker_id.clone(),
-                self.timing,
-                self.config.max_concurrent_runners,
-                self.metrics.clone(),
-            )
-            .start(),
-        );
-        self.validator = Some(
-            Validator::new(
-                self.backend.clone(),
-                ctx.address().recipient(),
-                self.metrics.clone(),
-            )
-            .start(),
-        );
+        self.renewer = Some(crate::start_in_current_span(LeaseRenewer::new(
+            self.backend.clone(),
+            self.config.worker_id.clone(),
+            self.timing,
+            self.config.max_concurrent_runners,
+            self.metrics.clone(),
+        )));
+        self.validator = Some(crate::start_in_current_span(Validator::new(
+            self.backend.clone(),
+            ctx.address().recipient(),
+            self.metrics.clone(),
+        )));
         self.register(ctx);
         ctx.run_interval(self.config.poll_interval, |act, ctx| act.tick(ctx));
     }
@@ -446,7 +439,7 @@ impl<B: Backend> RuntimeHandle<B> {
         let supervisor = Supervisor::new(backend, config)?;
         let metrics = supervisor.metrics.clone();
         Ok(Self {
-            supervisor: supervisor.start(),
+            supervisor: crate::start_in_current_span(supervisor),
             metrics,
         })
     }

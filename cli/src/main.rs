@@ -366,7 +366,10 @@ fn init_logging(format: LogFormat, default_level: &str) {
         .with_writer(|| backfill_cli::screen::LogWriter);
     match format {
         // The crate's own JSON formatter: list-valued fields as arrays.
-        LogFormat::Json => builder.event_format(backfill::logging::JsonLines).init(),
+        LogFormat::Json => builder
+            .fmt_fields(backfill::logging::JsonLines)
+            .event_format(backfill::logging::JsonLines)
+            .init(),
         LogFormat::Text => builder.init(),
     }
 }

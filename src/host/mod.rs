@@ -42,6 +42,7 @@ use crate::throttle::health::{HealthCheck, HealthConfig, Monitor};
 use diesel_async::AsyncPgConnection;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// An application's own failure (its migrations or its schema check),
 /// described in the application's words.
@@ -348,7 +349,27 @@ impl Embedded {
     /// [`Embedded::start`] whose engine takes its claims on `budget`'s
     /// permits as the named database (FLT-2), attached before the runtime
     /// can claim anything.
+    ///
+    /// A fleet's member logs everything it does, from its migrations to
+    /// its runners' batches and its background tasks, inside a
+    /// `fleet_member` span whose `database` field names it (FLT-1), so an
+    /// operator reading one log of many databases can tell them apart.
     pub(crate) async fn start_with(
+        config: HostConfig,
+        app: &dyn Application,
+        budget: Option<(Arc<crate::throttle::budget::RunnerBudget>, String)>,
+    ) -> Result<Self, HostError> {
+        let span = match &budget {
+            Some((_, database)) => tracing::info_span!("fleet_member", database = %database),
+            None => tracing::Span::none(),
+        };
+        Self::start_in_span(config, app, budget)
+            .instrument(span)
+            .await
+    }
+
+    /// [`Embedded::start_with`]'s work, inside its span.
+    async fn start_in_span(
         config: HostConfig,
         app: &dyn Application,
         budget: Option<(Arc<crate::throttle::budget::RunnerBudget>, String)>,
@@ -422,18 +443,21 @@ impl Embedded {
             .map_err(|e| HostError::Config(e.to_string()))?;
         let retry_now = Arc::new(tokio::sync::Notify::new());
         let mut tasks = vec![
-            actix_rt::spawn(monitor.run()),
-            actix_rt::spawn(auto_start::retry(
-                engine.clone(),
-                runtime.clone(),
-                retry_starts,
-                config.runtime.poll_interval,
-                retry_now.clone(),
-            )),
+            actix_rt::spawn(monitor.run().in_current_span()),
+            actix_rt::spawn(
+                auto_start::retry(
+                    engine.clone(),
+                    runtime.clone(),
+                    retry_starts,
+                    config.runtime.poll_interval,
+                    retry_now.clone(),
+                )
+                .in_current_span(),
+            ),
             wake::spawn_listener(config.database_url.clone(), runtime.clone(), engine.clone()),
         ];
         if let Some(sender) = sender {
-            tasks.push(actix_rt::spawn(sender.run()));
+            tasks.push(actix_rt::spawn(sender.run().in_current_span()));
         }
         let readiness = Readiness::new(pool.clone(), config.auto_backfills, required.clone());
         Ok(Self {

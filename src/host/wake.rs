@@ -20,7 +20,8 @@ pub(super) fn spawn_listener(
 ) -> actix_rt::task::JoinHandle<()> {
     let events = engine.events().clone();
     use futures_util::StreamExt;
-    actix_rt::spawn(async move {
+    use tracing::Instrument;
+    let task = async move {
         loop {
             match store::connect_dedicated(&url).await {
                 Ok(mut conn) => {
@@ -46,5 +47,6 @@ pub(super) fn spawn_listener(
             }
             actix_rt::time::sleep(Duration::from_secs(1)).await;
         }
-    })
+    };
+    actix_rt::spawn(task.in_current_span())
 }
