@@ -12,7 +12,8 @@
 //!   startup errors naming them: `flt01_a_malformed_*` (and the unit
 //!   tests of `src/host/fleet.rs`); in one JSON log of two databases,
 //!   every claim, batch and completion line names its database:
-//!   `flt01_every_member_log_line_*`
+//!   `flt01_every_member_log_line_*`; an idle database's pool shrinks to
+//!   the connection its polls reuse: `flt01_an_idle_databases_pool_*`
 //! - FLT-2 with runners scarce the higher priority is claimed first (the
 //!   timeline's claim times), and a process-wide runner cap and a rollout
 //!   cap hold (every batch's time): `flt02_*`; the budget's own rules:
@@ -692,6 +693,53 @@ async fn flt01_every_member_log_line_names_its_database() {
         })
         .collect();
     assert!(unnamed.is_empty(), "lines without a database: {unnamed:?}");
+}
+
+/// Connections open to the database `name`, read from the server's own
+/// database so the reading adds none.
+async fn connections_to(name: &str) -> i64 {
+    let mut server = AsyncPgConnection::establish(support::server_url())
+        .await
+        .unwrap();
+    support::scalar_on(
+        &mut server,
+        &format!("SELECT count(*) AS v FROM pg_stat_activity WHERE datname = '{name}'"),
+    )
+    .await
+}
+
+/// FLT-1 idle cost: after a burst of work, an idle database's pool lets
+/// its idle connections go and keeps the one its polls reuse, beside the
+/// wake-up listener. The test fills the member's pool (every connection
+/// checked out at once), returns them, and waits for the database's
+/// connections to fall to two while the runtime keeps polling. Guard: the
+/// pool's idle timeout (bb8's default of ten minutes keeps all four).
+#[actix_rt::test]
+async fn flt01_an_idle_databases_pool_shrinks_to_the_connection_its_polls_use() {
+    let _serial = SERIAL.lock().await;
+    let name = fleet_db_name("idle", 0);
+    let db = Database::new("idle", create_fleet_db(&name).await);
+    let mut config = fleet_config();
+    config.host.pool_idle_timeout = Duration::from_secs(1);
+    let fleet = Fleet::start(config, vec![db], events_registry())
+        .await
+        .unwrap();
+    wait_completed(&fleet, "idle").await;
+    let engine = fleet.engine("idle").unwrap().unwrap();
+    {
+        let pool = engine.pool();
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(pool.get().await.unwrap());
+        }
+        assert!(connections_to(&name).await >= 4, "three pooled and the listener");
+    }
+    let mut wait = Deadline::new("the idle pool shrinks to one connection and the listener");
+    while connections_to(&name).await > 2 {
+        wait.tick().await;
+    }
+    fleet.stop().await;
+    drop_fleet_db(&name).await;
 }
 
 /// FLT-1 bad input: a malformed entry and a duplicated name are startup

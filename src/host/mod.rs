@@ -42,6 +42,7 @@ use crate::throttle::health::{HealthCheck, HealthConfig, Monitor};
 use diesel_async::AsyncPgConnection;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::Instrument;
 
 /// An application's own failure (its migrations or its schema check),
@@ -189,6 +190,11 @@ pub struct HostConfig {
     /// maximum runners and the repairs (see [`HostConfig::pool_needed`]),
     /// with room for the admin API.
     pub pool_size: Option<u32>,
+    /// How long a pooled connection may sit idle before the pool closes
+    /// it (default 60 s, at least 1 s): after a burst of work, an idle
+    /// database keeps only the connection its polls reuse and the wake-up
+    /// listener, which matters when one process serves many databases.
+    pub pool_idle_timeout: Duration,
     /// The engine's settings; its lease TTL is the one the runtime uses.
     pub engine: EngineConfig,
     /// The actor runtime's settings: worker ID, runner limit, renewal,
@@ -216,6 +222,7 @@ impl HostConfig {
             admin_allowed_hosts: Vec::new(),
             admin_allow_remote_trusted: false,
             pool_size: None,
+            pool_idle_timeout: Duration::from_secs(60),
             engine: EngineConfig::default(),
             runtime: RuntimeConfig::default(),
             health: HealthConfig::default(),
@@ -293,6 +300,11 @@ impl HostConfig {
         self.notify
             .validate()
             .map_err(|e| HostError::Config(e.to_string()))?;
+        if self.pool_idle_timeout < Duration::from_secs(1) {
+            return Err(HostError::Config(
+                "pool_idle_timeout must be at least 1 s".into(),
+            ));
+        }
         let needed = self.pool_needed(registry);
         match self.pool_size {
             // Room for the admin API and the application's own handlers
@@ -391,7 +403,9 @@ impl Embedded {
                 .await
                 .map_err(|e| HostError::Migrate(crate::repair::bounded(e.to_string())))?;
         }
-        let pool: Pool = store::build_pool(&config.database_url, pool_size).await?;
+        let pool: Pool =
+            store::build_pool_shrinking(&config.database_url, pool_size, config.pool_idle_timeout)
+                .await?;
         {
             let mut conn = pool.get().await.map_err(StoreError::from)?;
             app.check_schema(&mut conn)

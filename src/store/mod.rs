@@ -41,8 +41,8 @@ pub use outbox::*;
 pub use pacing::*;
 pub use partition::*;
 pub use pool::{
-    build_pool, connect_dedicated, database_recreate, run_embedded, run_migrations,
-    url_with_database, Pool, PooledConn, MIGRATIONS,
+    build_pool, build_pool_shrinking, connect_dedicated, database_recreate, run_embedded,
+    run_migrations, url_with_database, Pool, PooledConn, MIGRATIONS,
 };
 pub use prepared::{cached, Cached};
 pub use progress::*;

@@ -39,11 +39,27 @@ fn connection_runtime() -> Result<&'static tokio::runtime::Runtime, StoreError> 
         .map_err(|e| StoreError::Pool(format!("cannot start the connection runtime: {e}")))
 }
 
+/// How long a pooled connection may sit idle before the pool closes it,
+/// unless the caller chooses (bb8's own default).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Build a pool of `size` connections to `url`.
 ///
 /// Connections are established on the dedicated connection runtime, so the
 /// pool can be used from any runtime or arbiter.
 pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
+    build_pool_shrinking(url, size, DEFAULT_IDLE_TIMEOUT).await
+}
+
+/// [`build_pool`] whose connections idle for longer than `idle_timeout`
+/// are closed, so a database without work keeps only the connection its
+/// polls reuse (the pool hands out the most recently returned one).
+/// No lock, no statement.
+pub async fn build_pool_shrinking(
+    url: &str,
+    size: u32,
+    idle_timeout: Duration,
+) -> Result<Pool, StoreError> {
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     // Hand out pooled connections without a `SELECT 1` round trip per
     // checkout (the default `Verified` recycling): claims, renewals and a
@@ -86,6 +102,12 @@ pub async fn build_pool(url: &str, size: u32) -> Result<Pool, StoreError> {
         // (bb8's default FIFO).
         .queue_strategy(bb8::QueueStrategy::Lifo)
         .connection_timeout(Duration::from_secs(10))
+        // No floor of idle connections: an idle database's pool may
+        // shrink to the one its polls keep warm. The reaper looks a few
+        // times per timeout, so a connection goes within about 1.25 of it.
+        .min_idle(None)
+        .idle_timeout(Some(idle_timeout))
+        .reaper_rate((idle_timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(30)))
         .build(manager)
         .await
         .map_err(|_| StoreError::Pool("could not build the connection pool".into()))

@@ -9,7 +9,9 @@
 //! not counted). Then, with every database idle, the bench reads each
 //! database's connections (`pg_stat_activity`) and transactions
 //! (`pg_stat_database`, committed and rolled back) over a few seconds:
-//! the fixed cost of a database that has nothing to do. A D whose
+//! the fixed cost of a database that has nothing to do, with the pools'
+//! idle timeout at 2 s so the connections have settled by the end of the
+//! window. A D whose
 //! connections would not fit the server's `max_connections` is skipped
 //! and reported as such.
 
@@ -30,6 +32,8 @@ use std::time::{Duration, Instant};
 const ID: &str = "items.fleet";
 /// How long the idle cost is watched.
 const IDLE_WINDOW: Duration = Duration::from_secs(5);
+/// The member pools' idle timeout in this run (`pool_idle_timeout`).
+const IDLE_POOL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The fleet's application: the canonical repair.
 struct Items {
@@ -87,6 +91,9 @@ pub(super) async fn fleet(ctx: &Ctx, batch: u32) -> Result<Value, BenchError> {
         let registry = app.registry().map_err(|e| BenchError::Run(e.to_string()))?;
         let pool = host.pool_needed(&registry);
         host.pool_size = Some(pool);
+        // Short enough that the idle window shows where an idle pool
+        // settles; the default (60 s) gets there after a minute.
+        host.pool_idle_timeout = IDLE_POOL_TIMEOUT;
         // Each database: its pool and its wake-up listener; ten more for
         // the bench's own sessions and the server's reserve.
         let needed = d as i64 * (i64::from(pool) + 1) + 10;
