@@ -639,20 +639,28 @@ impl std::io::Write for LogBuffer {
 /// Two databases run one repair under the crate's JSON log format (the
 /// one `backfill --log-format json` writes); every claim, batch and
 /// completion event carries `database` naming the database it happened
-/// in, and each database's events name only it. Guards: the member span
-/// around a database's startup, and the actors started inside it (a
-/// supervisor or runner started bare logs without the field).
+/// in, and each database's events name only it, with spans filtered as
+/// `RUST_LOG=warn` filters them. Guards: the member span around a
+/// database's startup and its level (at `info` the filter drops it), and
+/// the actors started inside it (a runner started bare logs without the
+/// field).
 #[actix_rt::test]
 async fn flt01_every_member_log_line_names_its_database() {
     let _serial = SERIAL.lock().await;
     let buffer = LogBuffer::default();
     let writer = buffer.clone();
+    use tracing_subscriber::layer::SubscriberExt;
     let subscriber = tracing_subscriber::fmt()
         .fmt_fields(backfill::logging::JsonLines)
         .event_format(backfill::logging::JsonLines)
         .with_max_level(tracing::Level::DEBUG)
         .with_writer(move || writer.clone())
-        .finish();
+        .finish()
+        // Spans as a filter set to `warn` keeps them: the member's name
+        // must reach its warnings whatever the level an operator sets.
+        .with(tracing_subscriber::filter::filter_fn(|meta| {
+            meta.is_event() || *meta.level() <= tracing::Level::WARN
+        }));
     // Thread-local: the fleet's actors run on this test's actix thread.
     let _logging = tracing::subscriber::set_default(subscriber);
     let names: Vec<String> = (0..2).map(|i| fleet_db_name("logs", i)).collect();
@@ -732,7 +740,10 @@ async fn flt01_an_idle_databases_pool_shrinks_to_the_connection_its_polls_use() 
         for _ in 0..3 {
             held.push(pool.get().await.unwrap());
         }
-        assert!(connections_to(&name).await >= 4, "three pooled and the listener");
+        assert!(
+            connections_to(&name).await >= 4,
+            "three pooled and the listener"
+        );
     }
     let mut wait = Deadline::new("the idle pool shrinks to one connection and the listener");
     while connections_to(&name).await > 2 {

@@ -371,8 +371,12 @@ impl Embedded {
         app: &dyn Application,
         budget: Option<(Arc<crate::throttle::budget::RunnerBudget>, String)>,
     ) -> Result<Self, HostError> {
+        // A span's level only decides whether a filter keeps it, and this
+        // one must be kept whenever any event inside it is: at `info` a
+        // filter set to `warn` would drop it, and the warnings of a
+        // database would lose their name.
         let span = match &budget {
-            Some((_, database)) => tracing::info_span!("fleet_member", database = %database),
+            Some((_, database)) => tracing::error_span!("fleet_member", database = %database),
             None => tracing::Span::none(),
         };
         Self::start_in_span(config, app, budget)
