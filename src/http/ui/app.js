@@ -1962,12 +1962,7 @@ if (typeof document !== "undefined") {
     const status = res ? res.status : null;
     ui.busy = false;
     if (status === 401) {
-      ui.pending = null;
-      ui.result = null;
-      ui.unauthorized = "HTTP 401 unauthorized";
-      dropData();
-      render();
-      $("token").focus();
+      signedOut();
       return;
     }
     if (status === 403) ui.cannotOperate = true;
