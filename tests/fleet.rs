@@ -1065,17 +1065,61 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
         ("Authorization", auth.as_str()),
         ("Content-Type", "application/json"),
     ];
+    let mut with_reason = headers.to_vec();
+    with_reason.push(("Backfill-Reason", "one%20tenant%20first"));
     let put = request(
         addr,
         "PUT",
         &format!("/admin/fleet/rollout/{EVENTS}"),
-        &headers,
+        &with_reason,
         Some(r#"{"max_databases": 1}"#),
     )
     .await;
     assert_eq!(put.status, 200, "{}", put.text);
     let body: serde_json::Value = serde_json::from_str(&put.text).unwrap();
-    assert_eq!(body, serde_json::json!({"id": EVENTS, "max_databases": 1}));
+    assert_eq!(
+        body,
+        serde_json::json!({"id": EVENTS, "max_databases": 1,
+            "audited": ["d0", "d1"], "not_audited": ["down"]})
+    );
+    for db in [&d0, &d1] {
+        assert_eq!(
+            scalar_at(
+                &db.url,
+                &format!(
+                    "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{EVENTS}' \
+                     AND action = 'rollout' AND outcome = 'applied' \
+                     AND detail = 'max_databases=1' AND reason = 'one tenant first'"
+                )
+            )
+            .await,
+            1,
+            "{}: the rollout cap in its own audit log",
+            db.name
+        );
+    }
+    let too_long = "a".repeat(2001);
+    let mut bad_reason = headers.to_vec();
+    bad_reason.push(("Backfill-Reason", too_long.as_str()));
+    let refused = request(
+        addr,
+        "PUT",
+        &format!("/admin/fleet/rollout/{EVENTS}"),
+        &bad_reason,
+        Some(r#"{"max_databases": 3}"#),
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    assert!(refused.text.contains("Backfill-Reason"), "{}", refused.text);
+    assert_eq!(
+        scalar_at(
+            &d0.url,
+            "SELECT count(*) AS v FROM backfill_audit WHERE detail = 'max_databases=3'"
+        )
+        .await,
+        0,
+        "a refused change records nothing"
+    );
     for (body, expected) in [(r#"{"max_databases": 0}"#, 400), ("not json", 400)] {
         let refused = request(
             addr,

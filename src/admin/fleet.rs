@@ -106,6 +106,14 @@ pub struct Rollout {
     pub id: String,
     /// The most databases that run it at once; `null`: no cap.
     pub max_databases: Option<u32>,
+    /// In an answer: the databases whose audit log recorded the change
+    /// (AUD-1), by name.
+    #[serde(default)]
+    pub audited: Vec<String>,
+    /// In an answer: the databases that could not record it (down, or
+    /// the write failed), by name; the cap is in force all the same.
+    #[serde(default)]
+    pub not_audited: Vec<String>,
 }
 
 /// How many of a database's backfills are in each state.
@@ -300,11 +308,15 @@ impl FleetAdmin {
     }
 
     /// Set the rollout cap of repair `id` (FLT-2); needs
-    /// `backfill:operate`. A cap of 0 (it would never run) or an ID that
-    /// is not a stable ID is a 400, and changes nothing. The cap lives in
-    /// this process and applies to its next claims; it is logged
-    /// (`fleet_rollout_set`, with the principal).
-    pub fn set_rollout(
+    /// `backfill:operate`. A cap of 0 (it would never run), an ID that is
+    /// not a stable ID or a reason header that is not one is a 400, and
+    /// changes nothing. The cap lives in this process and applies to its
+    /// next claims. The change is logged (`fleet_rollout_set`, with the
+    /// principal) and recorded in the audit log of every database that
+    /// is served (action `rollout`, with the cap and the reason): the
+    /// databases are where an operator reads who changed what ran on their
+    /// rows. The answer names the databases that could not record it.
+    pub async fn set_rollout(
         &self,
         meta: &RequestMeta<'_>,
         id: &str,
@@ -318,6 +330,15 @@ impl FleetAdmin {
                 "max_databases must be at least 1, or null for no cap".into(),
             ));
         }
+        let reason = match meta.reason {
+            None => None,
+            Some(raw) => super::reason::decode_reason(raw).map_err(|problem| {
+                AdminError::BadRequest(format!(
+                    "the {} header: {problem}",
+                    super::reason::REASON_HEADER
+                ))
+            })?,
+        };
         self.members.set_rollout(id, max_databases);
         tracing::info!(
             event = "fleet_rollout_set",
@@ -325,10 +346,43 @@ impl FleetAdmin {
             max_databases = max_databases.map_or(-1, i64::from),
             actor = %authority.principal(),
         );
-        Ok(Rollout {
+        let detail = match max_databases {
+            Some(cap) => format!("max_databases={cap}"),
+            None => "max_databases=null".to_string(),
+        };
+        let correlation = meta.idempotency_key.or(meta.request_id);
+        let members = self.members.members();
+        let records = members.iter().map(|m| async {
+            let recorded = match (&m.admin, m.status.availability) {
+                (Some(admin), Availability::Available) => admin
+                    .audit_fleet_setting(
+                        &authority,
+                        id,
+                        "rollout",
+                        &detail,
+                        reason.as_deref(),
+                        correlation,
+                    )
+                    .await
+                    .is_ok(),
+                _ => false,
+            };
+            (m.status.name.clone(), recorded)
+        });
+        let mut rollout = Rollout {
             id: id.to_string(),
             max_databases: self.members.rollout(id),
-        })
+            audited: Vec::new(),
+            not_audited: Vec::new(),
+        };
+        for (name, recorded) in join_all(records).await {
+            if recorded {
+                rollout.audited.push(name);
+            } else {
+                rollout.not_audited.push(name);
+            }
+        }
+        Ok(rollout)
     }
 
     /// Every database's status, as of the last probe (for `/metrics`).
@@ -536,5 +590,40 @@ impl FleetTotals {
         if let Some(eta) = db.eta_seconds {
             self.eta_seconds = Some(self.eta_seconds.map_or(eta, |e| e.max(eta)));
         }
+    }
+}
+
+impl Admin {
+    /// Record a change to a fleet-wide setting in this database's audit
+    /// log, in its own transaction (AUD-1): the setting lives in the
+    /// fleet's process, but what it changes runs on this database's rows.
+    async fn audit_fleet_setting(
+        &self,
+        authority: &super::Authority,
+        id: &str,
+        action: &str,
+        detail: &str,
+        reason: Option<&str>,
+        correlation: Option<&str>,
+    ) -> Result<(), AdminError> {
+        let mut conn = self.conn().await?;
+        crate::store::audit_insert(
+            &mut conn,
+            &crate::store::NewAudit {
+                backfill_id: id,
+                action,
+                actor: authority.actor.as_deref(),
+                authority: authority.source,
+                correlation,
+                prior_state: None,
+                resulting_state: None,
+                generation: None,
+                outcome: "applied",
+                detail: Some(detail),
+                reason,
+            },
+        )
+        .await?;
+        Ok(())
     }
 }

@@ -181,14 +181,19 @@ async fn act(
 
 /// Cap how many databases run repair `id` at once (FLT-2), or lift the
 /// cap with `null`. The cap belongs to this process and applies to its
-/// next claims.
+/// next claims; every database that is served records the change in its
+/// own audit log (action `rollout`), and the answer names those that
+/// could not.
 #[utoipa::path(
     put, path = "/admin/fleet/rollout/{id}",
-    params(("id" = String, Path, description = "Stable ID of a repair", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)),
+    params(
+        ("id" = String, Path, description = "Stable ID of a repair", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator changes the cap, stored with each database's audit row", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
+    ),
     request_body(content = Rollout, description = "`{\"max_databases\": N}` with N at least 1, or `null` for no cap"),
     responses(
-        (status = 200, description = "The cap now in force", body = Rollout),
-        (status = 400, description = "A body that is not the JSON above, a cap of 0, or not a stable ID", body = ErrorBody),
+        (status = 200, description = "The cap now in force, and which databases audited the change", body = Rollout),
+        (status = 400, description = "A body that is not the JSON above, a cap of 0, not a stable ID, or a Backfill-Reason that is not printable ASCII or too long", body = ErrorBody),
         (status = 401, description = "No or unknown bearer token", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
@@ -210,7 +215,11 @@ async fn rollout(
             ))
         }
     };
-    render(admin.set_rollout(&meta.as_meta(), &id, wanted.max_databases))
+    render(
+        admin
+            .set_rollout(&meta.as_meta(), &id, wanted.max_databases)
+            .await,
+    )
 }
 
 /// Readiness of the fleet, or of one database, as of the last probe:

@@ -59,6 +59,13 @@ async fn rollout(
             Some(n) => println!("rollout {id}: at most {n} databases at once"),
             None => println!("rollout {id}: no cap"),
         }
+        let missing: Vec<&str> = body["not_audited"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|n| n.as_str()).collect())
+            .unwrap_or_default();
+        if !missing.is_empty() {
+            println!("not audited (unavailable): {}", missing.join(", "));
+        }
     }
     Ok(())
 }
