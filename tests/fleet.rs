@@ -23,7 +23,9 @@
 //! - FLT-6 the fleet's HTTP view: every database listed with aggregates,
 //!   a filter by database, a fleet-wide pause that each database audits
 //!   on its own and a database that is down reported, an action on one
-//!   database, readiness of the fleet or of one database, bad input:
+//!   database, a settings change in every database (and one refused by
+//!   its database), a rollout cap audited in each database, readiness of
+//!   the fleet or of one database, bad input:
 //!   `flt06_the_fleet_view_*`; the fleet listener's OpenAPI document
 //!   lists its routes and the fields it serves:
 //!   `flt06_the_fleet_listener_serves_an_openapi_document_*`
@@ -1060,6 +1062,78 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
         "d1 is left alone"
     );
 
+    // A settings change fans out like an action: each database applies
+    // and audits it, the one that is down answers 503, and a refused
+    // value is that database's own 422 naming the field.
+    let settings_path = format!("/admin/fleet/backfills/{EVENTS}/settings");
+    let auth = format!("Bearer {TOKEN}");
+    let patch_headers = |key: &'static str| {
+        [
+            ("Authorization", auth.clone()),
+            ("Content-Type", "application/merge-patch+json".to_string()),
+            ("Idempotency-Key", key.to_string()),
+        ]
+    };
+    let owned = patch_headers("settings-1");
+    let headers_ref: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let patched = request(
+        addr,
+        "PATCH",
+        &settings_path,
+        &headers_ref,
+        Some(r#"{"batch_size": 7}"#),
+    )
+    .await;
+    assert_eq!(patched.status, 200, "{}", patched.text);
+    let body: serde_json::Value = serde_json::from_str(&patched.text).unwrap();
+    assert_eq!(
+        statuses(&body),
+        [("d0".into(), 200), ("d1".into(), 200), ("down".into(), 503)],
+        "{body}"
+    );
+    assert_eq!(
+        body["results"][0]["body"]["settings"]["batch_size"], 7,
+        "{body}"
+    );
+    for db in [&d0, &d1] {
+        assert_eq!(
+            scalar_at(
+                &db.url,
+                &format!(
+                    "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{EVENTS}' \
+                     AND action = 'settings' AND outcome = 'applied'"
+                )
+            )
+            .await,
+            1,
+            "{}: the change in its own audit log",
+            db.name
+        );
+    }
+    let owned = patch_headers("settings-2");
+    let headers_ref: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let refused = request(
+        addr,
+        "PATCH",
+        &format!("{settings_path}?database=d1"),
+        &headers_ref,
+        Some(r#"{"batch_size": 0}"#),
+    )
+    .await;
+    assert_eq!(refused.status, 200, "{}", refused.text);
+    let body: serde_json::Value = serde_json::from_str(&refused.text).unwrap();
+    assert_eq!(statuses(&body), [("d1".into(), 422)], "{body}");
+    assert_eq!(body["results"][0]["body"]["field"], "batch_size", "{body}");
+    let unknown = request(
+        addr,
+        "PATCH",
+        &format!("{settings_path}?database=nope"),
+        &headers_ref,
+        Some(r#"{"batch_size": 8}"#),
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text);
+
     let auth = format!("Bearer {TOKEN}");
     let headers = [
         ("Authorization", auth.as_str()),
@@ -1220,6 +1294,7 @@ async fn flt06_the_fleet_listener_serves_an_openapi_document_of_its_routes() {
         ("/admin/fleet/backfills", "get"),
         ("/admin/fleet/backfills/{id}/{action}", "post"),
         ("/admin/fleet/rollout/{id}", "put"),
+        ("/admin/fleet/backfills/{id}/settings", "patch"),
         ("/readyz", "get"),
         ("/livez", "get"),
         ("/openapi.json", "get"),

@@ -9,7 +9,9 @@
 //! Only the first check, that the caller holds the capability at all,
 //! happens here, before any database is asked.
 
-use super::{Admin, AdminError, BackfillView, Capability, Reply, RequestMeta, MAX_PAGE};
+use super::{
+    Admin, AdminError, BackfillView, Capability, Reply, RequestBody, RequestMeta, MAX_PAGE,
+};
 use crate::failure::bounded;
 use crate::lifecycle::{Action, State};
 use chrono::{DateTime, Utc};
@@ -469,46 +471,87 @@ impl FleetAdmin {
     ) -> Result<FleetReply, AdminError> {
         self.authorize(meta, Capability::Operate)?;
         let members = self.chosen(database)?;
-        let replies = join_all(members.iter().map(|m| async move {
-            match (&m.admin, m.status.availability) {
-                (Some(admin), Availability::Available) => Some(admin.act(meta, id, action).await),
-                _ => None,
+        Ok(each_member(
+            members,
+            |admin| async move { admin.act(meta, id, action).await },
+        )
+        .await)
+    }
+
+    /// A live settings change (THR-4) of the backfill `id` in every
+    /// database (or in one), as [`FleetAdmin::act`] sends an action: each
+    /// database's own admin service applies, audits and answers the same
+    /// JSON merge patch under the same idempotency key, and refuses it on
+    /// its own terms (422 naming the field, 409 when completed).
+    pub async fn update_settings(
+        &self,
+        meta: &RequestMeta<'_>,
+        database: Option<&str>,
+        id: &str,
+        body: RequestBody<'_>,
+    ) -> Result<FleetReply, AdminError> {
+        self.authorize(meta, Capability::Operate)?;
+        let members = self.chosen(database)?;
+        Ok(each_member(members, |admin| async move {
+            admin.update_settings(meta, id, body).await
+        })
+        .await)
+    }
+}
+
+/// Ask every member at once with `call`, and gather each database's
+/// status and body by name; an unavailable database answers 503 with its
+/// reason, and is never skipped.
+async fn each_member<F, Fut>(members: Vec<FleetMember>, call: F) -> FleetReply
+where
+    F: Fn(Admin) -> Fut,
+    Fut: std::future::Future<Output = Result<Reply, AdminError>>,
+{
+    let replies = join_all(members.iter().map(|m| {
+        let admin = match (&m.admin, m.status.availability) {
+            (Some(admin), Availability::Available) => Some(call(admin.clone())),
+            _ => None,
+        };
+        async move {
+            match admin {
+                Some(reply) => Some(reply.await),
+                None => None,
             }
-        }))
-        .await;
-        let results = members
-            .into_iter()
-            .zip(replies)
-            .map(|(member, reply)| {
-                let (status, body) = match reply {
-                    Some(Ok(Reply { status, body })) => (status, body),
-                    Some(Err(e)) => (
+        }
+    }))
+    .await;
+    let results = members
+        .into_iter()
+        .zip(replies)
+        .map(|(member, reply)| {
+            let (status, body) = match reply {
+                Some(Ok(Reply { status, body })) => (status, body),
+                Some(Err(e)) => (
+                    e.status(),
+                    serde_json::to_value(e.body()).unwrap_or_default(),
+                ),
+                None => {
+                    let e = AdminError::Unavailable(
+                        member
+                            .status
+                            .reason
+                            .clone()
+                            .unwrap_or_else(|| "the database is unavailable".into()),
+                    );
+                    (
                         e.status(),
                         serde_json::to_value(e.body()).unwrap_or_default(),
-                    ),
-                    None => {
-                        let e = AdminError::Unavailable(
-                            member
-                                .status
-                                .reason
-                                .clone()
-                                .unwrap_or_else(|| "the database is unavailable".into()),
-                        );
-                        (
-                            e.status(),
-                            serde_json::to_value(e.body()).unwrap_or_default(),
-                        )
-                    }
-                };
-                DatabaseReply {
-                    database: member.status.name,
-                    status,
-                    body,
+                    )
                 }
-            })
-            .collect();
-        Ok(FleetReply { results })
-    }
+            };
+            DatabaseReply {
+                database: member.status.name,
+                status,
+                body,
+            }
+        })
+        .collect();
+    FleetReply { results }
 }
 
 /// Each member's first page of backfills (at most [`MAX_PAGE`]), read

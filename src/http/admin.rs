@@ -675,7 +675,9 @@ impl utoipa::PartialSchema for SettingsPatch {
 impl utoipa::ToSchema for SettingsPatch {}
 
 /// Read a request body, at most [`MAX_BODY_BYTES`] of it.
-async fn read_body(mut payload: web::Payload) -> Result<web::BytesMut, RequestBody<'static>> {
+pub(super) async fn read_body(
+    mut payload: web::Payload,
+) -> Result<web::BytesMut, RequestBody<'static>> {
     use futures_util::StreamExt;
     let mut bytes = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {

@@ -6,12 +6,12 @@
 //! database's admin service: each database authorizes, audits and answers
 //! for itself; this layer only reads parameters and renders.
 
-use super::admin::{error, query, render, BearerAuth, Meta};
+use super::admin::{error, query, read_body, render, BearerAuth, Meta, SettingsPatch};
 use crate::admin::{
     AdminError, Availability, BackfillView, DatabaseReply, DatabaseStatus, DatabaseSummary,
     Diagnostic, ErrorBody, FleetAdmin, FleetBackfill, FleetBackfills, FleetOverview,
     FleetReadiness, FleetReply, FleetTotals, JournalView, Ownership, PartitionRates, PartitionView,
-    Progress, Rollout, StateCounts, Throttle, UndoLink, ValidationSummary,
+    Progress, RequestBody, Rollout, StateCounts, Throttle, UndoLink, ValidationSummary,
 };
 use crate::lifecycle::Action;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -25,14 +25,14 @@ use utoipa::OpenApi;
 #[openapi(
     info(
         title = "backfill fleet API",
-        description = "One view of a fleet of databases (docs/CONTRACT.md FLT-6). The /admin/fleet routes need a bearer token of the databases' own authentication: backfill:read for reads, backfill:operate for actions and rollout caps. Each database authorizes, audits and answers an action for itself."
+        description = "One view of a fleet of databases (docs/CONTRACT.md FLT-6). The /admin/fleet routes need a bearer token of the databases' own authentication: backfill:read for reads, backfill:operate for actions, settings changes and rollout caps. Each database authorizes, audits and answers an action for itself."
     ),
-    paths(overview, backfills, act, rollout, readyz, livez, openapi_json),
+    paths(overview, backfills, act, settings, rollout, readyz, livez, openapi_json),
     components(schemas(
         FleetOverview, DatabaseSummary, DatabaseStatus, Availability, StateCounts, FleetTotals,
         FleetBackfills, FleetBackfill, BackfillView, Progress, Ownership, Diagnostic,
         ValidationSummary, Throttle, PartitionView, UndoLink, JournalView, PartitionRates,
-        FleetReply, DatabaseReply, Rollout, FleetReadiness, ErrorBody
+        FleetReply, DatabaseReply, Rollout, FleetReadiness, ErrorBody, SettingsPatch
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -64,7 +64,8 @@ impl FleetRoutes {
     }
 
     /// Mount `GET /admin/fleet`, `GET /admin/fleet/backfills`, `POST
-    /// /admin/fleet/backfills/{id}/{action}`, `PUT
+    /// /admin/fleet/backfills/{id}/{action}`, `PATCH
+    /// /admin/fleet/backfills/{id}/settings`, `PUT
     /// /admin/fleet/rollout/{id}`, `GET /readyz`, `GET /livez`, `GET
     /// /metrics` and `GET /openapi.json`.
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
@@ -72,6 +73,10 @@ impl FleetRoutes {
             .route("/openapi.json", web::get().to(openapi_json))
             .route("/admin/fleet", web::get().to(overview))
             .route("/admin/fleet/backfills", web::get().to(backfills))
+            .route(
+                "/admin/fleet/backfills/{id}/settings",
+                web::patch().to(settings),
+            )
             .route("/admin/fleet/backfills/{id}/{action}", web::post().to(act))
             .route("/admin/fleet/rollout/{id}", web::put().to(rollout))
             .route("/readyz", web::get().to(readyz))
@@ -175,6 +180,68 @@ async fn act(
     render(
         admin
             .act(&meta.as_meta(), database.as_deref(), &id, action)
+            .await,
+    )
+}
+
+/// A live settings change (THR-4) of backfill `id` in every database, or
+/// in one: the same JSON merge patch and Idempotency-Key sent to each
+/// database's own admin service, which applies, audits and answers it
+/// there (or refuses it: 422 naming the field, 409 when completed), so a
+/// retry replays every answer. Each database's status and body are in
+/// `results`; a database that is unavailable answers 503 and is never
+/// skipped.
+#[utoipa::path(
+    patch, path = "/admin/fleet/backfills/{id}/settings",
+    params(
+        ("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128),
+        DatabaseQuery,
+        ("Idempotency-Key" = String, Header, description = "One logical request, passed to each database; retries replay its answers (ADM-4). A missing or malformed key is each database's 400 in `results`", pattern = r"^[!-~]{1,200}$", min_length = 1, max_length = 200),
+        ("Backfill-Reason" = Option<String>, Header, description = "Why the operator changes the settings, stored with each database's audit row", pattern = r"^[ -~]{0,2000}$", max_length = 2000),
+    ),
+    request_body(
+        description = "A JSON merge patch of live settings, as each database's own settings route takes it",
+        content(
+            (SettingsPatch = "application/merge-patch+json"),
+            (SettingsPatch = "application/json"),
+        ),
+    ),
+    responses(
+        (status = 200, description = "Each database's answer, by name: 200 with the backfill, or its refusal", body = FleetReply),
+        (status = 400, description = "A malformed query", body = ErrorBody),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
+        (status = 404, description = "`unknown_database`: no database of that name", body = ErrorBody),
+        (status = 500, description = "Server error", body = ErrorBody),
+    )
+)]
+async fn settings(
+    req: HttpRequest,
+    id: web::Path<String>,
+    payload: web::Payload,
+    admin: web::Data<FleetAdmin>,
+) -> HttpResponse {
+    let meta = Meta::from(&req);
+    let database = match database(&req) {
+        Ok(database) => database,
+        Err(e) => return error(&e),
+    };
+    let content_type = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let read = read_body(payload).await;
+    let body = match &read {
+        Ok(bytes) => RequestBody::Complete {
+            content_type,
+            bytes,
+        },
+        Err(problem) => *problem,
+    };
+    render(
+        admin
+            .update_settings(&meta.as_meta(), database.as_deref(), &id, body)
             .await,
     )
 }
