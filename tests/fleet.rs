@@ -423,6 +423,19 @@ async fn scalar_at(url: &str, sql: &str) -> i64 {
     support::scalar_on(&mut conn, sql).await
 }
 
+/// How many `applied` audit rows of `action` on the events backfill the
+/// database at `url` holds that also match `condition` (SQL).
+async fn applied_audits(url: &str, action: &str, condition: &str) -> i64 {
+    scalar_at(
+        url,
+        &format!(
+            "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{EVENTS}' \
+             AND action = '{action}' AND outcome = 'applied' AND {condition}"
+        ),
+    )
+    .await
+}
+
 /// Each database's runtime: automatic mode, one runner, a small pool, and
 /// retries enough to keep a lock-held backfill running for a while.
 fn fleet_config() -> FleetConfig {
@@ -979,14 +992,7 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
     }
     for db in [&d0, &d1] {
         assert_eq!(
-            scalar_at(
-                &db.url,
-                &format!(
-                    "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{EVENTS}' \
-                     AND action = 'pause' AND outcome = 'applied'"
-                )
-            )
-            .await,
+            applied_audits(&db.url, "pause", "true").await,
             1,
             "{}: one audit row of its own",
             db.name
@@ -1097,14 +1103,7 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
     );
     for db in [&d0, &d1] {
         assert_eq!(
-            scalar_at(
-                &db.url,
-                &format!(
-                    "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{EVENTS}' \
-                     AND action = 'settings' AND outcome = 'applied'"
-                )
-            )
-            .await,
+            applied_audits(&db.url, "settings", "true").await,
             1,
             "{}: the change in its own audit log",
             db.name
@@ -1158,13 +1157,10 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
     );
     for db in [&d0, &d1] {
         assert_eq!(
-            scalar_at(
+            applied_audits(
                 &db.url,
-                &format!(
-                    "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{EVENTS}' \
-                     AND action = 'rollout' AND outcome = 'applied' \
-                     AND detail = 'max_databases=1' AND reason = 'one tenant first'"
-                )
+                "rollout",
+                "detail = 'max_databases=1' AND reason = 'one tenant first'"
             )
             .await,
             1,
