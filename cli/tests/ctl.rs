@@ -903,7 +903,9 @@ async fn obs05_ctl_list_and_show_print_the_servers_rate() {
 /// each database and the totals until all three completed every backfill;
 /// a fleet-wide pause of a completed backfill is refused by every
 /// database, one line each, exit 3; a malformed `--database` is exit 2
-/// before anything is sent; `ctl fleet rollout` sets and lifts a rollout
+/// before anything is sent; `ctl fleet set` of the completed backfill in
+/// one database is that database's 409, one line, exit 3; `ctl fleet
+/// rollout` sets and lifts a rollout
 /// cap (a cap of 0 is exit 2); SIGTERM drains the fleet and the demo
 /// exits 0.
 /// Guards: the demo's fleet path (one database would show one row) and
@@ -999,6 +1001,27 @@ async fn flt06_ctl_fleet_status_and_actions_against_the_fleet_demo() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
         out.stderr.contains("is not a database name"),
+        "{}",
+        out.stderr
+    );
+    // A settings change of a completed backfill: the one database asked
+    // refuses it (409), one line, exit 3.
+    let out = ctl(
+        &url,
+        Some(token),
+        &["fleet", "set", id, "--pause-ms", "5", "--database", "t02"],
+    )
+    .await;
+    assert_eq!(out.code, 3, "{} {}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    assert!(
+        lines[0].starts_with(&format!("t02: set {id}: HTTP 409")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("1 of 1 databases did not accept it"),
         "{}",
         out.stderr
     );

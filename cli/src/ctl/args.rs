@@ -120,6 +120,11 @@ pub enum FleetCommand {
     Resume(FleetAction),
     /// Retry the backfill in every database (or in `--database`).
     Retry(FleetAction),
+    /// Change the backfill's live settings in every database (or in
+    /// `--database`), with the flags of `ctl set`; each database applies
+    /// or refuses the change on its own.
+    #[command(allow_negative_numbers = true)]
+    Set(Box<FleetSet>),
     /// Cap how many databases run a repair at once (its rollout), or lift
     /// the cap with --clear; applies to the fleet's next claims.
     Rollout {
@@ -136,6 +141,17 @@ pub enum FleetCommand {
         #[arg(long)]
         clear: bool,
     },
+}
+
+/// A settings change for the fleet: `ctl set`'s arguments, and the one
+/// database it is limited to, if any.
+#[derive(Debug, Args)]
+pub struct FleetSet {
+    #[command(flatten)]
+    pub settings: SetArgs,
+    /// Only this database of the fleet.
+    #[arg(long)]
+    pub database: Option<String>,
 }
 
 /// The backfill a fleet action names, and the one database it is limited

@@ -1,13 +1,14 @@
 //! `backfill ctl fleet`: a fleet of databases through its listener
 //! (FLT-6): the status of every database with the fleet's totals, and an
-//! action on one backfill in every database or in one.
+//! action or a settings change on one backfill in every database or in
+//! one.
 //!
 //! Like the rest of the CLI it only projects what the API returns; a
 //! database the fleet could not reach is shown with its reason, never as
 //! zero.
 
 use super::args::checked_id;
-use super::args::{FleetAction, FleetCommand};
+use super::args::{FleetAction, FleetCommand, FleetSet};
 use super::client::Client;
 use super::error::{one_line, CtlError};
 use super::output::print_json;
@@ -25,6 +26,7 @@ pub(super) async fn run(
         FleetCommand::Pause(a) => act(client, "pause", a, json).await,
         FleetCommand::Resume(a) => act(client, "resume", a, json).await,
         FleetCommand::Retry(a) => act(client, "retry", a, json).await,
+        FleetCommand::Set(s) => set(client, s, json).await,
         FleetCommand::Rollout {
             id,
             max_databases,
@@ -103,13 +105,41 @@ fn checked_database(name: &str) -> Result<&str, CtlError> {
 /// database that did not accept it makes the command fail, after every
 /// line is printed.
 async fn act(client: &Client, action: &str, a: &FleetAction, json: bool) -> Result<(), CtlError> {
-    let mut path = format!("/admin/fleet/backfills/{}/{action}", checked_id(&a.id)?);
-    if let Some(database) = &a.database {
+    let path = in_database(
+        format!("/admin/fleet/backfills/{}/{action}", checked_id(&a.id)?),
+        a.database.as_deref(),
+    )?;
+    let body = client.act(&path).await?;
+    report(&body, action, &a.id, json)
+}
+
+/// A live settings change in every database (or in one).
+async fn set(client: &Client, s: &FleetSet, json: bool) -> Result<(), CtlError> {
+    let change = Value::Object(s.settings.change()?);
+    let path = in_database(
+        format!(
+            "/admin/fleet/backfills/{}/settings",
+            checked_id(&s.settings.id)?
+        ),
+        s.database.as_deref(),
+    )?;
+    let body = client.idempotent("PATCH", &path, Some(&change)).await?;
+    report(&body, "set", &s.settings.id, json)
+}
+
+/// `path` limited to `database`, when one is named.
+fn in_database(mut path: String, database: Option<&str>) -> Result<String, CtlError> {
+    if let Some(database) = database {
         path.push_str(&format!("?database={}", checked_database(database)?));
     }
-    let body = client.act(&path).await?;
+    Ok(path)
+}
+
+/// Print each database's answer (or the JSON); a conflict when any
+/// database did not accept the request.
+fn report(body: &Value, action: &str, id: &str, json: bool) -> Result<(), CtlError> {
     if json {
-        print_json(&body);
+        print_json(body);
     }
     let results = body["results"].as_array().cloned().unwrap_or_default();
     let mut refused = 0;
@@ -119,13 +149,12 @@ async fn act(client: &Client, action: &str, a: &FleetAction, json: bool) -> Resu
             refused += 1;
         }
         if !json {
-            println!("{}", result_line(action, &a.id, r));
+            println!("{}", result_line(action, id, r));
         }
     }
     if refused > 0 {
         return Err(CtlError::Conflict(format!(
-            "{action} {}: {refused} of {} databases did not accept it",
-            a.id,
+            "{action} {id}: {refused} of {} databases did not accept it",
             results.len()
         )));
     }
@@ -137,11 +166,15 @@ fn result_line(action: &str, id: &str, r: &Value) -> String {
     let database = r["database"].as_str().unwrap_or("?");
     let status = r["status"].as_u64().unwrap_or(0);
     let body = &r["body"];
-    if (200..300).contains(&status) {
+    if (200..300).contains(&status) && body["outcome"].is_string() {
         let outcome = body["outcome"].as_str().unwrap_or("done");
         let prior = body["prior_state"].as_str().unwrap_or("?");
         let state = body["backfill"]["state"].as_str().unwrap_or("?");
         format!("{database}: {action} {id}: {outcome} ({prior} -> {state})")
+    } else if (200..300).contains(&status) {
+        // A settings change answers with the backfill itself.
+        let state = body["state"].as_str().unwrap_or("?");
+        format!("{database}: {action} {id}: applied ({state})")
     } else {
         format!(
             "{database}: {action} {id}: HTTP {status} {}: {}",
