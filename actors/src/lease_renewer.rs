@@ -66,7 +66,9 @@ pub struct GiveUp {
 pub struct Withdraw;
 
 /// Stop the renewer: its supervisor drained and ends, so nothing is left
-/// to renew. Sent once, by the supervisor.
+/// to renew. Sent once, by the supervisor, which awaits the answer: it
+/// comes once the presence is withdrawn (or its withdrawal failed), so a
+/// host that exits right after its shutdown leaves no presence behind.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct StopRenewing;
@@ -309,38 +311,36 @@ impl<B: Backend> Handler<GiveUp> for LeaseRenewer<B> {
 }
 
 impl<B: Backend> LeaseRenewer<B> {
-    /// Withdraw the presence; `then_stop`: stop the renewer once done (or
-    /// failed). If the system ends before it is withdrawn, it lapses after
-    /// one lease TTL.
-    fn withdraw(&mut self, ctx: &mut Context<Self>, then_stop: bool) {
+    /// Withdraw the presence and present no more; resolves once it is
+    /// withdrawn or the withdrawal failed (logged). If the system ends
+    /// before it is withdrawn, it lapses after one lease TTL.
+    fn withdraw(&mut self) -> impl ActorFuture<Self, Output = ()> {
         self.withdrawn = true;
         let backend = self.backend.clone();
         let worker = self.worker_id.clone();
         let fut = async move { backend.leave(&worker).await };
-        ctx.wait(fut.into_actor(self).map(move |result, act, ctx| {
+        fut.into_actor(self).map(|result, act, _ctx| {
             if let Err(error) = result {
                 tracing::warn!(event = "presence_not_withdrawn", worker = %act.worker_id, error = %error.0, "the presence lapses after one lease TTL");
             }
-            if then_stop {
-                ctx.stop();
-            }
-        }));
+        })
     }
 }
 
 impl<B: Backend> Handler<Withdraw> for LeaseRenewer<B> {
     type Result = ();
     fn handle(&mut self, _msg: Withdraw, ctx: &mut Self::Context) {
-        self.withdraw(ctx, false);
+        ctx.wait(self.withdraw());
     }
 }
 
 impl<B: Backend> Handler<StopRenewing> for LeaseRenewer<B> {
-    type Result = ();
-    fn handle(&mut self, _msg: StopRenewing, ctx: &mut Self::Context) {
+    type Result = ResponseActFuture<Self, ()>;
+    fn handle(&mut self, _msg: StopRenewing, _ctx: &mut Self::Context) -> Self::Result {
         // Withdraw the presence first (again, should a presence round
         // have landed after the drain's withdrawal), so the other
-        // processes may take this one's partitions at once.
-        self.withdraw(ctx, true);
+        // processes may take this one's partitions at once; answer and
+        // stop once it is done.
+        Box::pin(self.withdraw().map(|(), _act, ctx| ctx.stop()))
     }
 }

@@ -379,13 +379,21 @@ impl<B: Backend> Handler<Shutdown> for Supervisor<B> {
                 }
             }
             .into_actor(self)
-            .map(|(), act, ctx| {
+            .then(move |(), act, _ctx| {
                 // The renewer's interval would keep it (and the backend it
-                // holds) alive for good; the validator ends once no address
-                // to it is left.
-                if let Some(renewer) = act.renewer.take() {
-                    renewer.do_send(StopRenewing);
+                // holds) alive for good, so it is stopped; its answer comes
+                // once the presence is withdrawn, bounded by the grace
+                // period like the drain.
+                let renewer = act.renewer.take();
+                async move {
+                    if let Some(renewer) = renewer {
+                        let _ = tokio::time::timeout(grace, renewer.send(StopRenewing)).await;
+                    }
                 }
+                .into_actor(act)
+            })
+            .map(|(), act, ctx| {
+                // The validator ends once no address to it is left.
                 act.validator = None;
                 ctx.stop();
             }),

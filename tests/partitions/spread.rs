@@ -187,3 +187,52 @@ async fn par06_a_share_its_process_cannot_take_leaves_no_partition_idle() {
     }
     assert_eq!(taken, 2, "b takes every partition left");
 }
+
+/// PAR-6: a runtime's shutdown returns only once its presence is gone, so
+/// a host that exits right after it leaves no presence behind to hold the
+/// others' shares back for a lease TTL. A second connection holds the
+/// presence row locked: the shutdown's withdrawal waits on it and the
+/// shutdown does not return; once the lock goes, it returns with the
+/// presence deleted. Guard: the supervisor awaiting the renewer's
+/// withdrawal (without it the shutdown returns while the withdrawal is
+/// still blocked).
+#[actix_rt::test]
+async fn par06_shutdown_returns_once_the_presence_is_withdrawn() {
+    use diesel_async::SimpleAsyncConnection;
+    let (db, engine, _hooks) = started(100, 10, 2).await;
+    let config = RuntimeConfig {
+        worker_id: "leaving".into(),
+        poll_interval: Duration::from_millis(50),
+        renew_interval: Some(Duration::from_millis(200)),
+        ..RuntimeConfig::default()
+    };
+    let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config).unwrap();
+    let present = "SELECT count(*) AS v FROM backfill_worker WHERE worker_id = 'leaving'";
+    eventually("the runtime is present", || async {
+        db.scalar(present).await == 1
+    })
+    .await;
+    let mut lock = db.connect().await;
+    lock.batch_execute(
+        "BEGIN; SELECT 1 FROM backfill_worker WHERE worker_id = 'leaving' FOR UPDATE",
+    )
+    .await
+    .unwrap();
+    let stopping = actix_rt::spawn(async move { runtime.shutdown().await });
+    eventually("the withdrawal waits on the lock", || async {
+        db.scalar(
+            "SELECT count(*) AS v FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM backfill_worker%'",
+        )
+        .await
+            >= 1
+    })
+    .await;
+    assert!(
+        !stopping.is_finished(),
+        "the shutdown returned with the presence still in place"
+    );
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    stopping.await.unwrap();
+    assert_eq!(db.scalar(present).await, 0, "the presence is gone");
+}
