@@ -192,7 +192,7 @@ pub struct HostConfig {
     pub pool_size: Option<u32>,
     /// How long a pooled connection may sit idle before the pool closes
     /// it (default 60 s, at least 1 s): after a burst of work, an idle
-    /// database keeps only the connection its polls reuse and the wake-up
+    /// database keeps only the connections its polls reuse and the wake-up
     /// listener, which matters when one process serves many databases.
     pub pool_idle_timeout: Duration,
     /// The engine's settings; its lease TTL is the one the runtime uses.
