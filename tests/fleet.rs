@@ -28,7 +28,9 @@
 //!   the fleet or of one database, bad input:
 //!   `flt06_the_fleet_view_*`; the fleet listener's OpenAPI document
 //!   lists its routes and the fields it serves:
-//!   `flt06_the_fleet_listener_serves_an_openapi_document_*`
+//!   `flt06_the_fleet_listener_serves_an_openapi_document_*`; each
+//!   database's own admin API under its name, and its bad input:
+//!   `flt06_each_databases_own_admin_api_*`
 //! - FLT-4 a dependent repair waits, unclaimed and visible as
 //!   `waiting_for`, while its dependency runs, and runs once it
 //!   completed: `flt04_a_dependent_*`; automatic mode starts both and
@@ -1355,6 +1357,110 @@ async fn flt06_the_fleet_listener_serves_an_openapi_document_of_its_routes() {
     std::fs::write(&out, &response.text).expect("write fleet-openapi.json");
     fleet.stop().await;
     drop_fleet_db(&name).await;
+}
+
+/// FLT-6: every database's own admin API is served, unchanged, under
+/// `/databases/{name}` on the fleet's listener: a start through `d0`'s
+/// prefix reaches `d0` alone (its state, its audit row, its timeline),
+/// `d1`'s detail still reads `pending`, and each prefix serves the admin
+/// API's own document. Bad input: no token 401 (also for a name that does
+/// not exist, so a fleet's names are not told to strangers), an unknown
+/// database 404, a database that is down 503, a wrong method 405, each
+/// with a JSON body. Guard: the member's service as the request's data
+/// (without it every prefixed route fails, or reaches the wrong database).
+#[actix_rt::test]
+async fn flt06_each_databases_own_admin_api_is_served_under_its_name() {
+    let _serial = SERIAL.lock().await;
+    let names: Vec<String> = (0..2).map(|i| fleet_db_name("each", i)).collect();
+    let d0 = Database::new("d0", create_fleet_db(&names[0]).await);
+    let d1 = Database::new("d1", create_fleet_db(&names[1]).await);
+    let down = Database::new(
+        "down",
+        support::with_database(support::server_url(), "bft_absent_each"),
+    );
+    let mut config = fleet_config();
+    config.host.auto_backfills = false;
+    config.host.admin_auth =
+        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+    let mut fleet = Fleet::start(
+        config,
+        vec![d0.clone(), d1.clone(), down],
+        events_registry(),
+    )
+    .await
+    .unwrap();
+    let addr = fleet.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let token = Some(TOKEN);
+
+    let start = format!("/databases/d0/admin/backfills/{EVENTS}/start");
+    let (status, body) = fleet_call(addr, "POST", &start, token, Some("each-1")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["backfill"]["id"], EVENTS, "{body}");
+    assert_eq!(applied_audits(&d0.url, "start", "true").await, 1);
+    assert_eq!(applied_audits(&d1.url, "start", "true").await, 0);
+    let state_in = |url: String| async move {
+        scalar_at(
+            &url,
+            &format!(
+                "SELECT count(*) AS v FROM backfill WHERE id = '{EVENTS}' AND state = 'pending'"
+            ),
+        )
+        .await
+    };
+    assert_eq!(state_in(d0.url.clone()).await, 0, "d0 was started");
+    assert_eq!(state_in(d1.url.clone()).await, 1, "d1 was not");
+
+    let detail = format!("/databases/d1/admin/backfills/{EVENTS}");
+    let (status, body) = fleet_call(addr, "GET", &detail, token, None).await;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (200, Some("pending")),
+        "{body}"
+    );
+    let timeline = format!("/databases/d0/admin/backfills/{EVENTS}/timeline");
+    let (status, body) = fleet_call(addr, "GET", &timeline, token, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.to_string().contains("start"), "{body}");
+    let (status, body) = fleet_call(addr, "GET", "/databases/d0/admin/audit", token, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.to_string().contains("\"start\""), "{body}");
+    let (status, body) = fleet_call(addr, "GET", "/databases/d1/admin/audit", token, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.to_string().contains("\"start\""), "{body}");
+    let (status, doc) = fleet_call(addr, "GET", "/databases/d1/openapi.json", token, None).await;
+    assert_eq!(status, 200, "{doc}");
+    assert!(doc["paths"]["/admin/backfills/{id}/timeline"].is_object());
+
+    for (path, who, want, error) in [
+        ("/databases/d0/admin/backfills", None, 401, "unauthorized"),
+        ("/databases/nope/admin/backfills", None, 401, "unauthorized"),
+        (
+            "/databases/nope/admin/backfills",
+            token,
+            404,
+            "unknown_database",
+        ),
+        ("/databases/down/admin/backfills", token, 503, "unavailable"),
+        ("/databases/d0/admin/no-such-route", token, 404, "not_found"),
+    ] {
+        let (status, body) = fleet_call(addr, "GET", path, who, None).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (want, Some(error)),
+            "{path}: {body}"
+        );
+    }
+    let (status, body) = fleet_call(addr, "DELETE", &detail, token, None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (405, Some("method_not_allowed")),
+        "{body}"
+    );
+
+    fleet.stop().await;
+    for name in &names {
+        drop_fleet_db(name).await;
+    }
 }
 
 /// A table of `ROWS` rows whose repair stamps each row with the time its

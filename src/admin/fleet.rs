@@ -86,6 +86,28 @@ pub struct FleetMember {
     pub admin: Option<Admin>,
 }
 
+impl FleetMember {
+    /// Its admin service while it is served (its runtime runs and its
+    /// last probe reached it); `None` otherwise, and then the fleet
+    /// reports the database rather than asks it.
+    pub fn served(&self) -> Option<&Admin> {
+        match (&self.admin, self.status.availability) {
+            (Some(admin), Availability::Available) => Some(admin),
+            _ => None,
+        }
+    }
+
+    /// Why it is not served, for a 503.
+    fn unavailable(&self) -> AdminError {
+        AdminError::Unavailable(
+            self.status
+                .reason
+                .clone()
+                .unwrap_or_else(|| "the database is unavailable".into()),
+        )
+    }
+}
+
 /// Where the fleet's admin view finds the databases (the host's fleet).
 pub trait FleetMembers: Send + Sync + 'static {
     /// Every database, by name.
@@ -355,8 +377,8 @@ impl FleetAdmin {
         let correlation = meta.idempotency_key.or(meta.request_id);
         let members = self.members.members();
         let records = members.iter().map(|m| async {
-            let recorded = match (&m.admin, m.status.availability) {
-                (Some(admin), Availability::Available) => admin
+            let recorded = match m.served() {
+                Some(admin) => admin
                     .audit_fleet_setting(
                         &authority,
                         id,
@@ -367,7 +389,7 @@ impl FleetAdmin {
                     )
                     .await
                     .is_ok(),
-                _ => false,
+                None => false,
             };
             (m.status.name.clone(), recorded)
         });
@@ -385,6 +407,24 @@ impl FleetAdmin {
             }
         }
         Ok(rollout)
+    }
+
+    /// The admin service of database `name`, to answer a request to its
+    /// own admin API through the fleet's listener (FLT-6). A caller the
+    /// databases' authentication does not know is refused first (401), so
+    /// the names of a fleet's databases are not told to anyone; then an
+    /// unknown name is a 404 and a database that is not served a 503 with
+    /// its reason. The database's own service authorizes, audits and
+    /// answers the request, as on its own listener.
+    pub fn member(&self, bearer: Option<&str>, name: &str) -> Result<Admin, AdminError> {
+        self.auth
+            .authenticate(bearer)
+            .ok_or(AdminError::Unauthorized)?;
+        let member = self.chosen(Some(name))?.swap_remove(0);
+        match member.served() {
+            Some(admin) => Ok(admin.clone()),
+            None => Err(member.unavailable()),
+        }
     }
 
     /// Every database's status, as of the last probe (for `/metrics`).
@@ -508,10 +548,7 @@ where
     Fut: std::future::Future<Output = Result<Reply, AdminError>>,
 {
     let replies = join_all(members.iter().map(|m| {
-        let admin = match (&m.admin, m.status.availability) {
-            (Some(admin), Availability::Available) => Some(call(admin.clone())),
-            _ => None,
-        };
+        let admin = m.served().map(|admin| call(admin.clone()));
         async move {
             match admin {
                 Some(reply) => Some(reply.await),
@@ -531,13 +568,7 @@ where
                     serde_json::to_value(e.body()).unwrap_or_default(),
                 ),
                 None => {
-                    let e = AdminError::Unavailable(
-                        member
-                            .status
-                            .reason
-                            .clone()
-                            .unwrap_or_else(|| "the database is unavailable".into()),
-                    );
+                    let e = member.unavailable();
                     (
                         e.status(),
                         serde_json::to_value(e.body()).unwrap_or_default(),
@@ -562,11 +593,9 @@ async fn list_each(
     meta: &RequestMeta<'_>,
 ) -> Vec<Option<Result<super::BackfillPage, AdminError>>> {
     join_all(members.iter().map(|m| async move {
-        match (&m.admin, m.status.availability) {
-            (Some(admin), Availability::Available) => {
-                Some(admin.list(meta, None, Some(MAX_PAGE)).await)
-            }
-            _ => None,
+        match m.served() {
+            Some(admin) => Some(admin.list(meta, None, Some(MAX_PAGE)).await),
+            None => None,
         }
     }))
     .await

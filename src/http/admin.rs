@@ -60,92 +60,107 @@ impl Modify for BearerAuth {
 
 /// Mount the admin routes and `/openapi.json` into a host's App.
 pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
-    cfg.app_data(admin)
-        .service(resource(
-            "/openapi.json",
-            web::get().to(openapi_json),
-            "GET",
-        ))
-        .service(resource("/admin/me", web::get().to(me), "GET"))
-        .service(resource("/admin/backfills", web::get().to(list), "GET"))
-        .service(resource(
-            "/admin/backfills/{id}",
-            web::get().to(detail),
-            "GET",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/start",
-            web::post().to(start),
-            "POST",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/pause",
-            web::post().to(pause),
-            "POST",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/resume",
-            web::post().to(resume),
-            "POST",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/retry",
-            web::post().to(retry),
-            "POST",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/validate",
-            web::post().to(validate),
-            "POST",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/dry-run",
-            web::post().to(dry_run),
-            "POST",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/settings",
-            web::patch().to(settings),
-            "PATCH",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/undo",
-            web::post().to(undo),
-            "POST",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/journal/prune",
-            web::post().to(journal_prune),
-            "POST",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/timeline",
-            web::get().to(timeline),
-            "GET",
-        ))
-        .service(resource(
-            "/admin/backfills/{id}/progress",
-            web::get().to(run_chart),
-            "GET",
-        ))
-        .service(resource("/admin/audit", web::get().to(audit), "GET"))
-        .service(resource(
-            "/admin/notifications",
-            web::get().to(notifications),
-            "GET",
-        ))
-        // Registered last: any other path under /admin gets a JSON error
-        // like every other rejection, not an empty body.
-        .service(
-            web::resource("/admin")
-                .wrap(super::headers::security_headers())
-                .route(web::route().to(no_route)),
-        )
-        .service(
-            web::resource("/admin/{tail:.*}")
-                .wrap(super::headers::security_headers())
-                .route(web::route().to(no_route)),
-        );
+    cfg.app_data(admin);
+    routes(cfg);
+}
+
+/// The `{id}` of a backfill route, read by name: the routes also serve
+/// under a prefix with a parameter of its own (the fleet listener's
+/// `/databases/{database}`).
+#[derive(Deserialize)]
+struct IdPath {
+    id: String,
+}
+
+/// The admin routes and `/openapi.json`, over the [`Admin`] found in the
+/// app data of the request (the host's, or the database a fleet's prefix
+/// names).
+pub(super) fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource(
+        "/openapi.json",
+        web::get().to(openapi_json),
+        "GET",
+    ))
+    .service(resource("/admin/me", web::get().to(me), "GET"))
+    .service(resource("/admin/backfills", web::get().to(list), "GET"))
+    .service(resource(
+        "/admin/backfills/{id}",
+        web::get().to(detail),
+        "GET",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/start",
+        web::post().to(start),
+        "POST",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/pause",
+        web::post().to(pause),
+        "POST",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/resume",
+        web::post().to(resume),
+        "POST",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/retry",
+        web::post().to(retry),
+        "POST",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/validate",
+        web::post().to(validate),
+        "POST",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/dry-run",
+        web::post().to(dry_run),
+        "POST",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/settings",
+        web::patch().to(settings),
+        "PATCH",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/undo",
+        web::post().to(undo),
+        "POST",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/journal/prune",
+        web::post().to(journal_prune),
+        "POST",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/timeline",
+        web::get().to(timeline),
+        "GET",
+    ))
+    .service(resource(
+        "/admin/backfills/{id}/progress",
+        web::get().to(run_chart),
+        "GET",
+    ))
+    .service(resource("/admin/audit", web::get().to(audit), "GET"))
+    .service(resource(
+        "/admin/notifications",
+        web::get().to(notifications),
+        "GET",
+    ))
+    // Registered last: any other path under /admin gets a JSON error
+    // like every other rejection, not an empty body.
+    .service(
+        web::resource("/admin")
+            .wrap(super::headers::security_headers())
+            .route(web::route().to(no_route)),
+    )
+    .service(
+        web::resource("/admin/{tail:.*}")
+            .wrap(super::headers::security_headers())
+            .route(web::route().to(no_route)),
+    );
 }
 
 /// One known path served by `route`; every other method on it is a 405
@@ -367,19 +382,19 @@ async fn list(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
         (status = 503, description = "Database unavailable", body = ErrorBody),
     )
 )]
-async fn detail(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+async fn detail(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
     let meta = Meta::from(&req);
-    render(admin.detail(&meta.as_meta(), &id).await)
+    render(admin.detail(&meta.as_meta(), &id.id).await)
 }
 
 async fn act(
     req: HttpRequest,
-    id: web::Path<String>,
+    id: web::Path<IdPath>,
     admin: web::Data<Admin>,
     action: Action,
 ) -> HttpResponse {
     let meta = Meta::from(&req);
-    reply(admin.act(&meta.as_meta(), &id, action).await)
+    reply(admin.act(&meta.as_meta(), &id.id, action).await)
 }
 
 /// `start`: capture the bound and enter `running` (docs/CONTRACT.md section 3).
@@ -406,7 +421,7 @@ async fn act(
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn start(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+async fn start(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
     act(req, id, admin, Action::Start).await
 }
 
@@ -434,7 +449,7 @@ async fn start(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn pause(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+async fn pause(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
     act(req, id, admin, Action::Pause).await
 }
 
@@ -462,7 +477,7 @@ async fn pause(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn resume(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+async fn resume(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
     act(req, id, admin, Action::Resume).await
 }
 
@@ -491,7 +506,7 @@ async fn resume(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn retry(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+async fn retry(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
     act(req, id, admin, Action::Retry).await
 }
 
@@ -521,7 +536,7 @@ async fn retry(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>)
 )]
 async fn validate(
     req: HttpRequest,
-    id: web::Path<String>,
+    id: web::Path<IdPath>,
     admin: web::Data<Admin>,
 ) -> HttpResponse {
     act(req, id, admin, Action::Validate).await
@@ -553,9 +568,9 @@ async fn validate(
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn undo(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+async fn undo(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
     let meta = Meta::from(&req);
-    reply(admin.undo(&meta.as_meta(), &id).await)
+    reply(admin.undo(&meta.as_meta(), &id.id).await)
 }
 
 /// `journal prune`: delete the before-image journal of a backfill (UNDO-4).
@@ -584,11 +599,11 @@ async fn undo(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) 
 )]
 async fn journal_prune(
     req: HttpRequest,
-    id: web::Path<String>,
+    id: web::Path<IdPath>,
     admin: web::Data<Admin>,
 ) -> HttpResponse {
     let meta = Meta::from(&req);
-    reply(admin.journal_prune(&meta.as_meta(), &id).await)
+    reply(admin.journal_prune(&meta.as_meta(), &id.id).await)
 }
 
 /// The options of a dry run.
@@ -630,7 +645,7 @@ pub struct DryRunQuery {
         (status = 503, description = "Database unavailable; nothing changed", body = ErrorBody),
     )
 )]
-async fn dry_run(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin>) -> HttpResponse {
+async fn dry_run(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
     let meta = Meta::from(&req);
     let q: DryRunQuery = match query(&req) {
         Ok(q) => q,
@@ -638,7 +653,7 @@ async fn dry_run(req: HttpRequest, id: web::Path<String>, admin: web::Data<Admin
     };
     reply(
         admin
-            .dry_run(&meta.as_meta(), &id, q.batches, q.sample)
+            .dry_run(&meta.as_meta(), &id.id, q.batches, q.sample)
             .await,
     )
 }
@@ -727,7 +742,7 @@ pub(super) async fn read_body(
 )]
 async fn settings(
     req: HttpRequest,
-    id: web::Path<String>,
+    id: web::Path<IdPath>,
     payload: web::Payload,
     admin: web::Data<Admin>,
 ) -> HttpResponse {
@@ -744,7 +759,7 @@ async fn settings(
         },
         Err(problem) => *problem,
     };
-    reply(admin.update_settings(&meta.as_meta(), &id, body).await)
+    reply(admin.update_settings(&meta.as_meta(), &id.id, body).await)
 }
 
 /// How many timeline entries to return.
@@ -779,7 +794,7 @@ pub struct TimelineQuery {
 )]
 async fn timeline(
     req: HttpRequest,
-    id: web::Path<String>,
+    id: web::Path<IdPath>,
     admin: web::Data<Admin>,
 ) -> HttpResponse {
     let meta = Meta::from(&req);
@@ -787,7 +802,7 @@ async fn timeline(
         Ok(q) => q,
         Err(e) => return error(&e),
     };
-    render(admin.timeline(&meta.as_meta(), &id, q.limit).await)
+    render(admin.timeline(&meta.as_meta(), &id.id, q.limit).await)
 }
 
 /// A backfill's run chart (OBS-5): rows/s over the recorded run in equal
@@ -813,11 +828,11 @@ async fn timeline(
 )]
 async fn run_chart(
     req: HttpRequest,
-    id: web::Path<String>,
+    id: web::Path<IdPath>,
     admin: web::Data<Admin>,
 ) -> HttpResponse {
     let meta = Meta::from(&req);
-    render(admin.run_chart(&meta.as_meta(), &id).await)
+    render(admin.run_chart(&meta.as_meta(), &id.id).await)
 }
 
 /// The audit log (AUD-1), newest first.

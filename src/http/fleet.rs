@@ -14,8 +14,12 @@ use crate::admin::{
     Progress, RequestBody, Rollout, StateCounts, Throttle, UndoLink, ValidationSummary,
 };
 use crate::lifecycle::Action;
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{Extensions, ServiceRequest, ServiceResponse};
+use actix_web::middleware::{from_fn, Next};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
+use std::rc::Rc;
 use utoipa::OpenApi;
 
 /// The OpenAPI document of the fleet listener, generated from its
@@ -25,7 +29,7 @@ use utoipa::OpenApi;
 #[openapi(
     info(
         title = "backfill fleet API",
-        description = "One view of a fleet of databases (docs/CONTRACT.md FLT-6). The /admin/fleet routes need a bearer token of the databases' own authentication: backfill:read for reads, backfill:operate for actions, settings changes and rollout caps. Each database authorizes, audits and answers an action for itself."
+        description = "One view of a fleet of databases (docs/CONTRACT.md FLT-6). The /admin/fleet routes need a bearer token of the databases' own authentication: backfill:read for reads, backfill:operate for actions, settings changes and rollout caps. Each database authorizes, audits and answers an action for itself. Every database's own admin API (its detail, timeline, audit, dry run, undo and settings routes, and its /openapi.json) is served unchanged under /databases/{database}: a caller unknown to the databases' authentication gets 401, an unknown database 404, one that is not served 503."
     ),
     paths(overview, backfills, act, settings, rollout, readyz, livez, openapi_json),
     components(schemas(
@@ -67,7 +71,8 @@ impl FleetRoutes {
     /// /admin/fleet/backfills/{id}/{action}`, `PATCH
     /// /admin/fleet/backfills/{id}/settings`, `PUT
     /// /admin/fleet/rollout/{id}`, `GET /readyz`, `GET /livez`, `GET
-    /// /metrics` and `GET /openapi.json`.
+    /// /metrics`, `GET /openapi.json`, and under `/databases/{database}`
+    /// every route of that database's own admin API.
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
         cfg.app_data(self.admin.clone())
             .route("/openapi.json", web::get().to(openapi_json))
@@ -81,7 +86,48 @@ impl FleetRoutes {
             .route("/admin/fleet/rollout/{id}", web::put().to(rollout))
             .route("/readyz", web::get().to(readyz))
             .route("/livez", web::get().to(livez))
-            .route("/metrics", web::get().to(metrics));
+            .route("/metrics", web::get().to(metrics))
+            .service(
+                web::scope("/databases/{database}")
+                    .wrap(from_fn(database_admin))
+                    .wrap(super::headers::security_headers())
+                    .configure(super::admin::routes),
+            );
+    }
+}
+
+/// Answer a request under `/databases/{database}` with that database's
+/// own admin API (FLT-6): its admin service becomes the request's app
+/// data, so every route of the admin API (detail, timeline, audit, dry
+/// run, undo, settings ...) is served unchanged, each database
+/// authorizing, auditing and answering for itself. An unknown caller is
+/// a 401, an unknown database a 404, one that is not served a 503.
+async fn database_admin(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let name = req
+        .match_info()
+        .get("database")
+        .unwrap_or_default()
+        .to_string();
+    let member = match req.app_data::<web::Data<FleetAdmin>>() {
+        Some(fleet) => {
+            let meta = Meta::from(req.request());
+            fleet.member(meta.as_meta().bearer, &name)
+        }
+        None => Err(AdminError::Internal(
+            "the fleet's routes are not mounted".into(),
+        )),
+    };
+    match member {
+        Ok(admin) => {
+            let mut data = Extensions::new();
+            data.insert(web::Data::new(admin));
+            req.add_data_container(Rc::new(data));
+            Ok(next.call(req).await?.map_into_left_body())
+        }
+        Err(e) => Ok(req.into_response(error(&e)).map_into_right_body()),
     }
 }
 
