@@ -30,8 +30,9 @@
 //! - the fleet page (FLT-6) on a fleet's listener: every database with
 //!   its availability and a down one's reason, the totals, the database
 //!   filter, a pause on every database (one audited request each, a lost
-//!   answer retried with its key, the down database's 503 shown) and a
-//!   resume on one database:
+//!   answer retried with its key, the down database's 503 shown), a
+//!   resume on one database, and one database's backfill on its own page,
+//!   read and resumed through that database's API under its name:
 //!   `flt06_ui_browser_fleet_page_lists_databases_and_pauses_all`
 //! - AUTH-4, in every scenario: the page is served under the admin
 //!   listener's Content-Security-Policy and the client runs with no
@@ -1206,7 +1207,9 @@ async fn scalar_at(url: &str, sql: &str) -> i64 {
 /// applied audit row of its own carrying the page's key and the reason,
 /// and one replay; the page shows each database's answer, `down`'s 503
 /// among them, and still offers the retry that would reach it. A resume
-/// from `d0`'s row reaches `d0` alone. Guards: the fan-out of the
+/// from `d0`'s row reaches `d0` alone. `d1`'s backfill opens on its own
+/// page (its audit read through `/databases/d1`), and a resume from that
+/// page reaches `d1` alone, audited there. Guards: the fan-out of the
 /// all-databases action (`sendFleet` without `?database=`; acting on one
 /// database leaves the other running and shows one answer), the
 /// listener probe (`listenerKind`), `fleetDatabaseRow`/`fleetAnswers`
@@ -1340,6 +1343,24 @@ async fn flt06_ui_browser_fleet_page_lists_databases_and_pauses_all() {
         .await,
         0,
         "d1 received no resume"
+    );
+    browser.go().await;
+
+    // Resumed from its own page, through d1's admin API on the fleet's
+    // listener: d1 runs again and its own audit holds the resume.
+    browser.step("detail-resumed").await;
+    assert_eq!(scalar_at(&urls[1], &running).await, 1, "d1 resumed");
+    assert_eq!(
+        scalar_at(
+            &urls[1],
+            &format!(
+                "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{FLEET_REPAIR}' \
+                 AND action = 'resume' AND outcome = 'applied' AND actor = 'ops'"
+            )
+        )
+        .await,
+        1,
+        "d1 audited the resume from its page"
     );
     browser.go().await;
     browser.finish().await;

@@ -688,12 +688,24 @@ test("flt06 the filter narrows backfills and unlisted databases to one database;
   assert.match(row, /gone/);
 });
 
+test("flt06 one database's backfill: its route, and its API under the database's name", () => {
+  assert.deepStrictEqual(app.parseRoute("#/databases/d1/backfills/e.fix"), { page: "detail", id: "e.fix", database: "d1" });
+  assert.deepStrictEqual(app.parseRoute(app.fleetDetailHref("a b/c", "e.fix")), { page: "detail", id: "e.fix", database: "a b/c" });
+  const route = app.parseRoute("#/databases/a%20b/backfills/e.fix");
+  assert.strictEqual(app.apiBase(route, "fleet"), "/databases/a%20b");
+  // Only a fleet's listener has the prefix; a database's own listener
+  // and the fleet's own pages read the root.
+  assert.strictEqual(app.apiBase(route, "single"), "");
+  assert.strictEqual(app.apiBase(app.parseRoute("#/backfills/e.fix"), "fleet"), "");
+});
+
 test("flt06 each backfill row names its database and acts on it alone; every database per ID", () => {
   const row = app.fleetRow(view({ id: "e.fix", database: "d1" }), {});
   assert.match(row, /<td class="col-database">d1<\/td>/);
   assert.match(row, /data-fleet-action="pause" data-id="e.fix" data-database="d1"/);
   assert.match(row, /aria-label="pause e.fix in d1"/);
   assert.doesNotMatch(row, /data-action=/);
+  assert.match(row, /<a href="#\/databases\/d1\/backfills\/e.fix"/);
   assert.doesNotMatch(app.fleetRow(view({ id: "e.fix", database: "d1" }), { cannotOperate: true }), /<button/);
   const ids = app.fleetIdActions([
     view({ id: "e.fix", database: "d0" }), view({ id: "e.fix", database: "d1", state: "paused" }),

@@ -727,6 +727,30 @@ const scenarios = {
     await until("d0 running, d1 paused", async () => [await stateIn("d0"), await stateIn("d1")], (s) => s.join() === "running,paused");
     check(!(await page.locator("#result-retry").isVisible()), "a settled action offers no retry");
     await step("resumed");
+
+    // d1's backfill on its own page, read and resumed through d1's own
+    // admin API under its name on the fleet's listener.
+    const through = [];
+    await page.route("**/databases/**", async (route) => {
+      through.push(`${route.request().method()} ${new URL(route.request().url()).pathname}`);
+      await route.continue();
+    });
+    await fleetRow("d1").locator(".col-id a").click();
+    await until("d1's backfill page", () => text("#detail-title-id"), (t) => t === `${R} in d1`);
+    check(!(await page.locator("#fleet-page").isVisible()), "the fleet page gives way to the backfill's");
+    check((await text('[data-key="crumb"]')) === "← Fleet", "the breadcrumb leads back to the fleet");
+    await until("d1's audit, with the fleet pause's reason", () => text("#detail-body"), (t) => t.includes("fleet quiet hours"));
+    check(JSON.stringify(await buttonsIn("#detail-actions")) === '["resume","validate"]', "a paused backfill offers resume and validate");
+    await page.locator('#detail-actions button[data-action="resume"]').click();
+    await until("the confirm dialog", () => page.locator("#confirm").isVisible(), (v) => v);
+    await page.locator("#confirm-ok").click();
+    await until("d1 running on its page", () => page.locator("#detail-state .badge").innerText(), (t) => t === "running");
+    check(through.includes(`POST /databases/d1/admin/backfills/${R}/resume`), `the resume went to d1's own API: ${through}`);
+    check(through.every((t) => t.includes("/databases/d1/")), `only d1 was asked: ${through}`);
+    await page.unroute("**/databases/**");
+    await page.locator('[data-key="crumb"]').click();
+    await until("the fleet page again", () => page.locator("#fleet-page").isVisible(), (v) => v);
+    await step("detail-resumed");
   },
 
   // 401: the prompt, focused, and nothing else.

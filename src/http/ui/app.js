@@ -667,6 +667,20 @@ function detailHref(id) {
   return `#/backfills/${encodeURIComponent(id)}`;
 }
 
+// The link to one backfill's detail page in one database of a fleet: the
+// same page, read through that database's own admin API on the fleet's
+// listener.
+function fleetDetailHref(database, id) {
+  return `#/databases/${encodeURIComponent(database)}/backfills/${encodeURIComponent(id)}`;
+}
+
+// Where the admin API of the page's backfill is: on a fleet's listener a
+// database's own API is under `/databases/NAME` (FLT-6); elsewhere, the
+// root.
+function apiBase(route, listener) {
+  return listener === "fleet" && route && route.database ? `/databases/${encodeURIComponent(route.database)}` : "";
+}
+
 // One row of the list. `ctx`: {stale, elapsedMs, busy, cannotOperate}.
 function row(view, ctx) {
   const c = ctx || {};
@@ -928,6 +942,11 @@ function rateText(rate) {
 // or one backfill's detail page.
 function parseRoute(hash) {
   const h = String(hash || "").replace(/^#/, "");
+  const dec = (part) => {
+    try { return decodeURIComponent(part); } catch (e) { return part; }
+  };
+  const f = h.match(/^\/databases\/([^/?]+)\/backfills\/([^?]+)/);
+  if (f) return { page: "detail", id: dec(f[2]), database: dec(f[1]) };
   const m = h.match(/^\/backfills\/([^?]+)/);
   if (m) {
     let id;
@@ -1121,7 +1140,7 @@ function fleetRow(item, ctx) {
   const na = (text) => (text === "—" ? '<span class="muted" title="not running">—</span>' : escapeHtml(text));
   return `<tr data-id="${escapeHtml(db)}/${escapeHtml(item.id)}" data-database="${escapeHtml(db)}" data-backfill="${escapeHtml(item.id)}" class="row-${escapeHtml(item.state)}">` +
     `<td class="col-database">${escapeHtml(db)}</td>` +
-    `<th scope="row" class="col-id">${escapeHtml(item.id)}` +
+    `<th scope="row" class="col-id"><a href="${fleetDetailHref(db, item.id)}" data-key="link:${escapeHtml(db)}/${escapeHtml(item.id)}">${escapeHtml(item.id)}</a>` +
     (item.description ? `<div class="sub">${escapeHtml(item.description)}</div>` : "") + "</th>" +
     `<td class="col-state">${stateBadge(item.state)}${diag ? `<div>${diag}</div>` : ""}</td>` +
     `<td class="col-progress">${progressCell(item.progress, `${item.id} in ${db}`)}</td>` +
@@ -1229,7 +1248,7 @@ if (typeof module !== "undefined") {
     stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
     auditCells, auditText, timelineCells, reasonHeaders, noExplicitValidation, validationHistory, keyText, partitionRows, parseRoute, fetchAll,
-    listenerKind, fleetKnown, fleetMoving, fleetCountsText, fleetRateEta, fleetAvailability, fleetDatabaseRow, fleetTotalsRows, fleetDatabaseNames,
+    listenerKind, apiBase, fleetDetailHref, fleetKnown, fleetMoving, fleetCountsText, fleetRateEta, fleetAvailability, fleetDatabaseRow, fleetTotalsRows, fleetDatabaseNames,
     fleetFilter, fleetActionButtons, fleetRow, fleetUnavailableRow, fleetIdActions, fleetAnswers, fleetAnswerRow, fleetSummary, fleetOutcome, fleetSettles,
   };
 }
@@ -1422,7 +1441,7 @@ if (typeof document !== "undefined") {
     render();
     let html;
     try {
-      const res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/dry-run?batches=${batches}`, {
+      const res = await fetch(api(`/admin/backfills/${encodeURIComponent(id)}/dry-run?batches=${batches}`), {
         method: "POST",
         headers: authHeaders(),
       });
@@ -1480,11 +1499,15 @@ if (typeof document !== "undefined") {
 
   const renderDetail = () => {
     const page = $("detail-page");
-    page.hidden = ui.route.page !== "detail" || ui.listener === "fleet";
+    page.hidden = ui.route.page !== "detail" || onFleetPage();
     if (page.hidden) return;
     const id = ui.route.id;
-    setText($("detail-title-id"), id);
-    document.title = `${id} — backfill admin`;
+    // On a fleet's listener the page is one database's backfill: the
+    // title names the database, and the breadcrumb leads back to the fleet.
+    const where = apiBase(ui.route, ui.listener) ? ` in ${ui.route.database}` : "";
+    setText($("detail-title-id"), id + where);
+    setText(document.querySelector('[data-key="crumb"]'), where ? "← Fleet" : "← All backfills");
+    document.title = `${id}${where} — backfill admin`;
     const body = $("detail-body");
     const v = ui.detail;
     renderSettings();
@@ -1617,7 +1640,7 @@ if (typeof document !== "undefined") {
   // databases that could not be listed.
   const renderFleet = () => {
     const page = $("fleet-page");
-    page.hidden = ui.listener !== "fleet";
+    page.hidden = !onFleetPage();
     if (page.hidden) return;
     document.title = "fleet — backfill admin";
     const f = ui.fleet;
@@ -1750,10 +1773,10 @@ if (typeof document !== "undefined") {
     // What this token may do, read once per token: buttons are offered
     // for it, not learnt from a refusal. A failed read offers them as
     // before; the server still decides.
-    if (ui.capsFor !== ui.token && ui.listener !== "fleet") {
+    if (ui.capsFor !== ui.token && !onFleetPage()) {
       const token = ui.token;
       try {
-        const me = await fetch("/admin/me", { headers: authHeaders(), cache: "no-store" });
+        const me = await fetch(api("/admin/me"), { headers: authHeaders(), cache: "no-store" });
         if (me.ok && token === ui.token) {
           const caps = (await me.json()).capabilities;
           ui.capsFor = token;
@@ -1765,7 +1788,7 @@ if (typeof document !== "undefined") {
     }
     let got;
     try {
-      if (ui.listener === "fleet") {
+      if (onFleetPage()) {
         const [o, l] = await Promise.all([
           fetch("/admin/fleet", { headers: authHeaders(), cache: "no-store" }),
           fetch("/admin/fleet/backfills", { headers: authHeaders(), cache: "no-store" }),
@@ -1778,10 +1801,10 @@ if (typeof document !== "undefined") {
       } else {
         const id = encodeURIComponent(route.id);
         const [d, a, t, c] = await Promise.all([
-          fetch(`/admin/backfills/${id}`, { headers: authHeaders(), cache: "no-store" }),
-          fetch(`/admin/audit?backfill=${id}&limit=200`, { headers: authHeaders(), cache: "no-store" }),
-          fetch(`/admin/backfills/${id}/timeline?limit=100`, { headers: authHeaders(), cache: "no-store" }),
-          fetch(`/admin/backfills/${id}/progress`, { headers: authHeaders(), cache: "no-store" }),
+          fetch(api(`/admin/backfills/${id}`), { headers: authHeaders(), cache: "no-store" }),
+          fetch(api(`/admin/audit?backfill=${id}&limit=200`), { headers: authHeaders(), cache: "no-store" }),
+          fetch(api(`/admin/backfills/${id}/timeline?limit=100`), { headers: authHeaders(), cache: "no-store" }),
+          fetch(api(`/admin/backfills/${id}/progress`), { headers: authHeaders(), cache: "no-store" }),
         ]);
         if (d.status === 404) got = { missing: true };
         else if (!d.ok) got = { status: d.status };
@@ -1835,9 +1858,14 @@ if (typeof document !== "undefined") {
     if (ui.focusAfterRead && !ui.lastError) {
       // The prompt that had the focus is gone: hand it to the page.
       ui.focusAfterRead = false;
-      (ui.listener === "fleet" ? $("fleet-title") : route.page === "detail" ? $("detail-title") : $("list-title")).focus();
+      (onFleetPage() ? $("fleet-title") : route.page === "detail" ? $("detail-title") : $("list-title")).focus();
     }
   };
+
+  // A path of the admin API of the page's backfill (see `apiBase`).
+  const api = (path) => apiBase(ui.route, ui.listener) + path;
+  // The fleet page shows unless the route is one database's backfill.
+  const onFleetPage = () => ui.listener === "fleet" && !apiBase(ui.route, ui.listener);
 
   const schedule = () => {
     if (timer) clearInterval(timer);
@@ -1880,7 +1908,7 @@ if (typeof document !== "undefined") {
     ui.busy = true;
     ui.result = { text: `${action} ${id}: sending…`, outcome: "sending", retry: null };
     render();
-    const { status, body } = await post(`/admin/backfills/${encodeURIComponent(id)}/${action}`, key, reason);
+    const { status, body } = await post(api(`/admin/backfills/${encodeURIComponent(id)}/${action}`), key, reason);
     ui.busy = false;
     // A 401 means the token is not accepted at all: nothing it read may
     // stay. A 403 only says this token may not operate; it can still read,
@@ -1950,7 +1978,7 @@ if (typeof document !== "undefined") {
     let res = null;
     let body = null;
     try {
-      res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/settings`, {
+      res = await fetch(api(`/admin/backfills/${encodeURIComponent(id)}/settings`), {
         method: "PATCH",
         headers: { ...authHeaders(), "Idempotency-Key": key, "Content-Type": "application/merge-patch+json", ...reasonHeaders(reason) },
         body: JSON.stringify(change),
@@ -2015,7 +2043,7 @@ if (typeof document !== "undefined") {
       let status = null;
       let body = null;
       try {
-        const res = await fetch(`/admin/backfills/${encodeURIComponent(id)}/${action}`, {
+        const res = await fetch(api(`/admin/backfills/${encodeURIComponent(id)}/${action}`), {
           method: "POST",
           headers: { ...authHeaders(), "Idempotency-Key": newKey(), ...reasonHeaders(reason) },
         });
@@ -2069,10 +2097,12 @@ if (typeof document !== "undefined") {
   // read (and still stale if the last refresh failed) until its own read
   // answers.
   const onRoute = () => {
+    const was = ui.route;
     ui.route = parseRoute(location.hash);
-    // The fleet page has no routes of its own.
-    if (ui.listener === "fleet") return render();
-    if (ui.route.page === "detail" && (!ui.detail || ui.detail.id !== ui.route.id)) {
+    // The fleet page has no routes of its own; a database's backfill is
+    // read afresh.
+    if (onFleetPage()) return render();
+    if (ui.route.page === "detail" && (!ui.detail || ui.detail.id !== ui.route.id || was.database !== ui.route.database)) {
       const known = (ui.views || []).find((v) => v.id === ui.route.id);
       ui.detail = known || null;
       ui.detailAt = known ? ui.viewsAt : null;
