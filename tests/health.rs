@@ -18,7 +18,7 @@ use backfill::throttle::health::{
 };
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::standby::StandbyPair;
@@ -619,29 +619,74 @@ async fn thr02_a_bad_table_name_makes_only_lock_waiters_unknown() {
     }
 }
 
-/// THR-1: the monitor's task reads on its interval and keeps the latest
-/// snapshot, so a runner reads a cached one and never queries per batch.
+/// Counts the monitor's readings: each reading calls the check once.
+struct Counted(Arc<AtomicUsize>);
+
+#[async_trait]
+impl HealthCheck for Counted {
+    async fn check(&self) -> Result<(), String> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// THR-1 (and the idle cost of FLT-1): the monitor's task reads on its
+/// interval while batches ask for the signals, so a runner mostly takes
+/// a cached snapshot, and rests otherwise. No reading before any batch
+/// asked; the first batch's ask reads at once; the task then keeps the
+/// snapshot young (the next asks read nothing themselves) and stops once
+/// no batch asked for `stale_after`. A scrape's fresh read reads once
+/// and does not wake the task. Guard: the task's demand check (without
+/// it the task reads while nothing asks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thr01_the_monitor_task_keeps_the_latest_snapshot() {
+async fn thr01_the_monitor_reads_while_batches_ask_and_rests_otherwise() {
     let db = support::test_db().await;
     let config = HealthConfig {
         interval: Duration::from_millis(20),
+        timeout: Duration::from_millis(100),
         ..config()
     };
-    let monitor = Arc::new(Monitor::new(db.pool.clone(), config, vec![], None));
-    assert!(monitor.latest().is_none());
+    let rest = config.stale_after();
+    let readings = Arc::new(AtomicUsize::new(0));
+    let count = || readings.load(Ordering::SeqCst);
+    let check: Arc<dyn HealthCheck> = Arc::new(Counted(readings.clone()));
+    let monitor = Arc::new(Monitor::new(db.pool.clone(), config, vec![], Some(check)));
     let task = tokio::spawn(monitor.clone().run());
-    let mut wait = Deadline::new("a first snapshot");
-    let first = loop {
-        if let Some(s) = monitor.latest() {
-            break s;
-        }
-        wait.tick().await;
-    };
-    let mut wait = Deadline::new("a newer snapshot");
+    // Many intervals with nothing asking: nothing read.
+    tokio::time::sleep(rest * 2).await;
+    assert_eq!(count(), 0, "the task read while no batch asked");
+    assert!(monitor.latest().is_none());
+
+    let first = monitor.for_batch().await;
+    // Its own reading (the task, woken by the ask, may have read since).
+    assert!(count() >= 1, "the first ask reads at once");
+    let mut wait = Deadline::new("the task reading while batches ask");
     while monitor.latest().expect("kept").taken <= first.taken {
+        monitor.for_batch().await;
         wait.tick().await;
     }
+    let young = monitor.latest().expect("kept");
+    let before = count();
+    let served = monitor.for_batch().await;
+    if served.taken == young.taken {
+        assert_eq!(
+            count(),
+            before,
+            "a young snapshot is served without a reading"
+        );
+    }
+
+    // Nothing asks any more: the task stops within `stale_after`.
+    tokio::time::sleep(rest * 2).await;
+    let resting = count();
+    tokio::time::sleep(rest * 2).await;
+    assert_eq!(count(), resting, "the task rests once no batch asks");
+
+    let scraped = monitor.fresh(Duration::ZERO).await;
+    assert!(scraped.taken > young.taken);
+    assert_eq!(count(), resting + 1, "a scrape reads once");
+    tokio::time::sleep(rest * 2).await;
+    assert_eq!(count(), resting + 1, "a scrape does not wake the task");
     task.abort();
 }
 

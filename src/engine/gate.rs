@@ -53,8 +53,10 @@ impl Engine {
             .get(&claim.id)
             .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?;
         self.refresh_pacing(claim).await?;
-        let held = outside_window(claim, &**def, chrono::Utc::now())
-            .or_else(|| self.throttle_for(claim, &**def));
+        let held = match outside_window(claim, &**def, chrono::Utc::now()) {
+            Some(held) => Some(held),
+            None => self.throttle_for(claim, &**def).await,
+        };
         if let Some((throttle, recheck)) = held {
             park(claim).await;
             let record = throttle_json(&throttle);
@@ -109,12 +111,17 @@ impl Engine {
     }
 
     /// The signal holding `claim` back, if any, and when to ask again:
-    /// the monitor's latest snapshot against the process's thresholds
-    /// with the backfill's overrides. No monitor (an engine driven without
-    /// a host) holds nothing back.
-    fn throttle_for(&self, claim: &mut Claim, def: &dyn DynRepair) -> Option<(Throttle, Duration)> {
+    /// the monitor's snapshot for a batch (read afresh when the monitor
+    /// rested) against the process's thresholds with the backfill's
+    /// overrides. No monitor (an engine driven without a host) holds
+    /// nothing back.
+    async fn throttle_for(
+        &self,
+        claim: &mut Claim,
+        def: &dyn DynRepair,
+    ) -> Option<(Throttle, Duration)> {
         let monitor = self.health.get()?;
-        let snapshot = monitor.latest()?;
+        let snapshot = monitor.for_batch().await;
         let config = monitor.config();
         let thresholds = config.thresholds.overlay(&claim.pacing.settings);
         match snapshot.evaluate(

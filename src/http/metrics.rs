@@ -94,7 +94,12 @@ async fn metrics(
                 .map(|reason| (reason, admin.flood().counted(reason)))
                 .collect()
         }),
-        health: source.engine.health().and_then(|monitor| monitor.latest()),
+        // A scrape reads the signals afresh when the monitor rested (no
+        // batch asked for them lately), so no gauge shows an old reading.
+        health: match source.engine.health() {
+            Some(monitor) => Some(monitor.fresh(monitor.config().interval).await),
+            None => None,
+        },
     };
     let encoder = TextEncoder::new();
     match exposition(&source.runtime, scrape, &encoder) {

@@ -1,5 +1,5 @@
 //! The monitor: one task per process that reads every signal on an
-//! interval and keeps the latest snapshot.
+//! interval while batches need them, and keeps the latest snapshot.
 
 use super::{HealthCheck, HealthConfig, Reading, Snapshot, MAX_REASON_BYTES, MIN_INTERVAL};
 use crate::failure::cut;
@@ -23,6 +23,13 @@ const IN_RECOVERY: &str = "the server is a standby in recovery: read it on the p
 
 /// Reads the health signals on an interval and keeps the latest snapshot.
 ///
+/// Readings follow demand: the loop reads every interval while runners
+/// consult the signals ([`Monitor::for_batch`]) and for
+/// [`HealthConfig::stale_after`] after the last of them, then rests, so an
+/// idle database costs no health statements. A batch that finds the
+/// snapshot older than the interval (the first after a rest) reads afresh
+/// before it is judged.
+///
 /// Every reading goes through the shared pool: one connection for the
 /// database signals, its three statements pipelined (one round trip, each
 /// failing on its own), and the application check beside it, each bounded
@@ -38,6 +45,8 @@ pub struct Monitor {
     /// serializes readings, so concurrent callers of [`Monitor::run_once`]
     /// measure the WAL rate over consecutive readings.
     wal: tokio::sync::Mutex<Option<WalMark>>,
+    /// When a batch last consulted the signals; `None` before the first.
+    demanded: parking_lot::Mutex<Option<Instant>>,
 }
 
 /// A WAL position and when the server read it.
@@ -78,6 +87,7 @@ impl Monitor {
             check,
             latest: parking_lot::Mutex::new(None),
             wal: tokio::sync::Mutex::new(None),
+            demanded: parking_lot::Mutex::new(None),
         }
     }
 
@@ -96,11 +106,51 @@ impl Monitor {
         self.latest.lock().clone()
     }
 
+    /// The snapshot a batch is judged by (THR-1), and a demand that keeps
+    /// the loop reading: the latest if it is at most one interval old,
+    /// otherwise one read now. While batches ask, the loop keeps it so;
+    /// a batch that comes while the loop's reading is under way waits
+    /// for that reading rather than taking another.
+    pub async fn for_batch(&self) -> Arc<Snapshot> {
+        *self.demanded.lock() = Some(Instant::now());
+        self.fresh(self.config.interval).await
+    }
+
+    /// The latest snapshot if it is at most `max_age` old, otherwise one
+    /// read now (for a reader such as `/metrics` that shows the signals
+    /// without running a batch on them: it asks for no further readings).
+    pub async fn fresh(&self, max_age: Duration) -> Arc<Snapshot> {
+        let young = |s: &Arc<Snapshot>| s.taken.elapsed() <= max_age;
+        if let Some(snapshot) = self.latest().filter(young) {
+            return snapshot;
+        }
+        // Callers that found it old together share one reading: whoever
+        // waited for another's reading takes that one.
+        let wal = self.wal.lock().await;
+        match self.latest().filter(young) {
+            Some(snapshot) => snapshot,
+            None => self.read(wal).await,
+        }
+    }
+
+    /// Whether a batch consulted the signals within
+    /// [`HealthConfig::stale_after`]: the loop reads only then.
+    fn wanted(&self) -> bool {
+        self.demanded
+            .lock()
+            .is_some_and(|at| at.elapsed() <= self.config.stale_after())
+    }
+
     /// Read every signal once, keep the snapshot as the latest and return
     /// it. Takes at most about [`HealthConfig::timeout`] (after a reading
     /// already under way in another task).
     pub async fn run_once(&self) -> Arc<Snapshot> {
-        let mut wal = self.wal.lock().await;
+        let wal = self.wal.lock().await;
+        self.read(wal).await
+    }
+
+    /// One reading, with the WAL mark held (see [`Monitor::run_once`]).
+    async fn read(&self, mut wal: tokio::sync::MutexGuard<'_, Option<WalMark>>) -> Arc<Snapshot> {
         let taken = Instant::now();
         let at = Utc::now();
         let (database, application) =
@@ -150,7 +200,8 @@ impl Monitor {
         snapshot
     }
 
-    /// Read every [`HealthConfig::interval`] until the task is aborted.
+    /// Read every [`HealthConfig::interval`] while batches ask for the
+    /// signals (see [`Monitor::for_batch`]), until the task is aborted.
     /// A reading that outlasts the interval delays the next one rather
     /// than letting readings pile up.
     pub async fn run(self: Arc<Self>) {
@@ -158,7 +209,9 @@ impl Monitor {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            self.run_once().await;
+            if self.wanted() {
+                self.run_once().await;
+            }
         }
     }
 
