@@ -635,7 +635,7 @@ impl HealthCheck for Counted {
 /// a cached snapshot, and rests otherwise. No reading before any batch
 /// asked; the first batch's ask reads at once; the task then keeps the
 /// snapshot young (the next asks read nothing themselves) and stops once
-/// no batch asked for `stale_after`. A scrape's fresh read reads once
+/// no batch asked for two intervals. A scrape's fresh read reads once
 /// and does not wake the task. Guard: the task's demand check (without
 /// it the task reads while nothing asks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -646,7 +646,9 @@ async fn thr01_the_monitor_reads_while_batches_ask_and_rests_otherwise() {
         timeout: Duration::from_millis(100),
         ..config()
     };
-    let rest = config.stale_after();
+    // The task rests two intervals after the last ask; four readings'
+    // timeouts cover a reading under way then.
+    let rest = 2 * config.interval + 4 * config.timeout;
     let readings = Arc::new(AtomicUsize::new(0));
     let count = || readings.load(Ordering::SeqCst);
     let check: Arc<dyn HealthCheck> = Arc::new(Counted(readings.clone()));
@@ -676,7 +678,7 @@ async fn thr01_the_monitor_reads_while_batches_ask_and_rests_otherwise() {
         );
     }
 
-    // Nothing asks any more: the task stops within `stale_after`.
+    // Nothing asks any more: the task stops.
     tokio::time::sleep(rest * 2).await;
     let resting = count();
     tokio::time::sleep(rest * 2).await;

@@ -24,9 +24,9 @@ const IN_RECOVERY: &str = "the server is a standby in recovery: read it on the p
 /// Reads the health signals on an interval and keeps the latest snapshot.
 ///
 /// Readings follow demand: the loop reads every interval while runners
-/// consult the signals ([`Monitor::for_batch`]) and for
-/// [`HealthConfig::stale_after`] after the last of them, then rests, so an
-/// idle database costs no health statements. A batch that finds the
+/// consult the signals ([`Monitor::for_batch`]) and for two intervals
+/// after the last of them, then rests, so an idle database costs no health
+/// statements. A batch that finds the
 /// snapshot older than the interval (the first after a rest) reads afresh
 /// before it is judged.
 ///
@@ -133,12 +133,14 @@ impl Monitor {
         }
     }
 
-    /// Whether a batch consulted the signals within
-    /// [`HealthConfig::stale_after`]: the loop reads only then.
+    /// Whether a batch consulted the signals within the last two
+    /// intervals: the loop reads only then. A runner between batches asks
+    /// at least that often unless it waits out a retry's backoff, and
+    /// then its next batch reads for itself.
     fn wanted(&self) -> bool {
         self.demanded
             .lock()
-            .is_some_and(|at| at.elapsed() <= self.config.stale_after())
+            .is_some_and(|at| at.elapsed() <= 2 * self.config.interval)
     }
 
     /// Read every signal once, keep the snapshot as the latest and return
