@@ -906,10 +906,13 @@ async fn obs05_ctl_list_and_show_print_the_servers_rate() {
 /// before anything is sent; `ctl fleet set` of the completed backfill in
 /// one database is that database's 409, one line, exit 3; `ctl fleet
 /// rollout` sets and lifts a rollout
-/// cap (a cap of 0 is exit 2); SIGTERM drains the fleet and the demo
-/// exits 0.
-/// Guards: the demo's fleet path (one database would show one row) and
-/// the CLI's per-database lines and exit code.
+/// cap (a cap of 0 is exit 2); `ctl show` and `ctl history` with one
+/// database's prefix as the URL read that database through the fleet's
+/// listener, and an unknown database is exit 6 naming it; SIGTERM drains
+/// the fleet and the demo exits 0.
+/// Guards: the demo's fleet path (one database would show one row),
+/// the CLI's per-database lines and exit code, and the 404 of an unknown
+/// database told apart from an unknown backfill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flt06_ctl_fleet_status_and_actions_against_the_fleet_demo() {
     use std::io::BufRead;
@@ -1047,6 +1050,21 @@ async fn flt06_ctl_fleet_status_and_actions_against_the_fleet_demo() {
     let out = ctl(&url, Some(token), &["fleet", "rollout", id, "--clear"]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stdout.trim(), format!("rollout {id}: no cap"));
+
+    // One database's own admin API through the fleet's listener: every
+    // single-database command works with the database's prefix as its
+    // URL; an unknown database is named as such, one line, exit 6.
+    let one = format!("{url}/databases/t02");
+    let out = ctl(&one, Some(token), &["show", id]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("completed"), "{}", out.stdout);
+    let out = ctl(&one, Some(token), &["history", id]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("completed"), "{}", out.stdout);
+    let out = ctl(&format!("{url}/databases/t09"), Some(token), &["show", id]).await;
+    assert_eq!(out.code, 6, "{} {}", out.stdout, out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("unknown_database"), "{}", out.stderr);
 
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

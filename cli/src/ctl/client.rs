@@ -104,6 +104,11 @@ impl Client {
             200..=299 => Ok(response),
             401 | 403 => Err(CtlError::Unauthorized(message())),
             409 => Err(CtlError::Conflict(conflict_line(&response.body))),
+            // A fleet's listener answers 404 for a database it does not
+            // serve (under `/databases/NAME`): that, not the ID, is wrong.
+            404 if response.body["error"] == "unknown_database" => {
+                Err(CtlError::NotFound(message()))
+            }
             404 => Err(CtlError::NotFound(not_found_line(path, message()))),
             400..=499 => Err(CtlError::Usage(message())),
             _ => Err(CtlError::Server(message())),
