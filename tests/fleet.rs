@@ -16,7 +16,8 @@
 //!   the connections its polls reuse: `flt01_an_idle_databases_pool_*`
 //! - FLT-2 with runners scarce the higher priority is claimed first (the
 //!   timeline's claim times), and a process-wide runner cap and a rollout
-//!   cap hold (every batch's time): `flt02_*`; the budget's own rules:
+//!   cap hold (every batch's time), and a rollout cap set over HTTP
+//!   outlives a restart: `flt02_*`; the budget's own rules:
 //!   unit tests of `src/throttle/budget.rs`
 //! - FLT-5 one database's lock waiters hold only that database's runner;
 //!   the other database completes: `flt05_*`
@@ -1357,6 +1358,83 @@ async fn flt06_the_fleet_listener_serves_an_openapi_document_of_its_routes() {
     std::fs::write(&out, &response.text).expect("write fleet-openapi.json");
     fleet.stop().await;
     drop_fleet_db(&name).await;
+}
+
+/// FLT-2: a rollout cap set over the fleet's admin API outlives a
+/// restart. Every database keeps it (with its audit row, in one
+/// transaction), and a fleet started again over them holds the repair to
+/// it rather than to its configured cap; a lifted cap stays lifted.
+/// Guard: the stored caps taken as each database joins (without them the
+/// restarted fleet is back at its configuration).
+#[actix_rt::test]
+async fn flt02_a_rollout_cap_set_over_http_holds_after_a_restart() {
+    let _serial = SERIAL.lock().await;
+    let names: Vec<String> = (0..2).map(|i| fleet_db_name("keep", i)).collect();
+    let databases = vec![
+        Database::new("d0", create_fleet_db(&names[0]).await),
+        Database::new("d1", create_fleet_db(&names[1]).await),
+    ];
+    let config = || {
+        let mut config = fleet_config();
+        config.host.auto_backfills = false;
+        config.host.admin_auth =
+            backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+        config.rollout.insert(EVENTS.into(), 2);
+        config
+    };
+    let auth = format!("Bearer {TOKEN}");
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let stored =
+        format!("SELECT count(*) AS v FROM backfill_rollout WHERE repair_id = '{EVENTS}' AND CAP");
+    for (body, cap, condition) in [
+        (r#"{"max_databases": 1}"#, Some(1), "max_databases = 1"),
+        (r#"{"max_databases": null}"#, None, "max_databases IS NULL"),
+    ] {
+        let mut fleet = Fleet::start(config(), databases.clone(), events_registry())
+            .await
+            .unwrap();
+        let addr = fleet.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let put = request(
+            addr,
+            "PUT",
+            &format!("/admin/fleet/rollout/{EVENTS}"),
+            &headers,
+            Some(body),
+        )
+        .await;
+        assert_eq!(put.status, 200, "{}", put.text);
+        assert!(
+            put.text.contains(r#""audited":["d0","d1"]"#),
+            "{}",
+            put.text
+        );
+        for db in &databases {
+            assert_eq!(
+                scalar_at(&db.url, &stored.replace("CAP", condition)).await,
+                1,
+                "{}: the cap is kept ({condition})",
+                db.name
+            );
+        }
+        assert_eq!(fleet.rollout(EVENTS), cap);
+        fleet.stop().await;
+
+        let fleet = Fleet::start(config(), databases.clone(), events_registry())
+            .await
+            .unwrap();
+        assert_eq!(
+            fleet.rollout(EVENTS),
+            cap,
+            "after a restart the stored cap holds, not the configured 2"
+        );
+        fleet.stop().await;
+    }
+    for name in &names {
+        drop_fleet_db(name).await;
+    }
 }
 
 /// FLT-6: every database's own admin API is served, unchanged, under

@@ -15,6 +15,7 @@ use super::{
 use crate::failure::bounded;
 use crate::lifecycle::{Action, State};
 use chrono::{DateTime, Utc};
+use diesel_async::AsyncConnection;
 use futures_util::future::join_all;
 use serde::Serialize;
 use serde_json::Value;
@@ -114,8 +115,8 @@ pub trait FleetMembers: Send + Sync + 'static {
     fn members(&self) -> Vec<FleetMember>;
 
     /// Cap the databases that run repair `id` at once (FLT-2), or lift
-    /// the cap (`None`).
-    fn set_rollout(&self, id: &str, max_databases: Option<u32>);
+    /// the cap (`None`), as an operator set it at `set_at`.
+    fn set_rollout(&self, id: &str, max_databases: Option<u32>, set_at: DateTime<Utc>);
 
     /// The rollout cap of repair `id`, if any.
     fn rollout(&self, id: &str) -> Option<u32>;
@@ -363,7 +364,8 @@ impl FleetAdmin {
                 ))
             })?,
         };
-        self.members.set_rollout(id, max_databases);
+        let set_at = Utc::now();
+        self.members.set_rollout(id, max_databases, set_at);
         tracing::info!(
             event = "fleet_rollout_set",
             repair = %id,
@@ -379,10 +381,10 @@ impl FleetAdmin {
         let records = members.iter().map(|m| async {
             let recorded = match m.served() {
                 Some(admin) => admin
-                    .audit_fleet_setting(
+                    .record_rollout(
                         &authority,
                         id,
-                        "rollout",
+                        (max_databases, set_at),
                         &detail,
                         reason.as_deref(),
                         correlation,
@@ -666,35 +668,44 @@ impl FleetTotals {
 }
 
 impl Admin {
-    /// Record a change to a fleet-wide setting in this database's audit
-    /// log, in its own transaction (AUD-1): the setting lives in the
-    /// fleet's process, but what it changes runs on this database's rows.
-    async fn audit_fleet_setting(
+    /// Record a rollout cap (`cap`, set at its time) in this database, in
+    /// one transaction with its audit row (AUD-1, action `rollout`): the
+    /// cap is in force in the fleet's process, but what it changes runs on
+    /// this database's rows, and a process that serves this database
+    /// after a restart takes the cap from here (FLT-2).
+    async fn record_rollout(
         &self,
         authority: &super::Authority,
         id: &str,
-        action: &str,
+        cap: (Option<u32>, DateTime<Utc>),
         detail: &str,
         reason: Option<&str>,
         correlation: Option<&str>,
     ) -> Result<(), AdminError> {
+        let (max_databases, set_at) = cap;
+        let max_databases = max_databases.map(|c| i32::try_from(c).unwrap_or(i32::MAX));
         let mut conn = self.conn().await?;
-        crate::store::audit_insert(
-            &mut conn,
-            &crate::store::NewAudit {
-                backfill_id: id,
-                action,
-                actor: authority.actor.as_deref(),
-                authority: authority.source,
-                correlation,
-                prior_state: None,
-                resulting_state: None,
-                generation: None,
-                outcome: "applied",
-                detail: Some(detail),
-                reason,
-            },
-        )
+        conn.transaction::<_, super::TxError, _>(async |conn| {
+            crate::store::rollout_set(conn, id, max_databases, set_at).await?;
+            crate::store::audit_insert(
+                conn,
+                &crate::store::NewAudit {
+                    backfill_id: id,
+                    action: "rollout",
+                    actor: authority.actor.as_deref(),
+                    authority: authority.source,
+                    correlation,
+                    prior_state: None,
+                    resulting_state: None,
+                    generation: None,
+                    outcome: "applied",
+                    detail: Some(detail),
+                    reason,
+                },
+            )
+            .await?;
+            Ok(())
+        })
         .await?;
         Ok(())
     }

@@ -25,7 +25,7 @@ use crate::engine::Engine;
 use crate::failure::bounded;
 use crate::readiness::ReadinessReport;
 use crate::throttle::budget::RunnerBudget;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -317,8 +317,10 @@ impl Fleet {
 
     /// Cap the databases that run repair `id` at once (FLT-2), or lift
     /// the cap with `None`; applies to the next claim, and claims held now
-    /// run on. Not kept across restarts: [`FleetConfig::rollout`] is the
-    /// cap at start.
+    /// run on. The cap is this process's: unlike one set through the
+    /// fleet's admin API (`PUT /admin/fleet/rollout/{id}`), which every
+    /// database keeps, it is not stored, and a restart starts from
+    /// [`FleetConfig::rollout`] and the stored caps.
     pub fn set_rollout(&self, id: &str, max_databases: Option<u32>) -> Result<(), FleetError> {
         if max_databases == Some(0) {
             return Err(FleetError::Config(format!(
@@ -326,7 +328,9 @@ impl Fleet {
                 bounded(id)
             )));
         }
-        self.shared.budget.set_rollout(id, max_databases);
+        self.shared
+            .budget
+            .set_rollout_at(id, max_databases, Utc::now());
         tracing::info!(
             event = "fleet_rollout_set",
             repair = %bounded(id),
@@ -334,6 +338,12 @@ impl Fleet {
             actor = "host",
         );
         Ok(())
+    }
+
+    /// The rollout cap in force for repair `id`, if any: configured, set
+    /// live, or taken from the databases as they joined (FLT-2).
+    pub fn rollout(&self, id: &str) -> Option<u32> {
+        self.shared.budget.rollout(id)
     }
 
     /// The runners the fleet's databases hold now, against
@@ -606,8 +616,8 @@ fn served(embedded: &Embedded) -> (Engine, Admin) {
 }
 
 impl FleetMembers for Shared {
-    fn set_rollout(&self, id: &str, max_databases: Option<u32>) {
-        self.budget.set_rollout(id, max_databases);
+    fn set_rollout(&self, id: &str, max_databases: Option<u32>, set_at: DateTime<Utc>) {
+        self.budget.set_rollout_at(id, max_databases, set_at);
     }
 
     fn rollout(&self, id: &str) -> Option<u32> {

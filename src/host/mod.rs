@@ -418,6 +418,11 @@ impl Embedded {
         }
         let engine = Engine::new(pool.clone(), registry, config.engine.clone())?;
         if let Some((budget, database)) = budget {
+            // Before the first claim: a cap an operator set for the fleet
+            // holds from this database's first claim on (FLT-2).
+            let mut conn = pool.get().await.map_err(StoreError::from)?;
+            budget.adopt_stored(&mut conn).await?;
+            drop(conn);
             engine.attach_budget(budget, database);
         }
         engine.register().await?;

@@ -23,6 +23,7 @@ mod partition;
 mod pool;
 mod prepared;
 mod progress;
+mod rollout;
 mod timeline;
 mod wake;
 mod worker;
@@ -46,6 +47,7 @@ pub use pool::{
 };
 pub use prepared::{cached, Cached};
 pub use progress::*;
+pub use rollout::*;
 pub use timeline::*;
 pub use wake::*;
 pub use worker::*;

@@ -9,11 +9,16 @@
 //! unless more permits are free than there are databases waiting with
 //! higher priority. A want lasts a few poll intervals, so a database that
 //! stopped asking stops holding others back. A rollout cap bounds how
-//! many databases hold permits for one repair at once.
+//! many databases hold permits for one repair at once; a cap an operator
+//! set carries the time it was set, so the newest of the caps a process
+//! finds stored in its databases (as they join it) is the one in force.
 //!
 //! The budget lives in one process: it divides that process's runners.
 //! Processes of a fleet deployed side by side each have their own.
 
+use crate::store::{self, StoreError};
+use chrono::{DateTime, Utc};
+use diesel_async::AsyncPgConnection;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,6 +42,9 @@ struct Ledger {
     holders: HashMap<String, HashMap<String, usize>>,
     /// Repair ID -> the most databases that may run it at once.
     rollout: HashMap<String, u32>,
+    /// Repair ID -> when an operator last set (or lifted) its cap; a cap
+    /// from the configuration has none.
+    rollout_at: HashMap<String, DateTime<Utc>>,
 }
 
 /// A runner's share of the budget: taken before a claim, given back when
@@ -93,10 +101,49 @@ impl RunnerBudget {
             .count()
     }
 
-    /// Cap the databases that run repair `id` at once (`None`: no cap).
-    /// Applies to the next permit; claims held now run on.
+    /// Cap the databases that run repair `id` at once (`None`: no cap),
+    /// as configured: any cap set at a time (below) replaces it. Applies
+    /// to the next permit; claims held now run on.
     pub fn set_rollout(&self, id: &str, cap: Option<u32>) {
         let mut state = self.state.lock();
+        state.rollout_at.remove(id);
+        Self::apply(&mut state, id, cap);
+    }
+
+    /// Cap repair `id` (or lift its cap) as an operator set it at `at`,
+    /// unless that setting or a newer one is in force already; whether it
+    /// applied.
+    pub fn set_rollout_at(&self, id: &str, cap: Option<u32>, at: DateTime<Utc>) -> bool {
+        let mut state = self.state.lock();
+        if state.rollout_at.get(id).is_some_and(|known| *known >= at) {
+            return false;
+        }
+        state.rollout_at.insert(id.to_string(), at);
+        Self::apply(&mut state, id, cap);
+        true
+    }
+
+    /// Take the rollout caps stored in the database behind `conn` (as an
+    /// operator set them through the fleet's admin API), each unless a
+    /// newer setting is in force; called as the database joins the
+    /// process, before its first claim. Each cap taken is logged
+    /// (`fleet_rollout_adopted`).
+    pub(crate) async fn adopt_stored(&self, conn: &mut AsyncPgConnection) -> Result<(), StoreError> {
+        for stored in store::rollout_list(conn).await? {
+            let cap = stored.max_databases.and_then(|c| u32::try_from(c).ok());
+            if self.set_rollout_at(&stored.repair_id, cap, stored.set_at) {
+                tracing::info!(
+                    event = "fleet_rollout_adopted",
+                    repair = %stored.repair_id,
+                    max_databases = cap.map_or(-1, i64::from),
+                    set_at = %stored.set_at,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(state: &mut Ledger, id: &str, cap: Option<u32>) {
         match cap {
             Some(cap) => state.rollout.insert(id.to_string(), cap),
             None => state.rollout.remove(id),
@@ -125,6 +172,7 @@ impl RunnerBudget {
             wants,
             holders,
             rollout,
+            ..
         } = &mut *state;
         let allowed = |id: &str| {
             let Some(cap) = rollout.get(id) else {
@@ -237,6 +285,25 @@ mod tests {
         assert!(budget.try_take("d2", &c(&[("hi", 10)])).is_none());
         drop(held);
         assert!(budget.try_take("d3", &c(&[("lo", 0)])).is_some());
+    }
+
+    #[test]
+    fn flt02_the_newest_rollout_setting_wins_over_older_ones_and_the_configuration() {
+        let budget = RunnerBudget::new(4, Duration::from_secs(1));
+        let t = |s: i64| DateTime::from_timestamp(s, 0).unwrap();
+        budget.set_rollout("a", Some(3));
+        assert!(
+            budget.set_rollout_at("a", Some(1), t(10)),
+            "a setting replaces the configuration"
+        );
+        assert_eq!(budget.rollout("a"), Some(1));
+        assert!(
+            !budget.set_rollout_at("a", Some(2), t(5)),
+            "an older setting does not"
+        );
+        assert_eq!(budget.rollout("a"), Some(1));
+        assert!(budget.set_rollout_at("a", None, t(20)), "a newer lift does");
+        assert_eq!(budget.rollout("a"), None);
     }
 
     #[test]
