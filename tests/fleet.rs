@@ -1293,6 +1293,7 @@ async fn flt06_the_fleet_listener_serves_an_openapi_document_of_its_routes() {
     let paths = doc["paths"].as_object().expect("paths");
     let expected = [
         ("/admin/fleet", "get"),
+        ("/admin/fleet/me", "get"),
         ("/admin/fleet/backfills", "get"),
         ("/admin/fleet/backfills/{id}/{action}", "post"),
         ("/admin/fleet/rollout/{id}", "put"),
@@ -1305,7 +1306,13 @@ async fn flt06_the_fleet_listener_serves_an_openapi_document_of_its_routes() {
         let op = &paths.get(path).unwrap_or_else(|| panic!("missing {path}"))[method];
         assert!(op.is_object(), "missing {method} {path}");
         if path.starts_with("/admin") {
-            for status in ["200", "401", "403"] {
+            // Any known token may ask who it is.
+            let statuses: &[&str] = if path == "/admin/fleet/me" {
+                &["200", "401"]
+            } else {
+                &["200", "401", "403"]
+            };
+            for status in statuses {
                 assert!(
                     op["responses"][status].is_object(),
                     "{method} {path} lacks {status}"
@@ -1505,6 +1512,14 @@ async fn flt06_each_databases_own_admin_api_is_served_under_its_name() {
     let (status, body) = fleet_call(addr, "GET", "/databases/d1/admin/audit", token, None).await;
     assert_eq!(status, 200, "{body}");
     assert!(!body.to_string().contains("\"start\""), "{body}");
+    let (status, me) = fleet_call(addr, "GET", "/admin/fleet/me", token, None).await;
+    assert_eq!(status, 200, "{me}");
+    assert!(
+        me["capabilities"].to_string().contains("backfill:operate"),
+        "{me}"
+    );
+    let (status, _) = fleet_call(addr, "GET", "/admin/fleet/me", None, None).await;
+    assert_eq!(status, 401);
     let (status, doc) = fleet_call(addr, "GET", "/databases/d1/openapi.json", token, None).await;
     assert_eq!(status, 200, "{doc}");
     assert!(doc["paths"]["/admin/backfills/{id}/timeline"].is_object());

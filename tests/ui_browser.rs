@@ -1197,7 +1197,8 @@ async fn scalar_at(url: &str, sql: &str) -> i64 {
 /// and a database `down` that does not exist, its listener serving the
 /// client at `/ui`. The repair's run window is closed, so started
 /// backfills stay `running`. The page finds out it talks to a fleet and
-/// shows the fleet page: the totals, one row per database with `down`
+/// shows the fleet page; a reader's token reads it and is offered no
+/// action (`GET /admin/fleet/me`); then, for the operator: the totals, one row per database with `down`
 /// unavailable and its reason as the fleet reports it, the backfills of
 /// both databases with their database, and `down` reported as not
 /// listed; the database filter narrows both tables to one database. A

@@ -10,7 +10,8 @@
 //! happens here, before any database is asked.
 
 use super::{
-    Admin, AdminError, BackfillView, Capability, Reply, RequestBody, RequestMeta, MAX_PAGE,
+    Admin, AdminError, BackfillView, CallerView, Capability, Reply, RequestBody, RequestMeta,
+    MAX_PAGE,
 };
 use crate::failure::bounded;
 use crate::lifecycle::{Action, State};
@@ -409,6 +410,21 @@ impl FleetAdmin {
             }
         }
         Ok(rollout)
+    }
+
+    /// Who the caller is and what it may do in the fleet's databases (they
+    /// share one authentication): any token the databases know, whatever
+    /// its capabilities, so a client offers only what it may do (FLT-6).
+    pub fn me(&self, meta: &RequestMeta<'_>) -> Result<CallerView, AdminError> {
+        let authority = self
+            .auth
+            .authenticate(meta.bearer)
+            .ok_or(AdminError::Unauthorized)?;
+        Ok(CallerView {
+            principal: authority.actor.clone(),
+            authority: authority.source.to_string(),
+            capabilities: authority.capability_names(),
+        })
     }
 
     /// The admin service of database `name`, to answer a request to its

@@ -8,10 +8,11 @@
 
 use super::admin::{error, query, read_body, render, BearerAuth, Meta, SettingsPatch};
 use crate::admin::{
-    AdminError, Availability, BackfillView, DatabaseReply, DatabaseStatus, DatabaseSummary,
-    Diagnostic, ErrorBody, FleetAdmin, FleetBackfill, FleetBackfills, FleetOverview,
-    FleetReadiness, FleetReply, FleetTotals, JournalView, Ownership, PartitionRates, PartitionView,
-    Progress, RequestBody, Rollout, StateCounts, Throttle, UndoLink, ValidationSummary,
+    AdminError, Availability, BackfillView, CallerView, DatabaseReply, DatabaseStatus,
+    DatabaseSummary, Diagnostic, ErrorBody, FleetAdmin, FleetBackfill, FleetBackfills,
+    FleetOverview, FleetReadiness, FleetReply, FleetTotals, JournalView, Ownership, PartitionRates,
+    PartitionView, Progress, RequestBody, Rollout, StateCounts, Throttle, UndoLink,
+    ValidationSummary,
 };
 use crate::lifecycle::Action;
 use actix_web::body::{EitherBody, MessageBody};
@@ -31,12 +32,12 @@ use utoipa::OpenApi;
         title = "backfill fleet API",
         description = "One view of a fleet of databases (docs/CONTRACT.md FLT-6). The /admin/fleet routes need a bearer token of the databases' own authentication: backfill:read for reads, backfill:operate for actions, settings changes and rollout caps. Each database authorizes, audits and answers an action for itself. Every database's own admin API (its detail, timeline, audit, dry run, undo and settings routes, and its /openapi.json) is served unchanged under /databases/{database}: a caller unknown to the databases' authentication gets 401, an unknown database 404, one that is not served 503."
     ),
-    paths(overview, backfills, act, settings, rollout, readyz, livez, openapi_json),
+    paths(overview, me, backfills, act, settings, rollout, readyz, livez, openapi_json),
     components(schemas(
         FleetOverview, DatabaseSummary, DatabaseStatus, Availability, StateCounts, FleetTotals,
         FleetBackfills, FleetBackfill, BackfillView, Progress, Ownership, Diagnostic,
         ValidationSummary, Throttle, PartitionView, UndoLink, JournalView, PartitionRates,
-        FleetReply, DatabaseReply, Rollout, FleetReadiness, ErrorBody, SettingsPatch
+        FleetReply, DatabaseReply, Rollout, FleetReadiness, ErrorBody, SettingsPatch, CallerView
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -67,7 +68,8 @@ impl FleetRoutes {
         }
     }
 
-    /// Mount `GET /admin/fleet`, `GET /admin/fleet/backfills`, `POST
+    /// Mount `GET /admin/fleet`, `GET /admin/fleet/me`, `GET
+    /// /admin/fleet/backfills`, `POST
     /// /admin/fleet/backfills/{id}/{action}`, `PATCH
     /// /admin/fleet/backfills/{id}/settings`, `PUT
     /// /admin/fleet/rollout/{id}`, `GET /readyz`, `GET /livez`, `GET
@@ -77,6 +79,7 @@ impl FleetRoutes {
         cfg.app_data(self.admin.clone())
             .route("/openapi.json", web::get().to(openapi_json))
             .route("/admin/fleet", web::get().to(overview))
+            .route("/admin/fleet/me", web::get().to(me))
             .route("/admin/fleet/backfills", web::get().to(backfills))
             .route(
                 "/admin/fleet/backfills/{id}/settings",
@@ -154,6 +157,22 @@ fn database(req: &HttpRequest) -> Result<Option<String>, AdminError> {
 async fn overview(req: HttpRequest, admin: web::Data<FleetAdmin>) -> HttpResponse {
     let meta = Meta::from(&req);
     render(admin.overview(&meta.as_meta()).await)
+}
+
+/// The caller's principal and capabilities in the fleet's databases, for
+/// any token they know (FLT-6): a client offers only the actions the
+/// token may take.
+#[utoipa::path(
+    get, path = "/admin/fleet/me",
+    responses(
+        (status = 200, description = "The caller", body = CallerView),
+        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+    )
+)]
+async fn me(req: HttpRequest, admin: web::Data<FleetAdmin>) -> HttpResponse {
+    let meta = Meta::from(&req);
+    render(admin.me(&meta.as_meta()))
 }
 
 /// The backfills of every database, or of one, each with its database;

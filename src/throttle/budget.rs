@@ -128,7 +128,10 @@ impl RunnerBudget {
     /// newer setting is in force; called as the database joins the
     /// process, before its first claim. Each cap taken is logged
     /// (`fleet_rollout_adopted`).
-    pub(crate) async fn adopt_stored(&self, conn: &mut AsyncPgConnection) -> Result<(), StoreError> {
+    pub(crate) async fn adopt_stored(
+        &self,
+        conn: &mut AsyncPgConnection,
+    ) -> Result<(), StoreError> {
         for stored in store::rollout_list(conn).await? {
             let cap = stored.max_databases.and_then(|c| u32::try_from(c).ok());
             if self.set_rollout_at(&stored.repair_id, cap, stored.set_at) {

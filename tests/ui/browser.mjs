@@ -637,6 +637,14 @@ const scenarios = {
     await until("the fleet page", () => page.locator("#fleet-page").isVisible(), (v) => v);
     check(!(await page.locator("#list-page").isVisible()), "no single-database list on a fleet's listener");
     await until("the token prompt", () => page.locator("#auth").isVisible(), (v) => v);
+    // A token that may read but not operate reads the fleet and is
+    // offered no action (GET /admin/fleet/me names its capabilities).
+    await signIn(readerToken);
+    await until("a live fleet page for the reader", bannerLabel, (t) => t === "Live");
+    await until("the reader's rows", () => page.locator("#fleet-rows tr[data-backfill]").count(), (n) => n === 2);
+    check((await page.locator("#fleet-page button[data-fleet-action]").count()) === 0, "no fleet action for the reader");
+    check(await page.locator("#fleet-all-actions").isHidden(), "no action on every database for the reader");
+    await page.locator("#change-token").click();
     await signIn(token);
     await until("a live fleet page", bannerLabel, (t) => t === "Live");
     await until("every database", () => page.locator("#fleet-db-rows tr").count(), (n) => n === want.databases.length);

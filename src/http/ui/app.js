@@ -1773,10 +1773,10 @@ if (typeof document !== "undefined") {
     // What this token may do, read once per token: buttons are offered
     // for it, not learnt from a refusal. A failed read offers them as
     // before; the server still decides.
-    if (ui.capsFor !== ui.token && !onFleetPage()) {
+    if (ui.capsFor !== ui.token) {
       const token = ui.token;
       try {
-        const me = await fetch(api("/admin/me"), { headers: authHeaders(), cache: "no-store" });
+        const me = await fetch(onFleetPage() ? "/admin/fleet/me" : api("/admin/me"), { headers: authHeaders(), cache: "no-store" });
         if (me.ok && token === ui.token) {
           const caps = (await me.json()).capabilities;
           ui.capsFor = token;
