@@ -1201,7 +1201,8 @@ async fn scalar_at(url: &str, sql: &str) -> i64 {
 /// action (`GET /admin/fleet/me`); then, for the operator: the totals, one row per database with `down`
 /// unavailable and its reason as the fleet reports it, the backfills of
 /// both databases with their database, and `down` reported as not
-/// listed; the database filter narrows both tables to one database. A
+/// listed; the database filter narrows both tables to one database and
+/// stays in the address across a reload. A
 /// pause on every database, confirmed with a reason, whose answer is
 /// lost after the commit, is retried with the same Idempotency-Key: in
 /// PostgreSQL each available database has its backfill paused, one

@@ -697,6 +697,11 @@ test("flt06 one database's backfill: its route, and its API under the database's
   // and the fleet's own pages read the root.
   assert.strictEqual(app.apiBase(route, "single"), "");
   assert.strictEqual(app.apiBase(app.parseRoute("#/backfills/e.fix"), "fleet"), "");
+  // The fleet page's filter lives in the address, and reads no database's API.
+  assert.strictEqual(app.fleetFilterHref("a b"), "#/?database=a%20b");
+  assert.strictEqual(app.fleetFilterHref("all"), "#/");
+  assert.deepStrictEqual(app.parseRoute(app.fleetFilterHref("a b")), { page: "list", state: "all", only: "a b" });
+  assert.strictEqual(app.apiBase(app.parseRoute("#/?database=d1"), "fleet"), "");
 });
 
 test("flt06 each backfill row names its database and acts on it alone; every database per ID", () => {

@@ -673,6 +673,11 @@ const scenarios = {
     await page.locator("#fleet-database").selectOption("d1");
     await until("d1 alone", () => page.locator("#fleet-rows tr").evaluateAll((rows) => rows.map((r) => r.dataset.database)), (ds) => JSON.stringify(ds) === '["d1"]');
     check((await page.locator("#fleet-db-rows tr").count()) === 1, "one database row");
+    // The filter is in the address: a reload shows the same database.
+    check((await page.evaluate(() => location.hash)) === "#/?database=d1", `the filter in the address: ${await page.evaluate(() => location.hash)}`);
+    await page.reload();
+    await until("d1 alone after a reload", () => page.locator("#fleet-rows tr").evaluateAll((rows) => rows.map((r) => r.dataset.database)), (ds) => JSON.stringify(ds) === '["d1"]');
+    check((await page.locator("#fleet-database").inputValue()) === "d1", "the filter shows d1 after a reload");
     await page.locator("#fleet-database").selectOption("down");
     await until("down alone", () => page.locator("#fleet-rows tr").evaluateAll((rows) => rows.map((r) => r.className)), (cs) => JSON.stringify(cs) === '["row-unavailable"]');
     await page.locator("#fleet-database").selectOption("all");

@@ -678,7 +678,7 @@ function fleetDetailHref(database, id) {
 // database's own API is under `/databases/NAME` (FLT-6); elsewhere, the
 // root.
 function apiBase(route, listener) {
-  return listener === "fleet" && route && route.database ? `/databases/${encodeURIComponent(route.database)}` : "";
+  return listener === "fleet" && route && route.page === "detail" && route.database ? `/databases/${encodeURIComponent(route.database)}` : "";
 }
 
 // One row of the list. `ctx`: {stale, elapsedMs, busy, cannotOperate}.
@@ -955,7 +955,15 @@ function parseRoute(hash) {
   }
   const q = h.match(/[?&]state=([a-z-]+)/);
   const state = q && (STATES.includes(q[1]) || q[1] in MARKERS || q[1] === "all") ? q[1] : "all";
-  return { page: "list", state };
+  // The fleet page's database filter, kept in the address so a reload or
+  // a shared link shows the same database.
+  const d = h.match(/[?&]database=([^&]+)/);
+  return d ? { page: "list", state, only: dec(d[1]) } : { page: "list", state };
+}
+
+// The address of the fleet page filtered to `database` ("all": none).
+function fleetFilterHref(database) {
+  return database === "all" ? "#/" : `#/?database=${encodeURIComponent(database)}`;
 }
 
 // Every backfill, following `next_after` page by page (ADM-2): a long list
@@ -1248,7 +1256,7 @@ if (typeof module !== "undefined") {
     stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
     auditCells, auditText, timelineCells, reasonHeaders, noExplicitValidation, validationHistory, keyText, partitionRows, parseRoute, fetchAll,
-    listenerKind, apiBase, fleetDetailHref, fleetKnown, fleetMoving, fleetCountsText, fleetRateEta, fleetAvailability, fleetDatabaseRow, fleetTotalsRows, fleetDatabaseNames,
+    listenerKind, apiBase, fleetDetailHref, fleetFilterHref, fleetKnown, fleetMoving, fleetCountsText, fleetRateEta, fleetAvailability, fleetDatabaseRow, fleetTotalsRows, fleetDatabaseNames,
     fleetFilter, fleetActionButtons, fleetRow, fleetUnavailableRow, fleetIdActions, fleetAnswers, fleetAnswerRow, fleetSummary, fleetOutcome, fleetSettles,
   };
 }
@@ -1292,7 +1300,7 @@ if (typeof document !== "undefined") {
     listener: null,
     fleet: null, // the fleet page's last good read: {overview, list}
     fleetAt: null, // local ms when `fleet` was read
-    fleetDatabase: "all", // the fleet page's database filter
+    fleetDatabase: parseRoute(location.hash).only || "all", // the fleet page's database filter
     fleetAnswers: null, // {what, answers}: each database's answer to the last fleet action
   };
   let timer = null;
@@ -2099,9 +2107,12 @@ if (typeof document !== "undefined") {
   const onRoute = () => {
     const was = ui.route;
     ui.route = parseRoute(location.hash);
-    // The fleet page has no routes of its own; a database's backfill is
+    // The fleet page's one route is its filter; a database's backfill is
     // read afresh.
-    if (onFleetPage()) return render();
+    if (onFleetPage()) {
+      ui.fleetDatabase = ui.route.only || "all";
+      return render();
+    }
     if (ui.route.page === "detail" && (!ui.detail || ui.detail.id !== ui.route.id || was.database !== ui.route.database)) {
       const known = (ui.views || []).find((v) => v.id === ui.route.id);
       ui.detail = known || null;
@@ -2181,6 +2192,8 @@ if (typeof document !== "undefined") {
   }
   $("fleet-database").addEventListener("change", (e) => {
     ui.fleetDatabase = e.target.value;
+    history.replaceState(null, "", fleetFilterHref(ui.fleetDatabase));
+    ui.route = parseRoute(location.hash);
     render();
   });
   document.addEventListener("click", (e) => {
