@@ -411,6 +411,20 @@ async fn create_fleet_db(name: &str) -> String {
     url
 }
 
+/// Create the database `name` as a copy of `template` (which nothing may
+/// be connected to): its tables keep their OIDs, as tenants cloned from
+/// one template do.
+async fn copy_fleet_db(template: &str, name: &str) -> String {
+    let mut server = AsyncPgConnection::establish(support::server_url())
+        .await
+        .unwrap();
+    server
+        .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
+        .await
+        .unwrap();
+    support::with_database(support::server_url(), name)
+}
+
 async fn drop_fleet_db(name: &str) {
     let mut server = AsyncPgConnection::establish(support::server_url())
         .await
@@ -815,14 +829,24 @@ async fn flt01_a_malformed_or_duplicated_entry_is_a_startup_error_naming_it() {
 /// with a lock-waiter limit of 0, `held`'s runner holds its claim as
 /// `lock_waiters` and changes nothing, while database `free`, served by
 /// the same fleet, completes. Once the lock is released, `held`
-/// completes too. Guard: each database's own health monitor (one monitor
-/// for the fleet would hold both, or neither).
+/// completes too. `free` is a copy of `held` (tenants cloned from one
+/// template), so `events` has the same OID in both and only the
+/// database of a lock tells them apart. Guards: each database's own
+/// health monitor (one monitor for the fleet would hold both, or
+/// neither), and the lock-waiter count's own database (without it
+/// `held`'s waiters hold `free` too).
 #[actix_rt::test]
 async fn flt05_one_databases_lock_waiters_hold_only_its_runners() {
     let _serial = SERIAL.lock().await;
     let names: Vec<String> = (0..2).map(|i| fleet_db_name("local", i)).collect();
     let held = Database::new("held", create_fleet_db(&names[0]).await);
-    let free = Database::new("free", create_fleet_db(&names[1]).await);
+    let free = Database::new("free", copy_fleet_db(&names[0], &names[1]).await);
+    let oid = "SELECT 'events'::regclass::oid::bigint AS v";
+    assert_eq!(
+        scalar_at(&held.url, oid).await,
+        scalar_at(&free.url, oid).await,
+        "one OID for events in both"
+    );
     let mut holder = AsyncPgConnection::establish(&held.url).await.unwrap();
     holder
         .batch_execute("BEGIN; LOCK TABLE events IN SHARE MODE")
