@@ -471,6 +471,21 @@ fn fleet_config() -> FleetConfig {
     config
 }
 
+/// [`fleet_config`] in manual mode, operated over HTTP with `TOKEN`.
+fn operated_config() -> FleetConfig {
+    let mut config = fleet_config();
+    config.host.auto_backfills = false;
+    config.host.admin_auth =
+        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+    config
+}
+
+async fn drop_fleet_dbs(names: &[String]) {
+    for name in names {
+        drop_fleet_db(name).await;
+    }
+}
+
 async fn wait_completed(fleet: &Fleet, name: &str) {
     let engine = fleet
         .engine(name)
@@ -579,9 +594,7 @@ async fn flt01_one_runtime_serves_twenty_databases_and_reports_a_dropped_one() {
         Err(FleetError::UnknownDatabase(name)) if name == "t99"
     ));
     fleet.stop().await;
-    for name in &names {
-        drop_fleet_db(name).await;
-    }
+    drop_fleet_dbs(&names).await;
 }
 
 /// A source the test changes while the fleet runs (a tenant directory).
@@ -648,9 +661,7 @@ async fn flt01_databases_join_when_reachable_or_added_and_leave_when_removed() {
     fleet.run_once().await;
     assert!(fleet.readiness(None).unwrap().ready);
     fleet.stop().await;
-    for name in &names {
-        drop_fleet_db(name).await;
-    }
+    drop_fleet_dbs(&names).await;
 }
 
 /// Collects what a JSON log writes.
@@ -706,9 +717,7 @@ async fn flt01_every_member_log_line_names_its_database() {
     wait_completed(&fleet, "l0").await;
     wait_completed(&fleet, "l1").await;
     fleet.stop().await;
-    for name in &names {
-        drop_fleet_db(name).await;
-    }
+    drop_fleet_dbs(&names).await;
 
     let text = String::from_utf8(buffer.0.lock().clone()).unwrap();
     let lines: Vec<serde_json::Value> = text
@@ -903,9 +912,7 @@ async fn flt05_one_databases_lock_waiters_hold_only_its_runners() {
         ROWS
     );
     fleet.stop().await;
-    for name in &names {
-        drop_fleet_db(name).await;
-    }
+    drop_fleet_dbs(&names).await;
 }
 
 /// `method path` against a fleet's listener with the operator's token
@@ -970,10 +977,7 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
                 .expect("valid repair"),
         )
         .unwrap();
-    let mut config = fleet_config();
-    config.host.auto_backfills = false;
-    config.host.admin_auth =
-        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+    let config = operated_config();
     let mut fleet = Fleet::start(config, vec![d0.clone(), d1.clone(), down], registry)
         .await
         .unwrap();
@@ -1285,9 +1289,7 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
         assert!(body["message"].is_string(), "{body}");
     }
     fleet.stop().await;
-    for name in &names {
-        drop_fleet_db(name).await;
-    }
+    drop_fleet_dbs(&names).await;
 }
 
 /// FLT-6, API-1: the fleet listener serves its own OpenAPI 3 document,
@@ -1302,10 +1304,7 @@ async fn flt06_the_fleet_listener_serves_an_openapi_document_of_its_routes() {
     let _serial = SERIAL.lock().await;
     let name = fleet_db_name("doc", 0);
     let d0 = Database::new("d0", create_fleet_db(&name).await);
-    let mut config = fleet_config();
-    config.host.auto_backfills = false;
-    config.host.admin_auth =
-        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+    let config = operated_config();
     let mut fleet = Fleet::start(config, vec![d0], events_registry())
         .await
         .unwrap();
@@ -1406,10 +1405,7 @@ async fn flt02_a_rollout_cap_set_over_http_holds_after_a_restart() {
         Database::new("d1", create_fleet_db(&names[1]).await),
     ];
     let config = || {
-        let mut config = fleet_config();
-        config.host.auto_backfills = false;
-        config.host.admin_auth =
-            backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+        let mut config = operated_config();
         config.rollout.insert(EVENTS.into(), 2);
         config
     };
@@ -1463,9 +1459,7 @@ async fn flt02_a_rollout_cap_set_over_http_holds_after_a_restart() {
         );
         fleet.stop().await;
     }
-    for name in &names {
-        drop_fleet_db(name).await;
-    }
+    drop_fleet_dbs(&names).await;
 }
 
 /// FLT-6: every database's own admin API is served, unchanged, under
@@ -1487,10 +1481,7 @@ async fn flt06_each_databases_own_admin_api_is_served_under_its_name() {
         "down",
         support::with_database(support::server_url(), "bft_absent_each"),
     );
-    let mut config = fleet_config();
-    config.host.auto_backfills = false;
-    config.host.admin_auth =
-        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).unwrap();
+    let config = operated_config();
     let mut fleet = Fleet::start(
         config,
         vec![d0.clone(), d1.clone(), down],
@@ -1575,9 +1566,7 @@ async fn flt06_each_databases_own_admin_api_is_served_under_its_name() {
     );
 
     fleet.stop().await;
-    for name in &names {
-        drop_fleet_db(name).await;
-    }
+    drop_fleet_dbs(&names).await;
 }
 
 /// A table of `ROWS` rows whose repair stamps each row with the time its
@@ -1764,9 +1753,7 @@ async fn flt02_with_runners_scarce_the_higher_priority_is_claimed_first() {
     );
     assert_eq!(most_at_once(&runs), 1, "one run at a time: {runs:?}");
     fleet.stop().await;
-    for name in &names {
-        drop_fleet_db(name).await;
-    }
+    drop_fleet_dbs(&names).await;
 }
 
 /// FLT-2: a fleet-wide cap of three runners over four databases of two
@@ -1824,7 +1811,5 @@ async fn flt02_the_runner_cap_and_the_rollout_cap_hold_throughout() {
         "a cap of 0 would never run"
     );
     fleet.stop().await;
-    for name in &names {
-        drop_fleet_db(name).await;
-    }
+    drop_fleet_dbs(&names).await;
 }
