@@ -13,7 +13,9 @@
 //!   tests of `src/host/fleet.rs`); in one JSON log of two databases,
 //!   every claim, batch and completion line names its database:
 //!   `flt01_every_member_log_line_*`; an idle database's pool shrinks to
-//!   the connections its polls reuse: `flt01_an_idle_databases_pool_*`
+//!   the connections its polls reuse: `flt01_an_idle_databases_pool_*`,
+//!   and holds its wake-up listener only while it works:
+//!   `flt01_an_idle_databases_listener_*`
 //! - FLT-2 with runners scarce the higher priority is claimed first (the
 //!   timeline's claim times), and a process-wide runner cap and a rollout
 //!   cap hold (every batch's time), and a rollout cap set over HTTP
@@ -772,6 +774,8 @@ async fn flt01_an_idle_databases_pool_shrinks_to_the_connections_its_polls_use()
     let db = Database::new("idle", create_fleet_db(&name).await);
     let mut config = fleet_config();
     config.host.pool_size = Some(4);
+    // The listener stays, as the count below expects.
+    config.host.idle_listener_close = None;
     config.host.pool_idle_timeout = Duration::from_secs(1);
     let fleet = Fleet::start(config, vec![db], events_registry())
         .await
@@ -792,6 +796,60 @@ async fn flt01_an_idle_databases_pool_shrinks_to_the_connections_its_polls_use()
     let mut wait = Deadline::new("the idle pool shrinks to the connections its polls use");
     while connections_to(&name).await > 3 {
         wait.tick().await;
+    }
+    fleet.stop().await;
+    drop_fleet_db(&name).await;
+}
+
+/// FLT-1: a fleet's database holds its wake-up listener only while it
+/// works. Its repair's run window is closed, so a started backfill stays
+/// claimed without committing: LISTEN opens once it is claimed, and
+/// closes (`idle_listener_close`, 1 s here) after a pause released the
+/// claim; a resume is claimed again by the poll and LISTEN opens again.
+/// Guard: the idle close (without it the LISTEN session stays).
+#[actix_rt::test]
+async fn flt01_an_idle_databases_listener_closes_until_it_has_work() {
+    use chrono::Timelike;
+    let _serial = SERIAL.lock().await;
+    let name = fleet_db_name("listen", 0);
+    let d0 = Database::new("d0", create_fleet_db(&name).await);
+    let mut config = fleet_config();
+    config.host.auto_backfills = false;
+    config.host.idle_listener_close = Some(Duration::from_secs(1));
+    let hour = u64::from(chrono::Utc::now().hour());
+    let registry = Registry::new()
+        .with(
+            SqlRepair::new(EVENTS, "events")
+                .key("id")
+                .set("n = n + 1")
+                .validate_where("n <> 1")
+                .run_window((hour + 2) % 24, (hour + 3) % 24)
+                .build()
+                .expect("valid repair"),
+        )
+        .unwrap();
+    let fleet = Fleet::start(config, vec![d0.clone()], registry)
+        .await
+        .unwrap();
+    let listening = format!(
+        "SELECT count(*) AS v FROM pg_stat_activity WHERE datname = '{name}' \
+         AND query LIKE 'LISTEN%'"
+    );
+    let engine = fleet.engine("d0").unwrap().expect("d0 runs");
+    engine.start(EVENTS).await.unwrap();
+    for round in 0..2 {
+        let mut wait = Deadline::new("a LISTEN session while d0 holds a claim");
+        while scalar_at(&d0.url, &listening).await == 0 {
+            wait.tick().await;
+        }
+        engine.pause(EVENTS).await.unwrap();
+        let mut wait = Deadline::new("no LISTEN session once d0 holds none");
+        while scalar_at(&d0.url, &listening).await > 0 {
+            wait.tick().await;
+        }
+        if round == 0 {
+            engine.act(EVENTS, backfill::Action::Resume).await.unwrap();
+        }
     }
     fleet.stop().await;
     drop_fleet_db(&name).await;

@@ -19,6 +19,7 @@ use crate::validator::{Validate, ValidationFinished, Validator};
 use crate::{Backend, ClaimInfo, ClaimKey, ConfigError, RuntimeConfig, Timing};
 use actix::prelude::*;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -82,6 +83,9 @@ pub struct Supervisor<B: Backend> {
     draining: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
     metrics: Arc<RuntimeMetrics>,
+    /// How many claims `held` has, for readers outside the actor (a host
+    /// that keeps its wake-up listener only while it works).
+    held_count: Arc<AtomicUsize>,
 }
 
 impl<B: Backend> Supervisor<B> {
@@ -95,6 +99,7 @@ impl<B: Backend> Supervisor<B> {
             renewer: None,
             validator: None,
             held: HashMap::new(),
+            held_count: Arc::new(AtomicUsize::new(0)),
             excluded: Vec::new(),
             registered: false,
             registering: false,
@@ -251,6 +256,7 @@ impl<B: Backend> Supervisor<B> {
             Holder::Runner(runner)
         };
         self.held.insert(key, Held { generation, holder });
+        self.held_count.store(self.held.len(), Ordering::Relaxed);
     }
 
     /// Stop claiming `id` (the row cannot be interpreted here, REG-4), and
@@ -266,6 +272,7 @@ impl<B: Backend> Supervisor<B> {
     fn forget(&mut self, key: ClaimKey, generation: i64) {
         if matches!(self.held.get(&key), Some(h) if h.generation == generation) {
             self.held.remove(&key);
+            self.held_count.store(self.held.len(), Ordering::Relaxed);
         }
         if let Some(renewer) = &self.renewer {
             renewer.do_send(Untrack { key, generation });
@@ -429,6 +436,7 @@ impl<B: Backend> Handler<Status> for Supervisor<B> {
 pub struct RuntimeHandle<B: Backend> {
     supervisor: Addr<Supervisor<B>>,
     metrics: Arc<RuntimeMetrics>,
+    held_count: Arc<AtomicUsize>,
 }
 
 impl<B: Backend> Clone for RuntimeHandle<B> {
@@ -436,6 +444,7 @@ impl<B: Backend> Clone for RuntimeHandle<B> {
         Self {
             supervisor: self.supervisor.clone(),
             metrics: self.metrics.clone(),
+            held_count: self.held_count.clone(),
         }
     }
 }
@@ -446,10 +455,18 @@ impl<B: Backend> RuntimeHandle<B> {
     pub fn start(backend: Arc<B>, config: RuntimeConfig) -> Result<Self, ConfigError> {
         let supervisor = Supervisor::new(backend, config)?;
         let metrics = supervisor.metrics.clone();
+        let held_count = supervisor.held_count.clone();
         Ok(Self {
             supervisor: crate::start_in_current_span(supervisor),
             metrics,
+            held_count,
         })
+    }
+
+    /// How many claims (runs and validations) the runtime holds now,
+    /// without asking the supervisor.
+    pub fn claims_held(&self) -> usize {
+        self.held_count.load(Ordering::Relaxed)
     }
 
     /// The runtime's counters (OBS-1).

@@ -103,9 +103,17 @@ pub struct FleetConfig {
     pub rollout: BTreeMap<String, u32>,
 }
 
+/// How long a fleet's database keeps its wake-up listener after its last
+/// claim, unless the host's configuration says otherwise
+/// ([`HostConfig::idle_listener_close`]).
+pub const IDLE_LISTENER_CLOSE: Duration = Duration::from_secs(30);
+
 impl FleetConfig {
-    /// Defaults around `host`.
-    pub fn new(host: HostConfig) -> Self {
+    /// Defaults around `host`; a database closes its wake-up listener
+    /// [`IDLE_LISTENER_CLOSE`] after its last claim unless `host` sets
+    /// its own time.
+    pub fn new(mut host: HostConfig) -> Self {
+        host.idle_listener_close = host.idle_listener_close.or(Some(IDLE_LISTENER_CLOSE));
         Self {
             host,
             refresh_interval: Duration::from_secs(5),

@@ -195,6 +195,15 @@ pub struct HostConfig {
     /// database keeps only the connections its polls reuse and the wake-up
     /// listener, which matters when one process serves many databases.
     pub pool_idle_timeout: Duration,
+    /// Close the wake-up listener (LISTEN/NOTIFY, a hint only) once the
+    /// runtime has held no claim for this long, and open it again with
+    /// the next claim; `None` (the default for one database) keeps it
+    /// open. A fleet sets it for its databases (see
+    /// `FleetConfig::new`), so an idle database holds no listener: its
+    /// claim poll still finds a start within one poll interval, and a
+    /// runner's settings are re-read when the listener opens again
+    /// (THR-4). At least 1 s.
+    pub idle_listener_close: Option<Duration>,
     /// The engine's settings; its lease TTL is the one the runtime uses.
     pub engine: EngineConfig,
     /// The actor runtime's settings: worker ID, runner limit, renewal,
@@ -223,6 +232,7 @@ impl HostConfig {
             admin_allow_remote_trusted: false,
             pool_size: None,
             pool_idle_timeout: Duration::from_secs(60),
+            idle_listener_close: None,
             engine: EngineConfig::default(),
             runtime: RuntimeConfig::default(),
             health: HealthConfig::default(),
@@ -303,6 +313,14 @@ impl HostConfig {
         if self.pool_idle_timeout < Duration::from_secs(1) {
             return Err(HostError::Config(
                 "pool_idle_timeout must be at least 1 s".into(),
+            ));
+        }
+        if self
+            .idle_listener_close
+            .is_some_and(|d| d < Duration::from_secs(1))
+        {
+            return Err(HostError::Config(
+                "idle_listener_close must be at least 1 s".into(),
             ));
         }
         let needed = self.pool_needed(registry);
@@ -477,7 +495,12 @@ impl Embedded {
                 )
                 .in_current_span(),
             ),
-            wake::spawn_listener(config.database_url.clone(), runtime.clone(), engine.clone()),
+            wake::spawn_listener(
+                config.database_url.clone(),
+                runtime.clone(),
+                engine.clone(),
+                config.idle_listener_close,
+            ),
         ];
         if let Some(sender) = sender {
             tasks.push(actix_rt::spawn(sender.run().in_current_span()));

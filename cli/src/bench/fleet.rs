@@ -98,6 +98,9 @@ pub(super) async fn fleet(ctx: &Ctx, batch: u32) -> Result<Value, BenchError> {
         // Short enough that the idle window shows where an idle pool
         // settles; the default (60 s) gets there after a minute.
         host.pool_idle_timeout = IDLE_POOL_TIMEOUT;
+        // The same for the wake-up listener, which a fleet's database
+        // closes once it holds no claim (30 s by default).
+        host.idle_listener_close = Some(IDLE_POOL_TIMEOUT);
         // Each database: its pool and its wake-up listener; ten more for
         // the bench's own sessions and the server's reserve.
         let needed = d as i64 * (i64::from(pool) + 1) + 10;
