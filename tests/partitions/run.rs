@@ -73,11 +73,14 @@ async fn par02_stale_partition_owner_is_rejected_at_commit() {
 /// PAR-2 through the actor runtime: two runtimes on separate pools run a
 /// 4-partition backfill to `completed`, every row repaired exactly once
 /// (the counter's validation fails on any row not at 1), with both
-/// holding partitions.
+/// holding partitions. The first runtime's batches wait at a gate until
+/// the second holds a partition, so a slow start of the second cannot
+/// let the first finish every partition alone.
 #[actix_rt::test]
 async fn par02_two_runtimes_complete_a_partitioned_backfill() {
     use backfill::runtime::{RuntimeConfig, RuntimeHandle};
-    let (db, first, _hooks) = started(400, 5, 4).await;
+    let (db, first, hooks) = started(400, 5, 4).await;
+    let mut gate = hooks.gate_after_mutate();
     let second = engine_for(&db, parted(5, Hooks::new(), 4, Points::Even)).await;
     let config = |worker: &str| RuntimeConfig {
         worker_id: worker.into(),
@@ -86,7 +89,18 @@ async fn par02_two_runtimes_complete_a_partitioned_backfill() {
         ..RuntimeConfig::default()
     };
     let one = RuntimeHandle::start(Arc::new(first.clone()), config("one")).unwrap();
+    gate.reached().await;
     let two = RuntimeHandle::start(Arc::new(second), config("two")).unwrap();
+    eventually("the second runtime holds a partition", || async {
+        db.scalar("SELECT count(*) AS v FROM backfill_partition WHERE owner = 'two'")
+            .await
+            > 0
+    })
+    .await;
+    hooks.clear_gates();
+    // One permit for each of the first runtime's runners that may wait.
+    gate.release();
+    gate.release();
     let owners = Arc::new(parking_lot::Mutex::new(std::collections::BTreeSet::new()));
     eventually("completion", || {
         let owners = owners.clone();
