@@ -228,8 +228,7 @@ impl Engine {
         let ttl = millis(self.config.lease_ttl);
         let free = i32::try_from(free_runners).unwrap_or(i32::MAX);
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        store::worker_heartbeat(&mut conn, worker, &ids, free, ttl).await?;
-        Ok(store::worker_excess_claims(&mut conn, worker).await?)
+        Ok(store::worker_heartbeat(&mut conn, worker, &ids, free, ttl).await?)
     }
 
     /// Forget `worker`'s presence (PAR-6): it stops serving, so the other

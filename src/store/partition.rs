@@ -231,7 +231,7 @@ const LIVE: &str = "(SELECT count(*) FROM backfill_partition q WHERE q.backfill_
 /// Claims of one backfill's partitions so take turns on its row, and the
 /// concurrency setting holds however many processes claim. Both also
 /// require that `worker` holds fewer of the backfill's partitions than
-/// its fair share ([`worker_excess_claims`](super::worker_excess_claims),
+/// its fair share ([`worker_heartbeat`](super::worker_heartbeat),
 /// PAR-6). `None`: nothing claimable (or the race for it was lost).
 pub async fn partition_claim(
     conn: &mut AsyncPgConnection,

@@ -71,35 +71,6 @@ pub(super) fn below_share(worker_param: &str) -> String {
     )
 }
 
-/// Record that `worker` serves `ids` and has `free_runners` free, for
-/// `ttl_ms` from PostgreSQL's clock, and forget the presences that ended
-/// more than a day ago. An upsert of the worker's own row; no other lock.
-pub async fn worker_heartbeat(
-    conn: &mut AsyncPgConnection,
-    worker: &str,
-    ids: &[String],
-    free_runners: i32,
-    ttl_ms: i64,
-) -> Result<(), StoreError> {
-    super::cached(
-        diesel::sql_query(
-            "WITH gone AS (DELETE FROM backfill_worker \
-                 WHERE expires_at < clock_timestamp() - interval '1 day' AND worker_id <> $1) \
-             INSERT INTO backfill_worker (worker_id, ids, free_runners, expires_at) \
-             VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond') \
-             ON CONFLICT (worker_id) DO UPDATE SET ids = EXCLUDED.ids, \
-                 free_runners = EXCLUDED.free_runners, expires_at = EXCLUDED.expires_at",
-        )
-        .bind::<Text, _>(worker)
-        .bind::<Array<Text>, _>(ids)
-        .bind::<Integer, _>(free_runners.max(0))
-        .bind::<BigInt, _>(ttl_ms),
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 /// Forget `worker`'s presence (a process that stops), so the others'
 /// shares grow at once instead of when the presence would have expired.
 pub async fn worker_leave(conn: &mut AsyncPgConnection, worker: &str) -> Result<(), StoreError> {
@@ -127,22 +98,40 @@ pub struct ExcessClaim {
     pub generation: i64,
 }
 
-/// The live partition claims of `worker` on `running` backfills that
-/// another process is waiting for: of a backfill whose share for
-/// `worker` is n, its unfinished partitions above the n lowest, as many
-/// as the other processes that serve the backfill and have free runners
-/// lack of their own shares. Nothing while no other process lacks one
-/// (a process alone keeps every partition). The caller gives them back
-/// at a batch boundary (a runner's graceful stop), so nothing committed
-/// is lost and no takeover is needed. Reads only; takes no lock. The
-/// owner index finds the worker's claims.
-pub async fn worker_excess_claims(
+/// Record that `worker` serves `ids` and has `free_runners` free, for
+/// `ttl_ms` from PostgreSQL's clock, forget the presences that ended more
+/// than a day ago, and answer the live partition claims of `worker` on
+/// `running` backfills that another process is waiting for: of a
+/// backfill whose share for `worker` is n, its unfinished partitions
+/// above the n lowest, as many as the other processes that serve the
+/// backfill and have free runners lack of their own shares. Nothing
+/// while no other process lacks one (a process alone keeps every
+/// partition). The caller gives them back at a batch boundary (a
+/// runner's graceful stop), so nothing committed is lost and no takeover
+/// is needed.
+///
+/// One statement, so a presence round costs an idle database one query:
+/// the upsert of the worker's own row is a data-modifying CTE, and the
+/// shares do not read that row ([`SERVERS`] counts `worker` by itself),
+/// so the statement's snapshot taken before the upsert answers the same
+/// as a read after it. Locks only the worker's own presence row; the
+/// owner index finds its claims.
+pub async fn worker_heartbeat(
     conn: &mut AsyncPgConnection,
     worker: &str,
+    ids: &[String],
+    free_runners: i32,
+    ttl_ms: i64,
 ) -> Result<Vec<ExcessClaim>, StoreError> {
     Ok(super::cached(
         diesel::sql_query(format!(
-            "SELECT m.backfill_id AS id, m.part, m.generation \
+            "WITH gone AS (DELETE FROM backfill_worker \
+                 WHERE expires_at < clock_timestamp() - interval '1 day' AND worker_id <> $1), \
+             beat AS (INSERT INTO backfill_worker (worker_id, ids, free_runners, expires_at) \
+                 VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond') \
+                 ON CONFLICT (worker_id) DO UPDATE SET ids = EXCLUDED.ids, \
+                     free_runners = EXCLUDED.free_runners, expires_at = EXCLUDED.expires_at) \
+             SELECT m.backfill_id AS id, m.part, m.generation \
              FROM (SELECT p.backfill_id, p.part, p.generation, \
                        row_number() OVER (PARTITION BY p.backfill_id ORDER BY p.part) AS n \
                    FROM backfill_partition p \
@@ -159,7 +148,10 @@ pub async fn worker_excess_claims(
              ORDER BY m.backfill_id, m.part",
             servers = servers("$1"),
         ))
-        .bind::<Text, _>(worker),
+        .bind::<Text, _>(worker)
+        .bind::<Array<Text>, _>(ids)
+        .bind::<Integer, _>(free_runners.max(0))
+        .bind::<BigInt, _>(ttl_ms),
     )
     .load(conn)
     .await?)
