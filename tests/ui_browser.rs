@@ -1211,12 +1211,16 @@ async fn scalar_at(url: &str, sql: &str) -> i64 {
 /// among them, and still offers the retry that would reach it. A resume
 /// from `d0`'s row reaches `d0` alone. `d1`'s backfill opens on its own
 /// page (its audit read through `/databases/d1`), and a resume from that
-/// page reaches `d1` alone, audited there. Guards: the fan-out of the
+/// page reaches `d1` alone, audited there. The fleet page's settings form
+/// refuses a value that is not a number without sending it, then sends
+/// one merge patch to every database: each stores the new batch size and
+/// audits it with the page's key and reason, and the page shows each
+/// answer, `down`'s 503 among them. Guards: the fan-out of the
 /// all-databases action (`sendFleet` without `?database=`; acting on one
 /// database leaves the other running and shows one answer), the
 /// listener probe (`listenerKind`), `fleetDatabaseRow`/`fleetAnswers`
-/// (the down database's reason and 503) and `keyFor` on the fleet's
-/// requests.
+/// (the down database's reason and 503), `keyFor` on the fleet's
+/// requests and `fleetSettingsAnswers` (each database's settings answer).
 #[actix_rt::test]
 async fn flt06_ui_browser_fleet_page_lists_databases_and_pauses_all() {
     use backfill::host::{Availability, Database, Fleet, FleetConfig};
@@ -1364,6 +1368,38 @@ async fn flt06_ui_browser_fleet_page_lists_databases_and_pauses_all() {
         1,
         "d1 audited the resume from its page"
     );
+    browser.go().await;
+
+    // The settings form of the fleet page: one merge patch, stored and
+    // audited by each available database with the page's key and reason.
+    let key = browser.step("fleet-settings").await;
+    for (name, url) in [("d0", &urls[0]), ("d1", &urls[1])] {
+        assert_eq!(
+            scalar_at(
+                url,
+                &format!(
+                    "SELECT count(*) AS v FROM backfill WHERE id = '{FLEET_REPAIR}' \
+                     AND settings->>'batch_size' = '7'"
+                )
+            )
+            .await,
+            1,
+            "{name} stores the new batch size"
+        );
+        assert_eq!(
+            scalar_at(
+                url,
+                &format!(
+                    "SELECT count(*) AS v FROM backfill_audit WHERE backfill_id = '{FLEET_REPAIR}' \
+                     AND action = 'settings' AND outcome = 'applied' AND actor = 'ops' \
+                     AND correlation = '{key}' AND reason = 'smaller batches fleet-wide'"
+                )
+            )
+            .await,
+            1,
+            "{name} audited the settings change with the page's key and reason"
+        );
+    }
     browser.go().await;
     browser.finish().await;
     fleet.stop().await;

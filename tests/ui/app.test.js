@@ -749,6 +749,35 @@ test("flt06 every database's answer is shown, a down one's 503 as unavailable, n
   assert.match(app.fleetAnswerRow({ database: "d9", status: null, outcome: "unknown", text: "x" }), /no answer/);
 });
 
+test("flt06 a settings change on every database: each database's answer names its values now, a refusal its reason, a down one 503", () => {
+  const change = { batch_size: 7, pause_ms: null };
+  assert.strictEqual(app.describeSettingsTarget(change), "batch size to 7; pause between batches (ms) to its default");
+  const body = {
+    results: [
+      { database: "d0", status: 200, body: { id: "e.fix", settings: { batch_size: 7, max_lag_ms: 500 } } },
+      { database: "d1", status: 422, body: { error: "invalid_setting", field: "batch_size", message: "batch_size above max_batch_size" } },
+      { database: "down", status: 503, body: { error: "unavailable", message: "database \"x\" does not exist" } },
+    ],
+  };
+  const answers = app.fleetSettingsAnswers(change, body);
+  assert.deepStrictEqual(answers.map((a) => [a.database, a.status, a.outcome]), [
+    ["d0", 200, "applied"], ["d1", 422, "rejected"], ["down", 503, "unavailable"],
+  ]);
+  assert.strictEqual(answers[0].text, "settings: applied (batch size now 7; pause between batches (ms) now default)");
+  assert.strictEqual(answers[1].text, "settings: HTTP 422 invalid_setting: batch_size above max_batch_size");
+  assert.match(answers[2].text, /HTTP 503 unavailable: database "x" does not exist/);
+  assert.strictEqual(app.fleetSummary("settings", "e.fix", "in every database", answers),
+    "settings e.fix in every database: 1 applied (d0), 1 rejected (d1), 1 unavailable (down)");
+  assert.deepStrictEqual(app.fleetSettingsAnswers(change, null), []);
+  // The fleet page's form and the backfill page's do not share an ID.
+  const fleet = app.settingsFormHtml("fleet-");
+  const own = app.settingsFormHtml();
+  const idsOf = (html) => [...html.matchAll(/ id="([^"]+)"/g)].map((m) => m[1]);
+  assert.ok(idsOf(fleet).every((id) => id.startsWith("fleet-")), "every fleet form ID is prefixed");
+  assert.ok(idsOf(fleet).every((id) => !idsOf(own).includes(id)), "no ID of both forms");
+  assert.match(fleet, /<label for="fleet-set-batch_size">batch size<\/label>/);
+});
+
 test("flt06 a fleet action stays open, with its key, while a database's answer is a 5xx or none came", () => {
   const ok = { results: [{ database: "d0", status: 200 }, { database: "d1", status: 409 }] };
   const withDown = { results: [{ database: "d0", status: 200 }, { database: "down", status: 503 }] };

@@ -764,6 +764,45 @@ const scenarios = {
     await page.locator('[data-key="crumb"]').click();
     await until("the fleet page again", () => page.locator("#fleet-page").isVisible(), (v) => v);
     await step("detail-resumed");
+
+    // Live settings of every database from the fleet page's form: what is
+    // not a number is refused in the page, then one request goes to the
+    // fleet, which sends it to each database.
+    const patches = [];
+    const settingsPattern = `**/admin/fleet/backfills/${R}/settings*`;
+    await page.route(settingsPattern, async (route) => {
+      const request = route.request();
+      patches.push({ search: new URL(request.url()).search, body: request.postData(), key: request.headers()["idempotency-key"], reason: request.headers()["backfill-reason"] });
+      await route.continue();
+    });
+    await page.locator("#fleet-settings-panel summary").click();
+    check((await page.locator("#fleet-settings-id").inputValue()) === R, "the form changes the fleet's backfill");
+    check((await text("#fleet-settings-where")).startsWith("in all 3 databases"), `the form says where: ${await text("#fleet-settings-where")}`);
+    await page.locator("#fleet-set-batch_size").fill("many");
+    await page.locator("#fleet-settings-submit").click();
+    await until("the form's refusal", () => text("#fleet-settings-message"), (t) => /batch size must be a whole number.*Nothing was sent/.test(t));
+    check((await page.evaluate(() => document.activeElement.id)) === "fleet-set-batch_size", "focus on the field to correct");
+    check(patches.length === 0, "nothing was sent");
+    await page.locator("#fleet-set-batch_size").fill("7");
+    await page.locator("#fleet-settings-submit").click();
+    await until("the confirm dialog", () => page.locator("#confirm").isVisible(), (v) => v);
+    check((await text("#confirm-title")) === `Change the settings of ${R} in every database?`, `the dialog says where: ${await text("#confirm-title")}`);
+    const asked = await text("#confirm-text");
+    check(["batch size to 7", "d0", "d1", "down", "503"].every((w) => asked.includes(w)), `the dialog names the change and every database: ${asked}`);
+    await page.locator("#confirm-reason").fill("smaller batches fleet-wide");
+    await page.locator("#confirm-ok").click();
+    await until("every database's answer to the settings", answers, (a) => a.length === 3 && a[0][3].startsWith("settings"));
+    const set = await answers();
+    check(JSON.stringify(set.map((a) => a.slice(0, 3))) === JSON.stringify([["d0", "200", "applied"], ["d1", "200", "applied"], ["down", "503", "unavailable"]]),
+      `each database answered the settings: ${JSON.stringify(set)}`);
+    check(set[0][3] === "settings: applied (batch size now 7)", `d0's answer names the value now: ${set[0][3]}`);
+    check((await text("#result-text")) === `settings ${R} in every database: 2 applied (d0, d1), 1 unavailable (down)`, `the summary: ${await text("#result-text")}`);
+    check(patches.length === 1 && patches[0].search === "" && JSON.stringify(JSON.parse(patches[0].body)) === '{"batch_size":7}',
+      `one merge patch to every database: ${JSON.stringify(patches)}`);
+    check(patches[0].reason === encodeURIComponent("smaller batches fleet-wide"), `the reason goes with it: ${patches[0].reason}`);
+    await page.unroute(settingsPattern);
+    await shot("fleet-settings");
+    await step("fleet-settings", patches[0].key);
   },
 
   // 401: the prompt, focused, and nothing else.

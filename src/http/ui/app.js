@@ -443,14 +443,17 @@ function settingHint(field, view) {
 // setting (text, not number, so that what the operator typed reaches the
 // server, which names what is wrong with it, instead of an input that
 // quietly reads as empty) and a checkbox that resets it to its default.
-function settingsFormHtml() {
+// `prefix` keeps the element IDs of two forms on one page apart (the
+// backfill page's has none, the fleet page's `fleet-`).
+function settingsFormHtml(prefix = "") {
+  const p = escapeHtml(prefix);
   const groups = [["batch", "Batch size and pace"], ["health", "Health limits for this backfill"]];
   return groups.map(([group, legend]) => `<fieldset class="settings-group"><legend>${legend}</legend>` +
     SETTINGS.filter((f) => f.group === group).map((f) =>
-      `<div class="setting"><label for="set-${f.name}">${escapeHtml(f.label)}</label>` +
-      `<input id="set-${f.name}" name="${f.name}" type="text" inputmode="numeric" autocomplete="off" spellcheck="false" size="14" aria-describedby="hint-${f.name}">` +
-      `<label class="reset"><input type="checkbox" id="clear-${f.name}" name="clear-${f.name}" aria-label="reset ${escapeHtml(f.label)} to its default"> reset</label>` +
-      `<span class="hint" id="hint-${f.name}">${escapeHtml(rangeText(f))}</span></div>`).join("") +
+      `<div class="setting"><label for="${p}set-${f.name}">${escapeHtml(f.label)}</label>` +
+      `<input id="${p}set-${f.name}" name="${f.name}" type="text" inputmode="numeric" autocomplete="off" spellcheck="false" size="14" aria-describedby="${p}hint-${f.name}">` +
+      `<label class="reset"><input type="checkbox" id="${p}clear-${f.name}" name="clear-${f.name}" aria-label="reset ${escapeHtml(f.label)} to its default"> reset</label>` +
+      `<span class="hint" id="${p}hint-${f.name}">${escapeHtml(rangeText(f))}</span></div>`).join("") +
     "</fieldset>").join("");
 }
 
@@ -505,6 +508,17 @@ function describeSettingsChange(change, settings) {
   const order = (n) => { const i = SETTINGS.findIndex((f) => f.name === n); return i < 0 ? SETTINGS.length : i; };
   names.sort((a, b) => order(a) - order(b));
   return names.map((n) => `${settingLabel(n)}: ${show(now[n])} → ${show(change[n])}`).join("; ");
+}
+
+// What a change sets, without the values it replaces (each database of a
+// fleet has its own): "batch size to 7; pause between batches (ms) to
+// its default".
+function describeSettingsTarget(change) {
+  const names = Object.keys(change || {});
+  const order = (n) => { const i = SETTINGS.findIndex((f) => f.name === n); return i < 0 ? SETTINGS.length : i; };
+  names.sort((a, b) => order(a) - order(b));
+  const show = (v) => (v === null || v === undefined ? "its default" : isNum(v) ? fmtCount(v) : JSON.stringify(v));
+  return names.map((n) => `${settingLabel(n)} to ${show(change[n])}`).join("; ");
 }
 
 // The server's answer to a settings change, in words, with the setting it
@@ -1200,6 +1214,31 @@ function fleetAnswers(action, body) {
   });
 }
 
+// Each database's answer to a fleet settings change (THR-4 through
+// FLT-6), in words, in the server's order: an applied change names the
+// values now in force in that database for the settings it changed, a
+// refusal the database's own reason, and a database that is down is
+// `unavailable` (its 503), never missing. `change`: the merge patch sent.
+function fleetSettingsAnswers(change, body) {
+  const results = body && Array.isArray(body.results) ? body.results : [];
+  const names = Object.keys(change || {});
+  return results.map((r) => {
+    const status = isNum(r.status) ? r.status : null;
+    const b = r.body && typeof r.body === "object" ? r.body : null;
+    if (status === 503 && b && b.error === "unavailable") {
+      return { database: String(r.database), status, outcome: "unavailable", text: `settings: HTTP 503 unavailable: ${b.message || ""}` };
+    }
+    if (status === 200 && b && b.settings && typeof b.settings === "object") {
+      const now = Object.fromEntries(names.map((n) => [n, b.settings[n] === undefined ? null : b.settings[n]]));
+      const show = (v) => (v === null ? "default" : isNum(v) ? fmtCount(v) : JSON.stringify(v));
+      const said = names.map((n) => `${settingLabel(n)} now ${show(now[n])}`).join("; ");
+      return { database: String(r.database), status, outcome: "applied", text: `settings: applied (${said || "no change"})` };
+    }
+    const d = describeSettingsResult(status, b, null);
+    return { database: String(r.database), status, outcome: d.outcome, text: d.text };
+  });
+}
+
 // One database's answer as a table row.
 function fleetAnswerRow(a) {
   return `<tr data-id="answer:${escapeHtml(a.database)}" data-database="${escapeHtml(a.database)}">` +
@@ -1252,12 +1291,12 @@ if (typeof module !== "undefined") {
     ACTIONS, STATES, CONSEQUENCES, SETTINGS, actionsFor, settingsOffered, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
     fmtTime, fmtClock, progressInfo, progressCell, rowsText, blockingKeysText, serverRate, ratePaths, ratePeak, sparklineSvg, runChartHtml, rateEta, leaseText, ownerText, ownerCell,
     retryText, signalAmount, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
-    settingLabel, describeSettingsChange, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
+    settingLabel, describeSettingsChange, describeSettingsTarget, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
     auditCells, auditText, timelineCells, reasonHeaders, noExplicitValidation, validationHistory, keyText, partitionRows, parseRoute, fetchAll,
     listenerKind, apiBase, fleetDetailHref, fleetFilterHref, fleetKnown, fleetMoving, fleetCountsText, fleetRateEta, fleetAvailability, fleetDatabaseRow, fleetTotalsRows, fleetDatabaseNames,
-    fleetFilter, fleetActionButtons, fleetRow, fleetUnavailableRow, fleetIdActions, fleetAnswers, fleetAnswerRow, fleetSummary, fleetOutcome, fleetSettles,
+    fleetFilter, fleetActionButtons, fleetRow, fleetUnavailableRow, fleetIdActions, fleetAnswers, fleetSettingsAnswers, fleetAnswerRow, fleetSummary, fleetOutcome, fleetSettles,
   };
 }
 
@@ -1302,6 +1341,8 @@ if (typeof document !== "undefined") {
     fleetAt: null, // local ms when `fleet` was read
     fleetDatabase: parseRoute(location.hash).only || "all", // the fleet page's database filter
     fleetAnswers: null, // {what, answers}: each database's answer to the last fleet action
+    fleetSettingsId: null, // the backfill the fleet's settings form changes
+    fleetSettingsMsg: null, // {outcome, text}: the form's own word (nothing sent, or sending)
   };
   let timer = null;
   let seq = 0;
@@ -1685,6 +1726,19 @@ if (typeof document !== "undefined") {
     setHtml($("fleet-id-actions"), ui.cannotOperate ? "" : all.map((e) =>
       `<li data-id="all:${escapeHtml(e.id)}"><span class="fleet-id">${escapeHtml(e.id)}</span>` +
       `<span class="muted">in all ${names.length} databases:</span> ${fleetActionButtons(e.actions, e.id, null, ui.busy)}</li>`).join(""));
+    const ids = all.map((e) => e.id);
+    if (!ids.includes(ui.fleetSettingsId)) ui.fleetSettingsId = ids.length ? ids[0] : null;
+    const pick = $("fleet-settings-id");
+    setHtml(pick, ids.map((id) => `<option value="${escapeHtml(id)}">${escapeHtml(id)}</option>`).join(""));
+    if (ui.fleetSettingsId !== null && pick.value !== ui.fleetSettingsId) pick.value = ui.fleetSettingsId;
+    setText($("fleet-settings-where"), ui.fleetDatabase === "all" ?
+      `in all ${names.length} databases, one audited request to each (the filter picks one)` : `in ${ui.fleetDatabase} only (the filter picks it)`);
+    const said = ui.fleetSettingsMsg;
+    const box = $("fleet-settings-message");
+    box.hidden = !said;
+    box.className = said ? `settings-message outcome-box-${said.outcome}` : "settings-message";
+    setText(box, said ? said.text : "");
+    $("fleet-settings-submit").disabled = ui.busy;
     const unread = (f.list.unavailable || []).length;
     setText($("fleet-summary"), `${f.list.items.length} backfill${f.list.items.length === 1 ? "" : "s"} in ${names.length} database${names.length === 1 ? "" : "s"}` +
       `${unread ? `, ${unread} not listed` : ""}${ui.fleetDatabase === "all" ? "" : `; showing ${ui.fleetDatabase}`}`);
@@ -1970,6 +2024,60 @@ if (typeof document !== "undefined") {
     refresh();
   };
 
+  // Send one settings change (THR-4) of backfill `id` to `database`
+  // alone, or to every database when it is null (FLT-6): the fleet sends
+  // each database the same merge patch and Idempotency-Key, and each
+  // applies, audits or refuses it on its own terms. The key is kept while
+  // the outcome is open, for the same change, backfill and databases, so
+  // the retry replays what was answered and reaches what was not (ADM-4).
+  const sendFleetSettings = async (id, database, change, reason) => {
+    const request = `fleet:${database || "*"}:${canonicalJson(change)}`;
+    const key = keyFor(ui.pending, "settings", id, undefined, request);
+    ui.pending = { action: "settings", id, key, request, change, database, reason, fleet: true, unanswered: true };
+    const where = database ? `in ${database}` : "in every database";
+    ui.busy = true;
+    ui.fleetSettingsMsg = { outcome: "sending", text: "settings: sending…" };
+    ui.result = { text: `settings ${id} ${where}: sending…`, outcome: "sending", retry: null };
+    render();
+    const scope = database ? `?database=${encodeURIComponent(database)}` : "";
+    let status = null;
+    let body = null;
+    try {
+      const res = await fetch(`/admin/fleet/backfills/${encodeURIComponent(id)}/settings${scope}`, {
+        method: "PATCH",
+        headers: { ...authHeaders(), "Idempotency-Key": key, "Content-Type": "application/merge-patch+json", ...reasonHeaders(reason) },
+        body: JSON.stringify(change),
+      });
+      status = res.status;
+      try { body = await res.json(); } catch (e) { body = null; }
+    } catch (e) {
+      status = null;
+    }
+    ui.busy = false;
+    ui.fleetSettingsMsg = null;
+    if (status === 401) return signedOut();
+    if (status === 403) ui.cannotOperate = true;
+    const open = !fleetSettles(status, body);
+    if (!open) ui.pending = null;
+    const answers = status === 200 && body && Array.isArray(body.results) ? fleetSettingsAnswers(change, body) : null;
+    ui.fleetAnswers = answers ? { what: `settings ${id} ${where}: ${describeSettingsTarget(change)}`, answers } : null;
+    const alone = answers ? null : describeSettingsResult(status, body, null);
+    ui.result = {
+      text: answers ? fleetSummary("settings", id, where, answers) : `${id} ${where}: ${alone.text}`,
+      outcome: answers ? fleetOutcome(answers) : alone.outcome,
+      retry: open ? { action: "settings", id } : null,
+    };
+    // Every database applied it: the form is cleared. Otherwise the
+    // fields stay as typed, to be corrected or sent again.
+    if (answers && answers.every((a) => a.outcome === "applied")) {
+      $("fleet-settings-form").reset();
+      for (const f of SETTINGS) $(`fleet-set-${f.name}`).disabled = false;
+    }
+    render();
+    if (open) $("result-retry").focus();
+    refresh();
+  };
+
   // Send one settings change (THR-4) as a JSON merge patch. Its key is
   // kept until the server answers, for the same change on the same
   // backfill: resubmitting it after a lost answer (or "Retry") replays
@@ -2209,7 +2317,8 @@ if (typeof document !== "undefined") {
   });
   $("result-retry").addEventListener("click", () => {
     const p = ui.pending;
-    if (p && p.unanswered && p.fleet) sendFleet(p.action, p.id, p.database, p.reason);
+    if (p && p.unanswered && p.fleet && p.action === "settings") sendFleetSettings(p.id, p.database, p.change, p.reason);
+    else if (p && p.unanswered && p.fleet) sendFleet(p.action, p.id, p.database, p.reason);
     else if (p && p.unanswered && p.action === "settings") sendSettings(p.id, p.change, p.reason);
     else if (p && p.unanswered) send(p.action, p.id, p.reason);
   });
@@ -2246,6 +2355,49 @@ if (typeof document !== "undefined") {
       ok: "Apply",
       openerKey: "settings-submit",
       onOk: (reason) => sendSettings(id, change, reason),
+    });
+  });
+  $("fleet-settings-fields").innerHTML = settingsFormHtml("fleet-");
+  $("fleet-settings-fields").addEventListener("change", (e) => {
+    const m = e.target.id && e.target.id.match(/^fleet-clear-(.+)$/);
+    if (m) $(`fleet-set-${m[1]}`).disabled = e.target.checked;
+  });
+  $("fleet-settings-id").addEventListener("change", (e) => {
+    ui.fleetSettingsId = e.target.value;
+  });
+  // The fleet's settings form: checked here as the backfill page's is,
+  // confirmed naming every database it goes to, then one request.
+  $("fleet-settings-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const id = ui.fleetSettingsId;
+    if (ui.busy || !ui.fleet || !onFleetPage() || !id) return;
+    const entries = SETTINGS.map((f) => ({ name: f.name, text: $(`fleet-set-${f.name}`).value, clear: $(`fleet-clear-${f.name}`).checked }));
+    const { change, count, invalid } = settingsChange(entries);
+    if (invalid.length) {
+      const name = invalid[0];
+      ui.fleetSettingsMsg = { outcome: "rejected", text: `settings: ${settingLabel(name)} must be a whole number, 0 or more. Nothing was sent.` };
+      render();
+      $(`fleet-set-${name}`).focus();
+      return;
+    }
+    if (!count) {
+      ui.fleetSettingsMsg = { outcome: "rejected", text: "Nothing to change: type a value or tick reset. Nothing was sent." };
+      render();
+      $("fleet-settings-message").focus();
+      return;
+    }
+    ui.fleetSettingsMsg = null;
+    const database = ui.fleetDatabase === "all" ? null : ui.fleetDatabase;
+    const names = fleetDatabaseNames(ui.fleet.overview, ui.fleet.list);
+    const listed = names.length > 10 ? `${names.slice(0, 10).join(", ")} and ${names.length - 10} more` : names.join(", ");
+    confirmDialog({
+      title: database ? `Change the settings of ${id} in ${database}?` : `Change the settings of ${id} in every database?`,
+      text: `Set ${describeSettingsTarget(change)}. ` +
+        (database ? `In ${database} only. ` : `One audited request to each of the ${names.length} databases (${listed}); a database that is down answers 503, and its answer is shown with the others. `) +
+        "Each database stores and audits it, and its workers apply it at their next batch, without a restart.",
+      ok: database ? "Apply" : `Apply in all ${names.length}`,
+      openerKey: "fleet-settings-submit",
+      onOk: (reason) => sendFleetSettings(id, database, change, reason),
     });
   });
   $("dry-run-form").addEventListener("submit", (e) => {
