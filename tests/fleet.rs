@@ -855,6 +855,79 @@ async fn flt01_an_idle_databases_listener_closes_until_it_has_work() {
     drop_fleet_db(&name).await;
 }
 
+/// FLT-1 idle cost: a ready database's refresh rests on its answered
+/// claim polls. Its required backfill completes (which never changes
+/// again, REG-5), and a refresh reads it ready. Then its completed row is
+/// taken away behind the fleet's back (triggers off, as a restore to an
+/// earlier state would). While PostgreSQL keeps answering its polls,
+/// eleven refreshes reuse the reading (still ready: a minute at the
+/// default 5 s) and the twelfth reads again and sees it wait. Guard: the
+/// reuse (without it the first refresh after the change reads it not
+/// ready) and its bound (without it the twelfth still reads ready).
+#[actix_rt::test]
+async fn flt01_a_ready_databases_refresh_reuses_its_reading_while_its_polls_answer() {
+    let _serial = SERIAL.lock().await;
+    let name = fleet_db_name("settled", 0);
+    let d0 = Database::new("d0", create_fleet_db(&name).await);
+    let fleet = Fleet::start(fleet_config(), vec![d0.clone()], events_registry())
+        .await
+        .unwrap();
+    wait_completed(&fleet, "d0").await;
+    fleet.run_once().await;
+    assert_eq!(fleet.database("d0").unwrap().ready, Some(true));
+    let engine = fleet.engine("d0").unwrap().expect("d0 runs");
+    let mut conn = AsyncPgConnection::establish(&d0.url).await.unwrap();
+    conn.batch_execute(&format!(
+        "SET session_replication_role = replica; \
+         DELETE FROM backfill WHERE id = '{EVENTS}'; \
+         RESET session_replication_role"
+    ))
+    .await
+    .unwrap();
+    for refresh in 1..=12 {
+        let before = engine.polls_answered();
+        let mut wait = Deadline::new("a claim poll of d0 answered");
+        while engine.polls_answered() == before {
+            wait.tick().await;
+        }
+        fleet.run_once().await;
+        let ready = fleet.database("d0").unwrap().ready;
+        if refresh <= 11 {
+            assert_eq!(ready, Some(true), "refresh {refresh} reuses d0's reading");
+        } else {
+            assert_eq!(ready, Some(false), "refresh {refresh} reads d0 again");
+        }
+    }
+    fleet.stop().await;
+    drop_fleet_db(&name).await;
+}
+
+/// FLT-1: a ready database whose claim polls stop answering is read
+/// again at once. Its backfill completes and a refresh reads it ready;
+/// then it is dropped, and the second refresh after reports it
+/// unavailable at the latest (the first may still count a poll answered
+/// before the drop). Guard: the answered polls as the condition of the
+/// reuse (without it, the dropped database reads ready for eleven
+/// refreshes).
+#[actix_rt::test]
+async fn flt01_a_ready_database_that_stops_answering_is_read_again_at_once() {
+    let _serial = SERIAL.lock().await;
+    let name = fleet_db_name("settled", 1);
+    let d1 = Database::new("d1", create_fleet_db(&name).await);
+    let fleet = Fleet::start(fleet_config(), vec![d1], events_registry())
+        .await
+        .unwrap();
+    wait_completed(&fleet, "d1").await;
+    fleet.run_once().await;
+    assert_eq!(fleet.database("d1").unwrap().ready, Some(true));
+    drop_fleet_db(&name).await;
+    fleet.run_once().await;
+    fleet.run_once().await;
+    let status = fleet.database("d1").unwrap();
+    assert_eq!(status.availability, Availability::Unavailable, "{status:?}");
+    fleet.stop().await;
+}
+
 /// FLT-1 bad input: a malformed entry and a duplicated name are startup
 /// errors naming the entry, before any database is touched (the URLs
 /// name databases that do not exist).

@@ -112,6 +112,7 @@ impl Engine {
                 }))
             })
             .await?;
+        self.note_poll_answered();
         Ok(claimed.map(|mut claim| {
             claim.permit = permit;
             claim
@@ -140,6 +141,7 @@ impl Engine {
             .map(|(_, p)| i32::try_from(*p).unwrap_or(i32::MAX))
             .collect();
         let claimable = store::backfill_claimable(conn, &ids, exclude, &part_ids, &parts).await?;
+        self.note_poll_answered();
         let candidates: Vec<(String, i32)> = claimable
             .into_iter()
             .map(|id| {

@@ -82,6 +82,9 @@ pub struct Engine {
     /// Changes other processes announced (the wake-up NOTIFY): a claim
     /// reads its settings again when this moved (THR-4).
     changes: Arc<AtomicU64>,
+    /// Claim polls PostgreSQL answered: a fleet's refresh takes a rising
+    /// count as proof that the database still answers (FLT-1).
+    polls_answered: Arc<AtomicU64>,
     /// The process's health monitor, whose cached signals hold batches
     /// back (THR-1); unset for an engine driven without a host.
     health: Arc<std::sync::OnceLock<Arc<Monitor>>>,
@@ -113,9 +116,26 @@ impl Engine {
             events: Events::default(),
             serial_fallbacks: Arc::default(),
             changes: Arc::default(),
+            polls_answered: Arc::default(),
             health: Arc::default(),
             budget: Arc::default(),
         })
+    }
+
+    /// How many claim polls PostgreSQL has answered since the engine was
+    /// made (a claim, or the answer that nothing is claimable). A poll
+    /// that failed, or that asked nothing because nothing of this
+    /// process could be claimed, does not count. A fleet's refresh reads
+    /// it to see that a database still answers without asking it again
+    /// (FLT-1).
+    #[doc(hidden)]
+    pub fn polls_answered(&self) -> u64 {
+        self.polls_answered.load(Ordering::Relaxed)
+    }
+
+    /// Count one claim poll PostgreSQL answered.
+    pub(crate) fn note_poll_answered(&self) {
+        self.polls_answered.fetch_add(1, Ordering::Relaxed);
     }
 
     /// How many batches of repairs that overlap commits ran serially

@@ -88,8 +88,10 @@ pub struct FleetConfig {
     /// times its connections on the server.
     pub host: HostConfig,
     /// How often the fleet lists its source again, probes every database
-    /// (one read of its readiness), and retries the unavailable ones.
-    /// Default 5 s; at least 100 ms.
+    /// (one read of its readiness; a database read ready is not read
+    /// again while its claim polls are answered, for up to eleven
+    /// refreshes), and retries the unavailable ones. Default 5 s; at
+    /// least 100 ms.
     pub refresh_interval: Duration,
     /// The most runners this process runs at once over all its databases
     /// (FLT-2); each database's own cap is
@@ -188,6 +190,51 @@ struct View {
 struct Member {
     url: String,
     embedded: Option<Embedded>,
+    /// Its last readiness reading while that said ready, for the
+    /// refreshes that need not ask again.
+    settled: Option<Settled>,
+}
+
+/// A ready database's last reading. Ready means every backfill its
+/// readiness waits for is `completed`, which never changes again
+/// (REG-5), so from then on its readiness can change only by the
+/// database no longer answering; while its claim polls keep being
+/// answered, a refresh reuses the reading instead of reading again, an
+/// idle database's refresh so costing it no query (FLT-1). Every
+/// [`SETTLED_REFRESHES`]th refresh reads again all the same.
+struct Settled {
+    report: ReadinessReport,
+    /// [`Engine::polls_answered`] when it was taken or last reused.
+    polls_answered: u64,
+    /// The refreshes that reused it since it was read.
+    reused: u32,
+}
+
+/// How many refreshes in a row may reuse a ready database's reading
+/// (a minute at the default refresh interval).
+const SETTLED_REFRESHES: u32 = 11;
+
+impl Settled {
+    /// The readiness of `embedded`'s runtime: the `settled` reading when
+    /// PostgreSQL answered a claim poll since the last refresh, else a
+    /// reading from PostgreSQL, kept in `settled` when it says ready.
+    async fn readiness(settled: &mut Option<Settled>, embedded: &Embedded) -> ReadinessReport {
+        let answered = embedded.engine.polls_answered();
+        if let Some(settled) = settled {
+            if settled.polls_answered < answered && settled.reused < SETTLED_REFRESHES {
+                settled.polls_answered = answered;
+                settled.reused += 1;
+                return settled.report.clone();
+            }
+        }
+        let report = embedded.readiness.evaluate().await;
+        *settled = report.ready.then(|| Settled {
+            report: report.clone(),
+            polls_answered: answered,
+            reused: 0,
+        });
+        report
+    }
 }
 
 /// One runtime over many databases (FLT-1). Must run inside an actix
@@ -457,7 +504,7 @@ impl Shared {
         let probes = members.iter_mut().map(|(name, member)| async move {
             match &member.embedded {
                 Some(embedded) => {
-                    let report = embedded.readiness.evaluate().await;
+                    let report = Settled::readiness(&mut member.settled, embedded).await;
                     (name.clone(), Probe::Report(report))
                 }
                 None => (
@@ -549,6 +596,7 @@ impl Shared {
                 Member {
                     url: db.url,
                     embedded,
+                    settled: None,
                 },
             );
             self.record(&db.name, probe, served);
