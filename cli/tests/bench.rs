@@ -260,6 +260,16 @@ fn flt01_bench_fleet_reports_each_database_count_and_the_idle_cost() {
             run["idle_xacts_per_db_per_poll"].as_f64().unwrap() >= 0.0,
             "{run}"
         );
+        // Counted where pg_stat_statements is loaded, null elsewhere.
+        let statements = &run["idle_statements_per_db_per_poll"];
+        assert!(
+            statements.is_null() || statements.as_f64().unwrap() >= 0.0,
+            "{run}"
+        );
+        assert!(
+            run.get("idle_statements_per_db_per_poll").is_some(),
+            "{run}"
+        );
     }
     assert!(
         runs[2]["skipped"].as_str().unwrap().contains("connections"),

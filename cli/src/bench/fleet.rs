@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 
 /// The repair every database of the fleet runs.
 const ID: &str = "items.fleet";
-/// How long the idle cost is watched.
-const IDLE_WINDOW: Duration = Duration::from_secs(5);
+/// How long the idle cost is watched: three fleet refreshes and more
+/// than one presence round at the product's defaults.
+const IDLE_WINDOW: Duration = Duration::from_secs(15);
 /// How long after the last completion the watch starts: the last
 /// batches' wind-down (validation, the health monitor's rest, the pools'
 /// idle timeout) is over by then, so the window sees an idle database.
@@ -176,6 +177,14 @@ async fn one(
         "SELECT coalesce(sum(xact_commit + xact_rollback), 0)::bigint AS n \
          FROM pg_stat_database WHERE datname IN ({list})"
     );
+    // The statements the fleet's sessions ran, where pg_stat_statements
+    // is loaded (the bench's own cluster): unlike the transactions, they
+    // leave out the server's own work in those databases (autovacuum
+    // after the run's updates).
+    let statements = format!(
+        "SELECT coalesce(sum(s.calls), 0)::bigint AS n FROM pg_stat_statements s \
+         JOIN pg_database d ON d.oid = s.dbid WHERE d.datname IN ({list})"
+    );
     tokio::time::sleep(IDLE_SETTLE).await;
     // Statistics reach pg_stat_database when a backend reports them;
     // clearing the snapshot makes each read current.
@@ -183,11 +192,13 @@ async fn one(
         .batch_execute("SELECT pg_stat_clear_snapshot()")
         .await?;
     let before = scalar(admin, &xacts).await?;
+    let statements_before = scalar(admin, &statements).await.ok();
     tokio::time::sleep(IDLE_WINDOW).await;
     admin
         .batch_execute("SELECT pg_stat_clear_snapshot()")
         .await?;
     let after = scalar(admin, &xacts).await?;
+    let statements_after = scalar(admin, &statements).await.ok();
     let connections = scalar(
         admin,
         &format!("SELECT count(*)::bigint AS n FROM pg_stat_activity WHERE datname IN ({list})"),
@@ -201,6 +212,11 @@ async fn one(
     }
     let poll = ctx.args.poll_interval_ms as f64 / 1000.0;
     let per_db_per_s = (after - before) as f64 / d as f64 / IDLE_WINDOW.as_secs_f64();
+    let per_poll = |n: i64| n as f64 / d as f64 / IDLE_WINDOW.as_secs_f64() * poll;
+    let statements_per_poll = match (statements_before, statements_after) {
+        (Some(a), Some(b)) => json!((per_poll(b - a) * 100.0).round() / 100.0),
+        _ => Value::Null,
+    };
     Ok(json!({
         "databases": d,
         "rows_each": each,
@@ -210,6 +226,7 @@ async fn one(
         "idle_connections_per_db": (connections as f64 / d as f64 * 100.0).round() / 100.0,
         "idle_xacts_per_db_per_s": (per_db_per_s * 100.0).round() / 100.0,
         "idle_xacts_per_db_per_poll": (per_db_per_s * poll * 100.0).round() / 100.0,
+        "idle_statements_per_db_per_poll": statements_per_poll,
     }))
 }
 
@@ -217,24 +234,25 @@ async fn one(
 pub(super) fn markdown(f: &Value) -> String {
     let mut s = format!(
         "\nFleet (FLT-1): {} rows over D databases, one runner per database, B = {}; then, {} s after the last completion, each database idle for {} s:\n\n\
-         | D | rows/s | seconds | verified | idle connections per database | idle transactions per database per poll |\n|---|---|---|---|---|---|\n",
+         | D | rows/s | seconds | verified | idle connections per database | idle transactions per database per poll | idle statements per database per poll |\n|---|---|---|---|---|---|---|\n",
         f["rows"], f["batch"], IDLE_SETTLE.as_secs(), IDLE_WINDOW.as_secs()
     );
     for r in f["runs"].as_array().cloned().unwrap_or_default() {
         if let Some(skipped) = r["skipped"].as_str() {
             s.push_str(&format!(
-                "| {} | skipped: {skipped} | | | | |\n",
+                "| {} | skipped: {skipped} | | | | | |\n",
                 r["databases"]
             ));
         } else {
             s.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
                 r["databases"],
                 r["rows_per_s"],
                 r["seconds"],
                 r["verified"],
                 r["idle_connections_per_db"],
-                r["idle_xacts_per_db_per_poll"]
+                r["idle_xacts_per_db_per_poll"],
+                r["idle_statements_per_db_per_poll"]
             ));
         }
     }
