@@ -855,6 +855,21 @@ async fn flt01_an_idle_databases_listener_closes_until_it_has_work() {
     drop_fleet_db(&name).await;
 }
 
+/// A fleet of one database `d0` (the `i`th of its kind) whose required
+/// backfill completed, refreshed once and read ready: its name, its
+/// entry and the fleet.
+async fn read_ready(i: usize) -> (String, Database, Fleet) {
+    let name = fleet_db_name("settled", i);
+    let d0 = Database::new("d0", create_fleet_db(&name).await);
+    let fleet = Fleet::start(fleet_config(), vec![d0.clone()], events_registry())
+        .await
+        .unwrap();
+    wait_completed(&fleet, "d0").await;
+    fleet.run_once().await;
+    assert_eq!(fleet.database("d0").unwrap().ready, Some(true));
+    (name, d0, fleet)
+}
+
 /// FLT-1 idle cost: a ready database's refresh rests on its answered
 /// claim polls. Its required backfill completes (which never changes
 /// again, REG-5), and a refresh reads it ready. Then its completed row is
@@ -867,14 +882,7 @@ async fn flt01_an_idle_databases_listener_closes_until_it_has_work() {
 #[actix_rt::test]
 async fn flt01_a_ready_databases_refresh_reuses_its_reading_while_its_polls_answer() {
     let _serial = SERIAL.lock().await;
-    let name = fleet_db_name("settled", 0);
-    let d0 = Database::new("d0", create_fleet_db(&name).await);
-    let fleet = Fleet::start(fleet_config(), vec![d0.clone()], events_registry())
-        .await
-        .unwrap();
-    wait_completed(&fleet, "d0").await;
-    fleet.run_once().await;
-    assert_eq!(fleet.database("d0").unwrap().ready, Some(true));
+    let (name, d0, fleet) = read_ready(0).await;
     let engine = fleet.engine("d0").unwrap().expect("d0 runs");
     let mut conn = AsyncPgConnection::establish(&d0.url).await.unwrap();
     conn.batch_execute(&format!(
@@ -912,18 +920,11 @@ async fn flt01_a_ready_databases_refresh_reuses_its_reading_while_its_polls_answ
 #[actix_rt::test]
 async fn flt01_a_ready_database_that_stops_answering_is_read_again_at_once() {
     let _serial = SERIAL.lock().await;
-    let name = fleet_db_name("settled", 1);
-    let d1 = Database::new("d1", create_fleet_db(&name).await);
-    let fleet = Fleet::start(fleet_config(), vec![d1], events_registry())
-        .await
-        .unwrap();
-    wait_completed(&fleet, "d1").await;
-    fleet.run_once().await;
-    assert_eq!(fleet.database("d1").unwrap().ready, Some(true));
+    let (name, _d0, fleet) = read_ready(1).await;
     drop_fleet_db(&name).await;
     fleet.run_once().await;
     fleet.run_once().await;
-    let status = fleet.database("d1").unwrap();
+    let status = fleet.database("d0").unwrap();
     assert_eq!(status.availability, Availability::Unavailable, "{status:?}");
     fleet.stop().await;
 }
