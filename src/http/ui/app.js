@@ -1783,6 +1783,7 @@ if (typeof document !== "undefined") {
     ui.fleet = null;
     ui.fleetAt = null;
     ui.fleetAnswers = null;
+    ui.fleetSettingsMsg = null;
     for (const id of ["fleet-totals", "fleet-db-rows", "fleet-rows", "fleet-id-actions", "fleet-answer-rows"]) setHtml($(id), "");
     setText($("fleet-summary"), "");
     for (const id of ["rows", "detail-state", "detail-markers", "detail-actions", "detail-body"]) setHtml($(id), "");
