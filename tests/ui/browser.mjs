@@ -460,7 +460,7 @@ const scenarios = {
     await openList();
     await openDetail(RUNNING);
     await openSettings();
-    check((await page.getByLabel("batch size", { exact: true }).getAttribute("id")) === "set-batch_size", "the batch size input is labelled");
+    check((await page.locator("#settings-form").getByLabel("batch size", { exact: true }).getAttribute("id")) === "set-batch_size", "the batch size input is labelled");
     check((await text("#hint-batch_size")) === "1 to 100,000; now default", `the hint: ${await text("#hint-batch_size")}`);
     check(/batch size in force\s+4/.test(await liveSettings()), `the size in force: ${await liveSettings()}`);
     const keys = [];
