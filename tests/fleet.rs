@@ -1598,6 +1598,55 @@ async fn flt02_a_rollout_cap_set_over_http_holds_after_a_restart() {
     drop_fleet_dbs(&names).await;
 }
 
+/// FLT-2: a rollout cap set through one process reaches another process
+/// of the same fleet while both run. Process `a` sets the cap over its
+/// admin API; process `b`, started before over the same database, still
+/// has none, and takes it at its twelfth refresh (about a minute at the
+/// default 5 s), which reads the caps every database keeps. Guard: the
+/// paced reading of the stored caps (without it `b` has no cap until it
+/// restarts).
+#[actix_rt::test]
+async fn flt02_a_rollout_cap_set_through_one_process_reaches_another_running() {
+    let _serial = SERIAL.lock().await;
+    let name = fleet_db_name("reach", 0);
+    let databases = vec![Database::new("d0", create_fleet_db(&name).await)];
+    let mut a = Fleet::start(operated_config(), databases.clone(), events_registry())
+        .await
+        .unwrap();
+    let mut config = operated_config();
+    config.host.runtime.worker_id = "b".into();
+    let b = Fleet::start(config, databases, events_registry())
+        .await
+        .unwrap();
+    let addr = a.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let auth = format!("Bearer {TOKEN}");
+    let put = request(
+        addr,
+        "PUT",
+        &format!("/admin/fleet/rollout/{EVENTS}"),
+        &[
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        Some(r#"{"max_databases": 1}"#),
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    assert_eq!(a.rollout(EVENTS), Some(1));
+    for refresh in 1..=12 {
+        assert_eq!(b.rollout(EVENTS), None, "before refresh {refresh}");
+        b.run_once().await;
+    }
+    assert_eq!(
+        b.rollout(EVENTS),
+        Some(1),
+        "the twelfth refresh read the cap"
+    );
+    a.stop().await;
+    b.stop().await;
+    drop_fleet_db(&name).await;
+}
+
 /// FLT-6: every database's own admin API is served, unchanged, under
 /// `/databases/{name}` on the fleet's listener: a start through `d0`'s
 /// prefix reaches `d0` alone (its state, its audit row, its timeline),

@@ -262,6 +262,9 @@ struct Shared {
     /// database. Locked only to copy or replace entries, never across an
     /// await.
     views: parking_lot::Mutex<BTreeMap<String, View>>,
+    /// The refreshes run so far, which pace the reading of the stored
+    /// rollout caps.
+    refreshes: std::sync::atomic::AtomicU32,
 }
 
 impl Fleet {
@@ -301,6 +304,7 @@ impl Fleet {
             source: Arc::new(source),
             members: tokio::sync::Mutex::new(BTreeMap::new()),
             views: parking_lot::Mutex::new(BTreeMap::new()),
+            refreshes: std::sync::atomic::AtomicU32::new(0),
         });
         shared.join(databases).await;
         let loop_shared = shared.clone();
@@ -526,6 +530,34 @@ impl Shared {
                 .get(&name)
                 .and_then(|m| m.embedded.as_ref().map(served));
             self.record(&name, probe, served);
+        }
+        let refresh = self
+            .refreshes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if refresh % (SETTLED_REFRESHES + 1) == SETTLED_REFRESHES {
+            self.adopt_rollouts(&members).await;
+        }
+    }
+
+    /// Take the newer rollout caps another process of the fleet stored
+    /// (FLT-2). Every database the fleet serves keeps every cap set
+    /// through it, so one database answering is enough: the first that
+    /// does. Paced with the readiness reads a ready database still gets
+    /// (every twelfth refresh), so an idle fleet pays one statement a
+    /// minute for it, not one per database.
+    async fn adopt_rollouts(&self, members: &BTreeMap<String, Member>) {
+        for (name, member) in members {
+            let Some(embedded) = &member.embedded else {
+                continue;
+            };
+            let adopted = match embedded.pool.get().await {
+                Ok(mut conn) => self.budget.adopt_stored(&mut conn).await.is_ok(),
+                Err(_) => false,
+            };
+            if adopted {
+                return;
+            }
+            tracing::debug!(event = "fleet_rollout_unread", database = %name);
         }
     }
 
