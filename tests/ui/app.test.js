@@ -778,6 +778,22 @@ test("flt06 a settings change on every database: each database's answer names it
   assert.match(fleet, /<label for="fleet-set-batch_size">batch size<\/label>/);
 });
 
+test("thr4 a settings form is refused before sending: not a whole number names the field, nothing to change says so", () => {
+  const bad = app.settingsChange([{ name: "batch_size", text: "many" }, { name: "pause_ms", text: "5" }]);
+  assert.deepStrictEqual(app.settingsFormRefusal(bad), { field: "batch_size", text: "settings: batch size must be a whole number, 0 or more. Nothing was sent." });
+  assert.deepStrictEqual(app.settingsFormRefusal(app.settingsChange([{ name: "batch_size", text: " " }])),
+    { field: null, text: "Nothing to change: type a value or tick reset. Nothing was sent." });
+  assert.strictEqual(app.settingsFormRefusal(app.settingsChange([{ name: "batch_size", text: "7" }])), null);
+  assert.strictEqual(app.settingsFormRefusal(app.settingsChange([{ name: "batch_size", clear: true }])), null);
+});
+
+test("flt06 names in a sentence: ten, then how many more", () => {
+  assert.strictEqual(app.listNames(["d0", "d1"]), "d0, d1");
+  const many = Array.from({ length: 12 }, (_, i) => `d${i}`);
+  assert.strictEqual(app.listNames(many), "d0, d1, d2, d3, d4, d5, d6, d7, d8, d9 and 2 more");
+  assert.strictEqual(app.listNames([]), "");
+});
+
 test("flt06 a fleet action stays open, with its key, while a database's answer is a 5xx or none came", () => {
   const ok = { results: [{ database: "d0", status: 200 }, { database: "d1", status: 409 }] };
   const withDown = { results: [{ database: "d0", status: 200 }, { database: "down", status: 503 }] };

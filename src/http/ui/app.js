@@ -483,6 +483,18 @@ function settingsChange(entries) {
   return { change, count: Object.keys(change).length, invalid };
 }
 
+// Why a filled settings form is not sent, in words with the field to
+// point at, or null when it may be: a value that is not a whole number,
+// or nothing to change. `checked`: what `settingsChange` answered.
+function settingsFormRefusal(checked) {
+  if (checked.invalid.length) {
+    const name = checked.invalid[0];
+    return { field: name, text: `settings: ${settingLabel(name)} must be a whole number, 0 or more. Nothing was sent.` };
+  }
+  if (!checked.count) return { field: null, text: "Nothing to change: type a value or tick reset. Nothing was sent." };
+  return null;
+}
+
 // JSON with object keys sorted: one change is one request however its
 // fields were ordered, so its retry carries the same key.
 function canonicalJson(value) {
@@ -1248,6 +1260,12 @@ function fleetAnswerRow(a) {
     `<td class="col-text">${escapeHtml(a.text)}</td></tr>`;
 }
 
+// Names for a sentence: the first ten, then how many more.
+function listNames(names) {
+  const ns = names || [];
+  return ns.length > 10 ? `${ns.slice(0, 10).join(", ")} and ${ns.length - 10} more` : ns.join(", ");
+}
+
 // A fleet action's answers in one line: how many databases gave each
 // outcome, naming them, e.g. "pause events.fix in every database: 2
 // applied (d0, d1), 1 unavailable (down)".
@@ -1259,8 +1277,7 @@ function fleetSummary(action, id, where, answers) {
     g.names.push(a.database);
   }
   const word = (o) => (o === "converged" ? "unchanged" : o);
-  const names = (ns) => (ns.length > 10 ? `${ns.slice(0, 10).join(", ")} and ${ns.length - 10} more` : ns.join(", "));
-  const parts = groups.map((g) => `${g.names.length} ${word(g.outcome)} (${names(g.names)})`);
+  const parts = groups.map((g) => `${g.names.length} ${word(g.outcome)} (${listNames(g.names)})`);
   return `${action} ${id} ${where}: ${parts.length ? parts.join(", ") : "no database answered"}`;
 }
 
@@ -1290,13 +1307,13 @@ if (typeof module !== "undefined") {
   module.exports = {
     ACTIONS, STATES, CONSEQUENCES, SETTINGS, actionsFor, settingsOffered, escapeHtml, fmtCount, fmtDuration, fmtRelative, deltaTo, relativeTo,
     fmtTime, fmtClock, progressInfo, progressCell, rowsText, blockingKeysText, serverRate, ratePaths, ratePeak, sparklineSvg, runChartHtml, rateEta, leaseText, ownerText, ownerCell,
-    retryText, signalAmount, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, canonicalJson,
+    retryText, signalAmount, throttleInfo, settingsRows, rangeText, settingHint, settingsFormHtml, settingsChange, settingsFormRefusal, canonicalJson,
     settingLabel, describeSettingsChange, describeSettingsTarget, describeSettingsResult, markers, diagnosticCurrent, diagnosticCell, startFailedCell, validationCell, readinessCell, row,
     stateCounts, filterViews, BULK_ACTIONS, bulkTargets, bulkSummary, statusLine, newKey, keyFor, settles, describeResult, resultOutcome, UNDOABLE, undoOffered,
     journalRows, actionButtons, DRY_RUNNABLE, DRY_RUN_MAX_BATCHES, dryKnown, dryRunReportHtml,
     auditCells, auditText, timelineCells, reasonHeaders, noExplicitValidation, validationHistory, keyText, partitionRows, parseRoute, fetchAll,
     listenerKind, apiBase, fleetDetailHref, fleetFilterHref, fleetKnown, fleetMoving, fleetCountsText, fleetRateEta, fleetAvailability, fleetDatabaseRow, fleetTotalsRows, fleetDatabaseNames,
-    fleetFilter, fleetActionButtons, fleetRow, fleetUnavailableRow, fleetIdActions, fleetAnswers, fleetSettingsAnswers, fleetAnswerRow, fleetSummary, fleetOutcome, fleetSettles,
+    fleetFilter, fleetActionButtons, fleetRow, fleetUnavailableRow, fleetIdActions, fleetAnswers, fleetSettingsAnswers, fleetAnswerRow, listNames, fleetSummary, fleetOutcome, fleetSettles,
   };
 }
 
@@ -1952,6 +1969,23 @@ if (typeof document !== "undefined") {
     }
   };
 
+  // PATCH one settings change as a JSON merge patch: the status (null
+  // without an answer) and the JSON body, if any.
+  const patch = async (url, key, change, reason) => {
+    try {
+      const res = await fetch(url, {
+        method: "PATCH",
+        headers: { ...authHeaders(), "Idempotency-Key": key, "Content-Type": "application/merge-patch+json", ...reasonHeaders(reason) },
+        body: JSON.stringify(change),
+      });
+      let body = null;
+      try { body = await res.json(); } catch (e) { body = null; }
+      return { status: res.status, body };
+    } catch (e) {
+      return { status: null, body: null };
+    }
+  };
+
   // The token was refused (401): drop the pending action and everything
   // it read, and ask for a token again.
   const signedOut = () => {
@@ -2041,19 +2075,7 @@ if (typeof document !== "undefined") {
     ui.result = { text: `settings ${id} ${where}: sending…`, outcome: "sending", retry: null };
     render();
     const scope = database ? `?database=${encodeURIComponent(database)}` : "";
-    let status = null;
-    let body = null;
-    try {
-      const res = await fetch(`/admin/fleet/backfills/${encodeURIComponent(id)}/settings${scope}`, {
-        method: "PATCH",
-        headers: { ...authHeaders(), "Idempotency-Key": key, "Content-Type": "application/merge-patch+json", ...reasonHeaders(reason) },
-        body: JSON.stringify(change),
-      });
-      status = res.status;
-      try { body = await res.json(); } catch (e) { body = null; }
-    } catch (e) {
-      status = null;
-    }
+    const { status, body } = await patch(`/admin/fleet/backfills/${encodeURIComponent(id)}/settings${scope}`, key, change, reason);
     ui.busy = false;
     ui.fleetSettingsMsg = null;
     if (status === 401) return signedOut();
@@ -2092,19 +2114,7 @@ if (typeof document !== "undefined") {
     ui.settingsMsg = { id, outcome: "sending", text: "settings: sending…", field: null };
     ui.result = { text: `${id}: settings: sending…`, outcome: "sending", retry: null };
     render();
-    let res = null;
-    let body = null;
-    try {
-      res = await fetch(api(`/admin/backfills/${encodeURIComponent(id)}/settings`), {
-        method: "PATCH",
-        headers: { ...authHeaders(), "Idempotency-Key": key, "Content-Type": "application/merge-patch+json", ...reasonHeaders(reason) },
-        body: JSON.stringify(change),
-      });
-      try { body = await res.json(); } catch (e) { body = null; }
-    } catch (e) {
-      res = null;
-    }
-    const status = res ? res.status : null;
+    const { status, body } = await patch(api(`/admin/backfills/${encodeURIComponent(id)}/settings`), key, change, reason);
     ui.busy = false;
     if (status === 401) {
       signedOut();
@@ -2198,7 +2208,7 @@ if (typeof document !== "undefined") {
   const confirmFleet = (action, id, database, opener) => {
     const name = `${action[0].toUpperCase()}${action.slice(1)}`;
     const names = ui.fleet ? fleetDatabaseNames(ui.fleet.overview, ui.fleet.list) : [];
-    const listed = names.length > 10 ? `${names.slice(0, 10).join(", ")} and ${names.length - 10} more` : names.join(", ");
+    const listed = listNames(names);
     confirmDialog({
       title: database ? `${name} ${id} in ${database}?` : `${name} ${id} in every database?`,
       text: database ? `In ${database} only. ${CONSEQUENCES[action] || ""}` :
@@ -2271,7 +2281,7 @@ if (typeof document !== "undefined") {
       const ids = bulkTargets(filterViews(ui.views, ui.route.state, ui.search), action);
       if (!ids.length) return;
       const name = `${action[0].toUpperCase()}${action.slice(1)}`;
-      const listed = ids.length > 10 ? `${ids.slice(0, 10).join(", ")} and ${ids.length - 10} more` : ids.join(", ");
+      const listed = listNames(ids);
       confirmDialog({
         title: `${name} ${ids.length} backfill${ids.length === 1 ? "" : "s"}?`,
         text: `${listed}. Each: ${CONSEQUENCES[action]} One audited request per backfill.`,
@@ -2323,32 +2333,34 @@ if (typeof document !== "undefined") {
     else if (p && p.unanswered && p.action === "settings") sendSettings(p.id, p.change, p.reason);
     else if (p && p.unanswered) send(p.action, p.id, p.reason);
   });
-  $("settings-fields").innerHTML = settingsFormHtml();
-  // A ticked reset sends null whatever the field holds: the field is
-  // disabled meanwhile so the form shows what will be sent.
-  $("settings-fields").addEventListener("change", (e) => {
-    const m = e.target.id && e.target.id.match(/^clear-(.+)$/);
-    if (m) $(`set-${m[1]}`).disabled = e.target.checked;
-  });
+  // A settings form's fields (IDs with `prefix`), built once. A ticked
+  // reset sends null whatever the field holds: the field is disabled
+  // meanwhile so the form shows what will be sent.
+  const buildSettingsForm = (prefix) => {
+    const fields = $(`${prefix}settings-fields`);
+    fields.innerHTML = settingsFormHtml(prefix);
+    fields.addEventListener("change", (e) => {
+      const m = e.target.id && e.target.id.startsWith(`${prefix}clear-`) ? e.target.id.slice(`${prefix}clear-`.length) : null;
+      if (m) $(`${prefix}set-${m}`).disabled = e.target.checked;
+    });
+  };
+  // What a settings form asks for, checked as `settingsChange` does.
+  const readSettingsForm = (prefix) => settingsChange(SETTINGS.map((f) =>
+    ({ name: f.name, text: $(`${prefix}set-${f.name}`).value, clear: $(`${prefix}clear-${f.name}`).checked })));
+  buildSettingsForm("");
   $("settings-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const v = ui.detail;
     if (ui.busy || !v || ui.route.page !== "detail" || v.id !== ui.route.id) return;
-    const entries = SETTINGS.map((f) => ({ name: f.name, text: $(`set-${f.name}`).value, clear: $(`clear-${f.name}`).checked }));
-    const { change, count, invalid } = settingsChange(entries);
-    if (invalid.length) {
-      const name = invalid[0];
-      ui.settingsMsg = { id: v.id, outcome: "rejected", text: `settings: ${settingLabel(name)} must be a whole number, 0 or more. Nothing was sent.`, field: name };
+    const checked = readSettingsForm("");
+    const refused = settingsFormRefusal(checked);
+    if (refused) {
+      ui.settingsMsg = { id: v.id, outcome: "rejected", text: refused.text, field: refused.field };
       render();
-      $(`set-${name}`).focus();
+      $(refused.field ? `set-${refused.field}` : "settings-message").focus();
       return;
     }
-    if (!count) {
-      ui.settingsMsg = { id: v.id, outcome: "rejected", text: "Nothing to change: type a value or tick reset. Nothing was sent.", field: null };
-      render();
-      $("settings-message").focus();
-      return;
-    }
+    const change = checked.change;
     const id = v.id;
     confirmDialog({
       title: `Change the settings of ${id}?`,
@@ -2358,11 +2370,7 @@ if (typeof document !== "undefined") {
       onOk: (reason) => sendSettings(id, change, reason),
     });
   });
-  $("fleet-settings-fields").innerHTML = settingsFormHtml("fleet-");
-  $("fleet-settings-fields").addEventListener("change", (e) => {
-    const m = e.target.id && e.target.id.match(/^fleet-clear-(.+)$/);
-    if (m) $(`fleet-set-${m[1]}`).disabled = e.target.checked;
-  });
+  buildSettingsForm("fleet-");
   $("fleet-settings-id").addEventListener("change", (e) => {
     ui.fleetSettingsId = e.target.value;
   });
@@ -2372,25 +2380,19 @@ if (typeof document !== "undefined") {
     e.preventDefault();
     const id = ui.fleetSettingsId;
     if (ui.busy || !ui.fleet || !onFleetPage() || !id) return;
-    const entries = SETTINGS.map((f) => ({ name: f.name, text: $(`fleet-set-${f.name}`).value, clear: $(`fleet-clear-${f.name}`).checked }));
-    const { change, count, invalid } = settingsChange(entries);
-    if (invalid.length) {
-      const name = invalid[0];
-      ui.fleetSettingsMsg = { outcome: "rejected", text: `settings: ${settingLabel(name)} must be a whole number, 0 or more. Nothing was sent.` };
+    const checked = readSettingsForm("fleet-");
+    const refused = settingsFormRefusal(checked);
+    if (refused) {
+      ui.fleetSettingsMsg = { outcome: "rejected", text: refused.text };
       render();
-      $(`fleet-set-${name}`).focus();
+      $(refused.field ? `fleet-set-${refused.field}` : "fleet-settings-message").focus();
       return;
     }
-    if (!count) {
-      ui.fleetSettingsMsg = { outcome: "rejected", text: "Nothing to change: type a value or tick reset. Nothing was sent." };
-      render();
-      $("fleet-settings-message").focus();
-      return;
-    }
+    const change = checked.change;
     ui.fleetSettingsMsg = null;
     const database = ui.fleetDatabase === "all" ? null : ui.fleetDatabase;
     const names = fleetDatabaseNames(ui.fleet.overview, ui.fleet.list);
-    const listed = names.length > 10 ? `${names.slice(0, 10).join(", ")} and ${names.length - 10} more` : names.join(", ");
+    const listed = listNames(names);
     confirmDialog({
       title: database ? `Change the settings of ${id} in ${database}?` : `Change the settings of ${id} in every database?`,
       text: `Set ${describeSettingsTarget(change)}. ` +
