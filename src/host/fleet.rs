@@ -28,6 +28,7 @@ use crate::throttle::budget::RunnerBudget;
 use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -264,7 +265,7 @@ struct Shared {
     views: parking_lot::Mutex<BTreeMap<String, View>>,
     /// The refreshes run so far, which pace the reading of the stored
     /// rollout caps.
-    refreshes: std::sync::atomic::AtomicU32,
+    refreshes: AtomicU32,
 }
 
 impl Fleet {
@@ -304,7 +305,7 @@ impl Fleet {
             source: Arc::new(source),
             members: tokio::sync::Mutex::new(BTreeMap::new()),
             views: parking_lot::Mutex::new(BTreeMap::new()),
-            refreshes: std::sync::atomic::AtomicU32::new(0),
+            refreshes: AtomicU32::new(0),
         });
         shared.join(databases).await;
         let loop_shared = shared.clone();
@@ -531,9 +532,7 @@ impl Shared {
                 .and_then(|m| m.embedded.as_ref().map(served));
             self.record(&name, probe, served);
         }
-        let refresh = self
-            .refreshes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let refresh = self.refreshes.fetch_add(1, Ordering::Relaxed);
         if refresh % (SETTLED_REFRESHES + 1) == SETTLED_REFRESHES {
             self.adopt_rollouts(&members).await;
         }
@@ -542,9 +541,9 @@ impl Shared {
     /// Take the newer rollout caps another process of the fleet stored
     /// (FLT-2). Every database the fleet serves keeps every cap set
     /// through it, so one database answering is enough: the first that
-    /// does. Paced with the readiness reads a ready database still gets
-    /// (every twelfth refresh), so an idle fleet pays one statement a
-    /// minute for it, not one per database.
+    /// does. Every twelfth refresh, the rhythm at which a ready database
+    /// is read again, so an idle fleet pays one statement a minute for
+    /// it, not one per database.
     async fn adopt_rollouts(&self, members: &BTreeMap<String, Member>) {
         for (name, member) in members {
             let Some(embedded) = &member.embedded else {

@@ -191,14 +191,14 @@ async fn one(
     admin
         .batch_execute("SELECT pg_stat_clear_snapshot()")
         .await?;
-    let before = scalar(admin, &xacts).await?;
-    let statements_before = scalar(admin, &statements).await.ok();
+    let xacts_at_start = scalar(admin, &xacts).await?;
+    let statements_at_start = scalar(admin, &statements).await.ok();
     tokio::time::sleep(IDLE_WINDOW).await;
     admin
         .batch_execute("SELECT pg_stat_clear_snapshot()")
         .await?;
-    let after = scalar(admin, &xacts).await?;
-    let statements_after = scalar(admin, &statements).await.ok();
+    let xacts_at_end = scalar(admin, &xacts).await?;
+    let statements_at_end = scalar(admin, &statements).await.ok();
     let connections = scalar(
         admin,
         &format!("SELECT count(*)::bigint AS n FROM pg_stat_activity WHERE datname IN ({list})"),
@@ -211,10 +211,12 @@ async fn one(
             .await?;
     }
     let poll = ctx.args.poll_interval_ms as f64 / 1000.0;
-    let per_db_per_s = (after - before) as f64 / d as f64 / IDLE_WINDOW.as_secs_f64();
-    let per_poll = |n: i64| n as f64 / d as f64 / IDLE_WINDOW.as_secs_f64() * poll;
-    let statements_per_poll = match (statements_before, statements_after) {
-        (Some(a), Some(b)) => json!((per_poll(b - a) * 100.0).round() / 100.0),
+    // Per database and second over the window, and per poll interval.
+    let per_s = |n: i64| n as f64 / d as f64 / IDLE_WINDOW.as_secs_f64();
+    let hundredths = |x: f64| (x * 100.0).round() / 100.0;
+    let xacts_per_s = per_s(xacts_at_end - xacts_at_start);
+    let statements_per_poll = match (statements_at_start, statements_at_end) {
+        (Some(start), Some(end)) => json!(hundredths(per_s(end - start) * poll)),
         _ => Value::Null,
     };
     Ok(json!({
@@ -223,9 +225,9 @@ async fn one(
         "seconds": (seconds * 1000.0).round() / 1000.0,
         "rows_per_s": ((each * d as u64) as f64 / seconds).round(),
         "verified": verified,
-        "idle_connections_per_db": (connections as f64 / d as f64 * 100.0).round() / 100.0,
-        "idle_xacts_per_db_per_s": (per_db_per_s * 100.0).round() / 100.0,
-        "idle_xacts_per_db_per_poll": (per_db_per_s * poll * 100.0).round() / 100.0,
+        "idle_connections_per_db": hundredths(connections as f64 / d as f64),
+        "idle_xacts_per_db_per_s": hundredths(xacts_per_s),
+        "idle_xacts_per_db_per_poll": hundredths(xacts_per_s * poll),
         "idle_statements_per_db_per_poll": statements_per_poll,
     }))
 }
