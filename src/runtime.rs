@@ -343,6 +343,20 @@ impl Backend for Engine {
             .collect())
     }
 
+    fn offer_presence(
+        &self,
+        worker: &str,
+        free_runners: usize,
+        given_up: &[String],
+        round: std::time::Duration,
+    ) {
+        Engine::offer_presence(self, worker, free_runners, given_up, round);
+    }
+
+    fn presence_polled_within(&self, worker: &str, within: std::time::Duration) -> bool {
+        Engine::presence_polled_within(self, worker, within)
+    }
+
     async fn leave(&self, worker: &str) -> Result<(), BackendError> {
         Engine::leave(self, worker).await.map_err(backend_error)
     }

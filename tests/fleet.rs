@@ -15,7 +15,8 @@
 //!   `flt01_every_member_log_line_*`; an idle database's pool shrinks to
 //!   the connections its polls reuse: `flt01_an_idle_databases_pool_*`,
 //!   and holds its wake-up listener only while it works:
-//!   `flt01_an_idle_databases_listener_*`
+//!   `flt01_an_idle_databases_listener_*`; its presence rides on its
+//!   claim polls: `flt01_an_idle_databases_claim_polls_*`
 //! - FLT-2 with runners scarce the higher priority is claimed first (the
 //!   timeline's claim times), and a process-wide runner cap and a rollout
 //!   cap hold (every batch's time), and a rollout cap set over HTTP
@@ -927,6 +928,82 @@ async fn flt01_a_ready_database_that_stops_answering_is_read_again_at_once() {
     let status = fleet.database("d0").unwrap();
     assert_eq!(status.availability, Availability::Unavailable, "{status:?}");
     fleet.stop().await;
+}
+
+/// FLT-1 idle cost, PAR-6: an idle database's presence rides on its
+/// claim polls, so a poll is the one query it answers. A trigger logs
+/// which statement wrote each presence (the claim poll's read of what is
+/// claimable, or the lease renewer's round); once the backfill completed
+/// and a poll wrote the presence, the next five writes (with a lease TTL
+/// of 3 s the renewer's round is a second, so they span several rounds)
+/// all come from polls, never more than a TTL apart. Guards: the poll's
+/// heartbeat (without it no poll ever writes) and the renewer's skip
+/// (without it its rounds write too).
+#[actix_rt::test]
+async fn flt01_an_idle_databases_claim_polls_carry_its_presence() {
+    let _serial = SERIAL.lock().await;
+    let name = fleet_db_name("presence", 0);
+    let d0 = Database::new("d0", create_fleet_db(&name).await);
+    let mut config = fleet_config();
+    config.host.engine.lease_ttl = Duration::from_secs(3);
+    let fleet = Fleet::start(config, vec![d0.clone()], events_registry())
+        .await
+        .unwrap();
+    wait_completed(&fleet, "d0").await;
+    let mut conn = AsyncPgConnection::establish(&d0.url).await.unwrap();
+    conn.batch_execute(
+        "CREATE TABLE presence_log (at timestamptz NOT NULL DEFAULT clock_timestamp(), \
+             by text NOT NULL); \
+         CREATE FUNCTION log_presence() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             INSERT INTO presence_log (by) VALUES (CASE \
+                 WHEN current_query() LIKE '%SELECT b.id FROM backfill b WHERE%' THEN 'poll' \
+                 WHEN current_query() LIKE '%PARTITION BY p.backfill_id%' THEN 'round' \
+                 ELSE 'other' END); \
+             RETURN NEW; END $$; \
+         CREATE TRIGGER log_presence AFTER INSERT OR UPDATE ON backfill_worker \
+             FOR EACH ROW EXECUTE FUNCTION log_presence()",
+    )
+    .await
+    .unwrap();
+    let mut wait = Deadline::new("a claim poll of the idle d0 records its presence");
+    while support::scalar_on(
+        &mut conn,
+        "SELECT count(*) AS v FROM presence_log WHERE by = 'poll'",
+    )
+    .await
+        == 0
+    {
+        wait.tick().await;
+    }
+    conn.batch_execute("DELETE FROM presence_log")
+        .await
+        .unwrap();
+    let mut wait = Deadline::new("five presence writes of the idle d0");
+    while support::scalar_on(&mut conn, "SELECT count(*) AS v FROM presence_log").await < 5 {
+        wait.tick().await;
+    }
+    let by = support::scalar_on(
+        &mut conn,
+        "SELECT count(*) AS v FROM presence_log WHERE by <> 'poll'",
+    )
+    .await;
+    assert_eq!(
+        by, 0,
+        "every presence of the idle database came with a poll"
+    );
+    let gap = support::scalar_on(
+        &mut conn,
+        "SELECT coalesce(max(extract(epoch FROM g) * 1000), 0)::bigint AS v FROM \
+             (SELECT at - lag(at) OVER (ORDER BY at) AS g FROM presence_log) AS x",
+    )
+    .await;
+    assert!(
+        gap < 3_000,
+        "presence writes {gap} ms apart outlive the TTL"
+    );
+    drop(conn);
+    fleet.stop().await;
+    drop_fleet_db(&name).await;
 }
 
 /// FLT-1 bad input: a malformed entry and a duplicated name are startup

@@ -13,7 +13,9 @@
 //! server; a failed sample is logged and the next one tries again.
 //!
 //! Every `renew_interval`, claims or not, it records the process's
-//! presence and free runners (PAR-6). The backend answers the partition
+//! presence and free runners (PAR-6), unless it holds no claim and a
+//! claim poll recorded the presence it offered since the last round
+//! (FLT-1: an idle database then answers only its polls). The backend answers the partition
 //! claims the process holds beyond its fair share, and the renewer sends
 //! their holders [`LeaseStatus::Yield`]: each gives its claim back at its
 //! next batch boundary, for another process to take. When the renewer
@@ -235,8 +237,16 @@ impl<B: Backend> LeaseRenewer<B> {
         if self.presenting || self.withdrawn {
             return;
         }
-        self.presenting = true;
         let free = self.max_runners.saturating_sub(self.claims.len());
+        let round = self.timing.renew_interval;
+        self.backend
+            .offer_presence(&self.worker_id, free, &self.given_up, round);
+        // Holding no claim, the round would only record what a claim poll
+        // recorded since the last one: nothing to give back is possible.
+        if self.claims.is_empty() && self.backend.presence_polled_within(&self.worker_id, round) {
+            return;
+        }
+        self.presenting = true;
         let backend = self.backend.clone();
         let worker = self.worker_id.clone();
         let given_up = self.given_up.clone();

@@ -333,8 +333,9 @@ pub trait Backend: Send + Sync + 'static {
     /// and answer the `(key, generation)` claims it holds beyond its fair
     /// share of a partitioned backfill (PAR-6), which its runners give
     /// back at their next batch boundary. Called once per renewal round,
-    /// also while the process holds no claim. The default records nothing
-    /// and answers none.
+    /// also while the process holds no claim, unless a claim poll recorded
+    /// the presence since the last round ([`Backend::offer_presence`]).
+    /// The default records nothing and answers none.
     async fn presence(
         &self,
         _worker: &str,
@@ -342,6 +343,26 @@ pub trait Backend: Send + Sync + 'static {
         _given_up: &[String],
     ) -> Result<Vec<(ClaimKey, i64)>, BackendError> {
         Ok(Vec::new())
+    }
+
+    /// Offer `worker`'s presence (as [`Backend::presence`] would record
+    /// it) for the claim polls to record between the renewer's rounds,
+    /// `round` apart, when a poll is a query anyway. Called at every
+    /// round before it is sent. The default keeps nothing.
+    fn offer_presence(
+        &self,
+        _worker: &str,
+        _free_runners: usize,
+        _given_up: &[String],
+        _round: Duration,
+    ) {
+    }
+
+    /// Whether a claim poll recorded `worker`'s offered presence within
+    /// `within`: a renewer that holds no claim then skips its round (no
+    /// claim can be beyond its share). The default: never.
+    fn presence_polled_within(&self, _worker: &str, _within: Duration) -> bool {
+        false
     }
 
     /// Withdraw `worker`'s presence (PAR-6): the process stops serving.

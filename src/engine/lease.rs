@@ -13,6 +13,7 @@ use crate::repair::RepairError;
 use crate::store::{self, StoreError};
 use crate::throttle::budget::Permit;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use std::time::Instant;
 
 impl Engine {
     /// Claim the next eligible backfill this process has a definition for,
@@ -71,7 +72,10 @@ impl Engine {
         }
         // With priorities or a budget, first see which work is claimable,
         // then claim only the one repair chosen (FLT-2).
-        let (ids, permit) = match self.choose(&mut conn, ids, exclude, exclude_parts).await? {
+        let (ids, permit) = match self
+            .choose(&mut conn, &worker, ids, exclude, exclude_parts)
+            .await?
+        {
             Some(chosen) => chosen,
             None => return Ok(None),
         };
@@ -127,6 +131,7 @@ impl Engine {
     async fn choose(
         &self,
         conn: &mut AsyncPgConnection,
+        worker: &str,
         ids: Vec<String>,
         exclude: &[String],
         exclude_parts: &[(String, u32)],
@@ -140,7 +145,20 @@ impl Engine {
             .iter()
             .map(|(_, p)| i32::try_from(*p).unwrap_or(i32::MAX))
             .collect();
-        let claimable = store::backfill_claimable(conn, &ids, exclude, &part_ids, &parts).await?;
+        // The poll carries the process's presence when it is due, so an
+        // idle database answers one query per poll (PAR-6, FLT-1).
+        let claimable = match self.offers.due(worker) {
+            Some(beat) => {
+                let sent = Instant::now();
+                let claimable = store::backfill_claimable_heartbeat(
+                    conn, &ids, exclude, &part_ids, &parts, &beat,
+                )
+                .await?;
+                self.offers.polled(&beat, sent);
+                claimable
+            }
+            None => store::backfill_claimable(conn, &ids, exclude, &part_ids, &parts).await?,
+        };
         self.note_poll_answered();
         let candidates: Vec<(String, i32)> = claimable
             .into_iter()
@@ -206,39 +224,6 @@ impl Engine {
         }
         let mut conn = self.pool.get().await.map_err(StoreError::from)?;
         Ok(store::progress_sample(&mut conn, worker, claims).await?)
-    }
-
-    /// Record `worker`'s presence (PAR-6): the backfills it serves (those
-    /// registered, but the `given_up` ones it cannot interpret, REG-4) and
-    /// its `free_runners`, live for one lease TTL; and answer its partition
-    /// claims beyond its fair share, `(id, part, generation)`, which it is
-    /// to give back at their next batch boundary. Off the batch path: the
-    /// lease renewer calls it once per renewal round, claims or not.
-    #[doc(hidden)]
-    pub async fn presence(
-        &self,
-        worker: &str,
-        free_runners: usize,
-        given_up: &[String],
-    ) -> Result<Vec<store::ExcessClaim>, EngineError> {
-        let ids: Vec<String> = self
-            .registry
-            .claimable_ids()
-            .into_iter()
-            .filter(|id| !given_up.contains(id))
-            .collect();
-        let ttl = millis(self.config.lease_ttl);
-        let free = i32::try_from(free_runners).unwrap_or(i32::MAX);
-        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        Ok(store::worker_heartbeat(&mut conn, worker, &ids, free, ttl).await?)
-    }
-
-    /// Forget `worker`'s presence (PAR-6): it stops serving, so the other
-    /// processes' shares grow at once.
-    #[doc(hidden)]
-    pub async fn leave(&self, worker: &str) -> Result<(), EngineError> {
-        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        Ok(store::worker_leave(&mut conn, worker).await?)
     }
 
     /// Give a claim back (graceful shutdown). `false`: it was already gone.

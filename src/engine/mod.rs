@@ -2,8 +2,9 @@
 //! failure classification and lifecycle validation.
 //!
 //! Every method is one short PostgreSQL transaction on one pooled
-//! connection; the engine keeps no state between calls beyond what the
-//! caller hands back in a [`Claim`]. The one connection that outlives a
+//! connection; the engine keeps no state of a claim between calls beyond
+//! what the caller hands back in a [`Claim`] (what it keeps is the
+//! process's: counters, and the presence a claim poll may record). The one connection that outlives a
 //! call is a running claim's *open batch*: the round trip that commits a
 //! batch also opens the next batch's transaction (`BEGIN` and its
 //! timeouts), and the claim carries that connection to the next
@@ -35,8 +36,10 @@ mod dry_run;
 mod error;
 mod gate;
 mod lease;
+mod offers;
 mod outcome;
 mod partition;
+mod presence;
 mod settings;
 mod undo;
 mod validate;
@@ -91,6 +94,9 @@ pub struct Engine {
     /// The fleet's runner budget and this engine's database name in it
     /// (FLT-2), when attached.
     budget: Arc<std::sync::OnceLock<(Arc<RunnerBudget>, String)>>,
+    /// The presences the lease renewer offers for the claim polls to
+    /// record between its rounds (PAR-6).
+    offers: Arc<offers::Offers>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -119,6 +125,7 @@ impl Engine {
             polls_answered: Arc::default(),
             health: Arc::default(),
             budget: Arc::default(),
+            offers: Arc::default(),
         })
     }
 

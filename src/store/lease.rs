@@ -118,6 +118,25 @@ pub async fn backfill_claim(
     .optional()?)
 }
 
+/// The claim poll's read of which of `$1` have work a claim could take
+/// now, skipping `$2` and the partitions `($3[i], $4[i])`.
+const CLAIMABLE: &str = "SELECT b.id FROM backfill b \
+     WHERE b.id = ANY($1) AND NOT (b.id = ANY($2)) \
+     AND ((b.state IN ('running', 'validating') \
+     AND (b.next_attempt_at IS NULL OR b.next_attempt_at <= clock_timestamp()) \
+     AND (b.owner IS NULL OR b.lease_expires_at <= clock_timestamp()) \
+     AND (b.state = 'validating' OR NOT EXISTS ( \
+     SELECT 1 FROM backfill_partition p WHERE p.backfill_id = b.id))) \
+     OR (b.state = 'running' AND EXISTS ( \
+     SELECT 1 FROM backfill_partition p WHERE p.backfill_id = b.id \
+     AND p.checkpoint IS DISTINCT FROM p.upper \
+     AND (p.next_attempt_at IS NULL OR p.next_attempt_at <= clock_timestamp()) \
+     AND (p.owner IS NULL OR p.lease_expires_at <= clock_timestamp()) \
+     AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::integer[]) \
+     AS x(id, part) \
+     WHERE x.id = p.backfill_id AND x.part = p.part)))) \
+     ORDER BY b.id";
+
 /// Which of `ids` have work a claim could take now (FLT-2), without
 /// claiming it: a backfill `backfill_claim` would take (not in
 /// `exclude`), or a `running` one with a partition `partition_claim`
@@ -134,23 +153,60 @@ pub async fn backfill_claimable(
     exclude_part_ids: &[String],
     exclude_parts: &[i32],
 ) -> Result<Vec<String>, StoreError> {
-    #[derive(QueryableByName)]
-    struct Id {
-        #[diesel(sql_type = Text)]
-        id: String,
-    }
-    let rows: Vec<Id> = super::cached(
-        diesel::sql_query(
-            "SELECT b.id FROM backfill b              WHERE b.id = ANY($1) AND NOT (b.id = ANY($2))                AND ((b.state IN ('running', 'validating')                      AND (b.next_attempt_at IS NULL OR b.next_attempt_at <= clock_timestamp())                      AND (b.owner IS NULL OR b.lease_expires_at <= clock_timestamp())                      AND (b.state = 'validating' OR NOT EXISTS (                          SELECT 1 FROM backfill_partition p WHERE p.backfill_id = b.id)))                  OR (b.state = 'running' AND EXISTS (                      SELECT 1 FROM backfill_partition p WHERE p.backfill_id = b.id                        AND p.checkpoint IS DISTINCT FROM p.upper                        AND (p.next_attempt_at IS NULL OR p.next_attempt_at <= clock_timestamp())                        AND (p.owner IS NULL OR p.lease_expires_at <= clock_timestamp())                        AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::integer[])                                        AS x(id, part)                                        WHERE x.id = p.backfill_id AND x.part = p.part))))              ORDER BY b.id",
-        )
-        .bind::<Array<Text>, _>(ids)
-        .bind::<Array<Text>, _>(exclude)
-        .bind::<Array<Text>, _>(exclude_part_ids)
-        .bind::<Array<Integer>, _>(exclude_parts),
+    let rows: Vec<ClaimableId> = super::cached(
+        diesel::sql_query(CLAIMABLE)
+            .bind::<Array<Text>, _>(ids)
+            .bind::<Array<Text>, _>(exclude)
+            .bind::<Array<Text>, _>(exclude_part_ids)
+            .bind::<Array<Integer>, _>(exclude_parts),
     )
     .load(conn)
     .await?;
     Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// [`backfill_claimable`] that also records `beat`, the presence of the
+/// process that polls (PAR-6), as [`worker_heartbeat`](super::worker_heartbeat)
+/// does but without reading the claims to give back: one statement, so
+/// an idle database's claim poll is its only query (FLT-1). The upsert is
+/// a data-modifying CTE; the read of what is claimable does not read
+/// `backfill_worker`, so it answers the same as without it. Locks only
+/// the worker's own presence row.
+pub async fn backfill_claimable_heartbeat(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+    exclude: &[String],
+    exclude_part_ids: &[String],
+    exclude_parts: &[i32],
+    beat: &super::Heartbeat,
+) -> Result<Vec<String>, StoreError> {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        format!(
+            "WITH {ctes} {CLAIMABLE}",
+            ctes = super::worker::heartbeat_ctes("$5", "$6", "$7", "$8")
+        )
+    });
+    let rows: Vec<ClaimableId> = super::cached(
+        diesel::sql_query(sql.as_str())
+            .bind::<Array<Text>, _>(ids)
+            .bind::<Array<Text>, _>(exclude)
+            .bind::<Array<Text>, _>(exclude_part_ids)
+            .bind::<Array<Integer>, _>(exclude_parts)
+            .bind::<Text, _>(&beat.worker)
+            .bind::<Array<Text>, _>(&beat.ids)
+            .bind::<Integer, _>(beat.free_runners.max(0))
+            .bind::<BigInt, _>(beat.ttl_ms),
+    )
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+#[derive(QueryableByName)]
+struct ClaimableId {
+    #[diesel(sql_type = Text)]
+    id: String,
 }
 
 /// Renew every listed claim this worker holds, in one statement. Fence:

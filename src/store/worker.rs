@@ -98,11 +98,43 @@ pub struct ExcessClaim {
     pub generation: i64,
 }
 
-/// Record that `worker` serves `ids` and has `free_runners` free, for
-/// `ttl_ms` from PostgreSQL's clock, forget the presences that ended more
-/// than a day ago, and answer the live partition claims of `worker` on
+/// A process's presence as one heartbeat records it: worker `worker`
+/// serves `ids` and has `free_runners` free, for `ttl_ms` from
+/// PostgreSQL's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The process's worker ID.
+    pub worker: String,
+    /// The backfills it serves (registered, and not given up on).
+    pub ids: Vec<String>,
+    /// Its runners free now.
+    pub free_runners: i32,
+    /// How long the presence lives, in milliseconds.
+    pub ttl_ms: i64,
+}
+
+/// The heartbeat's writes as two CTEs, `gone` (forget the presences that
+/// ended more than a day ago, never the worker's own) and `beat` (upsert
+/// the worker's row), over the parameters named `worker`, `ids`, `free`
+/// and `ttl` (e.g. `$1`): shared by [`worker_heartbeat`] and the claim
+/// poll that records presence
+/// ([`backfill_claimable_heartbeat`](super::backfill_claimable_heartbeat)).
+pub(super) fn heartbeat_ctes(worker: &str, ids: &str, free: &str, ttl: &str) -> String {
+    format!(
+        "gone AS (DELETE FROM backfill_worker \
+             WHERE expires_at < clock_timestamp() - interval '1 day' AND worker_id <> {worker}), \
+         beat AS (INSERT INTO backfill_worker (worker_id, ids, free_runners, expires_at) \
+             VALUES ({worker}, {ids}, {free}, clock_timestamp() + {ttl} * interval '1 millisecond') \
+             ON CONFLICT (worker_id) DO UPDATE SET ids = EXCLUDED.ids, \
+                 free_runners = EXCLUDED.free_runners, expires_at = EXCLUDED.expires_at)"
+    )
+}
+
+/// Record `beat` (the worker serves its `ids` with its free runners, for
+/// its TTL from PostgreSQL's clock), forget the presences that ended more
+/// than a day ago, and answer the live partition claims of the worker on
 /// `running` backfills that another process is waiting for: of a
-/// backfill whose share for `worker` is n, its unfinished partitions
+/// backfill whose share for the worker is n, its unfinished partitions
 /// above the n lowest, as many as the other processes that serve the
 /// backfill and have free runners lack of their own shares. Nothing
 /// while no other process lacks one (a process alone keeps every
@@ -110,27 +142,20 @@ pub struct ExcessClaim {
 /// runner's graceful stop), so nothing committed is lost and no takeover
 /// is needed.
 ///
-/// One statement, so a presence round costs an idle database one query:
-/// the upsert of the worker's own row is a data-modifying CTE, and the
-/// shares do not read that row ([`SERVERS`] counts `worker` by itself),
-/// so the statement's snapshot taken before the upsert answers the same
-/// as a read after it. Locks only the worker's own presence row; the
-/// owner index finds its claims.
+/// One statement, so a presence round costs one query: the upsert of the
+/// worker's own row is a data-modifying CTE, and the shares do not read
+/// that row ([`SERVERS`] counts the worker by itself), so the statement's
+/// snapshot taken before the upsert answers the same as a read after it.
+/// Locks only the worker's own presence row; the owner index finds its
+/// claims.
 pub async fn worker_heartbeat(
     conn: &mut AsyncPgConnection,
-    worker: &str,
-    ids: &[String],
-    free_runners: i32,
-    ttl_ms: i64,
+    beat: &Heartbeat,
 ) -> Result<Vec<ExcessClaim>, StoreError> {
-    Ok(super::cached(
-        diesel::sql_query(format!(
-            "WITH gone AS (DELETE FROM backfill_worker \
-                 WHERE expires_at < clock_timestamp() - interval '1 day' AND worker_id <> $1), \
-             beat AS (INSERT INTO backfill_worker (worker_id, ids, free_runners, expires_at) \
-                 VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond') \
-                 ON CONFLICT (worker_id) DO UPDATE SET ids = EXCLUDED.ids, \
-                     free_runners = EXCLUDED.free_runners, expires_at = EXCLUDED.expires_at) \
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        format!(
+            "WITH {ctes} \
              SELECT m.backfill_id AS id, m.part, m.generation \
              FROM (SELECT p.backfill_id, p.part, p.generation, \
                        row_number() OVER (PARTITION BY p.backfill_id ORDER BY p.part) AS n \
@@ -146,12 +171,16 @@ pub async fn worker_heartbeat(
                  FROM {servers} AS v) AS s \
              WHERE b.state = 'running' AND m.n > s.share AND m.n <= s.share + s.wanted \
              ORDER BY m.backfill_id, m.part",
+            ctes = heartbeat_ctes("$1", "$2", "$3", "$4"),
             servers = servers("$1"),
-        ))
-        .bind::<Text, _>(worker)
-        .bind::<Array<Text>, _>(ids)
-        .bind::<Integer, _>(free_runners.max(0))
-        .bind::<BigInt, _>(ttl_ms),
+        )
+    });
+    Ok(super::cached(
+        diesel::sql_query(sql.as_str())
+            .bind::<Text, _>(&beat.worker)
+            .bind::<Array<Text>, _>(&beat.ids)
+            .bind::<Integer, _>(beat.free_runners.max(0))
+            .bind::<BigInt, _>(beat.ttl_ms),
     )
     .load(conn)
     .await?)
