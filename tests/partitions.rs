@@ -19,8 +19,9 @@
 //!   totals stay unknown: `par05_*`
 //! - PAR-6 a process holds its fair share of a backfill's partitions and
 //!   gives back the rest, so three runtimes with default runners share
-//!   one backfill, and a shutdown returns only once the presence is
-//!   withdrawn: `par06_*` (`partitions/spread.rs`)
+//!   one backfill, a shutdown returns only once the presence is
+//!   withdrawn, and an idle runtime's poll is one read that carries the
+//!   presence: `par06_*` (`partitions/spread.rs`)
 //! - THR-4 the live `concurrency` setting caps partitions at once,
 //!   fleet-wide, raised and lowered while it runs: `thr04_*`
 //! - THR-2 the throttle condition written only by the claim in force, on

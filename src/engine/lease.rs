@@ -70,8 +70,9 @@ impl Engine {
         if ids.is_empty() {
             return Ok(None);
         }
-        // With priorities or a budget, first see which work is claimable,
-        // then claim only the one repair chosen (FLT-2).
+        // First see which work is claimable, without a transaction, so an
+        // idle poll is one read; with priorities or a budget, then claim
+        // only the one repair chosen (FLT-2).
         let (ids, permit) = match self
             .choose(&mut conn, &worker, ids, exclude, exclude_parts)
             .await?
@@ -123,11 +124,13 @@ impl Engine {
         }))
     }
 
-    /// Which repairs a claim may take (FLT-2): all of `ids` when no
-    /// definition has a priority and no budget is attached; otherwise the
-    /// one claimable repair of highest priority (that the budget's rollout
-    /// cap allows), with the budget's permit for it. `None`: nothing to
-    /// claim now, or no permit (the budget then knows this database waits).
+    /// Which repairs a claim may take, after one read of what is
+    /// claimable: `None` when nothing is (so an idle poll opens no
+    /// transaction); all of `ids` when no definition has a priority and no
+    /// budget is attached; otherwise the one claimable repair of highest
+    /// priority (that the budget's rollout cap allows), with the budget's
+    /// permit for it (FLT-2), or `None` without a permit (the budget then
+    /// knows this database waits).
     async fn choose(
         &self,
         conn: &mut AsyncPgConnection,
@@ -137,9 +140,6 @@ impl Engine {
         exclude_parts: &[(String, u32)],
     ) -> Result<Option<(Vec<String>, Option<Permit>)>, EngineError> {
         let budget = self.budget.get();
-        if budget.is_none() && !self.registry.has_priorities() {
-            return Ok(Some((ids, None)));
-        }
         let part_ids: Vec<String> = exclude_parts.iter().map(|(id, _)| id.clone()).collect();
         let parts: Vec<i32> = exclude_parts
             .iter()
@@ -160,6 +160,12 @@ impl Engine {
             None => store::backfill_claimable(conn, &ids, exclude, &part_ids, &parts).await?,
         };
         self.note_poll_answered();
+        if claimable.is_empty() {
+            return Ok(None);
+        }
+        if budget.is_none() && !self.registry.has_priorities() {
+            return Ok(Some((ids, None)));
+        }
         let candidates: Vec<(String, i32)> = claimable
             .into_iter()
             .map(|id| {

@@ -236,3 +236,66 @@ async fn par06_shutdown_returns_once_the_presence_is_withdrawn() {
     stopping.await.unwrap();
     assert_eq!(db.scalar(present).await, 0, "the presence is gone");
 }
+
+/// PAR-6, FLT-1 idle cost, for a runtime over one database: an idle
+/// runtime polls with one read that carries its presence. Its backfill
+/// is registered and never started, so nothing is claimable. Triggers
+/// log which statement wrote each presence (the poll's read, or the
+/// lease renewer's round) and every UPDATE statement on the claim
+/// tables (a statement trigger fires even when no row matches). Once a
+/// poll wrote the presence, the next five writes come from polls (the
+/// renewer's round is 200 ms, so they span several rounds) and no claim
+/// statement runs. Guards: the read before the claim's transaction
+/// (without it every poll runs the claim's UPDATEs and no poll writes
+/// the presence) and the renewer's skip (without it its rounds write).
+#[actix_rt::test]
+async fn par06_an_idle_runtime_polls_with_one_read_that_carries_its_presence() {
+    let db = test_db().await;
+    db.exec(&items_sql(10)).await;
+    let engine = engine_for(&db, parted(10, Hooks::new(), 2, Points::Even)).await;
+    engine.register().await.unwrap();
+    db.exec(
+        "CREATE TABLE poll_log (at timestamptz NOT NULL DEFAULT clock_timestamp(), \
+             by text NOT NULL); \
+         CREATE FUNCTION log_poll() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             INSERT INTO poll_log (by) VALUES (CASE \
+                 WHEN TG_TABLE_NAME <> 'backfill_worker' THEN 'claim' \
+                 WHEN current_query() LIKE '%SELECT b.id FROM backfill b WHERE%' THEN 'poll' \
+                 WHEN current_query() LIKE '%PARTITION BY p.backfill_id%' THEN 'round' \
+                 ELSE 'other' END); \
+             RETURN NULL; END $$; \
+         CREATE TRIGGER log_presence AFTER INSERT OR UPDATE ON backfill_worker \
+             FOR EACH ROW EXECUTE FUNCTION log_poll(); \
+         CREATE TRIGGER log_claim AFTER UPDATE ON backfill \
+             FOR EACH STATEMENT EXECUTE FUNCTION log_poll(); \
+         CREATE TRIGGER log_claim AFTER UPDATE ON backfill_partition \
+             FOR EACH STATEMENT EXECUTE FUNCTION log_poll()",
+    )
+    .await;
+    let config = RuntimeConfig {
+        worker_id: "idle".into(),
+        poll_interval: Duration::from_millis(50),
+        renew_interval: Some(Duration::from_millis(200)),
+        ..RuntimeConfig::default()
+    };
+    let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config).unwrap();
+    eventually(
+        "a poll of the idle runtime records its presence",
+        || async {
+            db.scalar("SELECT count(*) AS v FROM poll_log WHERE by = 'poll'")
+                .await
+                > 0
+        },
+    )
+    .await;
+    db.exec("DELETE FROM poll_log").await;
+    eventually("five presence writes of the idle runtime", || async {
+        db.scalar("SELECT count(*) AS v FROM poll_log").await >= 5
+    })
+    .await;
+    let text = db
+        .text("SELECT string_agg(by, ',' ORDER BY at) AS v FROM poll_log WHERE by <> 'poll'")
+        .await;
+    assert_eq!(text, None, "only the polls' reads wrote, and no claim ran");
+    runtime.shutdown().await;
+}
