@@ -15,12 +15,12 @@
 //! Every `renew_interval`, claims or not, it records the process's
 //! presence and free runners (PAR-6), unless it holds no claim and a
 //! claim poll recorded the presence it offered since the last round
-//! (FLT-1: an idle database then answers only its polls). The backend answers the partition
-//! claims the process holds beyond its fair share, and the renewer sends
-//! their holders [`LeaseStatus::Yield`]: each gives its claim back at its
-//! next batch boundary, for another process to take. When the renewer
-//! stops, it withdraws the presence, so the other processes' shares grow
-//! at once.
+//! (FLT-1: an idle database then answers only its polls). The backend
+//! answers the partition claims the process holds beyond its fair share,
+//! and the renewer sends their holders [`LeaseStatus::Yield`]: each gives
+//! its claim back at its next batch boundary, for another process to
+//! take. When the renewer stops, it withdraws the presence, so the other
+//! processes' shares grow at once.
 
 use crate::metrics::{inc, RuntimeMetrics};
 use crate::{Backend, ClaimKey, Timing};
