@@ -2024,81 +2024,95 @@ if (typeof document !== "undefined") {
     refresh();
   };
 
-  // Send one fleet action (FLT-6): on `database` alone, or on every
-  // database when it is null. The fleet sends it to each database with
-  // the same Idempotency-Key, and each authorizes, audits and answers it.
-  // The key is kept while the outcome is open (no answer, or a database
-  // that answered 5xx), for the same action, backfill and databases, so
-  // the retry replays what was answered and reaches what was not (ADM-4).
-  const sendFleet = async (action, id, database, reason) => {
-    const request = `fleet:${database || "*"}`;
+  // Send one request of the fleet (FLT-6) to `database` alone, or to
+  // every database when it is null: the fleet sends each database the
+  // same Idempotency-Key, and each authorizes, audits and answers it. The
+  // key is kept while the outcome is open (no answer, or a database that
+  // answered 5xx), for the same request, backfill and databases, so the
+  // retry replays what was answered and reaches what was not (ADM-4).
+  // `request` names what is sent (with `extra`, kept in the pending
+  // request for the retry), `call(scope)` sends it, `answersOf(body)`
+  // reads each database's answer, `what(where)` heads the table of
+  // answers and `alone(status, body)` describes an answer that has none.
+  const sendToFleet = async ({ action, id, database, reason, request, extra, call, answersOf, what, alone }) => {
     const key = keyFor(ui.pending, action, id, undefined, request);
-    ui.pending = { action, id, key, reason, request, database, fleet: true, unanswered: true };
+    ui.pending = { action, id, key, reason, request, database, ...extra, fleet: true, unanswered: true };
     const where = database ? `in ${database}` : "in every database";
     ui.busy = true;
     ui.result = { text: `${action} ${id} ${where}: sending…`, outcome: "sending", retry: null };
     render();
     const scope = database ? `?database=${encodeURIComponent(database)}` : "";
-    const { status, body } = await post(`/admin/fleet/backfills/${encodeURIComponent(id)}/${action}${scope}`, key, reason);
+    const { status, body } = await call(scope, key);
     ui.busy = false;
-    if (status === 401) return signedOut();
+    if (status === 401) {
+      signedOut();
+      return null;
+    }
     if (status === 403) ui.cannotOperate = true;
     const open = !fleetSettles(status, body);
     if (!open) ui.pending = null;
-    const answers = status === 200 && body && Array.isArray(body.results) ? fleetAnswers(action, body) : null;
+    const answers = status === 200 && body && Array.isArray(body.results) ? answersOf(body) : null;
     // The table shows the answers of this request only: an earlier
-    // action's would read as this one's.
-    ui.fleetAnswers = answers ? { what: `${action} ${id} ${where}`, answers } : null;
+    // request's would read as this one's.
+    ui.fleetAnswers = answers ? { what: what(where), answers } : null;
+    const single = answers ? null : alone(status, body);
     ui.result = {
-      text: answers ? fleetSummary(action, id, where, answers) : `${id} ${where}: ${describeResult(action, status, body)}`,
-      outcome: answers ? fleetOutcome(answers) : resultOutcome(status, body),
+      text: answers ? fleetSummary(action, id, where, answers) : `${id} ${where}: ${single.text}`,
+      outcome: answers ? fleetOutcome(answers) : single.outcome,
       retry: open ? { action, id } : null,
     };
+    return { answers, open };
+  };
+
+  // Show the answer of a fleet request and read the fleet again.
+  const settleFleet = (open) => {
     render();
     if (open) $("result-retry").focus();
     refresh();
   };
 
-  // Send one settings change (THR-4) of backfill `id` to `database`
-  // alone, or to every database when it is null (FLT-6): the fleet sends
-  // each database the same merge patch and Idempotency-Key, and each
-  // applies, audits or refuses it on its own terms. The key is kept while
-  // the outcome is open, for the same change, backfill and databases, so
-  // the retry replays what was answered and reaches what was not (ADM-4).
+  // Send one fleet action (FLT-6): pause, resume and the others.
+  const sendFleet = async (action, id, database, reason) => {
+    const sent = await sendToFleet({
+      action,
+      id,
+      database,
+      reason,
+      request: `fleet:${database || "*"}`,
+      call: (scope, key) => post(`/admin/fleet/backfills/${encodeURIComponent(id)}/${action}${scope}`, key, reason),
+      answersOf: (body) => fleetAnswers(action, body),
+      what: (where) => `${action} ${id} ${where}`,
+      alone: (status, body) => ({ text: describeResult(action, status, body), outcome: resultOutcome(status, body) }),
+    });
+    if (sent) settleFleet(sent.open);
+  };
+
+  // Send one settings change (THR-4) of backfill `id` to the fleet
+  // (FLT-6): each database applies, audits or refuses the same merge
+  // patch on its own terms.
   const sendFleetSettings = async (id, database, change, reason) => {
-    const request = `fleet:${database || "*"}:${canonicalJson(change)}`;
-    const key = keyFor(ui.pending, "settings", id, undefined, request);
-    ui.pending = { action: "settings", id, key, request, change, database, reason, fleet: true, unanswered: true };
-    const where = database ? `in ${database}` : "in every database";
-    ui.busy = true;
     ui.fleetSettingsMsg = { outcome: "sending", text: "settings: sending…" };
-    ui.result = { text: `settings ${id} ${where}: sending…`, outcome: "sending", retry: null };
-    render();
-    const scope = database ? `?database=${encodeURIComponent(database)}` : "";
-    const { status, body } = await patch(`/admin/fleet/backfills/${encodeURIComponent(id)}/settings${scope}`, key, change, reason);
-    ui.busy = false;
+    const sent = await sendToFleet({
+      action: "settings",
+      id,
+      database,
+      reason,
+      request: `fleet:${database || "*"}:${canonicalJson(change)}`,
+      extra: { change },
+      call: (scope, key) => patch(`/admin/fleet/backfills/${encodeURIComponent(id)}/settings${scope}`, key, change, reason),
+      answersOf: (body) => fleetSettingsAnswers(change, body),
+      what: (where) => `settings ${id} ${where}: ${describeSettingsTarget(change)}`,
+      alone: (status, body) => describeSettingsResult(status, body, null),
+    });
     ui.fleetSettingsMsg = null;
-    if (status === 401) return signedOut();
-    if (status === 403) ui.cannotOperate = true;
-    const open = !fleetSettles(status, body);
-    if (!open) ui.pending = null;
-    const answers = status === 200 && body && Array.isArray(body.results) ? fleetSettingsAnswers(change, body) : null;
-    ui.fleetAnswers = answers ? { what: `settings ${id} ${where}: ${describeSettingsTarget(change)}`, answers } : null;
-    const alone = answers ? null : describeSettingsResult(status, body, null);
-    ui.result = {
-      text: answers ? fleetSummary("settings", id, where, answers) : `${id} ${where}: ${alone.text}`,
-      outcome: answers ? fleetOutcome(answers) : alone.outcome,
-      retry: open ? { action: "settings", id } : null,
-    };
+    if (!sent) return;
     // Every database applied it: the form is cleared. Otherwise the
     // fields stay as typed, to be corrected or sent again.
-    if (answers && answers.every((a) => a.outcome === "applied")) {
+    if (sent.answers && sent.answers.every((a) => a.outcome === "applied")) {
       $("fleet-settings-form").reset();
       for (const f of SETTINGS) $(`fleet-set-${f.name}`).disabled = false;
     }
-    render();
-    if (open) $("result-retry").focus();
-    refresh();
+    settleFleet(sent.open);
   };
 
   // Send one settings change (THR-4) as a JSON merge patch. Its key is
