@@ -242,12 +242,15 @@ async fn par06_shutdown_returns_once_the_presence_is_withdrawn() {
 /// is registered and never started, so nothing is claimable. Triggers
 /// log which statement wrote each presence (the poll's read, or the
 /// lease renewer's round) and every UPDATE statement on the claim
-/// tables (a statement trigger fires even when no row matches). Once a
-/// poll wrote the presence, the next five writes come from polls (the
-/// renewer's round is 200 ms, so they span several rounds) and no claim
-/// statement runs. Guards: the read before the claim's transaction
-/// (without it every poll runs the claim's UPDATEs and no poll writes
-/// the presence) and the renewer's skip (without it its rounds write).
+/// tables (a statement trigger fires even when no row matches). Once
+/// polls wrote the presence twice (so the renewer's first round, at its
+/// start, has landed), the next three writes come from polls and no
+/// claim statement runs. The renewer's round is 2 s and a poll writes
+/// when the presence is a second old, so the three span at least one
+/// round, with a second of slack for a poll held up by a loaded machine.
+/// Guards: the read before the claim's transaction (without it every
+/// poll runs the claim's UPDATEs and no poll writes the presence) and
+/// the renewer's skip (without it its rounds write).
 #[actix_rt::test]
 async fn par06_an_idle_runtime_polls_with_one_read_that_carries_its_presence() {
     let db = test_db().await;
@@ -275,22 +278,22 @@ async fn par06_an_idle_runtime_polls_with_one_read_that_carries_its_presence() {
     let config = RuntimeConfig {
         worker_id: "idle".into(),
         poll_interval: Duration::from_millis(50),
-        renew_interval: Some(Duration::from_millis(200)),
+        renew_interval: Some(Duration::from_secs(2)),
         ..RuntimeConfig::default()
     };
     let runtime = RuntimeHandle::start(Arc::new(engine.clone()), config).unwrap();
     eventually(
-        "a poll of the idle runtime records its presence",
+        "two polls of the idle runtime record its presence",
         || async {
             db.scalar("SELECT count(*) AS v FROM poll_log WHERE by = 'poll'")
                 .await
-                > 0
+                > 1
         },
     )
     .await;
     db.exec("DELETE FROM poll_log").await;
-    eventually("five presence writes of the idle runtime", || async {
-        db.scalar("SELECT count(*) AS v FROM poll_log").await >= 5
+    eventually("three presence writes of the idle runtime", || async {
+        db.scalar("SELECT count(*) AS v FROM poll_log").await >= 3
     })
     .await;
     let text = db
