@@ -953,20 +953,7 @@ async fn flt01_an_idle_databases_claim_polls_carry_its_presence() {
         .unwrap();
     wait_completed(&fleet, "d0").await;
     let mut conn = AsyncPgConnection::establish(&d0.url).await.unwrap();
-    conn.batch_execute(
-        "CREATE TABLE presence_log (at timestamptz NOT NULL DEFAULT clock_timestamp(), \
-             by text NOT NULL); \
-         CREATE FUNCTION log_presence() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-             INSERT INTO presence_log (by) VALUES (CASE \
-                 WHEN current_query() LIKE '%SELECT b.id FROM backfill b WHERE%' THEN 'poll' \
-                 WHEN current_query() LIKE '%PARTITION BY p.backfill_id%' THEN 'round' \
-                 ELSE 'other' END); \
-             RETURN NEW; END $$; \
-         CREATE TRIGGER log_presence AFTER INSERT OR UPDATE ON backfill_worker \
-             FOR EACH ROW EXECUTE FUNCTION log_presence()",
-    )
-    .await
-    .unwrap();
+    conn.batch_execute(support::PRESENCE_LOG).await.unwrap();
     let mut wait = Deadline::new("two claim polls of the idle d0 record its presence");
     while support::scalar_on(
         &mut conn,

@@ -7,8 +7,9 @@
 //! the backfills it serves); a claim poll that finds the recorded
 //! presence older than half a round records the offer in its own
 //! statement; and a renewer that holds no claim (so no claim can be
-//! beyond its share) skips a round in which a poll recorded it. While
-//! polls stop (every runner busy) the rounds record it as before, so the
+//! beyond its share) skips a round in which a poll recorded it. A round
+//! is skipped only for a poll within the last round, and polls stop
+//! while every runner is busy, when the rounds record it; so the
 //! presence is recorded at least every two rounds, well within the lease
 //! TTL it lives for.
 

@@ -257,23 +257,14 @@ async fn par06_an_idle_runtime_polls_with_one_read_that_carries_its_presence() {
     db.exec(&items_sql(10)).await;
     let engine = engine_for(&db, parted(10, Hooks::new(), 2, Points::Even)).await;
     engine.register().await.unwrap();
-    db.exec(
-        "CREATE TABLE poll_log (at timestamptz NOT NULL DEFAULT clock_timestamp(), \
-             by text NOT NULL); \
-         CREATE FUNCTION log_poll() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-             INSERT INTO poll_log (by) VALUES (CASE \
-                 WHEN TG_TABLE_NAME <> 'backfill_worker' THEN 'claim' \
-                 WHEN current_query() LIKE '%SELECT b.id FROM backfill b WHERE%' THEN 'poll' \
-                 WHEN current_query() LIKE '%PARTITION BY p.backfill_id%' THEN 'round' \
-                 ELSE 'other' END); \
-             RETURN NULL; END $$; \
-         CREATE TRIGGER log_presence AFTER INSERT OR UPDATE ON backfill_worker \
-             FOR EACH ROW EXECUTE FUNCTION log_poll(); \
+    db.exec(&format!(
+        "{}; \
          CREATE TRIGGER log_claim AFTER UPDATE ON backfill \
-             FOR EACH STATEMENT EXECUTE FUNCTION log_poll(); \
+             FOR EACH STATEMENT EXECUTE FUNCTION log_presence(); \
          CREATE TRIGGER log_claim AFTER UPDATE ON backfill_partition \
-             FOR EACH STATEMENT EXECUTE FUNCTION log_poll()",
-    )
+             FOR EACH STATEMENT EXECUTE FUNCTION log_presence()",
+        support::PRESENCE_LOG
+    ))
     .await;
     let config = RuntimeConfig {
         worker_id: "idle".into(),
@@ -285,19 +276,19 @@ async fn par06_an_idle_runtime_polls_with_one_read_that_carries_its_presence() {
     eventually(
         "two polls of the idle runtime record its presence",
         || async {
-            db.scalar("SELECT count(*) AS v FROM poll_log WHERE by = 'poll'")
+            db.scalar("SELECT count(*) AS v FROM presence_log WHERE by = 'poll'")
                 .await
                 > 1
         },
     )
     .await;
-    db.exec("DELETE FROM poll_log").await;
+    db.exec("DELETE FROM presence_log").await;
     eventually("three presence writes of the idle runtime", || async {
-        db.scalar("SELECT count(*) AS v FROM poll_log").await >= 3
+        db.scalar("SELECT count(*) AS v FROM presence_log").await >= 3
     })
     .await;
     let text = db
-        .text("SELECT string_agg(by, ',' ORDER BY at) AS v FROM poll_log WHERE by <> 'poll'")
+        .text("SELECT string_agg(by, ',' ORDER BY at) AS v FROM presence_log WHERE by <> 'poll'")
         .await;
     assert_eq!(text, None, "only the polls' reads wrote, and no claim ran");
     runtime.shutdown().await;

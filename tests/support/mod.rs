@@ -288,3 +288,21 @@ impl Deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// SQL that logs, in `presence_log (at, by)`, which statement wrote each
+/// presence row (PAR-6): `poll` for a claim poll's read of what is
+/// claimable, `round` for the lease renewer's heartbeat, else `other`.
+/// Its function `log_presence()` logs `claim` when a trigger of another
+/// table fires it, for a test that also watches the claim statements.
+/// The classification follows the store's statement texts.
+pub const PRESENCE_LOG: &str = "CREATE TABLE presence_log (\
+         at timestamptz NOT NULL DEFAULT clock_timestamp(), by text NOT NULL); \
+     CREATE FUNCTION log_presence() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         INSERT INTO presence_log (by) VALUES (CASE \
+             WHEN TG_TABLE_NAME <> 'backfill_worker' THEN 'claim' \
+             WHEN current_query() LIKE '%SELECT b.id FROM backfill b WHERE%' THEN 'poll' \
+             WHEN current_query() LIKE '%PARTITION BY p.backfill_id%' THEN 'round' \
+             ELSE 'other' END); \
+         RETURN NULL; END $$; \
+     CREATE TRIGGER log_presence AFTER INSERT OR UPDATE ON backfill_worker \
+         FOR EACH ROW EXECUTE FUNCTION log_presence()";

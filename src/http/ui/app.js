@@ -1997,6 +1997,14 @@ if (typeof document !== "undefined") {
     $("token").focus();
   };
 
+  // Show the answer of a request and read again; an open outcome puts
+  // the focus on its retry.
+  const settle = (open) => {
+    render();
+    if (open) $("result-retry").focus();
+    refresh();
+  };
+
   // Send one intended action. The key is kept until the server answers, so
   // the "Retry" of an unanswered request sends the same key (ADM-4).
   const send = async (action, id, reason) => {
@@ -2019,9 +2027,7 @@ if (typeof document !== "undefined") {
       outcome: resultOutcome(status, body),
       retry: open ? { action, id } : null,
     };
-    render();
-    if (open) $("result-retry").focus();
-    refresh();
+    settle(open);
   };
 
   // Send one request of the fleet (FLT-6) to `database` alone, or to
@@ -2064,13 +2070,6 @@ if (typeof document !== "undefined") {
     return { answers, open };
   };
 
-  // Show the answer of a fleet request and read the fleet again.
-  const settleFleet = (open) => {
-    render();
-    if (open) $("result-retry").focus();
-    refresh();
-  };
-
   // Send one fleet action (FLT-6): pause, resume and the others.
   const sendFleet = async (action, id, database, reason) => {
     const sent = await sendToFleet({
@@ -2084,7 +2083,7 @@ if (typeof document !== "undefined") {
       what: (where) => `${action} ${id} ${where}`,
       alone: (status, body) => ({ text: describeResult(action, status, body), outcome: resultOutcome(status, body) }),
     });
-    if (sent) settleFleet(sent.open);
+    if (sent) settle(sent.open);
   };
 
   // Send one settings change (THR-4) of backfill `id` to the fleet
@@ -2112,7 +2111,7 @@ if (typeof document !== "undefined") {
       $("fleet-settings-form").reset();
       for (const f of SETTINGS) $(`fleet-set-${f.name}`).disabled = false;
     }
-    settleFleet(sent.open);
+    settle(sent.open);
   };
 
   // Send one settings change (THR-4) as a JSON merge patch. Its key is
