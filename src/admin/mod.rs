@@ -12,11 +12,14 @@
 
 mod auth;
 mod dry_run;
+mod error;
 mod fleet;
 pub(crate) mod flood;
 mod journal_view;
 mod notifications;
+mod origin;
 mod reason;
+mod request;
 mod run_rate;
 mod settings;
 mod timeline;
@@ -27,6 +30,7 @@ pub use auth::{
     read_token_file, sha256, AuthConfig, AuthError, Authority, Capability, Principal, OPERATOR,
 };
 pub use dry_run::DRY_RUN_ACTION;
+pub use error::AdminError;
 pub use fleet::{
     Availability, DatabaseReply, DatabaseStatus, DatabaseSummary, FleetAdmin, FleetBackfill,
     FleetBackfills, FleetMember, FleetMembers, FleetOverview, FleetReadiness, FleetReply,
@@ -37,7 +41,11 @@ pub use flood::FloodLimits;
 pub use flood::{FloodGate, Reason as FloodReason};
 pub use journal_view::{JournalView, UndoLink, MAX_CONFLICT_KEYS};
 pub use notifications::{NotificationPage, NotificationView};
+pub(crate) use origin::hostname;
+#[doc(hidden)]
+pub use origin::{allowed_host, LOOPBACK_HOSTS};
 pub use reason::{decode_reason, encode_reason, MAX_REASON_HEADER, REASON_HEADER};
+pub use request::{Reply, RequestMeta, DEFAULT_PAGE, MAX_BODY_BYTES, MAX_KEY_BYTES, MAX_PAGE};
 pub use run_rate::{PartitionRates, RunChart, RunInterval, CHART_BUCKETS, SPARK_BUCKETS};
 pub use settings::RequestBody;
 pub use timeline::{Timeline, TimelineEntry};
@@ -47,26 +55,14 @@ use crate::engine::{ActionOutcome, Engine, EngineError, ExplicitOutcome, Explici
 use crate::failure::cut;
 use crate::lifecycle::{Action, State};
 use crate::repair::bounded;
-use crate::throttle::settings::SettingsError;
-
-/// Largest request body read, in bytes. A change of every setting is a few
-/// hundred bytes (the stored object is bounded to 2 KiB); reading stops
-/// here, so a client cannot make the server hold more.
-pub const MAX_BODY_BYTES: usize = 16 * 1024;
 use crate::store::{self, BackfillRow, NewAudit, StoreError};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use error::TxError;
+use origin::cross_site;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 use std::sync::Arc;
 
-/// Longest accepted idempotency key or request id, in bytes (the
-/// `backfill_request` and `backfill_audit` columns are bounded to 200).
-pub const MAX_KEY_BYTES: usize = 200;
-/// Largest page.
-pub const MAX_PAGE: i64 = 500;
-/// Page size when none is given.
-pub const DEFAULT_PAGE: i64 = 50;
 /// The `backfill_id` recorded for requests that name no single backfill.
 const ALL: &str = "*";
 
@@ -84,247 +80,6 @@ pub struct AdminConfig {
 
 /// Called after an accepted start/resume/retry commits, with the ID.
 pub type Waker = Arc<dyn Fn(&str) + Send + Sync>;
-
-/// Errors of the admin layer. Every message is bounded and redacted (AUD-2).
-#[derive(Debug, thiserror::Error)]
-pub enum AdminError {
-    /// 401: no bearer token, or one that matches no principal (AUTH-1).
-    #[error("a bearer token with a backfill capability is required")]
-    Unauthorized,
-    /// 403: the principal lacks the capability the request needs (AUTH-1).
-    #[error("the principal lacks the {} capability", .0.as_str())]
-    Forbidden(Capability),
-    /// AUTH-3: a state-changing request whose `Origin` or `Sec-Fetch-Site`
-    /// says it comes from another site.
-    #[error("a state-changing request from another site is refused")]
-    CrossSite,
-    /// AUTH-3: in trusted-network mode, a `Host` outside the allow-list
-    /// (what a DNS-rebinding page sends).
-    #[error("this server does not answer for the Host named in the request")]
-    Misdirected,
-    /// 400: a malformed request; the message says what is wrong.
-    #[error("{0}")]
-    BadRequest(String),
-    /// 404: no backfill has this ID.
-    #[error("no backfill with this ID")]
-    NotFound,
-    /// 422: the idempotency key was already used for another action,
-    /// backfill or body (ADM-4).
-    #[error("this Idempotency-Key was already used for a different request")]
-    KeyReused,
-    /// A settings change that is refused (THR-4); nothing changed.
-    #[error("{0}")]
-    InvalidSettings(SettingsError),
-    /// 415: a request body that is neither `application/json` nor
-    /// `application/merge-patch+json`.
-    #[error("the body must be application/json or application/merge-patch+json")]
-    UnsupportedMediaType,
-    /// 413: a request body longer than `MAX_BODY_BYTES`.
-    #[error("the body is larger than {} bytes", MAX_BODY_BYTES)]
-    PayloadTooLarge,
-    /// 409: this server holds no definition for the backfill (REG-4).
-    #[error("this server has no definition for the backfill")]
-    NoDefinition,
-    /// A request option outside its limits; the message names the limit.
-    #[error("{message}")]
-    OutOfRange {
-        /// The request option that is out of range (reported as the body's
-        /// `field`).
-        field: &'static str,
-        /// What the limit is, in words.
-        message: String,
-    },
-    /// The definition's split points were refused at `start` (PAR-1): a
-    /// defect of the deployed repair, not of the request. The start
-    /// rolled back; nothing was written.
-    #[error("{0}")]
-    InvalidSplit(String),
-    /// API-3: too many rejected requests from this source; retry after
-    /// this many seconds.
-    #[error("too many rejected requests from this source; retry later")]
-    TooManyRequests(u64),
-    /// 404: a fleet request names a database the fleet does not have
-    /// (FLT-6).
-    #[error("no database named {0:?} in the fleet")]
-    UnknownDatabase(String),
-    /// 503: a transient database condition (a pool timeout, a lost
-    /// connection) that may pass; the message is its bounded, redacted
-    /// cause.
-    #[error("{0}")]
-    Unavailable(String),
-    /// 500: any other failure; the message is the bounded, redacted cause
-    /// (AUD-2).
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl AdminError {
-    /// HTTP status of the error.
-    pub fn status(&self) -> u16 {
-        match self {
-            AdminError::Unauthorized => 401,
-            AdminError::Forbidden(_) => 403,
-            AdminError::CrossSite => 403,
-            AdminError::Misdirected => 421,
-            AdminError::BadRequest(_) => 400,
-            AdminError::NotFound => 404,
-            AdminError::UnknownDatabase(_) => 404,
-            AdminError::KeyReused => 422,
-            AdminError::InvalidSettings(_) => 422,
-            AdminError::UnsupportedMediaType => 415,
-            AdminError::PayloadTooLarge => 413,
-            AdminError::NoDefinition => 409,
-            AdminError::OutOfRange { .. } => 422,
-            AdminError::InvalidSplit(_) => 422,
-            AdminError::TooManyRequests(_) => 429,
-            AdminError::Unavailable(_) => 503,
-            AdminError::Internal(_) => 500,
-        }
-    }
-
-    /// Stable error code (also the audit outcome of a rejection).
-    pub fn code(&self) -> &'static str {
-        match self {
-            AdminError::Unauthorized => "unauthorized",
-            AdminError::Forbidden(_) => "forbidden",
-            AdminError::CrossSite => "cross_site",
-            AdminError::Misdirected => "misdirected_request",
-            AdminError::BadRequest(_) => "bad_request",
-            AdminError::NotFound => "not_found",
-            AdminError::UnknownDatabase(_) => "unknown_database",
-            AdminError::KeyReused => "idempotency_key_reused",
-            AdminError::InvalidSettings(_) => "invalid_settings",
-            AdminError::UnsupportedMediaType => "unsupported_media_type",
-            AdminError::PayloadTooLarge => "payload_too_large",
-            AdminError::NoDefinition => "no_definition",
-            AdminError::OutOfRange { .. } => "out_of_range",
-            AdminError::InvalidSplit(_) => "invalid_split",
-            AdminError::TooManyRequests(_) => "too_many_requests",
-            AdminError::Unavailable(_) => "unavailable",
-            AdminError::Internal(_) => "internal",
-        }
-    }
-
-    /// The JSON error body.
-    pub fn body(&self) -> ErrorBody {
-        ErrorBody {
-            error: self.code().into(),
-            message: bounded(self.to_string()),
-            field: match self {
-                AdminError::InvalidSettings(e) => e.field().map(str::to_string),
-                AdminError::OutOfRange { field, .. } => Some(field.to_string()),
-                _ => None,
-            },
-        }
-    }
-}
-
-impl From<StoreError> for AdminError {
-    fn from(e: StoreError) -> Self {
-        // StoreError's Display is already redacted (store::describe).
-        if store::is_transient(&e) {
-            AdminError::Unavailable(bounded(e.to_string()))
-        } else {
-            AdminError::Internal(bounded(e.to_string()))
-        }
-    }
-}
-
-impl From<EngineError> for AdminError {
-    fn from(e: EngineError) -> Self {
-        match e {
-            EngineError::UnknownBackfill(_) => AdminError::NotFound,
-            EngineError::NoDefinition(_) => AdminError::NoDefinition,
-            EngineError::InvalidSettings(e) => AdminError::InvalidSettings(e),
-            EngineError::InvalidDryRun(message) => AdminError::OutOfRange {
-                field: if message.starts_with("sample") {
-                    "sample"
-                } else {
-                    "batches"
-                },
-                message,
-            },
-            e @ EngineError::Split { .. } => AdminError::InvalidSplit(bounded(e.to_string())),
-            EngineError::Store(e) => e.into(),
-            // Repair diagnostics are bounded and redacted by contract.
-            other => AdminError::Internal(bounded(other.to_string())),
-        }
-    }
-}
-
-/// What a caller presents with one request.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RequestMeta<'a> {
-    /// The bearer token, if any.
-    pub bearer: Option<&'a str>,
-    /// The `Idempotency-Key` header, if any.
-    pub idempotency_key: Option<&'a str>,
-    /// A request id for correlation when there is no idempotency key.
-    pub request_id: Option<&'a str>,
-    /// The peer address: rejections of callers without a principal are
-    /// coalesced and rate-limited per source (API-3). `None` (not a socket
-    /// peer) is a source of its own.
-    pub source: Option<IpAddr>,
-    /// The `Host` the request was sent to, checked against the allow-list
-    /// in trusted-network mode (AUTH-3). `None` when there is none (an
-    /// in-process caller, an HTTP/1.0 client): not checked.
-    pub host: Option<&'a str>,
-    /// The `Origin` header, if any (AUTH-3).
-    pub origin: Option<&'a str>,
-    /// The `Sec-Fetch-Site` header, if any (AUTH-3).
-    pub fetch_site: Option<&'a str>,
-    /// The `Backfill-Reason` header as sent (percent-encoded), if any:
-    /// the operator's reason for an action.
-    pub reason: Option<&'a str>,
-}
-
-impl RequestMeta<'_> {
-    fn correlation(&self) -> Option<String> {
-        self.idempotency_key
-            .or(self.request_id)
-            .map(|c| cut(c, MAX_KEY_BYTES))
-    }
-}
-
-/// A response that went through the idempotent path: replayed verbatim to
-/// every retry of the same key (200 applied/converged, 409 conflict).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reply {
-    /// The HTTP status of the response.
-    pub status: u16,
-    /// The JSON body of the response.
-    pub body: Value,
-}
-
-/// Errors inside an admin transaction: anything here rolls it back.
-#[derive(Debug, thiserror::Error)]
-enum TxError {
-    #[error(transparent)]
-    Admin(#[from] AdminError),
-    #[error("database error")]
-    Db(#[from] diesel::result::Error),
-}
-
-impl From<StoreError> for TxError {
-    fn from(e: StoreError) -> Self {
-        TxError::Admin(e.into())
-    }
-}
-
-impl From<EngineError> for TxError {
-    fn from(e: EngineError) -> Self {
-        TxError::Admin(e.into())
-    }
-}
-
-impl From<TxError> for AdminError {
-    fn from(e: TxError) -> Self {
-        match e {
-            TxError::Admin(e) => e,
-            TxError::Db(e) => StoreError::Database(e).into(),
-        }
-    }
-}
 
 /// The admin service over one engine.
 #[derive(Clone)]
@@ -367,94 +122,6 @@ fn audit_id(id: &str) -> String {
         id.to_string()
     } else {
         format!("(invalid ID, {} bytes)", id.len())
-    }
-}
-
-/// The hostname of a `Host` header or an origin's authority, without its
-/// port, brackets or a trailing dot, in lower case; `None` when it is not
-/// one (an unclosed bracket, an empty name).
-pub(crate) fn hostname(authority: &str) -> Option<String> {
-    let authority = authority.trim();
-    let name = if let Some(rest) = authority.strip_prefix('[') {
-        let (inside, after) = rest.split_once(']')?;
-        if !(after.is_empty() || after.strip_prefix(':').is_some_and(is_port)) {
-            return None;
-        }
-        inside
-    } else if authority.matches(':').count() > 1 {
-        // A bare IPv6 address: an allow-list entry, never a valid Host.
-        authority
-    } else {
-        match authority.split_once(':') {
-            Some((name, port)) if is_port(port) => name,
-            Some(_) => return None,
-            None => authority,
-        }
-    };
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"-._:".contains(&b);
-    (!name.is_empty() && name.bytes().all(allowed)).then_some(name)
-}
-
-fn is_port(text: &str) -> bool {
-    !text.is_empty() && text.len() <= 5 && text.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// An allow-list entry for trusted-network mode (AUTH-3) as it is
-/// compared: a hostname or address, lower case, without a port (one given
-/// is ignored: a rebinding page names its own host, whatever the port).
-#[doc(hidden)]
-pub fn allowed_host(entry: &str) -> Result<String, AuthError> {
-    hostname(entry).ok_or_else(|| {
-        AuthError::Config(format!(
-            "allowed host {:?} is not a hostname or an address",
-            bounded(entry)
-        ))
-    })
-}
-
-/// The `Host` forms every admin boundary answers to in trusted-network
-/// mode: the loopback names a local browser or tool uses.
-#[doc(hidden)]
-pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
-
-/// Whether a request's `Origin` or `Sec-Fetch-Site` says it was sent by a
-/// page of another site (AUTH-3). `Sec-Fetch-Site` values other than
-/// `same-origin` and `none` (the user typed it) count; an `Origin` counts
-/// unless its scheme is http(s) and its host and port are the `Host` the
-/// request was sent to; `Origin: null` (a sandboxed or opaque page) counts.
-fn cross_site(meta: &RequestMeta<'_>) -> bool {
-    if let Some(site) = meta.fetch_site {
-        let site = site.trim();
-        if !(site.eq_ignore_ascii_case("same-origin") || site.eq_ignore_ascii_case("none")) {
-            return true;
-        }
-    }
-    let Some(origin) = meta.origin else {
-        return false;
-    };
-    let origin = origin.trim();
-    let (authority, default_port) = if let Some(rest) = origin.strip_prefix("http://") {
-        (rest, "80")
-    } else if let Some(rest) = origin.strip_prefix("https://") {
-        (rest, "443")
-    } else {
-        return true;
-    };
-    let Some(host) = meta.host else {
-        return true;
-    };
-    let with_port = |authority: &str| -> Option<(String, String)> {
-        let name = hostname(authority)?;
-        let port = match authority.rsplit_once(':') {
-            Some((_, port)) if is_port(port) => port.to_string(),
-            _ => default_port.to_string(),
-        };
-        Some((name, port))
-    };
-    match (with_port(authority), with_port(host.trim())) {
-        (Some(a), Some(b)) => a != b,
-        _ => true,
     }
 }
 
@@ -1237,82 +904,6 @@ fn page_limit(limit: Option<i64>) -> Result<i64, AdminError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn meta<'a>(
-        host: Option<&'a str>,
-        origin: Option<&'a str>,
-        site: Option<&'a str>,
-    ) -> RequestMeta<'a> {
-        RequestMeta {
-            host,
-            origin,
-            fetch_site: site,
-            ..Default::default()
-        }
-    }
-
-    /// AUTH-3: a Host or origin authority is compared by its hostname in
-    /// lower case, without port, brackets or a trailing dot; what is no
-    /// hostname matches nothing.
-    #[test]
-    fn auth03_hostnames_are_compared_without_port_or_case() {
-        let name = |s: &str| hostname(s);
-        assert_eq!(name("LocalHost.:8081").as_deref(), Some("localhost"));
-        assert_eq!(name("[::1]:8081").as_deref(), Some("::1"));
-        assert_eq!(name("::1").as_deref(), Some("::1"));
-        assert_eq!(name("127.0.0.1").as_deref(), Some("127.0.0.1"));
-        for bad in [
-            "",
-            ":80",
-            "[::1",
-            "[::1]x",
-            "a b",
-            "evil.example:x",
-            "user@host",
-            "h:123456",
-        ] {
-            assert_eq!(name(bad), None, "{bad}");
-        }
-        assert_eq!(
-            allowed_host("Admin.Internal:9000").expect("a host"),
-            "admin.internal"
-        );
-        assert!(allowed_host("not a host").is_err());
-    }
-
-    /// AUTH-3: what counts as sent by another site: `Sec-Fetch-Site`
-    /// other than `same-origin` or `none`, an `Origin` that is not this
-    /// Host's (scheme default ports compared as such), `Origin: null`, or
-    /// an origin with no Host to compare it with. No header says nothing.
-    #[test]
-    fn auth03_cross_site_is_what_origin_or_fetch_site_says() {
-        let h = Some("127.0.0.1:8081");
-        assert!(!cross_site(&meta(h, None, None)));
-        assert!(!cross_site(&meta(h, None, Some("same-origin"))));
-        assert!(!cross_site(&meta(h, None, Some("none"))));
-        assert!(cross_site(&meta(h, None, Some("cross-site"))));
-        assert!(cross_site(&meta(h, None, Some("same-site"))));
-        assert!(!cross_site(&meta(h, Some("http://127.0.0.1:8081"), None)));
-        assert!(!cross_site(&meta(
-            Some("admin"),
-            Some("http://ADMIN:80"),
-            None
-        )));
-        assert!(!cross_site(&meta(
-            Some("admin:443"),
-            Some("https://admin"),
-            None
-        )));
-        assert!(cross_site(&meta(h, Some("http://127.0.0.1:8082"), None)));
-        assert!(cross_site(&meta(
-            h,
-            Some("https://127.0.0.1:8081.evil"),
-            None
-        )));
-        assert!(cross_site(&meta(h, Some("null"), None)));
-        assert!(cross_site(&meta(h, Some("file://"), None)));
-        assert!(cross_site(&meta(None, Some("http://127.0.0.1:8081"), None)));
-    }
 
     /// AUD-3: a valid ID (or `*`) is recorded as it is; anything else as
     /// a placeholder with its length in bytes.
