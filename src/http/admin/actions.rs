@@ -1,393 +1,22 @@
-//! The admin HTTP API (docs/CONTRACT.md section 9) and its OpenAPI 3 document.
-//!
-//! A thin projection of [`crate::admin::Admin`]: handlers only read headers
-//! and parameters and render results; authorization, audit, idempotency and
-//! validation live in the admin layer. There is deliberately no reset,
-//! rewind, bound edit, delete, force-complete, release or cancel route
-//! (ADM-6).
+//! The admin API's state-changing routes: the lifecycle actions (start,
+//! pause, resume, retry), explicit validation, undo and the journal's
+//! pruning, dry runs and live settings. Each reads its headers and
+//! parameters and hands them to the admin layer, which authorizes, audits
+//! and answers.
 
+use super::answer::{error, query, reply, IdPath, Meta};
 use crate::admin::{
-    ActionResponse, Admin, AdminError, AuditEntry, AuditPage, BackfillPage, BackfillView,
-    CallerView, ConflictBody, Diagnostic, ErrorBody, JournalView, NotificationPage,
-    NotificationView, Ownership, PartitionRates, PartitionView, Progress, Readiness, Reply,
-    RequestBody, RequestMeta, RunChart, RunInterval, Throttle, Timeline, TimelineEntry, UndoLink,
-    ValidationResponse, ValidationSummary, MAX_BODY_BYTES, REASON_HEADER,
+    ActionResponse, Admin, BackfillView, ConflictBody, ErrorBody, RequestBody, ValidationResponse,
+    MAX_BODY_BYTES,
 };
-use crate::engine::{DryBatch, DryRunError, DryRunReport, Forecast, SampleRow};
+use crate::engine::DryRunReport;
 use crate::lifecycle::Action;
-use actix_web::http::{header, StatusCode};
+use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{IntoParams, Modify, OpenApi};
+use utoipa::IntoParams;
 
-/// The OpenAPI document of the admin API, generated from the handlers.
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "backfill admin API",
-        description = "Operator boundary of backfill (docs/CONTRACT.md section 9). Every /admin route needs a bearer token with backfill:read (reads) or backfill:operate (actions and dry runs); a dry run's sample of changed rows also needs backfill:inspect. GET /admin/me answers any valid token with the capabilities it holds."
-    ),
-    paths(
-        me, list, detail, start, pause, resume, retry, validate, dry_run, settings, undo,
-        journal_prune, timeline, run_chart, audit, notifications, openapi_json
-    ),
-    components(schemas(
-        CallerView, BackfillPage, BackfillView, Progress, Ownership, Diagnostic, ValidationSummary,
-        Readiness, ActionResponse, ConflictBody, ErrorBody, ValidationResponse, AuditPage,
-        AuditEntry, Throttle, PartitionView, SettingsPatch, UndoLink, JournalView, DryRunReport,
-        DryBatch, DryRunError, Forecast, SampleRow, NotificationPage, NotificationView, Timeline,
-        TimelineEntry, RunChart, PartitionRates, RunInterval
-    )),
-    modifiers(&BearerAuth),
-    security(("bearer" = []))
-)]
-pub struct ApiDoc;
-
-/// Declares the bearer scheme every `/admin` route needs; the fleet's
-/// document uses it too.
-pub(super) struct BearerAuth;
-
-impl Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
-        );
-    }
-}
-
-/// Mount the admin routes and `/openapi.json` into a host's App.
-pub fn configure(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
-    cfg.app_data(admin);
-    routes(cfg);
-}
-
-/// The `{id}` of a backfill route, read by name: the routes also serve
-/// under a prefix with a parameter of its own (the fleet listener's
-/// `/databases/{database}`).
-#[derive(Deserialize)]
-struct IdPath {
-    id: String,
-}
-
-/// The admin routes and `/openapi.json`, over the [`Admin`] found in the
-/// app data of the request (the host's, or the database a fleet's prefix
-/// names).
-pub(super) fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource(
-        "/openapi.json",
-        web::get().to(openapi_json),
-        "GET",
-    ))
-    .service(resource("/admin/me", web::get().to(me), "GET"))
-    .service(resource("/admin/backfills", web::get().to(list), "GET"))
-    .service(resource(
-        "/admin/backfills/{id}",
-        web::get().to(detail),
-        "GET",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/start",
-        web::post().to(start),
-        "POST",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/pause",
-        web::post().to(pause),
-        "POST",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/resume",
-        web::post().to(resume),
-        "POST",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/retry",
-        web::post().to(retry),
-        "POST",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/validate",
-        web::post().to(validate),
-        "POST",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/dry-run",
-        web::post().to(dry_run),
-        "POST",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/settings",
-        web::patch().to(settings),
-        "PATCH",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/undo",
-        web::post().to(undo),
-        "POST",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/journal/prune",
-        web::post().to(journal_prune),
-        "POST",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/timeline",
-        web::get().to(timeline),
-        "GET",
-    ))
-    .service(resource(
-        "/admin/backfills/{id}/progress",
-        web::get().to(run_chart),
-        "GET",
-    ))
-    .service(resource("/admin/audit", web::get().to(audit), "GET"))
-    .service(resource(
-        "/admin/notifications",
-        web::get().to(notifications),
-        "GET",
-    ))
-    // Registered last: any other path under /admin gets a JSON error
-    // like every other rejection, not an empty body.
-    .service(
-        web::resource("/admin")
-            .wrap(super::headers::security_headers())
-            .route(web::route().to(no_route)),
-    )
-    .service(
-        web::resource("/admin/{tail:.*}")
-            .wrap(super::headers::security_headers())
-            .route(web::route().to(no_route)),
-    );
-}
-
-/// One known path served by `route`; every other method on it is a 405
-/// naming the allowed one (API-2), so a client can tell a wrong method
-/// from a path that does not exist. Every answer carries the security
-/// headers (AUTH-4), on whatever listener the routes are mounted.
-fn resource(
-    path: &str,
-    route: actix_web::Route,
-    allow: &'static str,
-) -> impl actix_web::dev::HttpServiceFactory {
-    web::resource(path)
-        .wrap(super::headers::security_headers())
-        .route(route)
-        .default_service(web::to(move || method_not_allowed(allow)))
-}
-
-async fn method_not_allowed(allow: &'static str) -> HttpResponse {
-    HttpResponse::MethodNotAllowed()
-        .insert_header((header::ALLOW, allow))
-        .json(ErrorBody {
-            error: "method_not_allowed".into(),
-            message: format!("this path accepts only {allow}"),
-            field: None,
-        })
-}
-
-/// An admin path that is not a route (ADM-6: there is no reset, delete,
-/// force-complete ...). Nothing is read or changed.
-async fn no_route() -> HttpResponse {
-    HttpResponse::NotFound().json(ErrorBody {
-        error: "not_found".into(),
-        message: "no admin route for this path".into(),
-        field: None,
-    })
-}
-
-/// Headers of one request, owned.
-pub(super) struct Meta {
-    source: Option<std::net::IpAddr>,
-    bearer: Option<String>,
-    idempotency_key: Option<String>,
-    request_id: String,
-    host: Option<String>,
-    origin: Option<String>,
-    fetch_site: Option<String>,
-    reason: Option<String>,
-}
-
-impl Meta {
-    pub(super) fn from(req: &HttpRequest) -> Self {
-        let header = |name: &str| {
-            req.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let bearer = header(header::AUTHORIZATION.as_str()).and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| token.trim().to_string())
-        });
-        Self {
-            // The socket peer, not a forwarded-for header a client could
-            // choose: the rate of rejections is kept per peer (API-3).
-            source: req.peer_addr().map(|a| a.ip()),
-            bearer,
-            idempotency_key: header("idempotency-key"),
-            request_id: header("x-request-id")
-                .filter(|r| !r.is_empty() && r.len() <= 200)
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
-            // The authority the request was sent to: an absolute-form
-            // target's, else the Host header (RFC 9112, 3.2.2). Never a
-            // forwarded-host header, which any client may set.
-            host: req
-                .uri()
-                .authority()
-                .map(|a| a.as_str().to_string())
-                .or_else(|| header(header::HOST.as_str())),
-            origin: header(header::ORIGIN.as_str()),
-            fetch_site: header("sec-fetch-site"),
-            // Its bytes as they came, so that a header that is not ASCII
-            // is refused by name rather than ignored.
-            reason: req
-                .headers()
-                .get(REASON_HEADER)
-                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
-        }
-    }
-
-    pub(super) fn as_meta(&self) -> RequestMeta<'_> {
-        RequestMeta {
-            bearer: self.bearer.as_deref(),
-            idempotency_key: self.idempotency_key.as_deref(),
-            request_id: Some(&self.request_id),
-            source: self.source,
-            host: self.host.as_deref(),
-            origin: self.origin.as_deref(),
-            fetch_site: self.fetch_site.as_deref(),
-            reason: self.reason.as_deref(),
-        }
-    }
-}
-
-pub(super) fn error(e: &AdminError) -> HttpResponse {
-    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = HttpResponse::build(status);
-    match e {
-        AdminError::Unauthorized => {
-            response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
-        }
-        AdminError::TooManyRequests(seconds) => {
-            response.insert_header((header::RETRY_AFTER, seconds.to_string()));
-        }
-        AdminError::UnsupportedMediaType => {
-            // RFC 5789: a 415 to a PATCH names the patch types accepted.
-            response.insert_header((ACCEPT_PATCH, ACCEPTED_PATCH_TYPES));
-        }
-        _ => {}
-    }
-    response.json(e.body())
-}
-
-pub(super) fn render<T: serde::Serialize>(result: Result<T, AdminError>) -> HttpResponse {
-    match result {
-        Ok(body) => HttpResponse::Ok().json(body),
-        Err(e) => error(&e),
-    }
-}
-
-fn reply(result: Result<Reply, AdminError>) -> HttpResponse {
-    match result {
-        Ok(Reply { status, body }) => {
-            HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK)).json(body)
-        }
-        Err(e) => error(&e),
-    }
-}
-
-pub(super) fn query<T: for<'de> Deserialize<'de>>(req: &HttpRequest) -> Result<T, AdminError> {
-    web::Query::<T>::from_query(req.query_string())
-        .map(web::Query::into_inner)
-        .map_err(|_| AdminError::BadRequest("malformed query parameters".into()))
-}
-
-/// Paging of the backfill list.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[doc(hidden)]
-pub struct ListQuery {
-    /// Return IDs strictly after this one (from `next_after`).
-    #[param(pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)]
-    pub after: Option<String>,
-    /// Page size, 1..=500 (default 50).
-    #[param(minimum = 1, maximum = 500)]
-    pub limit: Option<i64>,
-}
-
-/// Paging of the audit log.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[doc(hidden)]
-pub struct AuditQuery {
-    /// Only records of this backfill.
-    #[param(pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)]
-    pub backfill: Option<String>,
-    /// Return records strictly before this `seq` (from `next_before`).
-    pub before: Option<i64>,
-    /// Page size, 1..=500 (default 50).
-    #[param(minimum = 1, maximum = 500)]
-    pub limit: Option<i64>,
-}
-
-/// List backfills (ADM-2), ordered by ID.
-#[utoipa::path(
-    get, path = "/admin/backfills", params(ListQuery),
-    responses(
-        (status = 200, description = "A page of backfills", body = BackfillPage),
-        (status = 400, description = "Bad paging parameters, or `after` not a backfill ID", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
-        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
-        (status = 500, description = "Server error", body = ErrorBody),
-        (status = 503, description = "Database unavailable", body = ErrorBody),
-    )
-)]
-async fn list(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
-    let meta = Meta::from(&req);
-    let q: ListQuery = match query(&req) {
-        Ok(q) => q,
-        Err(e) => return error(&e),
-    };
-    render(
-        admin
-            .list(&meta.as_meta(), q.after.as_deref(), q.limit)
-            .await,
-    )
-}
-
-/// One backfill in detail (ADM-2).
-#[utoipa::path(
-    get, path = "/admin/backfills/{id}",
-    params(("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)),
-    responses(
-        (status = 200, description = "The backfill", body = BackfillView),
-        (status = 400, description = "Not a backfill ID", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
-        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
-        (status = 404, description = "No such backfill", body = ErrorBody),
-        (status = 500, description = "Server error", body = ErrorBody),
-        (status = 503, description = "Database unavailable", body = ErrorBody),
-    )
-)]
-async fn detail(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
-    let meta = Meta::from(&req);
-    render(admin.detail(&meta.as_meta(), &id.id).await)
-}
-
-async fn act(
+pub(super) async fn act(
     req: HttpRequest,
     id: web::Path<IdPath>,
     admin: web::Data<Admin>,
@@ -421,7 +50,11 @@ async fn act(
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn start(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
+pub(super) async fn start(
+    req: HttpRequest,
+    id: web::Path<IdPath>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
     act(req, id, admin, Action::Start).await
 }
 
@@ -449,7 +82,11 @@ async fn start(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>)
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn pause(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
+pub(super) async fn pause(
+    req: HttpRequest,
+    id: web::Path<IdPath>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
     act(req, id, admin, Action::Pause).await
 }
 
@@ -477,7 +114,11 @@ async fn pause(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>)
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn resume(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
+pub(super) async fn resume(
+    req: HttpRequest,
+    id: web::Path<IdPath>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
     act(req, id, admin, Action::Resume).await
 }
 
@@ -506,7 +147,11 @@ async fn resume(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn retry(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
+pub(super) async fn retry(
+    req: HttpRequest,
+    id: web::Path<IdPath>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
     act(req, id, admin, Action::Retry).await
 }
 
@@ -534,7 +179,7 @@ async fn retry(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>)
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn validate(
+pub(super) async fn validate(
     req: HttpRequest,
     id: web::Path<IdPath>,
     admin: web::Data<Admin>,
@@ -568,7 +213,11 @@ async fn validate(
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn undo(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
+pub(super) async fn undo(
+    req: HttpRequest,
+    id: web::Path<IdPath>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
     let meta = Meta::from(&req);
     reply(admin.undo(&meta.as_meta(), &id.id).await)
 }
@@ -597,7 +246,7 @@ async fn undo(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) 
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn journal_prune(
+pub(super) async fn journal_prune(
     req: HttpRequest,
     id: web::Path<IdPath>,
     admin: web::Data<Admin>,
@@ -645,7 +294,11 @@ pub struct DryRunQuery {
         (status = 503, description = "Database unavailable; nothing changed", body = ErrorBody),
     )
 )]
-async fn dry_run(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
+pub(super) async fn dry_run(
+    req: HttpRequest,
+    id: web::Path<IdPath>,
+    admin: web::Data<Admin>,
+) -> HttpResponse {
     let meta = Meta::from(&req);
     let q: DryRunQuery = match query(&req) {
         Ok(q) => q,
@@ -657,11 +310,6 @@ async fn dry_run(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin
             .await,
     )
 }
-
-/// `Accept-Patch` (RFC 5789), which actix does not name.
-const ACCEPT_PATCH: &str = "accept-patch";
-/// The media types a settings change is accepted as.
-const ACCEPTED_PATCH_TYPES: &str = "application/merge-patch+json, application/json";
 
 /// A settings change (THR-4) as a JSON merge patch: each field named sets
 /// it (an integer within its range) or clears it (`null`); fields not
@@ -690,7 +338,7 @@ impl utoipa::PartialSchema for SettingsPatch {
 impl utoipa::ToSchema for SettingsPatch {}
 
 /// Read a request body, at most [`MAX_BODY_BYTES`] of it.
-pub(super) async fn read_body(
+pub(crate) async fn read_body(
     mut payload: web::Payload,
 ) -> Result<web::BytesMut, RequestBody<'static>> {
     use futures_util::StreamExt;
@@ -740,7 +388,7 @@ pub(super) async fn read_body(
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
     )
 )]
-async fn settings(
+pub(super) async fn settings(
     req: HttpRequest,
     id: web::Path<IdPath>,
     payload: web::Payload,
@@ -760,179 +408,4 @@ async fn settings(
         Err(problem) => *problem,
     };
     reply(admin.update_settings(&meta.as_meta(), &id.id, body).await)
-}
-
-/// How many timeline entries to return.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[doc(hidden)]
-pub struct TimelineQuery {
-    /// Entries, 1..=500 (default 50).
-    #[param(minimum = 1, maximum = 500)]
-    pub limit: Option<i64>,
-}
-
-/// A backfill's timeline (OBS-4), newest first: every claim, state change,
-/// retryable error, throttle and explicit validation, recorded with the
-/// change itself, and the operator actions that took effect.
-#[utoipa::path(
-    get, path = "/admin/backfills/{id}/timeline",
-    params(("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128), TimelineQuery),
-    responses(
-        (status = 200, description = "The newest entries", body = Timeline),
-        (status = 400, description = "Not a backfill ID, or a bad limit", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
-        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
-        (status = 404, description = "No such backfill", body = ErrorBody),
-        (status = 500, description = "Server error", body = ErrorBody),
-        (status = 503, description = "Database unavailable", body = ErrorBody),
-    )
-)]
-async fn timeline(
-    req: HttpRequest,
-    id: web::Path<IdPath>,
-    admin: web::Data<Admin>,
-) -> HttpResponse {
-    let meta = Meta::from(&req);
-    let q: TimelineQuery = match query(&req) {
-        Ok(q) => q,
-        Err(e) => return error(&e),
-    };
-    render(admin.timeline(&meta.as_meta(), &id.id, q.limit).await)
-}
-
-/// A backfill's run chart (OBS-5): rows/s over the recorded run in equal
-/// buckets, in total and per partition, from the progress samples the
-/// claim holders record, with the throttled and paused intervals. A
-/// bucket no sample pair of a claim covers is `null` (unknown, not zero).
-#[utoipa::path(
-    get, path = "/admin/backfills/{id}/progress",
-    params(("id" = String, Path, description = "Stable ID", pattern = r"^[a-z0-9._-]{1,128}$", min_length = 1, max_length = 128)),
-    responses(
-        (status = 200, description = "The run chart", body = RunChart),
-        (status = 400, description = "Not a backfill ID", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
-        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
-        (status = 404, description = "No such backfill", body = ErrorBody),
-        (status = 500, description = "Server error", body = ErrorBody),
-        (status = 503, description = "Database unavailable", body = ErrorBody),
-    )
-)]
-async fn run_chart(
-    req: HttpRequest,
-    id: web::Path<IdPath>,
-    admin: web::Data<Admin>,
-) -> HttpResponse {
-    let meta = Meta::from(&req);
-    render(admin.run_chart(&meta.as_meta(), &id.id).await)
-}
-
-/// The audit log (AUD-1), newest first.
-#[utoipa::path(
-    get, path = "/admin/audit", params(AuditQuery),
-    responses(
-        (status = 200, description = "A page of audit records", body = AuditPage),
-        (status = 400, description = "Bad paging parameters, or `backfill` not a backfill ID", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many refused requests without an authenticated principal from this source (API-3)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
-        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
-        (status = 500, description = "Server error", body = ErrorBody),
-        (status = 503, description = "Database unavailable", body = ErrorBody),
-    )
-)]
-async fn audit(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
-    let meta = Meta::from(&req);
-    let q: AuditQuery = match query(&req) {
-        Ok(q) => q,
-        Err(e) => return error(&e),
-    };
-    render(
-        admin
-            .audit(&meta.as_meta(), q.backfill.as_deref(), q.before, q.limit)
-            .await,
-    )
-}
-
-/// Paging of the notification outbox.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[doc(hidden)]
-pub struct NotificationQuery {
-    /// Only notifications in this status.
-    #[param(pattern = r"^(pending|delivered|dead)$")]
-    pub status: Option<String>,
-    /// Return notifications strictly before this `seq` (from `next_before`).
-    pub before: Option<i64>,
-    /// Page size, 1..=500 (default 50).
-    #[param(minimum = 1, maximum = 500)]
-    pub limit: Option<i64>,
-}
-
-/// The webhook notification outbox (NTF-2), newest first: status, tries
-/// and last error of each notification; never a URL or a secret (NTF-3).
-#[utoipa::path(
-    get, path = "/admin/notifications", params(NotificationQuery),
-    responses(
-        (status = 200, description = "A page of notifications", body = NotificationPage),
-        (status = 400, description = "Bad paging parameters or status", body = ErrorBody),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 403, description = "Lacks backfill:read", body = ErrorBody),
-        (status = 500, description = "Server error", body = ErrorBody),
-        (status = 503, description = "Database unavailable", body = ErrorBody),
-    )
-)]
-async fn notifications(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
-    let meta = Meta::from(&req);
-    let q: NotificationQuery = match query(&req) {
-        Ok(q) => q,
-        Err(e) => return error(&e),
-    };
-    render(
-        admin
-            .notifications(&meta.as_meta(), q.status.as_deref(), q.before, q.limit)
-            .await,
-    )
-}
-
-/// The caller: its principal and the capabilities it holds (AUTH-1), so a
-/// client offers only what the token may do. Needs a valid token, no
-/// capability.
-#[utoipa::path(
-    get, path = "/admin/me",
-    responses(
-        (status = 200, description = "The caller", body = CallerView),
-        (status = 401, description = "No or unknown bearer token", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "Too many requests without valid credentials from this source (API-3)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds to wait"))),
-        (status = 421, description = "`misdirected_request`: in trusted-network mode, a Host outside the allow-list (AUTH-3)", body = ErrorBody),
-        (status = 500, description = "Server error", body = ErrorBody),
-    )
-)]
-async fn me(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
-    let meta = Meta::from(&req);
-    render(admin.me(&meta.as_meta()).await)
-}
-
-/// This document.
-#[utoipa::path(
-    get, path = "/openapi.json", security(()),
-    responses((status = 200, description = "The OpenAPI 3 document", content_type = "application/json"))
-)]
-async fn openapi_json() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
 }
