@@ -128,6 +128,15 @@ FROM backfill ORDER BY id LIMIT 1;
         psql(url, sql)
 
 
+def scratch_database(backfill, server, name):
+    """Create database `name` on `server`, migrated and holding one
+    completed demo backfill, with `backfill demo`; return its URL."""
+    subprocess.run([backfill, "demo", "--database-url", server, "--rows", "1000",
+                    "--exit-when-done", "--database-name", name, "--listen", "127.0.0.1:18380",
+                    "--admin-listen", "127.0.0.1:18381"], check=True, capture_output=True)
+    return server.rsplit("/", 1)[0] + "/" + name
+
+
 def cpu_ns(pid):
     try:
         with open(f"/proc/{pid}/schedstat") as f:
@@ -169,10 +178,7 @@ def main():
     parser.add_argument("--txns", type=int, default=30000)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
-    url = args.server.rsplit("/", 1)[0] + "/" + DB
-    subprocess.run([args.backfill, "demo", "--database-url", args.server, "--rows", "1000",
-                    "--exit-when-done", "--database-name", DB, "--listen", "127.0.0.1:18380",
-                    "--admin-listen", "127.0.0.1:18381"], check=True, capture_output=True)
+    url = scratch_database(args.backfill, args.server, DB)
     try:
         setup(url)
         seen = set()

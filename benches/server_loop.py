@@ -35,8 +35,10 @@ variants alternated. Each run gets a fresh table, vacuumed and analyzed.
 
 import argparse
 import os
-import subprocess
 import sys
+
+sys.dont_write_bytecode = True
+from fence_cost import psql, scratch_database  # noqa: E402  (the sibling hand-run bench)
 
 DB = "bf_server_loop"
 TABLE = "sl_items"
@@ -125,15 +127,6 @@ END $$;"""
 VARIANTS = ["loop", "loop+fence", "engine-in-server", "dynamic", "dynamic+subtransaction"]
 
 
-def psql(url, sql, single=False):
-    args = ["psql", url, "-v", "ON_ERROR_STOP=1", "-qAt"]
-    args += ["-c", sql] if single else []
-    out = subprocess.run(args, input=None if single else sql, capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"psql failed: {out.stderr.strip()}")
-    return out.stdout
-
-
 def setup(url, batches):
     psql(url, """
 CREATE TABLE sl_progress (id int PRIMARY KEY, checkpoint bigint, batches bigint);
@@ -198,10 +191,7 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     batches = [int(b) for b in args.batch.split(",")]
-    url = args.server.rsplit("/", 1)[0] + "/" + DB
-    subprocess.run([args.backfill, "demo", "--database-url", args.server, "--rows", "1000",
-                    "--exit-when-done", "--database-name", DB, "--listen", "127.0.0.1:18380",
-                    "--admin-listen", "127.0.0.1:18381"], check=True, capture_output=True)
+    url = scratch_database(args.backfill, args.server, DB)
     try:
         setup(url, batches)
         print("| B | variant | backend µs/row | vs `loop` | rows/s | vs `loop` |")
