@@ -63,6 +63,9 @@ fn emb04_bench_json_shape_and_verification() {
     // Client and server CPU per row, engine over the server loop.
     let cpu = &report["ratios"]["engine_cpu_per_row_vs_plpgsql"]["100"];
     assert!(cpu.as_f64().is_some_and(|r| r > 0.0), "{cpu}");
+    // The same for the loop committing through the product's fence.
+    let fenced = &report["ratios"]["plpgsql_fenced_cpu_per_row_vs_plpgsql"]["100"];
+    assert!(fenced.as_f64().is_some_and(|r| r > 0.0), "{fenced}");
     // `engine-p` runs at P = cores by default.
     let cores = report["cores"].as_u64().unwrap();
     assert_eq!(report["partitions"], serde_json::json!([cores]), "{report}");
@@ -83,6 +86,7 @@ fn emb04_bench_json_shape_and_verification() {
             "engine-serial",
             "engine-sql",
             "plpgsql",
+            "plpgsql-fenced",
             "plpgsql-k"
         ]
     );

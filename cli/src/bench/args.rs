@@ -10,6 +10,11 @@ use std::path::PathBuf;
 pub enum Runner {
     /// PL/pgSQL procedure, COMMIT per batch: the server-side limit.
     Plpgsql,
+    /// The same procedure committing every batch through the product's
+    /// fence on a backfill the engine started and claimed: what a batch
+    /// costs with its loop inside the server, fence and checkpoint
+    /// included.
+    PlpgsqlFenced,
     /// Minimal hand-written client loop on one connection.
     Client,
     /// The product path: one backfill through the actor runtime, the
@@ -105,7 +110,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "plpgsql,client,engine,engine-sql,engine-journal,engine-keys,engine-serial,engine-health,engine-p,engine-p-procs,engine-k,plpgsql-k"
+        default_value = "plpgsql,plpgsql-fenced,client,engine,engine-sql,engine-journal,engine-keys,engine-serial,engine-health,engine-p,engine-p-procs,engine-k,plpgsql-k"
     )]
     pub only: Vec<Runner>,
     /// Backfills of `engine-k` and loops of `plpgsql-k` (default: the

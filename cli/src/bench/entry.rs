@@ -211,6 +211,7 @@ async fn run_one(
     let items = ["items".to_string()];
     let run = match runner {
         Runner::Plpgsql => ctx.plpgsql(batch, rep).await?,
+        Runner::PlpgsqlFenced => ctx.plpgsql_fenced(batch, rep).await?,
         Runner::Client => ctx.client(batch, rep).await?,
         Runner::Engine => {
             ctx.engine_run("engine", &items, rows, batch, rep, Shape::OneStatement)

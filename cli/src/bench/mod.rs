@@ -12,6 +12,9 @@
 //!
 //! 1. `plpgsql`: a procedure that loops the batches with `COMMIT` per batch
 //!    (no client round trips at all: the server-side limit);
+//!    `plpgsql-fenced` is the same procedure advancing the checkpoint of
+//!    a backfill the engine started and claimed through the product's
+//!    fence: a batch's cost with its loop inside the server;
 //! 2. `client`: a minimal hand-written loop on one connection (BEGIN, select,
 //!    update, checkpoint, COMMIT), no claims or fencing;
 //! 3. `engine`: the product path: registered repair, `start`, the actor

@@ -212,6 +212,13 @@ impl Report {
                 self.median_by("engine", b, |r| r.cost.cpu_us_per_row(r.rows)),
                 self.median_by("plpgsql", b, |r| r.cost.cpu_us_per_row(r.rows)),
             ));
+            // The same, the loop in the server committing through the
+            // product's fence over the plain loop: what the fence and the
+            // checkpoint cost where no client drives the batches.
+            ratios["plpgsql_fenced_cpu_per_row_vs_plpgsql"][b.to_string()] = json!(self.ratio(
+                self.median_by("plpgsql-fenced", b, |r| r.cost.cpu_us_per_row(r.rows)),
+                self.median_by("plpgsql", b, |r| r.cost.cpu_us_per_row(r.rows)),
+            ));
             let (v, range) = self.health_cost(b);
             ratios["engine_health_vs_engine"][b.to_string()] = json!(v);
             ranges["engine_health_vs_engine"][b.to_string()] =
@@ -260,6 +267,7 @@ impl Report {
         let fixed = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
         let mut order = fixed(&[
             "plpgsql",
+            "plpgsql-fenced",
             "client",
             "engine",
             "engine-sql",
@@ -413,6 +421,12 @@ the checkpoint, update them by id (`email_norm = lower(email)`, \
 `touched = touched + 1`), advance the checkpoint, commit.\n\n\
 - `plpgsql`: a PL/pgSQL procedure looping the batches with COMMIT per batch: \
 the server-side limit, no client round trips.\n\
+- `plpgsql-fenced`: the same procedure advancing, with each batch, the \
+checkpoint of a backfill the engine started and claimed through the \
+product's fence (`backfill_checkpoint_advance`, the key in its stored \
+encoding) instead of a plain progress row: a batch's cost with its loop \
+inside the server, fence and checkpoint included. Read its CPU per row \
+against `plpgsql`'s and `engine`'s.\n\
 - `client`: a minimal Rust loop on one connection: BEGIN, select, update, \
 checkpoint, COMMIT (5 round trips, cached prepared statements), no claims or fencing.\n\
 - `engine`: the product path end to end: `start` (bound capture), the actor \

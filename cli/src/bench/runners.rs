@@ -1,14 +1,15 @@
-//! The throughput runners: the PL/pgSQL loop (alone and K at once), the
-//! minimal client loop, and the engine through the actor runtime.
+//! The throughput runners: the PL/pgSQL loop (alone, K at once, and
+//! committing through the product's fence), the minimal client loop, and
+//! the engine through the actor runtime.
 
 use super::args::{BenchError, Shape};
 use super::context::Ctx;
 use super::repair::ItemsRepair;
-use super::sql::{plpgsql_procedure_sql, Id, Micros};
+use super::sql::{plpgsql_fenced_procedure_sql, plpgsql_procedure_sql, Id, Micros};
 use super::stats::{JournalUse, RunClock, RunResult};
 use super::timed::Timed;
 use backfill::__private::store::{self, cached, StoreError};
-use backfill::engine::Engine;
+use backfill::engine::{Engine, EngineConfig};
 use backfill::repair::Registry;
 use backfill::runtime::RuntimeHandle;
 use backfill::throttle::health::{HealthConfig, Monitor};
@@ -16,7 +17,7 @@ use diesel::sql_types::{Array, BigInt};
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 impl Ctx {
@@ -46,6 +47,75 @@ impl Ctx {
         let verified = self.verify("items").await?;
         Ok(RunResult::new(
             "plpgsql", batch, rows, rep, timing, &mut lat, verified,
+        ))
+    }
+
+    /// The `plpgsql` loop committing every batch through the product's
+    /// fence on a backfill the engine registered, started and claimed
+    /// (see [`plpgsql_fenced_procedure_sql`]): a batch's cost with its
+    /// loop inside the server, fence and checkpoint included. The claim's
+    /// lease is made long enough for the whole run, since no renewer runs
+    /// beside the procedure; the row ends in `validating`, which no later
+    /// run claims (each registers its own IDs).
+    pub(super) async fn plpgsql_fenced(
+        &mut self,
+        batch: u32,
+        rep: u32,
+    ) -> Result<RunResult, BenchError> {
+        let rows = self.args.rows;
+        self.reset("items", rows).await?;
+        self.run_seq += 1;
+        let (registry, ids) =
+            self.registry_for(&["items".to_string()], batch, rep, Shape::OneStatement)?;
+        let id = &ids[0];
+        let pool = store::build_pool(&self.url, 2).await?;
+        let config = EngineConfig {
+            lease_ttl: Duration::from_secs(24 * 3600),
+            ..self.engine_config()
+        };
+        let engine = Engine::new(pool, registry, config)?;
+        engine.register().await?;
+        engine.start(id).await?;
+        let worker = format!("bench-fenced-{}", std::process::id());
+        let claim = engine
+            .claim_next(&worker, &[])
+            .await?
+            .ok_or_else(|| BenchError::Run(format!("{id}: started but not claimable")))?;
+        self.exec(&plpgsql_fenced_procedure_sql(
+            "bench_plpgsql_fenced",
+            "items",
+            batch,
+        ))
+        .await?;
+        self.settle().await;
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let clock = RunClock::start(&self.pool).await;
+        // The ID and the worker are the bench's own (letters, digits,
+        // dots and dashes), so they are written into the CALL as text.
+        conn.batch_execute(&format!(
+            "CALL bench_plpgsql_fenced('{id}', '{worker}', {})",
+            claim.generation
+        ))
+        .await?;
+        let timing = clock.stop(&self.pool).await;
+        let lat: Vec<Micros> =
+            diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = 'plpgsql-fenced'")
+                .load(&mut conn)
+                .await?;
+        drop(conn);
+        let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
+        // Every row repaired once, and the fence took the backfill to the
+        // end of its range.
+        let validating = engine.get(id).await?.state == backfill::State::Validating;
+        let verified = validating && self.verify("items").await?;
+        Ok(RunResult::new(
+            "plpgsql-fenced",
+            batch,
+            rows,
+            rep,
+            timing,
+            &mut lat,
+            verified,
         ))
     }
 

@@ -73,6 +73,54 @@ END $$;"
     )
 }
 
+/// The `plpgsql-fenced` loop as procedure `name` over `table`: the
+/// `plpgsql` baseline's statements, but each batch advances the
+/// checkpoint of the backfill `p_id` through the product's fence
+/// (`backfill_checkpoint_advance`) with the claim's owner and generation,
+/// as the engine's batch does, instead of a plain progress row. The key is
+/// passed in its stored encoding (`src/key.rs`: the bigint tag, then the
+/// value with its sign bit flipped, big-endian) and as JSON. The last
+/// batch ends at the table's largest key, which is the backfill's bound,
+/// so the fence moves the row on to `validating`. Latencies are recorded
+/// under `plpgsql-fenced`.
+pub(super) fn plpgsql_fenced_procedure_sql(name: &str, table: &str, batch: u32) -> String {
+    format!(
+        "CREATE OR REPLACE PROCEDURE {name}(p_id text, p_owner text, p_generation bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ckpt bigint := 0;
+    v_bound bigint;
+    v_keys bigint[];
+    v_expected bytea;
+    v_next bytea;
+    v_t0 timestamptz;
+    v_lat bigint[] := '{{}}';
+BEGIN
+    SELECT coalesce(max(id), 0) INTO v_bound FROM {table};
+    SELECT checkpoint INTO v_expected FROM backfill WHERE id = p_id;
+    COMMIT;
+    LOOP
+        v_t0 := clock_timestamp();
+        SELECT array_agg(id ORDER BY id) INTO v_keys FROM (
+            SELECT id FROM {table} WHERE id > v_ckpt AND id <= v_bound ORDER BY id LIMIT {batch}
+        ) AS k;
+        EXIT WHEN v_keys IS NULL;
+        UPDATE {table} SET email_norm = lower(email), touched = touched + 1 WHERE id = ANY(v_keys);
+        v_ckpt := v_keys[array_upper(v_keys, 1)];
+        v_next := '\\x12'::bytea || int8send(v_ckpt # (-9223372036854775808)::bigint);
+        PERFORM backfill_checkpoint_advance(p_id, p_owner, p_generation, v_expected, v_next,
+            to_jsonb(v_ckpt), cardinality(v_keys)::bigint, {batch});
+        v_expected := v_next;
+        COMMIT;
+        v_lat := v_lat || (extract(epoch FROM clock_timestamp() - v_t0) * 1000000)::bigint;
+    END LOOP;
+    DELETE FROM bench_latency WHERE runner = 'plpgsql-fenced';
+    INSERT INTO bench_latency SELECT 'plpgsql-fenced', unnest(v_lat);
+    COMMIT;
+END $$;"
+    )
+}
+
 #[derive(QueryableByName)]
 pub(super) struct Id {
     #[diesel(sql_type = BigInt)]
