@@ -5,15 +5,15 @@
 use super::args::{BenchError, Shape};
 use super::context::Ctx;
 use super::repair::ItemsRepair;
-use super::sql::{plpgsql_fenced_procedure_sql, plpgsql_procedure_sql, Id, Micros};
-use super::stats::{JournalUse, RunClock, RunResult};
+use super::sql::{plpgsql_procedure_sql, Advance, Id, Micros};
+use super::stats::{JournalUse, RunClock, RunResult, Timing};
 use super::timed::Timed;
 use backfill::__private::store::{self, cached, StoreError};
 use backfill::engine::{Engine, EngineConfig};
 use backfill::repair::Registry;
 use backfill::runtime::RuntimeHandle;
 use backfill::throttle::health::{HealthConfig, Monitor};
-use diesel::sql_types::{Array, BigInt};
+use diesel::sql_types::{Array, BigInt, Text};
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,34 +29,45 @@ impl Ctx {
             "items",
             "plpgsql",
             batch,
+            Advance::Plain,
         ))
         .await?;
-        self.settle().await;
-        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        let clock = RunClock::start(&self.pool).await;
-        // CALL must not run inside a transaction block (the procedure
-        // commits); the simple protocol runs it as its own statement.
-        conn.batch_execute("CALL bench_plpgsql()").await?;
-        let timing = clock.stop(&self.pool).await;
-        let lat: Vec<Micros> =
-            diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = 'plpgsql'")
-                .load(&mut conn)
-                .await?;
-        drop(conn);
-        let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
+        let (timing, mut lat) = self.call_loop("CALL bench_plpgsql()", "plpgsql").await?;
         let verified = self.verify("items").await?;
         Ok(RunResult::new(
             "plpgsql", batch, rows, rep, timing, &mut lat, verified,
         ))
     }
 
+    /// Settle, then run `call` (a procedure of [`plpgsql_procedure_sql`])
+    /// under the run's clock, and read back the batch latencies it
+    /// recorded under `runner`.
+    async fn call_loop(&self, call: &str, runner: &str) -> Result<(Timing, Vec<u64>), BenchError> {
+        self.settle().await;
+        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
+        let clock = RunClock::start(&self.pool).await;
+        // CALL must not run inside a transaction block (the procedure
+        // commits); the simple protocol runs it as its own statement.
+        conn.batch_execute(call).await?;
+        let timing = clock.stop(&self.pool).await;
+        let lat: Vec<Micros> =
+            diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = $1")
+                .bind::<Text, _>(runner)
+                .load(&mut conn)
+                .await?;
+        Ok((
+            timing,
+            lat.into_iter().map(|m| m.micros.max(0) as u64).collect(),
+        ))
+    }
+
     /// The `plpgsql` loop committing every batch through the product's
     /// fence on a backfill the engine registered, started and claimed
-    /// (see [`plpgsql_fenced_procedure_sql`]): a batch's cost with its
-    /// loop inside the server, fence and checkpoint included. The claim's
-    /// lease is made long enough for the whole run, since no renewer runs
-    /// beside the procedure; the row ends in `validating`, which no later
-    /// run claims (each registers its own IDs).
+    /// ([`Advance::Fenced`]): a batch's cost with its loop inside the
+    /// server, fence and checkpoint included. The claim's lease is made
+    /// long enough for the whole run, since no renewer runs beside the
+    /// procedure; the row ends in `validating`, which no later run claims
+    /// (each registers its own IDs).
     pub(super) async fn plpgsql_fenced(
         &mut self,
         batch: u32,
@@ -81,29 +92,21 @@ impl Ctx {
             .claim_next(&worker, &[])
             .await?
             .ok_or_else(|| BenchError::Run(format!("{id}: started but not claimable")))?;
-        self.exec(&plpgsql_fenced_procedure_sql(
+        self.exec(&plpgsql_procedure_sql(
             "bench_plpgsql_fenced",
             "items",
+            "plpgsql-fenced",
             batch,
+            Advance::Fenced,
         ))
         .await?;
-        self.settle().await;
-        let mut conn = self.pool.get().await.map_err(StoreError::from)?;
-        let clock = RunClock::start(&self.pool).await;
         // The ID and the worker are the bench's own (letters, digits,
         // dots and dashes), so they are written into the CALL as text.
-        conn.batch_execute(&format!(
+        let call = format!(
             "CALL bench_plpgsql_fenced('{id}', '{worker}', {})",
             claim.generation
-        ))
-        .await?;
-        let timing = clock.stop(&self.pool).await;
-        let lat: Vec<Micros> =
-            diesel::sql_query("SELECT micros FROM bench_latency WHERE runner = 'plpgsql-fenced'")
-                .load(&mut conn)
-                .await?;
-        drop(conn);
-        let mut lat: Vec<u64> = lat.into_iter().map(|m| m.micros.max(0) as u64).collect();
+        );
+        let (timing, mut lat) = self.call_loop(&call, "plpgsql-fenced").await?;
         // Every row repaired once, and the fence took the backfill to the
         // end of its range.
         let validating = engine.get(id).await?.state == backfill::State::Validating;
@@ -135,6 +138,7 @@ impl Ctx {
                 table,
                 &format!("plpgsql-k{}", i + 1),
                 batch,
+                Advance::Plain,
             ))
             .await?;
         }

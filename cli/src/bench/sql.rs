@@ -29,63 +29,61 @@ CREATE TABLE IF NOT EXISTS bench_progress (runner text PRIMARY KEY, checkpoint b
     batches bigint NOT NULL);
 CREATE TABLE IF NOT EXISTS bench_latency (runner text NOT NULL, micros bigint NOT NULL);";
 
-/// The `plpgsql` baseline as procedure `name` over `table` in batches of
-/// `batch`, recording its progress and latencies under `runner`. Every
-/// instance has the same static statements (PL/pgSQL caches their plans),
-/// only the names and the batch size differ: `plpgsql-k` runs K of them at
-/// once. Names are bench-generated. The batch size is written into the
-/// text, as in every runner's select (see
-/// [`ItemsRepair`](super::repair::ItemsRepair)).
-pub(super) fn plpgsql_procedure_sql(name: &str, table: &str, runner: &str, batch: u32) -> String {
-    format!(
-        "CREATE OR REPLACE PROCEDURE {name}()
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_ckpt bigint := 0;
-    v_bound bigint;
-    v_keys bigint[];
-    v_t0 timestamptz;
-    v_lat bigint[] := '{{}}';
-BEGIN
-    SELECT coalesce(max(id), 0) INTO v_bound FROM {table};
-    INSERT INTO bench_progress VALUES ('{runner}', 0, 0)
-        ON CONFLICT (runner) DO UPDATE SET checkpoint = 0, batches = 0;
-    COMMIT;
-    LOOP
-        v_t0 := clock_timestamp();
-        -- The same statements as the client and the engine, minus the
-        -- round trips: select at most B keys, update them by id, advance.
-        SELECT array_agg(id ORDER BY id) INTO v_keys FROM (
-            SELECT id FROM {table} WHERE id > v_ckpt AND id <= v_bound ORDER BY id LIMIT {batch}
-        ) AS k;
-        EXIT WHEN v_keys IS NULL;
-        UPDATE {table} SET email_norm = lower(email), touched = touched + 1 WHERE id = ANY(v_keys);
-        v_ckpt := v_keys[array_upper(v_keys, 1)];
-        UPDATE bench_progress SET checkpoint = v_ckpt, batches = batches + 1
-            WHERE runner = '{runner}';
-        COMMIT;
-        v_lat := v_lat || (extract(epoch FROM clock_timestamp() - v_t0) * 1000000)::bigint;
-    END LOOP;
-    DELETE FROM bench_latency WHERE runner = '{runner}';
-    INSERT INTO bench_latency SELECT '{runner}', unnest(v_lat);
-    COMMIT;
-END $$;"
-    )
+/// How the PL/pgSQL loop advances its checkpoint with each batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Advance {
+    /// A plain progress row of `bench_progress` (`plpgsql`, `plpgsql-k`).
+    Plain,
+    /// The checkpoint of the backfill `p_id` through the product's fence
+    /// (`backfill_checkpoint_advance`) with the claim's owner and
+    /// generation, as the engine's batch does (`plpgsql-fenced`). The key
+    /// is passed in its stored encoding (`src/key.rs`: the bigint tag,
+    /// then the value with its sign bit flipped, big-endian) and as JSON.
+    /// The last batch ends at the table's largest key, which is the
+    /// backfill's bound, so the fence moves the row on to `validating`.
+    Fenced,
 }
 
-/// The `plpgsql-fenced` loop as procedure `name` over `table`: the
-/// `plpgsql` baseline's statements, but each batch advances the
-/// checkpoint of the backfill `p_id` through the product's fence
-/// (`backfill_checkpoint_advance`) with the claim's owner and generation,
-/// as the engine's batch does, instead of a plain progress row. The key is
-/// passed in its stored encoding (`src/key.rs`: the bigint tag, then the
-/// value with its sign bit flipped, big-endian) and as JSON. The last
-/// batch ends at the table's largest key, which is the backfill's bound,
-/// so the fence moves the row on to `validating`. Latencies are recorded
-/// under `plpgsql-fenced`.
-pub(super) fn plpgsql_fenced_procedure_sql(name: &str, table: &str, batch: u32) -> String {
+/// The PL/pgSQL loop as procedure `name` over `table` in batches of
+/// `batch`, advancing as `advance` says and recording its latencies under
+/// `runner`. Every instance has the same static statements (PL/pgSQL
+/// caches their plans), only the names and the batch size differ:
+/// `plpgsql-k` runs K of them at once. Names are bench-generated. The
+/// batch size is written into the text, as in every runner's select (see
+/// [`ItemsRepair`](super::repair::ItemsRepair)). A fenced loop takes the
+/// backfill's ID, the claim's owner and its generation as arguments.
+pub(super) fn plpgsql_procedure_sql(
+    name: &str,
+    table: &str,
+    runner: &str,
+    batch: u32,
+    advance: Advance,
+) -> String {
+    let (params, start, step) = match advance {
+        Advance::Plain => (
+            "",
+            format!(
+                "INSERT INTO bench_progress VALUES ('{runner}', 0, 0)
+        ON CONFLICT (runner) DO UPDATE SET checkpoint = 0, batches = 0;"
+            ),
+            format!(
+                "UPDATE bench_progress SET checkpoint = v_ckpt, batches = batches + 1
+            WHERE runner = '{runner}';"
+            ),
+        ),
+        Advance::Fenced => (
+            "p_id text, p_owner text, p_generation bigint",
+            "SELECT checkpoint INTO v_expected FROM backfill WHERE id = p_id;".to_string(),
+            format!(
+                "v_next := '\\x12'::bytea || int8send(v_ckpt # (-9223372036854775808)::bigint);
+        PERFORM backfill_checkpoint_advance(p_id, p_owner, p_generation, v_expected, v_next,
+            to_jsonb(v_ckpt), cardinality(v_keys)::bigint, {batch});
+        v_expected := v_next;"
+            ),
+        ),
+    };
     format!(
-        "CREATE OR REPLACE PROCEDURE {name}(p_id text, p_owner text, p_generation bigint)
+        "CREATE OR REPLACE PROCEDURE {name}({params})
 LANGUAGE plpgsql AS $$
 DECLARE
     v_ckpt bigint := 0;
@@ -97,25 +95,24 @@ DECLARE
     v_lat bigint[] := '{{}}';
 BEGIN
     SELECT coalesce(max(id), 0) INTO v_bound FROM {table};
-    SELECT checkpoint INTO v_expected FROM backfill WHERE id = p_id;
+    {start}
     COMMIT;
     LOOP
         v_t0 := clock_timestamp();
+        -- The same statements as the client and the engine, minus the
+        -- round trips: select at most B keys, update them by id, advance.
         SELECT array_agg(id ORDER BY id) INTO v_keys FROM (
             SELECT id FROM {table} WHERE id > v_ckpt AND id <= v_bound ORDER BY id LIMIT {batch}
         ) AS k;
         EXIT WHEN v_keys IS NULL;
         UPDATE {table} SET email_norm = lower(email), touched = touched + 1 WHERE id = ANY(v_keys);
         v_ckpt := v_keys[array_upper(v_keys, 1)];
-        v_next := '\\x12'::bytea || int8send(v_ckpt # (-9223372036854775808)::bigint);
-        PERFORM backfill_checkpoint_advance(p_id, p_owner, p_generation, v_expected, v_next,
-            to_jsonb(v_ckpt), cardinality(v_keys)::bigint, {batch});
-        v_expected := v_next;
+        {step}
         COMMIT;
         v_lat := v_lat || (extract(epoch FROM clock_timestamp() - v_t0) * 1000000)::bigint;
     END LOOP;
-    DELETE FROM bench_latency WHERE runner = 'plpgsql-fenced';
-    INSERT INTO bench_latency SELECT 'plpgsql-fenced', unnest(v_lat);
+    DELETE FROM bench_latency WHERE runner = '{runner}';
+    INSERT INTO bench_latency SELECT '{runner}', unnest(v_lat);
     COMMIT;
 END $$;"
     )
