@@ -2,7 +2,7 @@
 //! layer reads them, the path's backfill ID, and how a result or an error
 //! becomes a response (status, headers, JSON body).
 
-use crate::admin::{AdminError, Reply, RequestMeta, REASON_HEADER};
+use crate::admin::{AdminError, Reply, RequestMeta, MAX_KEY_BYTES, REASON_HEADER};
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -53,7 +53,7 @@ impl Meta {
             bearer,
             idempotency_key: header("idempotency-key"),
             request_id: header("x-request-id")
-                .filter(|r| !r.is_empty() && r.len() <= 200)
+                .filter(|r| !r.is_empty() && r.len() <= MAX_KEY_BYTES)
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             // The authority the request was sent to: an absolute-form
             // target's, else the Host header (RFC 9112, 3.2.2). Never a
