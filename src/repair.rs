@@ -18,6 +18,7 @@ mod erased;
 mod journal;
 mod partition;
 mod registry;
+mod server;
 mod sql;
 mod undo;
 
@@ -26,6 +27,7 @@ pub(crate) use erased::{BodyError, DynRepair, EncodedSource, SelectedBatch};
 pub use journal::Journal;
 pub use partition::{even_splits, plan_partitions, SplitError, MAX_PARTITIONS};
 pub use registry::Registry;
+pub use server::ServerBatch;
 pub use sql::{SqlRepair, SqlRepairBuilder};
 pub use undo::{undo_id, UNDO_SUFFIX};
 
@@ -444,6 +446,20 @@ pub trait Repair: Send + Sync + 'static {
         None
     }
 
+    /// Run this repair's batches in a loop inside the server (EX-8): the
+    /// one statement PostgreSQL runs for each batch, and how long one call
+    /// may keep starting batches. Asked once per process, on a batch's
+    /// connection. Default `None`: every batch is sent by the engine.
+    /// Only for a `bigint` key; the engine fails a backfill whose repair
+    /// answers it for another key type. [`SqlRepair::server_loop`](SqlRepairBuilder::server_loop)
+    /// answers it with its own batch statement.
+    async fn server_batch(
+        &self,
+        _conn: &mut AsyncPgConnection,
+    ) -> Result<Option<ServerBatch>, RepairError> {
+        Ok(None)
+    }
+
     /// The split points dividing the range up to `bound` into at most
     /// `partitions` contiguous partitions (PAR-1), asked once, at `start`,
     /// inside the transaction that captured the bound. At most
@@ -623,6 +639,15 @@ pub enum DefinitionError {
         /// The repair's stable ID.
         id: String,
         /// What makes the journal unusable.
+        reason: &'static str,
+    },
+    /// A loop inside the server (EX-8) with a zero time slice, or
+    /// combined with sizing toward a target duration.
+    #[error("repair {id:?} declares a loop inside the server that cannot run: {reason}")]
+    InvalidServerLoop {
+        /// The repair's stable ID.
+        id: String,
+        /// What makes the loop unusable.
         reason: &'static str,
     },
     /// A run window with an hour past 23 or equal hours, which would

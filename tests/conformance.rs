@@ -3,8 +3,9 @@
 //! file holds the shared helpers; the tests live in `tests/conformance/`,
 //! one file per area: `claims.rs` (CT-1, CLM-1), `batches.rs` (CT-2, CT-3,
 //! EX-5), `restart.rs` (CT-4), `stale.rs` (CT-5), `validation.rs` (CT-7,
-//! VAL-6), `failure.rs` (CT-8, RT-1), `overlap.rs` (EX-6) and
-//! `registration.rs` (REG-1, REG-4, LC-1, EX-2).
+//! VAL-6), `failure.rs` (CT-8, RT-1), `overlap.rs` (EX-6),
+//! `registration.rs` (REG-1, REG-4, LC-1, EX-2) and `server_loop.rs`
+//! (EX-8).
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - CT-1  claim race and takeover: `ct01_*`
@@ -33,6 +34,10 @@
 //! - RT-1 errors classified whatever the server's language: `rt01_*`
 //! - EMB-4 the store's statements prepared once per connection: `emb04_*`
 //! - AUD-2 an engine's `Debug` leaves the database out: `aud02_*`
+//! - EX-8 the batch loop inside the server: `ex08_*`, and in
+//!   `server_loop.rs` the fence (`ct05_pause_rejects_the_batch_in_flight_inside_the_loop`),
+//!   per-batch commits (`ex06_a_failing_batch_in_the_loop_*`), the call's
+//!   bound (`ex05_a_call_of_the_loop_*`) and partitions (`par02_*`)
 //!
 //! Races are forced with gates (a channel between the repair's mutation and
 //! the batch's commit) and with a second connection holding row locks;
@@ -50,6 +55,8 @@ mod overlap;
 mod registration;
 #[path = "conformance/restart.rs"]
 mod restart;
+#[path = "conformance/server_loop.rs"]
+mod server_loop;
 #[path = "conformance/stale.rs"]
 mod stale;
 mod support;

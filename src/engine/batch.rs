@@ -58,14 +58,16 @@ struct Committed {
 
 /// What every step of one batch reads: the definition, the claim's bound,
 /// the size in force (the limit every body of this step is given and
-/// checked against, EX-4 and THR-3) and the batch timeouts in
-/// milliseconds.
+/// checked against, EX-4 and THR-3), the batch timeouts in milliseconds,
+/// and whether the commit goes alone, opening no next batch (a repair
+/// with a loop inside the server, whose next step is a call of the loop).
 struct Seam<'a> {
     def: &'a dyn DynRepair,
     bound: &'a [u8],
     limit: u32,
     stmt_ms: i64,
     lock_ms: i64,
+    alone: bool,
 }
 
 impl Engine {
@@ -90,13 +92,24 @@ impl Engine {
         };
         let started = Instant::now();
         let limit = claim.pacing.size(&**def);
+        let server = self.server_loop(&**def).await?;
         let seam = Seam {
             def: &**def,
             bound,
             limit,
             stmt_ms: millis(self.config.statement_timeout),
             lock_ms: millis(self.config.lock_timeout),
+            alone: server.is_some(),
         };
+        // A loop inside the server runs at the declared size only (its
+        // statement has the limit written in), and not between batches the
+        // operator asked to pause between (EX-8). Its steps leave no batch
+        // open, so the claim has none here.
+        if let Some(installed) = &server {
+            if limit == def.batch_limit() && !claim.pacing.pausing() && !claim.open.is_open() {
+                return self.run_slice(claim, installed, limit).await;
+            }
+        }
         // The transaction the previous batch's commit opened (maybe with
         // this batch's body already run), or a fresh one: BEGIN and the
         // SET LOCAL timeouts in one round trip.
@@ -205,7 +218,7 @@ impl Engine {
         let next = if checkpoint.as_slice() == seam.bound {
             commit_alone(conn, &advance).await?;
             None
-        } else if claim.pacing.pausing() {
+        } else if claim.pacing.pausing() || seam.alone {
             commit_alone(conn, &advance).await?;
             Some(Next::Fresh)
         } else if overlap {

@@ -35,11 +35,13 @@ mod dry_report;
 mod dry_run;
 mod error;
 mod gate;
+mod installed;
 mod lease;
 mod offers;
 mod outcome;
 mod partition;
 mod presence;
+mod server_loop;
 mod settings;
 mod undo;
 mod validate;
@@ -97,6 +99,9 @@ pub struct Engine {
     /// The presences the lease renewer offers for the claim polls to
     /// record between its rounds (PAR-6).
     offers: Arc<offers::Offers>,
+    /// The loops inside the server installed for the registry's repairs
+    /// (EX-8).
+    loops: Arc<installed::Loops>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -126,6 +131,7 @@ impl Engine {
             health: Arc::default(),
             budget: Arc::default(),
             offers: Arc::default(),
+            loops: Arc::default(),
         })
     }
 

@@ -4,7 +4,8 @@
 
 use super::check::{check_mutated, check_selection, SelectionError};
 use super::{
-    Batches, Journal, Repair, RepairError, RowCount, SelectAndMutate, SourceSet, Validation,
+    Batches, Journal, Repair, RepairError, RowCount, SelectAndMutate, ServerBatch, SourceSet,
+    Validation,
 };
 use crate::key::{Key, KeyError};
 use crate::store::{journal_images, journal_images_sql, journal_insert, StoreError};
@@ -68,6 +69,12 @@ pub(crate) trait DynRepair: Send + Sync {
     fn partitions(&self) -> u32;
     /// What the definition journals (UNDO-1), if anything.
     fn journal(&self) -> Option<Journal>;
+    /// The batch the definition runs in a loop inside the server (EX-8),
+    /// if any; refused for a key type other than `bigint`.
+    async fn server_batch(
+        &self,
+        conn: &mut AsyncPgConnection,
+    ) -> Result<Option<ServerBatch>, BodyError>;
     /// The definition's split points for `bound`, encoded.
     async fn split_points(
         &self,
@@ -212,6 +219,22 @@ impl<R: Repair> DynRepair for Erased<R> {
 
     fn partitions(&self) -> u32 {
         self.repair.partitions()
+    }
+
+    async fn server_batch(
+        &self,
+        conn: &mut AsyncPgConnection,
+    ) -> Result<Option<ServerBatch>, BodyError> {
+        let batch = self.repair.server_batch(conn).await?;
+        if batch.is_some() && R::Key::type_name() != i64::type_name() {
+            // The procedure encodes its checkpoints as `bigint` keys; any
+            // other key would be stored in the wrong encoding (REG-4).
+            return Err(BodyError::Repair(RepairError::Fatal(format!(
+                "a loop inside the server needs a bigint key, the repair's key is {}",
+                R::Key::type_name()
+            ))));
+        }
+        Ok(batch)
     }
 
     fn journal(&self) -> Option<Journal> {

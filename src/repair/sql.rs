@@ -25,7 +25,7 @@
 
 use super::{
     even_splits, validate_id, Batches, BigIntSummary, DefinitionError, Journal, Mutated, Repair,
-    RepairError, RowCount, SelectAndMutate, SourceSet, Validation,
+    RepairError, RowCount, SelectAndMutate, ServerBatch, SourceSet, Validation,
 };
 use crate::store::{cached, journal_array_columns, journal_entry_from};
 use crate::throttle::sizing::BatchTarget;
@@ -35,6 +35,7 @@ use diesel::sql_types::{BigInt, Json, Nullable};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::OnceCell;
 
 /// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1); a longer one is
@@ -119,6 +120,8 @@ pub struct SqlRepair {
     after: Vec<String>,
     /// What [`Repair::priority`] answers.
     priority: i32,
+    /// The time slice of [`SqlRepairBuilder::server_loop`].
+    server_slice: Option<Duration>,
 }
 
 /// The batch statements of a journaled [`SqlRepair`]. How the journal
@@ -156,6 +159,7 @@ pub struct SqlRepairBuilder {
     window: Option<(u64, u64)>,
     after: Vec<String>,
     priority: i32,
+    server_slice: Option<Duration>,
 }
 
 impl SqlRepair {
@@ -183,6 +187,7 @@ impl SqlRepair {
             window: None,
             after: Vec::new(),
             priority: 0,
+            server_slice: None,
         }
     }
 
@@ -302,6 +307,26 @@ impl SqlRepairBuilder {
         self
     }
 
+    /// Run the batches in a loop inside the server (EX-8, what
+    /// [`Repair::server_batch`] answers): one call runs batch after batch,
+    /// each its own transaction committing the rows with the fenced
+    /// checkpoint, and starts none after `slice`; the engine sends one
+    /// call per step instead of one message per batch. It costs less CPU
+    /// per row, on both sides, than batches sent one by one. Pauses,
+    /// throttles and settings act between calls, and a call is bounded by
+    /// `slice` plus the engine's statement timeout (EX-5). A batch runs
+    /// in the loop only at the declared
+    /// [`batch_size`](SqlRepairBuilder::batch_size); one at another size
+    /// (an operator's setting) is sent by the engine as usual.
+    /// Registration refuses a zero slice and a
+    /// [`target_batch`](SqlRepairBuilder::target_batch). The engine's role
+    /// needs the right to create procedures in the first schema of its
+    /// search path.
+    pub fn server_loop(mut self, slice: Duration) -> Self {
+        self.server_slice = Some(slice);
+        self
+    }
+
     /// Count the source set at `start` (`count(*)` with the filter), so
     /// progress shows a total. Off by default: the count scans the table
     /// inside the start transaction, bounded by the validation timeout.
@@ -374,6 +399,20 @@ impl SqlRepairBuilder {
                 })?),
                 None => None,
             };
+        if let Some(slice) = self.server_slice {
+            let refuse = |reason| DefinitionError::InvalidServerLoop {
+                id: self.id.clone(),
+                reason,
+            };
+            if slice.is_zero() {
+                return Err(refuse("the time slice is zero"));
+            }
+            if self.target.is_some() {
+                return Err(refuse(
+                    "it runs at the declared batch size, not toward a target duration",
+                ));
+            }
+        }
         let table = &self.table;
         let and_filter = match &self.filter {
             Some(filter) => format!(" AND ({filter})"),
@@ -454,6 +493,7 @@ impl SqlRepairBuilder {
             window,
             after: self.after,
             priority: self.priority,
+            server_slice: self.server_slice,
             id: self.id,
         })
     }
@@ -628,6 +668,19 @@ impl Repair for SqlRepair {
         self.journal.clone()
     }
 
+    async fn server_batch(
+        &self,
+        conn: &mut AsyncPgConnection,
+    ) -> Result<Option<ServerBatch>, RepairError> {
+        let Some(slice) = self.server_slice else {
+            return Ok(None);
+        };
+        Ok(Some(ServerBatch {
+            statement: self.batch_statement(conn, self.batch).await?.to_string(),
+            slice,
+        }))
+    }
+
     async fn split_points(
         &self,
         conn: &mut AsyncPgConnection,
@@ -747,6 +800,31 @@ mod tests {
             .key("id")
             .set("email_norm = lower(email)")
             .validate_where("email_norm IS DISTINCT FROM lower(email)")
+    }
+
+    /// EX-8: a loop inside the server needs a time slice and runs at the
+    /// declared batch size; its declaration answers `server_batch` with
+    /// the repair's own batch statement (checked against PostgreSQL by
+    /// the conformance suite).
+    #[test]
+    fn ex08_server_loop_refuses_a_zero_slice_and_a_target() {
+        let refused = |b: SqlRepairBuilder| match b.build() {
+            Err(DefinitionError::InvalidServerLoop { reason, .. }) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            refused(items().server_loop(Duration::ZERO)),
+            "the time slice is zero"
+        );
+        let target = items()
+            .server_loop(Duration::from_millis(200))
+            .target_batch(Duration::from_millis(100), 10, 1000);
+        assert!(refused(target).contains("target duration"));
+        let built = items().server_loop(Duration::from_millis(200)).build();
+        assert_eq!(
+            built.expect("valid").server_slice,
+            Some(Duration::from_millis(200))
+        );
     }
 
     #[test]

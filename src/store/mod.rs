@@ -24,6 +24,7 @@ mod pool;
 mod prepared;
 mod progress;
 mod rollout;
+mod server_loop;
 mod timeline;
 mod wake;
 mod worker;
@@ -48,6 +49,7 @@ pub use pool::{
 pub use prepared::{cached, Cached};
 pub use progress::*;
 pub use rollout::*;
+pub use server_loop::*;
 pub use timeline::*;
 pub use wake::*;
 pub use worker::*;

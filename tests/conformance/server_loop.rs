@@ -1,0 +1,280 @@
+//! The batch loop inside the server (EX-8): one step of a repair declared
+//! with `SqlRepair::server_loop` is one call of an installed procedure that
+//! commits batch after batch behind the product's fence.
+
+use super::*;
+use backfill::repair::SqlRepair;
+
+const LOOP_ID: &str = "items.in-server";
+
+/// The counter as a declared repair running in the server: `n = n + 1` in
+/// batches of `limit`, calls of `slice`, validated by every `n` being 1.
+fn in_server(limit: u32, slice: Duration, partitions: u32) -> SqlRepair {
+    SqlRepair::new(LOOP_ID, "items")
+        .key("id")
+        .set("n = n + 1")
+        .validate_where("n <> 1")
+        .batch_size(limit)
+        .partitions(partitions)
+        .server_loop(slice)
+        .build()
+        .expect("valid declaration")
+}
+
+/// A database with `rows` items and the in-server counter started on an
+/// engine with `config`.
+async fn loop_started(rows: i64, repair: SqlRepair, config: EngineConfig) -> (TestDb, Engine) {
+    let db = test_db().await;
+    db.exec(&items_sql(rows)).await;
+    let registry = Registry::new().with(repair).expect("valid definition");
+    let engine = Engine::new(db.pool.clone(), registry, config).expect("engine");
+    engine.register().await.unwrap();
+    engine.start(LOOP_ID).await.unwrap();
+    (db, engine)
+}
+
+/// The backfill row's committed checkpoint as JSON text, and its counters.
+async fn progress(db: &TestDb) -> (Option<String>, i64, i64) {
+    let checkpoint = db
+        .text(&format!(
+            "SELECT checkpoint_json::text AS v FROM backfill WHERE id = '{LOOP_ID}'"
+        ))
+        .await;
+    let rows = db
+        .scalar(&format!(
+            "SELECT rows_done AS v FROM backfill WHERE id = '{LOOP_ID}'"
+        ))
+        .await;
+    let batches = db
+        .scalar(&format!(
+            "SELECT batches_done AS v FROM backfill WHERE id = '{LOOP_ID}'"
+        ))
+        .await;
+    (checkpoint, rows, batches)
+}
+
+/// Wait (polling PostgreSQL's lock table) until a session of the test
+/// database waits for a row lock.
+async fn lock_waiter(db: &TestDb) {
+    support::eventually("a batch waiting for a row lock", || async {
+        db.scalar(
+            "SELECT count(*) AS v FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE NOT l.granted AND a.datname = current_database()",
+        )
+        .await
+            > 0
+    })
+    .await;
+}
+
+/// EX-8: one step runs every batch of the range inside the server: the
+/// step reports all 1,000 keys, the row counts 100 fenced batches of 10
+/// and moved to `validating`, and validation completes with every item
+/// repaired exactly once. Guard: the engine's call of the loop in
+/// `run_batch` (without it the step is one batch of 10 keys).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ex08_one_step_runs_the_batches_in_the_server_each_fenced() {
+    let repair = in_server(10, Duration::from_secs(60), 1);
+    let (db, engine) = loop_started(1000, repair, config()).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 1000,
+            reached_bound: true
+        }
+    );
+    assert_eq!(progress(&db).await, (Some("1000".into()), 1000, 100));
+    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Validating);
+    drive(&engine, "w").await;
+    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Completed);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        1000
+    );
+}
+
+/// EX-8: a call ends after its time slice, not at the bound: with a
+/// 1 ms slice each step commits one batch and the runner's next step
+/// carries on from the checkpoint the call reported. Guard: the slice's
+/// exit in the procedure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ex08_a_call_starts_no_batch_after_its_slice() {
+    let repair = in_server(10, Duration::from_millis(1), 1);
+    let (db, engine) = loop_started(1000, repair, config()).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        match engine.run_batch(&mut claim).await.unwrap() {
+            BatchOutcome::Committed {
+                reached_bound: true,
+                ..
+            } => break,
+            BatchOutcome::Committed { keys, .. } => assert!(keys < 1000),
+            BatchOutcome::Stale => panic!("stale"),
+        }
+    }
+    assert!(steps > 1, "one call ran the whole range");
+    assert_eq!(progress(&db).await, (Some("1000".into()), 1000, 100));
+}
+
+/// CT-5 inside the loop: a pause that commits while a batch of the loop
+/// waits for a row lock makes that batch's fence fail; its mutation rolls
+/// back with it, the three batches before it stay committed, and after
+/// `resume` the backfill completes with every item repaired exactly once.
+/// The race is forced by a second session holding item 35's row lock.
+/// Guard: the fence call in the procedure (without it the batch commits
+/// and the loop runs on past the pause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ct05_pause_rejects_the_batch_in_flight_inside_the_loop() {
+    let repair = in_server(10, Duration::from_secs(60), 1);
+    let (db, engine) = loop_started(100, repair, config()).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let mut holder = lock_holder(&db, "SELECT 1 FROM items WHERE id = 35 FOR UPDATE").await;
+    let runner = engine.clone();
+    let in_flight = tokio::spawn(async move { runner.run_batch(&mut claim).await });
+    lock_waiter(&db).await;
+    assert!(matches!(
+        engine.pause(LOOP_ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(in_flight.await.unwrap().unwrap(), BatchOutcome::Stale);
+    assert_eq!(progress(&db).await, (Some("30".into()), 30, 3));
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1 AND id <= 30")
+            .await,
+        30
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n <> 0 AND id > 30")
+            .await,
+        0
+    );
+    assert!(matches!(
+        engine.resume(LOOP_ID).await.unwrap(),
+        ActionOutcome::Applied { .. }
+    ));
+    drive(&engine, "w").await;
+    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Completed);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        100
+    );
+}
+
+/// EX-6 inside the loop: a batch that fails (a CHECK constraint refuses
+/// item 55's new value) rolls back alone; the five batches before it stay
+/// committed with their checkpoint, the step fails with the classified
+/// error, and the claim resumes from the committed checkpoint once the
+/// cause is gone. Guards: the COMMIT after every batch in the procedure
+/// (without it the whole call rolls back), and the read of the checkpoint
+/// after a failed call (without it the claim's next fence expects the
+/// checkpoint the call started from and is refused as stale).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ex06_a_failing_batch_in_the_loop_leaves_the_batches_before_it() {
+    let repair = in_server(10, Duration::from_secs(60), 1);
+    let (db, engine) = loop_started(100, repair, config()).await;
+    db.exec("ALTER TABLE items ADD CONSTRAINT not_55 CHECK (id <> 55 OR n = 0)")
+        .await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    match engine.run_batch(&mut claim).await {
+        Err(EngineError::Repair {
+            error: RepairError::Fatal(message),
+            ..
+        }) => assert_eq!(message, "check violation (constraint not_55)"),
+        other => panic!("expected the batch's check violation, got {other:?}"),
+    }
+    assert_eq!(progress(&db).await, (Some("50".into()), 50, 5));
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        50
+    );
+    db.exec("ALTER TABLE items DROP CONSTRAINT not_55").await;
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 50,
+            reached_bound: true
+        }
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        100
+    );
+}
+
+/// EX-5 for the loop: a call is bounded by its slice plus the statement
+/// timeout, whatever its batches wait for. A batch waiting on item 35's
+/// row lock (lock timeout 5 s) is cancelled by the statement timeout of
+/// the call (100 ms slice + 300 ms); the batches before it stay committed.
+/// Guard: the statement timeout set around the call (without it the
+/// batch ends only by the 5 s lock timeout and the step reports that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ex05_a_call_of_the_loop_is_bounded_by_slice_and_statement_timeout() {
+    let repair = in_server(10, Duration::from_millis(100), 1);
+    let config = EngineConfig {
+        statement_timeout: Duration::from_millis(300),
+        lock_timeout: Duration::from_secs(5),
+        ..config()
+    };
+    let (db, engine) = loop_started(100, repair, config).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let mut holder = lock_holder(&db, "SELECT 1 FROM items WHERE id = 35 FOR UPDATE").await;
+    let outcome = loop {
+        match engine.run_batch(&mut claim).await {
+            Ok(BatchOutcome::Committed { .. }) => continue,
+            other => break other,
+        }
+    };
+    match outcome {
+        Err(EngineError::Repair {
+            error: RepairError::Retryable(message),
+            ..
+        }) => assert_eq!(message, "statement timeout"),
+        other => panic!("expected the call's statement timeout, got {other:?}"),
+    }
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(progress(&db).await, (Some("30".into()), 30, 3));
+}
+
+/// PAR-2 with the loop: each partition's claim runs its own range in one
+/// call, fenced by the partition's function, and the last one moves the
+/// backfill to `validating`. Guard: the partition branch of the
+/// procedure (the backfill's own fence refuses a partitioned row's claim).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn par02_partitions_run_their_ranges_in_the_loop() {
+    let repair = in_server(10, Duration::from_secs(60), 2);
+    let (db, engine) = loop_started(200, repair, config()).await;
+    let mut first = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let mut second = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!((first.partition, second.partition), (Some(0), Some(1)));
+    for claim in [&mut first, &mut second] {
+        match engine.run_batch(claim).await.unwrap() {
+            BatchOutcome::Committed {
+                keys,
+                reached_bound: true,
+            } => assert!(keys >= 90, "{keys} keys in one call"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Validating);
+    drive(&engine, "w").await;
+    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Completed);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        200
+    );
+}
