@@ -1,6 +1,7 @@
 //! Smoke test of `backfill bench`: at a tiny N it runs every runner (the
 //! engine with both forms of the repair, declared, journaled, partitioned
-//! in one process and in two), prints one JSON object of the
+//! in one process and in two, its batches in a loop inside the server),
+//! prints one JSON object of the
 //! documented shape, and every run passed the verification (every row
 //! repaired exactly once). Timings are not
 //! asserted: a benchmark prints numbers.
@@ -66,6 +67,16 @@ fn emb04_bench_json_shape_and_verification() {
     // The same for the loop committing through the product's fence.
     let fenced = &report["ratios"]["plpgsql_fenced_cpu_per_row_vs_plpgsql"]["100"];
     assert!(fenced.as_f64().is_some_and(|r| r > 0.0), "{fenced}");
+    // The loop inside the server (EX-8) against the same baselines.
+    for key in [
+        "engine_server_vs_plpgsql",
+        "engine_server_cpu_per_row_vs_plpgsql",
+        "engine_server_p_vs_plpgsql",
+        "engine_server_k_vs_plpgsql_k",
+    ] {
+        let v = &report["ratios"][key]["100"];
+        assert!(v.as_f64().is_some_and(|r| r > 0.0), "{key}: {v}");
+    }
     // `engine-p` runs at P = cores by default.
     let cores = report["cores"].as_u64().unwrap();
     assert_eq!(report["partitions"], serde_json::json!([cores]), "{report}");
@@ -84,6 +95,9 @@ fn emb04_bench_json_shape_and_verification() {
             "engine-p-procs",
             format!("engine-p{cores}").as_str(),
             "engine-serial",
+            "engine-server",
+            "engine-server-k",
+            format!("engine-server-p{cores}").as_str(),
             "engine-sql",
             "plpgsql",
             "plpgsql-fenced",

@@ -37,7 +37,8 @@ impl Engine {
                     &batch.statement,
                     def.batch_limit(),
                 )
-                .await?
+                .await
+                .map_err(|e| install_error(def.id(), e))?
                 .into(),
                 slice: batch.slice,
             }),
@@ -71,7 +72,9 @@ impl Engine {
         };
         let bound_bytes = claim.bound.clone().unwrap_or_default();
         let bound = key(&bound_bytes)?;
-        let slice_ms = millis(installed.slice);
+        // A call never outlasts a third of the lease, so the renewer keeps
+        // the claim alive through it and a stale owner's call ends soon.
+        let slice_ms = millis(installed.slice.min(self.config.lease_ttl / 3));
         let call = SliceCall {
             procedure: &installed.procedure,
             from,
@@ -139,6 +142,25 @@ fn slice_error(id: &str, error: StoreError) -> EngineError {
         StoreError::Database(error) => EngineError::Repair {
             id: id.to_string(),
             error: RepairError::from(error),
+        },
+        error => EngineError::Store(error),
+    }
+}
+
+/// An installation's database error as a block the operator can act on
+/// (RT-1): the statement does not compile as PL/pgSQL, the engine's role
+/// lacks the right to create the procedure, or the search path names no
+/// schema to create it in. Nothing ran.
+fn install_error(id: &str, error: StoreError) -> EngineError {
+    match error {
+        StoreError::Database(error) => EngineError::Repair {
+            id: id.to_string(),
+            error: RepairError::Blocked(format!(
+                "the loop inside the server could not be installed ({}): check the repair's \
+                 statement, and that the engine's role has CREATE on the first schema of \
+                 its search path",
+                crate::failure::describe(&error)
+            )),
         },
         error => EngineError::Store(error),
     }

@@ -278,3 +278,78 @@ async fn par02_partitions_run_their_ranges_in_the_loop() {
         200
     );
 }
+
+/// UNDO-1 inside the loop: a journaled declared repair's statement runs in
+/// the loop as it is, so every batch journals the rows it changed in its
+/// own transaction: one entry per batch, every row once. Guard: the
+/// journaled statement handed to the loop (`SqlRepair::server_batch` with
+/// `batch_statement`; the plain statement journals nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo01_a_journaled_repair_journals_every_batch_of_the_loop() {
+    let repair = SqlRepair::new(LOOP_ID, "items")
+        .key("id")
+        .set("n = n + 1")
+        .validate_where("n <> 1")
+        .batch_size(10)
+        .journal(["n"])
+        .server_loop(Duration::from_secs(60))
+        .build()
+        .expect("valid declaration");
+    let (db, engine) = loop_started(100, repair, config()).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 100,
+            reached_bound: true
+        }
+    );
+    let journal = |what: &str| {
+        format!("SELECT {what} AS v FROM backfill_journal WHERE backfill_id = '{LOOP_ID}'")
+    };
+    assert_eq!(db.scalar(&journal("count(*)")).await, 10);
+    assert_eq!(
+        db.scalar(&journal("coalesce(sum(row_count), 0)::bigint"))
+            .await,
+        100
+    );
+}
+
+/// EX-8, RT-1: a loop that cannot be installed (here its statement does
+/// not parse) fails its first step before any batch ran, as a block that
+/// says what to check, and the recorded failure leaves every row as it
+/// was. Guard: the mapping of the installation's error (without it the
+/// error is the store's, recorded as fatal with no hint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ex08_a_loop_that_cannot_be_installed_blocks_with_nothing_changed() {
+    let repair = SqlRepair::new(LOOP_ID, "items")
+        .key("id")
+        .set("n = n +")
+        .validate_where("n <> 1")
+        .batch_size(10)
+        .server_loop(Duration::from_secs(1))
+        .build()
+        .expect("valid declaration");
+    let (db, engine) = loop_started(100, repair, config()).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    let error = engine.run_batch(&mut claim).await.unwrap_err();
+    match &error {
+        EngineError::Repair {
+            error: RepairError::Blocked(message),
+            ..
+        } => assert!(
+            message.starts_with("the loop inside the server could not be installed"),
+            "{message}"
+        ),
+        other => panic!("expected a block, got {other:?}"),
+    }
+    let class = error.classification().unwrap();
+    engine.record_failure(&claim, &class).await.unwrap();
+    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Blocked);
+    assert_eq!(progress(&db).await.2, 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n <> 0")
+            .await,
+        0
+    );
+}

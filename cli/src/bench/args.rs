@@ -47,6 +47,15 @@ pub enum Runner {
     EnginePProcs,
     /// K backfills over K disjoint tables at once (K = cores by default).
     EngineK,
+    /// `engine` with the repair's batches in a loop inside the server
+    /// (EX-8, `Repair::server_batch`): one call per step of the runtime.
+    EngineServer,
+    /// `engine-server` in as many partitions as cores, named
+    /// `engine-server-p<P>`.
+    EngineServerP,
+    /// `engine-k` with every backfill's batches in a loop inside the
+    /// server.
+    EngineServerK,
     /// K `plpgsql` loops over the same K tables at once: how far the
     /// server itself scales on this machine, the reference for `engine-k`.
     PlpgsqlK,
@@ -84,6 +93,9 @@ pub(super) enum Shape {
     Monitored,
     /// One-statement form in this many partitions (`engine-p`).
     Partitioned(u32),
+    /// The loop inside the server, in this many partitions
+    /// (`engine-server`, `engine-server-p`, `engine-server-k`).
+    InServer(u32),
 }
 
 /// Flags of `backfill bench`.
@@ -110,7 +122,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "plpgsql,plpgsql-fenced,client,engine,engine-sql,engine-journal,engine-keys,engine-serial,engine-health,engine-p,engine-p-procs,engine-k,plpgsql-k"
+        default_value = "plpgsql,plpgsql-fenced,client,engine,engine-sql,engine-journal,engine-keys,engine-serial,engine-health,engine-p,engine-p-procs,engine-k,plpgsql-k,engine-server,engine-server-p,engine-server-k"
     )]
     pub only: Vec<Runner>,
     /// Backfills of `engine-k` and loops of `plpgsql-k` (default: the

@@ -251,6 +251,39 @@ async fn run_one(
             ctx.drop_tables(&tables).await?;
             r
         }
+        Runner::EngineServer => {
+            ctx.engine_run(
+                "engine-server",
+                &items,
+                rows,
+                batch,
+                rep,
+                Shape::InServer(1),
+            )
+            .await?
+        }
+        Runner::EngineServerP => {
+            let p = (report.cores as u32).clamp(1, MAX_PARTITIONS);
+            let name = format!("engine-server-p{p}");
+            ctx.engine_run(&name, &items, rows, batch, rep, Shape::InServer(p))
+                .await?
+        }
+        Runner::EngineServerK => {
+            let tables = k_tables(k);
+            let each = (rows / k as u64).max(1);
+            let r = ctx
+                .engine_run(
+                    "engine-server-k",
+                    &tables,
+                    each,
+                    batch,
+                    rep,
+                    Shape::InServer(1),
+                )
+                .await?;
+            ctx.drop_tables(&tables).await?;
+            r
+        }
         Runner::PlpgsqlK => {
             let tables = k_tables(k);
             let each = (rows / k as u64).max(1);

@@ -45,6 +45,11 @@
 //!     `plpgsql`;
 //! 12. `engine-p-procs`: one backfill in 2 x cores partitions worked by two
 //!     processes of the binary at once, each with its own pool and runtime.
+//! 13. `engine-server`, `engine-server-p<P>` (P = cores) and
+//!     `engine-server-k`: `engine`, `engine-p` and `engine-k` with the
+//!     repair's batches in a loop inside the server (EX-8,
+//!     `Repair::server_batch`, calls of 250 ms), read against `plpgsql`
+//!     and `plpgsql-k`. Their batch latencies are per call, not per batch.
 //!
 //! After every run every row must have `email_norm = lower(email)` and
 //! `touched = 1` (a 2 is a batch applied twice), and `engine-journal` must

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use backfill::__private::store::cached;
 use backfill::repair::{
     even_splits, Batches, BigIntSummary, Mutated, Repair, RepairError, SelectAndMutate,
-    SelectThenMutate, SourceSet, SqlRepair, SqlRepairBuilder, Validation,
+    SelectThenMutate, ServerBatch, SourceSet, SqlRepair, SqlRepairBuilder, Validation,
 };
 use backfill::throttle::sizing::BatchTarget;
 use diesel::sql_types::{Array, BigInt};
@@ -55,6 +55,10 @@ pub struct ItemsRepair {
     partitions: u32,
     /// The key range [`Repair::split_points`] divides evenly.
     range: String,
+    /// The time slice of the loop inside the server that
+    /// [`Repair::server_batch`] answers; `None`: the engine sends every
+    /// batch.
+    server: Option<Duration>,
 }
 
 impl ItemsRepair {
@@ -82,6 +86,7 @@ impl ItemsRepair {
             target: None,
             partitions: 1,
             range: format!("SELECT min(id) AS min, max(id) AS max FROM {table} WHERE id <= $1"),
+            server: None,
         }
     }
 
@@ -162,6 +167,14 @@ impl ItemsRepair {
     /// key width (PAR-1); 1 is the unpartitioned path unchanged.
     pub fn partitions(mut self, partitions: u32) -> Self {
         self.partitions = partitions;
+        self
+    }
+
+    /// The same repair running its batches in a loop inside the server
+    /// (EX-8), calls of `slice`: its one-statement form as the loop's
+    /// statement.
+    pub fn in_server(mut self, slice: Duration) -> Self {
+        self.server = Some(slice);
         self
     }
 
@@ -256,6 +269,16 @@ impl Repair for ItemsRepair {
                 rows: Some(upper),
             },
         })
+    }
+
+    async fn server_batch(
+        &self,
+        _conn: &mut AsyncPgConnection,
+    ) -> Result<Option<ServerBatch>, RepairError> {
+        Ok(self.server.map(|slice| ServerBatch {
+            statement: self.fused.clone(),
+            slice,
+        }))
     }
 
     fn batches(&self) -> Batches<'_, i64> {

@@ -2,6 +2,7 @@
 //! Markdown, and how to read it.
 
 use super::stats::{median, round3, RunResult};
+use backfill::repair::MAX_PARTITIONS;
 use serde_json::{json, Value};
 
 pub(super) struct Report {
@@ -218,6 +219,25 @@ impl Report {
             ratios["plpgsql_fenced_cpu_per_row_vs_plpgsql"][b.to_string()] = json!(self.ratio(
                 self.median_by("plpgsql-fenced", b, |r| r.cost.cpu_us_per_row(r.rows)),
                 self.median_by("plpgsql", b, |r| r.cost.cpu_us_per_row(r.rows)),
+            ));
+            // The loop inside the server (EX-8) against the same
+            // targets as the engine's own batches.
+            let plpgsql = self.median_rps("plpgsql", b);
+            ratios["engine_server_vs_plpgsql"][b.to_string()] =
+                json!(self.ratio(self.median_rps("engine-server", b), plpgsql));
+            ratios["engine_server_cpu_per_row_vs_plpgsql"][b.to_string()] = json!(self.ratio(
+                self.median_by("engine-server", b, |r| r.cost.cpu_us_per_row(r.rows)),
+                self.median_by("plpgsql", b, |r| r.cost.cpu_us_per_row(r.rows)),
+            ));
+            let server_p = format!(
+                "engine-server-p{}",
+                (self.cores as u32).clamp(1, MAX_PARTITIONS)
+            );
+            ratios["engine_server_p_vs_plpgsql"][b.to_string()] =
+                json!(self.ratio(self.median_rps(&server_p, b), plpgsql));
+            ratios["engine_server_k_vs_plpgsql_k"][b.to_string()] = json!(self.ratio(
+                self.median_rps("engine-server-k", b),
+                self.median_rps("plpgsql-k", b),
             ));
             let (v, range) = self.health_cost(b);
             ratios["engine_health_vs_engine"][b.to_string()] = json!(v);
@@ -478,6 +498,13 @@ own pool and runtime running half of them, until `completed` (its batch \
 latencies are this process's half).\n\
 - `engine-k`: K backfills over K disjoint tables of N/K rows at once, one \
 process, one-statement form.\n\
+- `engine-server`, `engine-server-p<P>` (P = cores) and `engine-server-k`: \
+`engine`, `engine-p<P>` and `engine-k` with the repair's batches in a loop \
+inside the server (`Repair::server_batch`, EX-8): each step of the runtime is \
+one `CALL` of a procedure installed around the same one-statement batch, which \
+commits batch after batch through the same fence for a slice of 250 ms. Their \
+batch latencies are per call. Read against `plpgsql` and `plpgsql-k` \
+(`engine_server_*` ratios in `--json`).\n\
 - `plpgsql-k`: K `plpgsql` loops over the same K tables at once, one \
 connection each: how far the server itself scales with K writers on this \
 machine. Read `engine xK / (K x engine)` against \

@@ -20,6 +20,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+/// The time slice of the `engine-server` runs' loop: long enough that a
+/// call's own round trips and the runtime's step between calls are a
+/// small share of it, short enough that a pause or a throttle waits at
+/// most this long.
+const SERVER_SLICE: Duration = Duration::from_millis(250);
+
 impl Ctx {
     pub(super) async fn plpgsql(&mut self, batch: u32, rep: u32) -> Result<RunResult, BenchError> {
         let rows = self.args.rows;
@@ -268,6 +274,9 @@ impl Ctx {
                 Shape::Sql => registry.register(repair.declared()?),
                 Shape::Journaled => registry.register(repair.journaled()?),
                 Shape::Partitioned(p) => registry.register(repair.partitions(p)),
+                Shape::InServer(p) => {
+                    registry.register(repair.partitions(p).in_server(SERVER_SLICE))
+                }
             }
             .map_err(|e| BenchError::Run(e.to_string()))?;
         }
@@ -290,7 +299,7 @@ impl Ctx {
         let (registry, ids) = self.registry_for(tables, batch, rep, shape)?;
         // A runner per backfill, or per partition: every claim runs at once.
         let runners = match shape {
-            Shape::Partitioned(p) => tables.len() * p as usize,
+            Shape::Partitioned(p) | Shape::InServer(p) => tables.len() * p as usize,
             _ => tables.len(),
         };
         // Two connections per runner (the repair overlaps commits, see
