@@ -9,14 +9,19 @@ const LOOP_ID: &str = "items.in-server";
 
 /// The counter as a declared repair running in the server: `n = n + 1` in
 /// batches of `limit`, calls of `slice`, validated by every `n` being 1.
-fn in_server(limit: u32, slice: Duration, partitions: u32) -> SqlRepair {
+fn declared(limit: u32, slice: Duration) -> backfill::repair::SqlRepairBuilder {
     SqlRepair::new(LOOP_ID, "items")
         .key("id")
         .set("n = n + 1")
         .validate_where("n <> 1")
         .batch_size(limit)
-        .partitions(partitions)
         .server_loop(slice)
+}
+
+/// [`declared`] in up to `partitions` partitions, built.
+fn in_server(limit: u32, slice: Duration, partitions: u32) -> SqlRepair {
+    declared(limit, slice)
+        .partitions(partitions)
         .build()
         .expect("valid declaration")
 }
@@ -53,6 +58,18 @@ async fn progress(db: &TestDb) -> (Option<String>, i64, i64) {
     (checkpoint, rows, batches)
 }
 
+/// Drive the backfill to `completed`: every one of the `rows` items then
+/// repaired exactly once (the validation would refuse any other `n`).
+async fn completes_once(db: &TestDb, engine: &Engine, rows: i64) {
+    drive(engine, "w").await;
+    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Completed);
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
+            .await,
+        rows
+    );
+}
+
 /// Wait (polling PostgreSQL's lock table) until a session of the test
 /// database waits for a row lock.
 async fn lock_waiter(db: &TestDb) {
@@ -86,13 +103,7 @@ async fn ex08_one_step_runs_the_batches_in_the_server_each_fenced() {
     );
     assert_eq!(progress(&db).await, (Some("1000".into()), 1000, 100));
     assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Validating);
-    drive(&engine, "w").await;
-    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Completed);
-    assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
-            .await,
-        1000
-    );
+    completes_once(&db, &engine, 1000).await;
 }
 
 /// EX-8: a call ends after its time slice, not at the bound: with a
@@ -160,13 +171,7 @@ async fn ct05_pause_rejects_the_batch_in_flight_inside_the_loop() {
         engine.resume(LOOP_ID).await.unwrap(),
         ActionOutcome::Applied { .. }
     ));
-    drive(&engine, "w").await;
-    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Completed);
-    assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
-            .await,
-        100
-    );
+    completes_once(&db, &engine, 100).await;
 }
 
 /// EX-6 inside the loop: a batch that fails (a CHECK constraint refuses
@@ -270,13 +275,7 @@ async fn par02_partitions_run_their_ranges_in_the_loop() {
         }
     }
     assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Validating);
-    drive(&engine, "w").await;
-    assert_eq!(engine.get(LOOP_ID).await.unwrap().state, State::Completed);
-    assert_eq!(
-        db.scalar("SELECT count(*) AS v FROM items WHERE n = 1")
-            .await,
-        200
-    );
+    completes_once(&db, &engine, 200).await;
 }
 
 /// UNDO-1 inside the loop: a journaled declared repair's statement runs in
@@ -286,13 +285,8 @@ async fn par02_partitions_run_their_ranges_in_the_loop() {
 /// `batch_statement`; the plain statement journals nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo01_a_journaled_repair_journals_every_batch_of_the_loop() {
-    let repair = SqlRepair::new(LOOP_ID, "items")
-        .key("id")
-        .set("n = n + 1")
-        .validate_where("n <> 1")
-        .batch_size(10)
+    let repair = declared(10, Duration::from_secs(60))
         .journal(["n"])
-        .server_loop(Duration::from_secs(60))
         .build()
         .expect("valid declaration");
     let (db, engine) = loop_started(100, repair, config()).await;
@@ -322,12 +316,8 @@ async fn undo01_a_journaled_repair_journals_every_batch_of_the_loop() {
 /// error is the store's, recorded as fatal with no hint).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ex08_a_loop_that_cannot_be_installed_blocks_with_nothing_changed() {
-    let repair = SqlRepair::new(LOOP_ID, "items")
-        .key("id")
+    let repair = declared(10, Duration::from_secs(1))
         .set("n = n +")
-        .validate_where("n <> 1")
-        .batch_size(10)
-        .server_loop(Duration::from_secs(1))
         .build()
         .expect("valid declaration");
     let (db, engine) = loop_started(100, repair, config()).await;
