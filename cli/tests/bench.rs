@@ -76,6 +76,11 @@ fn emb04_bench_json_shape_and_verification() {
     ] {
         let v = &report["ratios"][key]["100"];
         assert!(v.as_f64().is_some_and(|r| r > 0.0), "{key}: {v}");
+        if key != "engine_server_cpu_per_row_vs_plpgsql" {
+            let range = &report["ratio_ranges_within_reps"][key]["100"];
+            assert_eq!(range[0], range[1], "{key}: {range}");
+            assert!(range[0].as_f64().is_some_and(|r| r > 0.0), "{key}: {range}");
+        }
     }
     // `engine-p` runs at P = cores by default.
     let cores = report["cores"].as_u64().unwrap();

@@ -239,6 +239,18 @@ impl Report {
                 self.median_rps("engine-server-k", b),
                 self.median_rps("plpgsql-k", b),
             ));
+            for (key, a, base) in [
+                ("engine_server_vs_plpgsql", "engine-server", "plpgsql"),
+                ("engine_server_p_vs_plpgsql", server_p.as_str(), "plpgsql"),
+                (
+                    "engine_server_k_vs_plpgsql_k",
+                    "engine-server-k",
+                    "plpgsql-k",
+                ),
+            ] {
+                ranges[key][b.to_string()] =
+                    json!(self.rep_range(a, base, 1.0, b).map(|(lo, hi)| [lo, hi]));
+            }
             let (v, range) = self.health_cost(b);
             ratios["engine_health_vs_engine"][b.to_string()] = json!(v);
             ranges["engine_health_vs_engine"][b.to_string()] =
