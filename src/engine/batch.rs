@@ -82,44 +82,49 @@ impl Engine {
             .registry
             .get(&claim.id)
             .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?;
-        let Some(bound) = claim.bound.as_deref() else {
+        if claim.bound.is_none() {
             // A running row always has a bound (the table's CHECK); a claim
             // without one is not ours to interpret.
             return Err(EngineError::KeyMismatch {
                 id: claim.id.clone(),
                 error: KeyError::Malformed,
             });
-        };
+        }
         let started = Instant::now();
         let limit = claim.pacing.size(&**def);
-        let server = self.server_loop(&**def).await?;
-        let seam = Seam {
-            def: &**def,
-            bound,
-            limit,
-            stmt_ms: millis(self.config.statement_timeout),
-            lock_ms: millis(self.config.lock_timeout),
-            alone: server.is_some(),
-        };
-        // A loop inside the server runs at the declared size only (its
-        // statement has the limit written in), and not between batches the
-        // operator asked to pause between (EX-8). Its steps leave no batch
-        // open, so the claim has none here.
-        if let Some(installed) = &server {
-            if limit == def.batch_limit() && !claim.pacing.pausing() && !claim.open.is_open() {
-                return self.run_slice(claim, installed, limit).await;
-            }
-        }
+        let stmt_ms = millis(self.config.statement_timeout);
+        let lock_ms = millis(self.config.lock_timeout);
         // The transaction the previous batch's commit opened (maybe with
         // this batch's body already run), or a fresh one: BEGIN and the
-        // SET LOCAL timeouts in one round trip.
-        let (mut pooled, ahead, mut spare) = match claim.open.take() {
-            Some(Open { conn, ahead, spare }) => (conn, ahead, spare),
+        // SET LOCAL timeouts in one round trip, or a call of the repair's
+        // loop inside the server (EX-8). `alone`: the repair has such a
+        // loop, so this batch opens no next one.
+        let (mut pooled, ahead, mut spare, alone) = match claim.open.take() {
+            Some(Open { conn, ahead, spare }) => {
+                (conn, ahead, spare, self.loops.installed(def.id()))
+            }
             None => {
                 let mut conn = self.pool.get_owned().await.map_err(StoreError::from)?;
-                store::batch_begin(&mut conn, seam.stmt_ms, seam.lock_ms).await?;
-                (conn, None, None)
+                let server = self.server_loop(&**def, &mut conn).await?;
+                // The loop runs at the declared size only (its statement
+                // has the limit written in), and not between batches the
+                // operator asked to pause between.
+                if let Some(installed) = &server {
+                    if limit == def.batch_limit() && !claim.pacing.pausing() {
+                        return self.run_slice(claim, installed, limit, conn).await;
+                    }
+                }
+                store::batch_begin(&mut conn, stmt_ms, lock_ms).await?;
+                (conn, None, None, server.is_some())
             }
+        };
+        let seam = Seam {
+            def: &**def,
+            bound: claim.bound.as_deref().unwrap_or_default(),
+            limit,
+            stmt_ms,
+            lock_ms,
+            alone,
         };
         // The size this batch's body ran with: this step's, or the size in
         // force when the previous step sent it ahead.

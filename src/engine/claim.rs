@@ -152,11 +152,6 @@ impl OpenBatch {
     pub(super) fn put(&self, open: Open) {
         *self.0.lock() = Some(open);
     }
-
-    /// Whether a batch transaction is open (see [`OpenBatch`]).
-    pub(super) fn is_open(&self) -> bool {
-        self.0.lock().is_some()
-    }
 }
 
 impl std::fmt::Debug for OpenBatch {

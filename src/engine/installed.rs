@@ -24,6 +24,12 @@ impl Loops {
         self.0.lock().get(id).cloned()
     }
 
+    /// Whether `id` has a loop inside the server, as far as this process
+    /// knows.
+    pub(super) fn installed(&self, id: &str) -> bool {
+        matches!(self.0.lock().get(id), Some(Some(_)))
+    }
+
     /// Remember what `id`'s loop is.
     pub(super) fn insert(&self, id: &str, installed: Option<Installed>) {
         self.0.lock().insert(id.to_string(), installed);

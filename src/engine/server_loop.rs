@@ -11,35 +11,34 @@ use super::outcome::BatchOutcome;
 use super::Engine;
 use crate::key::Key;
 use crate::repair::{DynRepair, RepairError, SelectionError};
-use crate::store::{self, SliceCall, SliceOutcome, StoreError};
+use crate::store::{self, PooledConn, SliceCall, SliceOutcome, StoreError};
+use diesel_async::AsyncPgConnection;
 use std::time::Instant;
 
 impl Engine {
-    /// The loop of `def`, installed on first use (see
+    /// The loop of `def`, installed on first use on `conn` (see
     /// [`store::server_loop_install`]); `None` for a repair without one.
+    /// Asked on the connection the batch then runs on, so finding out
+    /// costs a repair without a loop no connection of its own.
     pub(super) async fn server_loop(
         &self,
         def: &dyn DynRepair,
+        conn: &mut AsyncPgConnection,
     ) -> Result<Option<Installed>, EngineError> {
         if let Some(known) = self.loops.get(def.id()) {
-            return Ok(known.clone());
+            return Ok(known);
         }
-        let mut conn = self.pool.get_owned().await.map_err(StoreError::from)?;
         let installed = match def
-            .server_batch(&mut conn)
+            .server_batch(conn)
             .await
             .map_err(|e| super::error::body_error(def.id(), e))?
         {
             None => None,
             Some(batch) => Some(Installed {
-                procedure: store::server_loop_install(
-                    &mut conn,
-                    &batch.statement,
-                    def.batch_limit(),
-                )
-                .await
-                .map_err(|e| install_error(def.id(), e))?
-                .into(),
+                procedure: store::server_loop_install(conn, &batch.statement, def.batch_limit())
+                    .await
+                    .map_err(|e| install_error(def.id(), e))?
+                    .into(),
                 slice: batch.slice,
             }),
         };
@@ -57,6 +56,7 @@ impl Engine {
         claim: &mut Claim,
         installed: &Installed,
         limit: u32,
+        mut conn: PooledConn<'static>,
     ) -> Result<BatchOutcome, EngineError> {
         let started = Instant::now();
         let stmt_ms = millis(self.config.statement_timeout);
@@ -89,7 +89,6 @@ impl Engine {
             lock_ms: millis(self.config.lock_timeout),
             call_timeout_ms: slice_ms.saturating_add(stmt_ms),
         };
-        let mut conn = self.pool.get_owned().await.map_err(StoreError::from)?;
         match store::server_loop_call(&mut conn, &call).await {
             Ok(SliceOutcome::Committed {
                 batches,

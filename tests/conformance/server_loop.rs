@@ -343,3 +343,47 @@ async fn ex08_a_loop_that_cannot_be_installed_blocks_with_nothing_changed() {
         0
     );
 }
+
+/// EX-8, THR-4: a batch at another size than the declared one (an
+/// operator's `batch_size`) is sent by the engine and commits alone,
+/// leaving no transaction open; once the setting is cleared, the next
+/// claim's step is a call of the loop again and runs the rest. Guard: the
+/// commit alone of a repair with a loop (without it the batch opens the
+/// next one behind its commit and the claim holds it open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ex08_a_batch_at_another_size_commits_alone_and_the_loop_resumes() {
+    let repair = in_server(10, Duration::from_secs(60), 1);
+    let (db, engine) = loop_started(100, repair, config()).await;
+    let size = |n: serde_json::Value| serde_json::json!({ "batch_size": n });
+    engine
+        .update_settings(LOOP_ID, &size(5.into()))
+        .await
+        .unwrap();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    engine.gate(&mut claim).await.unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            engine.run_batch(&mut claim).await.unwrap(),
+            BatchOutcome::Committed {
+                keys: 5,
+                reached_bound: false
+            }
+        );
+        assert_eq!(open_transactions(&db).await, 0);
+    }
+    assert!(engine.release(&claim).await.unwrap());
+    engine
+        .update_settings(LOOP_ID, &size(serde_json::Value::Null))
+        .await
+        .unwrap();
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    engine.gate(&mut claim).await.unwrap();
+    assert_eq!(
+        engine.run_batch(&mut claim).await.unwrap(),
+        BatchOutcome::Committed {
+            keys: 90,
+            reached_bound: true
+        }
+    );
+    completes_once(&db, &engine, 100).await;
+}
