@@ -38,8 +38,9 @@
 //!   `server_loop.rs` the fence (`ct05_pause_rejects_the_batch_in_flight_inside_the_loop`),
 //!   per-batch commits (`ex06_a_failing_batch_in_the_loop_*`), the call's
 //!   bound (`ex05_a_call_of_the_loop_*`), partitions (`par02_*`), the
-//!   journal (`undo01_*`) and batches at an operator's size
-//!   (`ex08_a_batch_at_another_size_*`)
+//!   journal (`undo01_*`), batches at an operator's size
+//!   (`ex08_a_batch_at_another_size_*`) and the batch contract
+//!   (`ex04_the_loop_refuses_*`)
 //!
 //! Races are forced with gates (a channel between the repair's mutation and
 //! the batch's commit) and with a second connection holding row locks;

@@ -3,7 +3,10 @@
 //! commits batch after batch behind the product's fence.
 
 use super::*;
-use backfill::repair::SqlRepair;
+use backfill::repair::{
+    Batches, BigIntSummary, Mutated, Repair, SelectAndMutate, ServerBatch, SourceSet, SqlRepair,
+    Validation,
+};
 
 const LOOP_ID: &str = "items.in-server";
 
@@ -29,9 +32,19 @@ fn in_server(limit: u32, slice: Duration, partitions: u32) -> SqlRepair {
 /// A database with `rows` items and the in-server counter started on an
 /// engine with `config`.
 async fn loop_started(rows: i64, repair: SqlRepair, config: EngineConfig) -> (TestDb, Engine) {
+    loop_started_with(rows, Registry::new().with(repair), config).await
+}
+
+/// A database with `rows` items and `registry`'s `LOOP_ID` started on an
+/// engine with `config`.
+async fn loop_started_with(
+    rows: i64,
+    registry: Result<Registry, DefinitionError>,
+    config: EngineConfig,
+) -> (TestDb, Engine) {
     let db = test_db().await;
     db.exec(&items_sql(rows)).await;
-    let registry = Registry::new().with(repair).expect("valid definition");
+    let registry = registry.expect("valid definition");
     let engine = Engine::new(db.pool.clone(), registry, config).expect("engine");
     engine.register().await.unwrap();
     engine.start(LOOP_ID).await.unwrap();
@@ -386,4 +399,96 @@ async fn ex08_a_batch_at_another_size_commits_alone_and_the_loop_resumes() {
         }
     );
     completes_once(&db, &engine, 100).await;
+}
+
+/// A hand-written repair whose loop statement breaks the batch contract:
+/// it changes the first 20 items and reports them, twice its limit of 10.
+struct OverLimit;
+
+/// The statement of [`OverLimit`], for the loop and (never reached) the
+/// engine's own batches alike.
+const OVER_LIMIT_SQL: &str = "WITH u AS (UPDATE items SET n = n + 1 WHERE id <= 20 RETURNING id) \
+     SELECT min(id) AS first, max(id) AS last, count(*) AS n FROM u";
+
+#[async_trait::async_trait]
+impl Repair for OverLimit {
+    type Key = i64;
+
+    fn id(&self) -> &str {
+        LOOP_ID
+    }
+
+    fn batch_limit(&self) -> u32 {
+        10
+    }
+
+    async fn server_batch(
+        &self,
+        _conn: &mut diesel_async::AsyncPgConnection,
+    ) -> Result<Option<ServerBatch>, RepairError> {
+        Ok(Some(ServerBatch {
+            statement: OVER_LIMIT_SQL.into(),
+            slice: Duration::from_secs(60),
+        }))
+    }
+
+    async fn capture_bound(
+        &self,
+        _conn: &mut diesel_async::AsyncPgConnection,
+    ) -> Result<SourceSet<i64>, RepairError> {
+        Ok(SourceSet::Bounded {
+            upper: 100,
+            rows: None,
+        })
+    }
+
+    fn batches(&self) -> Batches<'_, i64> {
+        Batches::OneStatement(self)
+    }
+
+    async fn validate(
+        &self,
+        _conn: &mut diesel_async::AsyncPgConnection,
+        _bound: Option<&i64>,
+    ) -> Result<Validation, RepairError> {
+        Ok(Validation::Success)
+    }
+}
+
+#[async_trait::async_trait]
+impl SelectAndMutate<i64> for OverLimit {
+    async fn select_and_mutate(
+        &self,
+        conn: &mut &diesel_async::AsyncPgConnection,
+        _after: Option<&i64>,
+        _bound: &i64,
+        _limit: u32,
+    ) -> Result<Mutated<i64>, RepairError> {
+        let row: BigIntSummary = diesel::sql_query(OVER_LIMIT_SQL).get_result(conn).await?;
+        Ok(row.into())
+    }
+}
+
+/// EX-4, EX-8: the loop checks every batch's summary against the batch
+/// contract before its fence: a statement that changed 20 keys under a
+/// limit of 10 fails the step as a selection error, and its changes roll
+/// back with it. Guard: the contract check in the procedure (without it
+/// the batch commits 20 keys).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ex04_the_loop_refuses_a_batch_over_its_limit() {
+    let (db, engine) = loop_started_with(100, Registry::new().with(OverLimit), config()).await;
+    let mut claim = engine.claim_next("w", &[]).await.unwrap().unwrap();
+    match engine.run_batch(&mut claim).await {
+        Err(EngineError::Selection {
+            error: SelectionError::Inconsistent,
+            ..
+        }) => {}
+        other => panic!("expected a selection error, got {other:?}"),
+    }
+    assert_eq!(progress(&db).await, (None, 0, 0));
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n <> 0")
+            .await,
+        0
+    );
 }
