@@ -83,20 +83,6 @@ async fn completes_once(db: &TestDb, engine: &Engine, rows: i64) {
     );
 }
 
-/// Wait (polling PostgreSQL's lock table) until a session of the test
-/// database waits for a row lock.
-async fn lock_waiter(db: &TestDb) {
-    support::eventually("a batch waiting for a row lock", || async {
-        db.scalar(
-            "SELECT count(*) AS v FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-             WHERE NOT l.granted AND a.datname = current_database()",
-        )
-        .await
-            > 0
-    })
-    .await;
-}
-
 /// EX-8: one step runs every batch of the range inside the server: the
 /// step reports all 1,000 keys, the row counts 100 fenced batches of 10
 /// and moved to `validating`, and validation completes with every item
@@ -159,7 +145,7 @@ async fn ct05_pause_rejects_the_batch_in_flight_inside_the_loop() {
     let mut holder = lock_holder(&db, "SELECT 1 FROM items WHERE id = 35 FOR UPDATE").await;
     let runner = engine.clone();
     let in_flight = tokio::spawn(async move { runner.run_batch(&mut claim).await });
-    lock_waiter(&db).await;
+    support::admin::wait_for_lock_waiters(&db, 1).await;
     assert!(matches!(
         engine.pause(LOOP_ID).await.unwrap(),
         ActionOutcome::Applied { .. }
