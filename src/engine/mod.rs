@@ -23,8 +23,11 @@
 //! roles every batch. A batch's fence is sent only after the previous
 //! batch's commit returned and expects its checkpoint, so the order of
 //! commits is the order of keys, and a batch whose predecessor did not
-//! commit rolls back. The runtime (`backfill-actors`) drives these calls;
-//! it never sees SQL.
+//! commit rolls back. A repair with a loop inside the server
+//! (`Repair::server_batch`, EX-8) runs a step as one call of its
+//! procedure instead, which commits batch after batch behind the same
+//! fence and leaves no batch open. The runtime (`backfill-actors`) drives
+//! these calls; it never sees SQL.
 
 mod actions;
 mod batch;

@@ -318,7 +318,7 @@ impl SqlRepairBuilder {
     /// in the loop only at the declared
     /// [`batch_size`](SqlRepairBuilder::batch_size); one at another size
     /// (an operator's setting) is sent by the engine as usual.
-    /// Registration refuses a zero slice and a
+    /// [`build`](SqlRepairBuilder::build) refuses a zero slice and a
     /// [`target_batch`](SqlRepairBuilder::target_batch). The engine's role
     /// needs the right to create procedures in the first schema of its
     /// search path.
@@ -370,8 +370,11 @@ impl SqlRepairBuilder {
 
     /// Check the parts and write the statements. Errors: the stable ID
     /// ([`DefinitionError::InvalidId`]), the table or key name
-    /// ([`DefinitionError::InvalidIdentifier`]), or a missing key, SET list
-    /// or validation predicate ([`DefinitionError::Incomplete`]).
+    /// ([`DefinitionError::InvalidIdentifier`]), a missing key, SET list
+    /// or validation predicate ([`DefinitionError::Incomplete`]), a run
+    /// window that never opens ([`DefinitionError::InvalidRunWindow`]), or
+    /// a loop inside the server that cannot run
+    /// ([`DefinitionError::InvalidServerLoop`]).
     pub fn build(self) -> Result<SqlRepair, DefinitionError> {
         validate_id(&self.id)?;
         check_identifier(&self.table, true)?;
