@@ -231,11 +231,16 @@ impl Advance<'_> {
 fn fence_outcome(result: Result<(), diesel::result::Error>) -> Result<FenceCommit, StoreError> {
     match result {
         Ok(()) => Ok(FenceCommit::Committed),
-        Err(diesel::result::Error::DatabaseError(_, info))
-            if info.message() == "backfill stale fence" =>
-        {
-            Ok(FenceCommit::Stale)
-        }
+        Err(error) if stale_fence(&error) => Ok(FenceCommit::Stale),
         Err(error) => Err(error.into()),
     }
+}
+
+/// Whether `error` is the batch fence's own (`BF001`, raised by
+/// `backfill_checkpoint_advance` and `backfill_partition_advance` when
+/// nothing matched), from a batch's commit message or from inside the
+/// loop in the server.
+pub(super) fn stale_fence(error: &diesel::result::Error) -> bool {
+    matches!(error, diesel::result::Error::DatabaseError(_, info)
+        if info.message() == "backfill stale fence")
 }

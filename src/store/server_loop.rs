@@ -235,11 +235,7 @@ pub async fn server_loop_call(
             keys: answer.__bf_keys,
             checkpoint: answer.__bf_checkpoint.unwrap_or_default(),
         },
-        Err(diesel::result::Error::DatabaseError(_, info))
-            if info.message() == "backfill stale fence" =>
-        {
-            SliceOutcome::Stale
-        }
+        Err(error) if super::batch::stale_fence(&error) => SliceOutcome::Stale,
         Err(error) => return Err(error.into()),
     };
     // The call's own error comes first; a failed restore after a
