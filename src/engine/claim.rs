@@ -2,6 +2,7 @@
 //! next: the open batch transaction and the state of its pacing.
 
 use super::error::EngineError;
+use super::latency::LatencyPace;
 use crate::key::render_json;
 use crate::repair::{BodyError, DynRepair, Registry, RepairError, SelectedBatch};
 use crate::store::{self, PooledConn};
@@ -71,6 +72,8 @@ pub(crate) struct Pacing {
     pub(crate) last: (u32, Duration),
     /// The size the last step gave a body it sent ahead.
     pub(super) sent_ahead: u32,
+    /// The latency budget's controller and last reading (THR-6).
+    pub(super) latency: LatencyPace,
 }
 
 impl Pacing {
@@ -83,7 +86,7 @@ impl Pacing {
             .sizing
             .get_or_insert_with(|| Sizing::new(policy, stored));
         sizing.set_policy(policy);
-        sizing.size()
+        self.latency.size(sizing.size())
     }
 
     /// A batch whose body ran with `size` committed in a step that ran
@@ -102,7 +105,15 @@ impl Pacing {
     /// then opens no next transaction, since it would sit idle through
     /// the pause.
     pub(super) fn pausing(&self) -> bool {
-        !self.settings.pause().is_zero()
+        !self.settings.pause().is_zero() || self.latency.cutting()
+    }
+
+    /// The pause after the last batch: the operator's, or the latency
+    /// budget's when that is longer (THR-6).
+    pub(super) fn pause(&self) -> Duration {
+        self.settings
+            .pause()
+            .max(self.latency.controller.pause(self.last.1))
     }
 
     /// The size to leave in force after a statement timeout: half the

@@ -14,6 +14,7 @@
 
 use super::claim::{rollback_to_pool, Claim, Open};
 use super::error::EngineError;
+use super::latency::LatencyGate;
 use super::Engine;
 use crate::repair::DynRepair;
 use crate::store::{self, StoreError};
@@ -53,24 +54,41 @@ impl Engine {
             .get(&claim.id)
             .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?;
         self.refresh_pacing(claim).await?;
-        let held = match outside_window(claim, &**def, chrono::Utc::now()) {
+        let mut held = match outside_window(claim, &**def, chrono::Utc::now()) {
             Some(held) => Some(held),
             None => self.throttle_for(claim, &**def).await,
         };
+        let mut paced = None;
+        if held.is_none() {
+            match self.latency_for(claim, &**def) {
+                LatencyGate::Free => {}
+                LatencyGate::Hold(throttle, recheck) => held = Some((throttle, recheck)),
+                LatencyGate::Paced(throttle) => paced = Some(throttle),
+            }
+        }
         if let Some((throttle, recheck)) = held {
             park(claim).await;
-            let record = throttle_json(&throttle);
-            if record_due(claim.pacing.throttled.as_ref(), &record, recheck) {
-                self.set_throttle(claim, Some(&record)).await?;
-                claim.pacing.throttled = Some((record, Instant::now()));
-            }
+            self.record_throttle(claim, &throttle, recheck).await?;
             return Ok(Gate::Throttled { throttle, recheck });
         }
-        if claim.pacing.throttled.is_some() {
-            self.set_throttle(claim, None).await?;
-            claim.pacing.throttled = None;
+        match paced {
+            // The budget slows the claim without holding it: the
+            // condition is on the row while the pace is below full, and
+            // its reading is refreshed at most once per reading window.
+            Some(throttle) => {
+                let window = self
+                    .latency
+                    .get()
+                    .map_or(Duration::from_secs(1), |m| m.config().window);
+                self.record_throttle(claim, &throttle, window).await?;
+            }
+            None if claim.pacing.throttled.is_some() => {
+                self.set_throttle(claim, None).await?;
+                claim.pacing.throttled = None;
+            }
+            None => {}
         }
-        let pause = claim.pacing.settings.pause();
+        let pause = claim.pacing.pause();
         if let Some(at) = claim.pacing.last_commit {
             let since = at.elapsed();
             if since < pause {
@@ -78,6 +96,25 @@ impl Engine {
             }
         }
         Ok(Gate::Go)
+    }
+
+    /// Record `throttle` on the claim's row when [`record_due`] says so;
+    /// a latency condition carries the baseline it was judged against.
+    async fn record_throttle(
+        &self,
+        claim: &mut Claim,
+        throttle: &Throttle,
+        interval: Duration,
+    ) -> Result<(), EngineError> {
+        let mut record = throttle_json(throttle);
+        if throttle.signal == Signal::Latency {
+            record["baseline"] = claim.pacing.latency.baseline_secs().into();
+        }
+        if record_due(claim.pacing.throttled.as_ref(), &record, interval) {
+            self.set_throttle(claim, Some(&record)).await?;
+            claim.pacing.throttled = Some((record, Instant::now()));
+        }
+        Ok(())
     }
 
     /// Count an announced change of some backfill (the wake-up NOTIFY):

@@ -39,6 +39,7 @@ mod dry_run;
 mod error;
 mod gate;
 mod installed;
+mod latency;
 mod lease;
 mod offers;
 mod outcome;
@@ -72,6 +73,7 @@ use crate::repair::{bounded, Registry};
 use crate::store::{self, BackfillRow, Pool, StoreError};
 use crate::throttle::budget::RunnerBudget;
 use crate::throttle::health::Monitor;
+use crate::throttle::latency::LatencyMonitor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,6 +98,9 @@ pub struct Engine {
     /// The process's health monitor, whose cached signals hold batches
     /// back (THR-1); unset for an engine driven without a host.
     health: Arc<std::sync::OnceLock<Arc<Monitor>>>,
+    /// The database's latency monitor, whose samples pace budgeted
+    /// claims (THR-6); unset for an engine driven without a host.
+    latency: Arc<std::sync::OnceLock<Arc<LatencyMonitor>>>,
     /// The fleet's runner budget and this engine's database name in it
     /// (FLT-2), when attached.
     budget: Arc<std::sync::OnceLock<(Arc<RunnerBudget>, String)>>,
@@ -132,6 +137,7 @@ impl Engine {
             changes: Arc::default(),
             polls_answered: Arc::default(),
             health: Arc::default(),
+            latency: Arc::default(),
             budget: Arc::default(),
             offers: Arc::default(),
             loops: Arc::default(),
@@ -166,6 +172,17 @@ impl Engine {
     /// the runtime starts; a second monitor is refused (`false`).
     pub fn attach_health(&self, monitor: Arc<Monitor>) -> bool {
         self.health.set(monitor).is_ok()
+    }
+
+    /// Pace budgeted claims by `monitor`'s samples (THR-6). Set once,
+    /// before the runtime starts; a second monitor is refused (`false`).
+    pub fn attach_latency(&self, monitor: Arc<LatencyMonitor>) -> bool {
+        self.latency.set(monitor).is_ok()
+    }
+
+    /// The latency monitor budgeted claims are paced by, if attached.
+    pub fn latency(&self) -> Option<&Arc<LatencyMonitor>> {
+        self.latency.get()
     }
 
     /// Take every claim on a permit of `budget`, as the database named

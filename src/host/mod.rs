@@ -39,6 +39,7 @@ use crate::repair::{DefinitionError, Registry};
 use crate::runtime::{RuntimeConfig, RuntimeHandle};
 use crate::store::{self, Pool, StoreError};
 use crate::throttle::health::{HealthCheck, HealthConfig, Monitor};
+use crate::throttle::latency::{LatencyConfig, LatencyMonitor};
 use diesel_async::AsyncPgConnection;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -215,6 +216,11 @@ pub struct HostConfig {
     /// Webhooks notified of state changes (NTF-1); by default none, and
     /// then no sender runs and nothing is queued.
     pub notify: NotifyConfig,
+    /// Latency budgets (THR-6): where the application's latency is
+    /// sampled (the probe by default, or the host's own requests), and
+    /// the budget of backfills whose settings set none (by default none:
+    /// nothing is sampled until a backfill has a budget).
+    pub latency: LatencyConfig,
 }
 
 impl HostConfig {
@@ -237,6 +243,7 @@ impl HostConfig {
             runtime: RuntimeConfig::default(),
             health: HealthConfig::default(),
             notify: NotifyConfig::default(),
+            latency: LatencyConfig::default(),
         }
     }
 
@@ -308,6 +315,9 @@ impl HostConfig {
             .validate(self.engine.lease_ttl)
             .map_err(|e| HostError::Config(e.to_string()))?;
         self.notify
+            .validate()
+            .map_err(|e| HostError::Config(e.to_string()))?;
+        self.latency
             .validate()
             .map_err(|e| HostError::Config(e.to_string()))?;
         if self.pool_idle_timeout < Duration::from_secs(1) {
@@ -454,6 +464,12 @@ impl Embedded {
         ));
         monitor.run_once().await;
         engine.attach_health(monitor.clone());
+        // The probe connects only while a budgeted claim asks for it.
+        let latency = Arc::new(LatencyMonitor::new(
+            config.database_url.clone(),
+            config.latency.clone(),
+        ));
+        engine.attach_latency(latency.clone());
         tracing::info!(
             event = "registered",
             definitions = engine.registry().len(),
@@ -485,6 +501,7 @@ impl Embedded {
         let retry_now = Arc::new(tokio::sync::Notify::new());
         let mut tasks = vec![
             actix_rt::spawn(monitor.run().in_current_span()),
+            actix_rt::spawn(latency.run().in_current_span()),
             actix_rt::spawn(
                 auto_start::retry(
                     engine.clone(),

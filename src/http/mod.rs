@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod fleet;
 mod headers;
+mod latency;
 pub mod metrics;
 pub mod serving;
 pub mod ui;
@@ -15,6 +16,7 @@ use actix_web::web;
 use metrics::MetricsSource;
 
 pub use headers::{security_headers, CONTENT_SECURITY_POLICY};
+pub use latency::{RecordLatency, RecordLatencyService};
 
 /// The admin boundary: the admin API and `GET /openapi.json`, `/metrics`
 /// and the web client at `/ui`. Clone it into an `HttpServer` factory and

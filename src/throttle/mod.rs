@@ -9,6 +9,9 @@
 //! - [`health`]: the process's health signals (standby lag, WAL rate,
 //!   old transactions, lock waiters, the application's own check), read
 //!   on an interval and judged against thresholds (THR-1, THR-2).
+//! - [`latency`]: latency budgets: the application's latency beside a
+//!   backfill, sampled by a probe or the host, and the controller that
+//!   paces a budgeted claim to hold it (THR-6..8).
 //! - [`window`]: the UTC hours in which a backfill's batches may start
 //!   (FLT-3).
 //!
@@ -21,6 +24,7 @@
 
 pub mod budget;
 pub mod health;
+pub mod latency;
 pub mod settings;
 pub mod sizing;
 pub mod window;

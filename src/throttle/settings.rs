@@ -61,6 +61,14 @@ pub enum Field {
     /// The hour (UTC, 0 to 23) from which batches may no longer start;
     /// a window whose end is not after its start wraps past midnight.
     WindowEndHour,
+    /// A latency budget as a ratio of its baseline, in percent (150: the
+    /// percentile at most 1.5 times what it is while the backfill holds
+    /// back, THR-6).
+    LatencyRatioPct,
+    /// A latency budget as an absolute bound, in microseconds.
+    LatencyMaxUs,
+    /// The percentile a latency budget judges (default 99).
+    LatencyPercentile,
 }
 
 /// The largest batch an operator may set: a batch is one transaction, and
@@ -69,7 +77,7 @@ pub const MAX_BATCH_SIZE: u64 = 100_000;
 
 impl Field {
     /// Every field, in the order they are listed and audited.
-    pub const ALL: [Field; 13] = [
+    pub const ALL: [Field; 16] = [
         Field::BatchSize,
         Field::TargetBatchMs,
         Field::MinBatchSize,
@@ -83,6 +91,9 @@ impl Field {
         Field::Concurrency,
         Field::WindowStartHour,
         Field::WindowEndHour,
+        Field::LatencyRatioPct,
+        Field::LatencyMaxUs,
+        Field::LatencyPercentile,
     ];
 
     /// The field's name in JSON, the CLI (with dashes) and the audit log.
@@ -101,6 +112,9 @@ impl Field {
             Field::Concurrency => "concurrency",
             Field::WindowStartHour => "window_start_hour",
             Field::WindowEndHour => "window_end_hour",
+            Field::LatencyRatioPct => "latency_ratio_pct",
+            Field::LatencyMaxUs => "latency_max_us",
+            Field::LatencyPercentile => "latency_percentile",
         }
     }
 
@@ -126,6 +140,14 @@ impl Field {
             // at most the partitions a definition may allow.
             Field::Concurrency => (1, MAX_PARTITIONS as u64),
             Field::WindowStartHour | Field::WindowEndHour => (0, 23),
+            // A target at or under the baseline could never be met; a
+            // hundredfold is no budget any more.
+            Field::LatencyRatioPct => (101, 10_000),
+            // From a tenth of a millisecond (a cached read on a local
+            // server) to a minute.
+            Field::LatencyMaxUs => (100, 60_000_000),
+            // A budget guards the tail; p100 is one sample's accident.
+            Field::LatencyPercentile => (50, 99),
         }
     }
 }
@@ -165,6 +187,14 @@ pub enum SettingsError {
     /// Two settings that contradict each other.
     #[error("{0}")]
     Conflict(&'static str),
+    /// Two settings of which at most one may be set.
+    #[error("{field} and {other} exclude each other: clear one with null")]
+    Excludes {
+        /// The setting named as refused.
+        field: &'static str,
+        /// The one it excludes.
+        other: &'static str,
+    },
     /// A run window that is half set or can never open (FLT-3).
     #[error("{field}: {problem}")]
     Window {
@@ -195,6 +225,7 @@ impl SettingsError {
             SettingsError::NotAnInteger { field }
             | SettingsError::OutOfRange { field, .. }
             | SettingsError::NotBelowTimeout { field, .. }
+            | SettingsError::Excludes { field, .. }
             | SettingsError::Window { field, .. } => Some(field),
             _ => None,
         }
@@ -353,6 +384,12 @@ impl Settings {
             return Err(SettingsError::Conflict(
                 "batch_size and target_batch_ms exclude each other: clear one with null",
             ));
+        }
+        if self.get(Field::LatencyRatioPct).is_some() && self.get(Field::LatencyMaxUs).is_some() {
+            return Err(SettingsError::Excludes {
+                field: Field::LatencyMaxUs.name(),
+                other: Field::LatencyRatioPct.name(),
+            });
         }
         if let (Some(min), Some(max)) = (self.min_batch_size(), self.max_batch_size()) {
             if min > max {

@@ -165,7 +165,7 @@ impl Snapshot {
             },
             // The gate judges the run window itself; the monitor has no
             // reading of it.
-            Signal::OutsideWindow => Judged::Within,
+            Signal::OutsideWindow | Signal::Latency => Judged::Within,
         }
     }
 }
@@ -299,7 +299,7 @@ fn threshold(signal: Signal, thresholds: &Thresholds) -> Option<f64> {
         Signal::WalRate => thresholds.max_wal_bytes_per_s.map(|v| v as f64),
         Signal::LockWaiters => thresholds.max_lock_waiters.map(|v| v as f64),
         Signal::TransactionAge => thresholds.max_xact_age.map(|d| d.as_secs_f64()),
-        Signal::Application | Signal::OutsideWindow => None,
+        Signal::Application | Signal::OutsideWindow | Signal::Latency => None,
     }
 }
 

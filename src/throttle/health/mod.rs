@@ -145,7 +145,7 @@ impl Thresholds {
             Signal::LockWaiters => self.max_lock_waiters.is_some(),
             Signal::TransactionAge => self.max_xact_age.is_some(),
             Signal::Application => true,
-            Signal::OutsideWindow => false,
+            Signal::OutsideWindow | Signal::Latency => false,
         }
     }
 }
@@ -288,6 +288,10 @@ pub enum Signal {
     /// The gate judges it before the health signals; it is not in
     /// [`Signal::ALL`] and has no reading.
     OutsideWindow,
+    /// Not a health signal either: a latency budget holds the backfill
+    /// below its full pace (THR-6). The gate judges it after the health
+    /// signals; its value and threshold are the reading and the bound.
+    Latency,
 }
 
 impl Signal {
@@ -311,6 +315,7 @@ impl Signal {
             Signal::TransactionAge => "transaction_age",
             Signal::Application => "application",
             Signal::OutsideWindow => "outside_window",
+            Signal::Latency => "latency",
         }
     }
 
@@ -320,7 +325,7 @@ impl Signal {
     pub fn unit(self) -> &'static str {
         match self {
             Signal::ReplicationLagBytes => "bytes",
-            Signal::ReplicationLag | Signal::TransactionAge => "seconds",
+            Signal::ReplicationLag | Signal::TransactionAge | Signal::Latency => "seconds",
             Signal::WalRate => "bytes_per_second",
             Signal::LockWaiters => "sessions",
             Signal::Application | Signal::OutsideWindow => "",
@@ -338,6 +343,7 @@ impl fmt::Display for Signal {
             Signal::TransactionAge => "oldest transaction",
             Signal::Application => "application check",
             Signal::OutsideWindow => "run window",
+            Signal::Latency => "latency budget",
         })
     }
 }
@@ -421,7 +427,7 @@ impl Snapshot {
             Signal::LockWaiters => self.lock_waiters.reason(),
             Signal::TransactionAge => self.xact_age.reason(),
             Signal::Application => self.application.as_ref().and_then(Reading::reason),
-            Signal::OutsideWindow => None,
+            Signal::OutsideWindow | Signal::Latency => None,
         }
     }
 }
