@@ -18,6 +18,8 @@
 //! - FLT-3 outside its run window a runner holds its claim, renewed, and
 //!   commits nothing, the view naming the window and its next opening;
 //!   a window that includes the hour lets it complete: `flt03_*`
+//! - THR-6..8 a latency budget cuts the pace under a real load and
+//!   releases after it: `budget::thr06_*`
 //! - THR-5 the admin view's reading refreshed while throttled, and a
 //!   partitioned backfill's own counters moving while it runs: `thr05_*`
 //!   (a stale replay lag and the throttle text are in `tests/health.rs`)
@@ -28,6 +30,10 @@
 //! queued behind a lock a second connection holds.
 
 mod support;
+
+/// THR-6..8: latency budgets under a real load.
+#[path = "latency/budget.rs"]
+mod budget;
 
 use backfill::events::Event;
 use backfill::host::{AppError, Application, Embedded, Host, HostConfig, Spawned};

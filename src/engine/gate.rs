@@ -60,7 +60,8 @@ impl Engine {
         };
         let mut paced = None;
         if held.is_none() {
-            match self.latency_for(claim, &**def) {
+            let pacing = &mut claim.pacing;
+            match self.latency_for(&mut pacing.latency, &pacing.settings, &**def) {
                 LatencyGate::Free => {}
                 LatencyGate::Hold(throttle, recheck) => held = Some((throttle, recheck)),
                 LatencyGate::Paced(throttle) => paced = Some(throttle),

@@ -7,13 +7,13 @@
 //! the last reading, so the size and the pause of the next batch follow
 //! the level, and the condition recorded on the row says why.
 
-use super::claim::Claim;
 use super::Engine;
 use crate::repair::DynRepair;
 use crate::throttle::health::{Signal, Throttle, UnknownPolicy};
 use crate::throttle::latency::controller::{Step, FLOOR};
 use crate::throttle::latency::monitor::Phase;
 use crate::throttle::latency::{Budget, Controller, Target};
+use crate::throttle::settings::Settings;
 use std::time::{Duration, Instant};
 
 /// What a claim keeps of its latency budget.
@@ -61,15 +61,20 @@ pub(super) enum LatencyGate {
 }
 
 impl Engine {
-    /// The budget's word on `claim`'s next batch: its settings' budget (or
-    /// the process default) judged on the database's latency samples.
-    pub(super) fn latency_for(&self, claim: &mut Claim, def: &dyn DynRepair) -> LatencyGate {
+    /// The budget's word on a claim's next batch: its `settings`' budget
+    /// (or the process default) judged on the database's latency samples,
+    /// kept in the claim's `pace`.
+    pub(super) fn latency_for(
+        &self,
+        pace: &mut LatencyPace,
+        settings: &Settings,
+        def: &dyn DynRepair,
+    ) -> LatencyGate {
         let Some(monitor) = self.latency.get() else {
             return LatencyGate::Free;
         };
         let config = monitor.config();
-        let pace = &mut claim.pacing.latency;
-        let budget = Budget::of(&claim.pacing.settings, config.default_budget);
+        let budget = Budget::of(settings, config.default_budget);
         if budget != pace.budget {
             // A new or cleared budget starts from the full pace.
             *pace = LatencyPace {

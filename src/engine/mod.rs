@@ -176,13 +176,8 @@ impl Engine {
 
     /// Pace budgeted claims by `monitor`'s samples (THR-6). Set once,
     /// before the runtime starts; a second monitor is refused (`false`).
-    pub fn attach_latency(&self, monitor: Arc<LatencyMonitor>) -> bool {
+    pub(crate) fn attach_latency(&self, monitor: Arc<LatencyMonitor>) -> bool {
         self.latency.set(monitor).is_ok()
-    }
-
-    /// The latency monitor budgeted claims are paced by, if attached.
-    pub fn latency(&self) -> Option<&Arc<LatencyMonitor>> {
-        self.latency.get()
     }
 
     /// Take every claim on a permit of `budget`, as the database named

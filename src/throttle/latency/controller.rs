@@ -74,6 +74,7 @@ impl Controller {
     }
 
     /// What the last reading did, if any came.
+    #[cfg(test)]
     pub fn last(&self) -> Option<Step> {
         self.last
     }

@@ -20,12 +20,12 @@
 //! before each batch and records the condition `latency` on the claim's
 //! row while the budget holds the backfill below its full pace.
 
-pub mod controller;
-pub mod monitor;
-pub mod recorder;
+pub(crate) mod controller;
+pub(crate) mod monitor;
+mod recorder;
 
-pub use controller::Controller;
-pub use monitor::LatencyMonitor;
+pub(crate) use controller::Controller;
+pub(crate) use monitor::LatencyMonitor;
 pub use recorder::LatencyHandle;
 
 use crate::throttle::settings::{Field, Settings};
