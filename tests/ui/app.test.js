@@ -329,6 +329,7 @@ test("thr2 the throttle marker names signal, value and threshold, and the server
   // Seconds keep a decimal: 1.1 s past 1.0 s never reads as 1 past 1.
   assert.strictEqual(app.throttleInfo(view({ throttle: { signal: "transaction_age", value: 1.08, threshold: 1 } }), 0).short, "transaction_age 1.1 s past 1.0 s");
   assert.strictEqual(app.signalAmount("replication_lag", 250.4), "250 s");
+  assert.strictEqual(app.signalAmount("latency", 0.00555), "5.55 ms", "THR-6: a latency reading in ms");
 });
 
 test("thr4 live settings list the size in force and what an operator set, unknown names kept", () => {
@@ -345,6 +346,7 @@ test("thr4 the form offers every setting the server takes, where the state still
     "batch_size", "target_batch_ms", "min_batch_size", "max_batch_size", "pause_ms",
     "max_lag_bytes", "max_lag_ms", "max_wal_bytes_per_s", "max_lock_waiters", "max_xact_age_ms",
     "concurrency", "window_start_hour", "window_end_hour",
+    "latency_ratio_pct", "latency_max_us", "latency_percentile",
   ]);
   for (const s of ["pending", "running", "validating", "paused", "blocked", "failed"]) assert.ok(app.settingsOffered(s), s);
   for (const s of ["completed", "bogus", undefined]) assert.ok(!app.settingsOffered(s), `no form for ${s}`);

@@ -218,6 +218,17 @@ pub struct SetArgs {
     /// the start hour, the window wraps past midnight.
     #[arg(long, value_name = "HOUR", value_parser = setting_value)]
     pub window_end_hour: Option<u64>,
+    /// A latency budget: the percentile at most this percent of its
+    /// baseline, measured while the backfill holds back (excludes
+    /// --latency-max-us).
+    #[arg(long, value_name = "PCT", value_parser = setting_value)]
+    pub latency_ratio_pct: Option<u64>,
+    /// A latency budget: the percentile at most this many microseconds.
+    #[arg(long, value_name = "US", value_parser = setting_value)]
+    pub latency_max_us: Option<u64>,
+    /// The percentile a latency budget judges (default 99).
+    #[arg(long, value_name = "P", value_parser = setting_value)]
+    pub latency_percentile: Option<u64>,
     /// Clear a setting (e.g. `pause-ms`); repeatable.
     #[arg(long, value_name = "NAME")]
     pub clear: Vec<String>,
@@ -240,6 +251,9 @@ impl SetArgs {
             (Field::Concurrency, self.concurrency),
             (Field::WindowStartHour, self.window_start_hour),
             (Field::WindowEndHour, self.window_end_hour),
+            (Field::LatencyRatioPct, self.latency_ratio_pct),
+            (Field::LatencyMaxUs, self.latency_max_us),
+            (Field::LatencyPercentile, self.latency_percentile),
         ];
         let mut change: serde_json::Map<String, Value> = given
             .into_iter()

@@ -75,6 +75,9 @@ const SETTINGS = [
   { name: "concurrency", label: "partitions at once", min: 1, max: 64, group: "batch" },
   { name: "window_start_hour", label: "run window from hour (UTC)", min: 0, max: 23, group: "batch" },
   { name: "window_end_hour", label: "run window until hour (UTC)", min: 0, max: 23, group: "batch" },
+  { name: "latency_ratio_pct", label: "latency budget (% of baseline)", min: 101, max: 10000, group: "latency" },
+  { name: "latency_max_us", label: "latency budget (µs)", min: 100, max: 60000000, group: "latency" },
+  { name: "latency_percentile", label: "latency budget percentile", min: 50, max: 99, group: "latency" },
 ];
 
 // The states whose settings the server still changes: every state but
@@ -365,6 +368,8 @@ function signalAmount(signal, v) {
   if (v === null || v === undefined) return "unknown";
   if (typeof v !== "number") return String(v);
   const unit = SIGNAL_UNITS[signal];
+  // A latency budget guards readings around a millisecond (THR-6).
+  if (signal === "latency") return `${(v * 1000).toFixed(2)} ms`;
   if (unit === "s") return `${v < 100 ? v.toFixed(1) : fmtCount(Math.round(v))} s`;
   return unit ? `${fmtCount(v)} ${unit}` : fmtCount(v);
 }
@@ -447,7 +452,7 @@ function settingHint(field, view) {
 // backfill page's has none, the fleet page's `fleet-`).
 function settingsFormHtml(prefix = "") {
   const p = escapeHtml(prefix);
-  const groups = [["batch", "Batch size and pace"], ["health", "Health limits for this backfill"]];
+  const groups = [["batch", "Batch size and pace"], ["health", "Health limits for this backfill"], ["latency", "Latency budget of the application beside it"]];
   return groups.map(([group, legend]) => `<fieldset class="settings-group"><legend>${legend}</legend>` +
     SETTINGS.filter((f) => f.group === group).map((f) =>
       `<div class="setting"><label for="${p}set-${f.name}">${escapeHtml(f.label)}</label>` +
