@@ -82,12 +82,19 @@ async fn thr06_a_budget_cuts_the_pace_under_load_and_releases_after_it() {
     db.exec(
         "CREATE TABLE items (id bigint PRIMARY KEY, n integer NOT NULL DEFAULT 0); \
          INSERT INTO items (id) SELECT g FROM generate_series(1, 600000) g; \
-         CREATE TABLE app_hot (id int PRIMARY KEY); INSERT INTO app_hot VALUES (1)",
+         CREATE TABLE app_hot (id int PRIMARY KEY); INSERT INTO app_hot VALUES (1); \
+         CREATE TABLE batch_delay (secs float8 NOT NULL); INSERT INTO batch_delay VALUES (0.1); \
+         CREATE FUNCTION batch_delay() RETURNS integer LANGUAGE plpgsql AS \
+           $$ BEGIN PERFORM pg_sleep(secs) FROM batch_delay; RETURN 0; END $$",
     )
     .await;
+    // Each batch sleeps `batch_delay.secs` once (an uncorrelated subquery
+    // runs once per statement), so the backfill cannot finish before the
+    // test has seen the cut and the release, however fast the machine
+    // is; the test lifts the delay once it has.
     let repair = SqlRepair::new(ID, "items")
         .key("id")
-        .set("n = n + 1")
+        .set("n = n + 1 + (SELECT batch_delay())")
         .validate_where("n <> 1")
         .batch_size(1000)
         .build()
@@ -140,6 +147,7 @@ async fn thr06_a_budget_cuts_the_pace_under_load_and_releases_after_it() {
         ))
         .await;
     assert_eq!(state.as_deref(), Some("running"), "released while it ran");
+    db.exec("UPDATE batch_delay SET secs = 0").await;
 
     let mut deadline = Deadline::new("the backfill completes");
     loop {
