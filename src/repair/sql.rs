@@ -34,6 +34,7 @@ use async_trait::async_trait;
 use diesel::sql_types::{BigInt, Json, Nullable};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -137,7 +138,24 @@ struct JournaledBatch {
     and_filter: String,
     /// With the literal `LIMIT <batch>`, and with `LIMIT $3`.
     texts: Arc<OnceCell<[String; 2]>>,
+    /// The statement that locks the rows a batch is about to select
+    /// (`FOR NO KEY UPDATE`), with the literal limit and with `LIMIT $3`:
+    /// run first in the batch's transaction while the table is contended.
+    lock: [String; 2],
+    /// How many more batches lock their rows first: set when a batch met
+    /// a row another transaction changed, counted down by each batch that
+    /// locks (see [`SqlRepair::select_and_mutate`]).
+    contended: Arc<AtomicU32>,
 }
+
+/// How many batches after one that met a changed row lock their rows
+/// before reading them. A hot row stays hot for a while; after this many
+/// the cheap path is tried again, and the next collision sets it anew.
+const CONTENDED_BATCHES: u32 = 64;
+
+/// The text PostgreSQL reports, through `backfill_journal_all_written`, for
+/// a journaled batch that met a row changed after its snapshot.
+const JOURNAL_RACE: &str = "a row of a journaled batch changed after the batch read it";
 
 /// The builder of a [`SqlRepair`], from [`SqlRepair::new`].
 #[derive(Debug, Clone)]
@@ -456,11 +474,19 @@ impl SqlRepairBuilder {
                 Some(_) => String::new(),
             }
         };
+        let lock_sql = |limit: &str| {
+            format!(
+                "SELECT 1 FROM {table} WHERE {key} > $1 AND {key} <= $2{and_filter} \
+                 ORDER BY {key} LIMIT {limit} FOR NO KEY UPDATE"
+            )
+        };
         let journaled = journal.as_ref().map(|_| JournaledBatch {
             key: key.to_string(),
             set: set.to_string(),
             and_filter: and_filter.clone(),
             texts: Arc::default(),
+            lock: [lock_sql(&self.batch.to_string()), lock_sql("$3")],
+            contended: Arc::default(),
         });
         Ok(SqlRepair {
             description: self
@@ -780,17 +806,52 @@ impl SelectAndMutate<i64> for SqlRepair {
         bound: &i64,
         limit: u32,
     ) -> Result<Mutated<i64>, RepairError> {
-        let query = diesel::sql_query(self.batch_statement(conn, limit).await?)
-            .into_boxed()
-            .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
-            .bind::<BigInt, _>(*bound);
-        let query = if limit == self.batch {
-            query
-        } else {
-            query.bind::<BigInt, _>(i64::from(limit))
+        let text = self.batch_statement(conn, limit).await?;
+        let bind = |text: &str| {
+            let query = diesel::sql_query(text)
+                .into_boxed()
+                .bind::<BigInt, _>(after.copied().unwrap_or(i64::MIN))
+                .bind::<BigInt, _>(*bound);
+            if limit == self.batch {
+                query
+            } else {
+                query.bind::<BigInt, _>(i64::from(limit))
+            }
         };
-        let row: BigIntSummary = cached(query).get_result(conn).await?;
-        Ok(row.into())
+        let Some(journaled) = &self.journaled else {
+            let row: BigIntSummary = cached(bind(text)).get_result(conn).await?;
+            return Ok(row.into());
+        };
+        // A journaled batch reads its rows without locks and fails when one
+        // changed before its update (see `journaled_batch_sql`). Where that
+        // happened, the next batches (the retry first) lock the rows they
+        // will select before the batch statement runs: under READ
+        // COMMITTED that statement's snapshot is taken after the locks are
+        // held, so the versions it reads are the ones it updates, and a
+        // hot row waits for the batch instead of failing it.
+        let contended = &journaled.contended;
+        if AtomicU32::load(contended, Ordering::Relaxed) > 0 {
+            let [fixed, bound_limit] = &journaled.lock;
+            let lock = if limit == self.batch {
+                fixed
+            } else {
+                bound_limit
+            };
+            cached(bind(lock)).execute(conn).await?;
+            let _ =
+                contended.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+        match cached(bind(text)).get_result::<BigIntSummary>(conn).await {
+            Ok(row) => Ok(row.into()),
+            Err(error) => {
+                if matches!(&error, diesel::result::Error::DatabaseError(_, info)
+                    if info.message() == JOURNAL_RACE)
+                {
+                    contended.store(CONTENDED_BATCHES, Ordering::Relaxed);
+                }
+                Err(error.into())
+            }
+        }
     }
 }
 
