@@ -130,6 +130,20 @@ pub fn describe(error: &DieselError) -> String {
                 _ if message.contains("lock timeout") => "lock timeout",
                 _ if message.contains("deadlock") => "deadlock detected",
                 _ if message.contains("canceling statement") => "statement cancelled",
+                // 26000, before the relation test below, whose words it
+                // shares: a statement prepared on one server session and
+                // used on another, which a pooler in transaction mode does.
+                _ if message.contains("prepared statement")
+                    && message.contains("does not exist") =>
+                {
+                    "prepared statement missing"
+                }
+                // 08P01: the server (or a pooler speaking for it) saw a
+                // message it did not expect on the wire.
+                _ if is_protocol_violation(message) => "protocol violation",
+                // A pooler's own errors (PgBouncer reports them as 08P01):
+                // it could not give the client a server session in time.
+                _ if is_pooler_error(message) => "pooler unavailable",
                 _ if message.contains("does not exist") => "missing relation, column or function",
                 _ => "database error",
             };
@@ -146,6 +160,49 @@ pub fn describe(error: &DieselError) -> String {
         _ => "database client error".into(),
     }
 }
+
+/// Texts of SQLSTATE 08P01 (`protocol_violation`) from PostgreSQL's wire
+/// protocol code. diesel-async hands errors over without their SQLSTATE,
+/// so the class is read off the server's (untranslated, see the pool's
+/// session setup) message.
+fn is_protocol_violation(message: &str) -> bool {
+    [
+        "protocol violation",
+        "bind message supplies",
+        "invalid frontend message type",
+        "unexpected message type",
+        "insufficient data left in message",
+        "invalid message format",
+    ]
+    .iter()
+    .any(|text| message.contains(text))
+}
+
+/// Texts of the errors PgBouncer sends for itself (with SQLSTATE 08P01):
+/// no server session within its wait, a server session lost under it, or
+/// its client limit reached.
+fn is_pooler_error(message: &str) -> bool {
+    [
+        "query_wait_timeout",
+        "server conn crashed",
+        "pgbouncer cannot connect to server",
+        "server login has been failing",
+        "no more connections allowed",
+        "server_idle_timeout",
+        "client_login_timeout",
+    ]
+    .iter()
+    .any(|text| message.contains(text))
+}
+
+/// What a prepared statement missing on the server most likely means, and
+/// what to change: the runtime's sessions go through a pooler that hands
+/// each transaction another server session.
+const PREPARED_STATEMENT_STEP: &str = ": the server session does not have a statement \
+    this session prepared, as happens behind a pooler in transaction mode (PgBouncer, RDS \
+    Proxy, Supavisor, pgcat); connect the runtime directly or through session pooling, or \
+    enable the pooler's prepared statement support (PgBouncer 1.21+: max_prepared_statements), \
+    then retry";
 
 /// Classify a database error raised by a repair's SQL (RT-1): transient
 /// conditions are retryable, a missing relation or column is an unmet
@@ -168,6 +225,8 @@ pub fn classify(error: &DieselError) -> RepairError {
                     | "connection terminated"
                     | "server unavailable"
                     | "too many connections"
+                    | "protocol violation"
+                    | "pooler unavailable"
             )
         }
         DieselError::BrokenTransactionManager => true,
@@ -175,11 +234,55 @@ pub fn classify(error: &DieselError) -> RepairError {
     };
     if retryable {
         RepairError::Retryable(text)
+    } else if text == "prepared statement missing" {
+        RepairError::Blocked(bounded(format!("{text}{PREPARED_STATEMENT_STEP}")))
     } else if text.starts_with("missing relation") {
         RepairError::Blocked(format!(
             "{text}: the repair's schema prerequisite is not in place; apply the migration, then retry"
         ))
     } else {
         RepairError::Fatal(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(message: &str) -> DieselError {
+        DieselError::DatabaseError(DatabaseErrorKind::Unknown, Box::new(message.to_string()))
+    }
+
+    /// RT-1: a prepared statement missing on the server (26000) is never a
+    /// missing relation nor fatal: it blocks, naming the pooler and what
+    /// to change; a protocol violation (08P01) and a pooler's own errors
+    /// are retried; a missing relation still blocks as one.
+    #[test]
+    fn rt01_pooler_errors_are_told_apart_from_a_missing_relation() {
+        match classify(&server_error(r#"prepared statement "s4" does not exist"#)) {
+            RepairError::Blocked(m) => {
+                assert!(m.starts_with("prepared statement missing: "), "{m}");
+                assert!(m.contains("transaction mode") && m.contains("max_prepared_statements"));
+                assert!(m.ends_with("then retry") && m.len() <= MAX_DIAGNOSTIC_BYTES);
+                assert!(!m.contains("s4"), "no statement names: {m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        for message in [
+            "bind message supplies 2 parameters, but prepared statement \"s1\" requires 1",
+            "invalid frontend message type 0",
+            "query_wait_timeout",
+            "server conn crashed?",
+            "pgbouncer cannot connect to server",
+        ] {
+            assert!(
+                matches!(classify(&server_error(message)), RepairError::Retryable(_)),
+                "{message}"
+            );
+        }
+        assert!(matches!(
+            classify(&server_error(r#"relation "items" does not exist"#)),
+            RepairError::Blocked(m) if m.starts_with("missing relation")
+        ));
     }
 }

@@ -159,3 +159,99 @@ async fn rt01_pool_sessions_report_errors_untranslated() {
         .expect("a role without the privilege still connects");
     assert_eq!(lc_messages(&pool).await, "C.UTF-8");
 }
+
+/// RT-1 against the server's own errors: a prepared statement the session
+/// does not have (26000, what a pooler in transaction mode causes) blocks
+/// with a diagnostic that names the pooler, and a session the server ends
+/// (`pg_terminate_backend`, 57P01) is retried; neither is taken for a
+/// missing relation. Through a host, a validation that meets 26000 leaves
+/// the backfill `blocked` with that diagnostic, never `failed` as fatal.
+/// Guard: the prepared-statement case in `failure::describe`, ahead of
+/// its "does not exist" relation case.
+#[actix_rt::test]
+async fn rt01_a_lost_prepared_statement_blocks_naming_the_pooler() {
+    use backfill::__private::store::{build_pool, classify};
+    use backfill::host::{Embedded, HostConfig};
+    use diesel_async::SimpleAsyncConnection;
+    let db = test_db().await;
+    let pool = build_pool(&db.url, 2).await.expect("pool");
+    let mut conn = pool.get().await.expect("pool");
+    let missing = conn
+        .batch_execute("EXECUTE bf_never_prepared")
+        .await
+        .expect_err("no such statement");
+    match classify(&missing) {
+        RepairError::Blocked(m) => {
+            assert!(m.starts_with("prepared statement missing: "), "{m}");
+            assert!(m.contains("pooler in transaction mode"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut victim = pool.get().await.expect("pool");
+    victim.batch_execute("SELECT 1").await.expect("a session");
+    #[derive(diesel::QueryableByName)]
+    struct Pid {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        pid: i32,
+    }
+    let pid: Pid = diesel::sql_query("SELECT pg_backend_pid() AS pid")
+        .get_result(&mut *victim)
+        .await
+        .expect("pid");
+    conn.batch_execute(&format!("SELECT pg_terminate_backend({})", pid.pid))
+        .await
+        .expect("terminate");
+    let ended = victim
+        .batch_execute("SELECT 1")
+        .await
+        .expect_err("the session was ended");
+    assert!(
+        matches!(classify(&ended), RepairError::Retryable(_)),
+        "{ended}"
+    );
+    drop((conn, victim));
+    drop(pool);
+
+    db.exec(
+        "CREATE TABLE pooled (id bigint PRIMARY KEY, n integer NOT NULL DEFAULT 0); \
+         INSERT INTO pooled (id) SELECT g FROM generate_series(1, 50) g; \
+         CREATE FUNCTION bf_lost_statement() RETURNS boolean LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'prepared statement \"s4\" does not exist' \
+             USING ERRCODE = 'invalid_sql_statement_name'; END $$",
+    )
+    .await;
+    const POOLED: &str = "pooled.n.v1";
+    let repair = backfill::SqlRepair::new(POOLED, "pooled")
+        .key("id")
+        .set("n = 1")
+        .validate_where("bf_lost_statement()")
+        .build()
+        .expect("definition");
+    let mut host = HostConfig::new(db.url.clone());
+    host.migrate = false;
+    host.auto_backfills = false;
+    host.engine = config();
+    host.runtime.poll_interval = Duration::from_millis(50);
+    let spawned = Embedded::spawn(host, Registry::new().with(repair).expect("registers"))
+        .await
+        .expect("host");
+    spawned.engine.start(POOLED).await.expect("start");
+    spawned.runtime.wake();
+    let row = spawned
+        .engine
+        .wait_for(
+            POOLED,
+            &[State::Blocked, State::Failed, State::Completed],
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("settled");
+    spawned.stop().await;
+    assert_eq!(row.state, State::Blocked, "{:?}", row.last_error);
+    let diagnostic = row.last_error.unwrap_or_default();
+    assert!(
+        diagnostic.contains("prepared statement missing")
+            && diagnostic.contains("max_prepared_statements"),
+        "{diagnostic}"
+    );
+}
