@@ -6,12 +6,15 @@
 //! repaired exactly once). Timings are not
 //! asserted: a benchmark prints numbers.
 
+// `DATABASE_URL` when set, else the tests' shared throwaway cluster.
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
 use std::process::Command;
 
 #[test]
 fn emb04_bench_json_shape_and_verification() {
-    let server = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let server = support::server_url().to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
         .args([
             "bench",
@@ -152,8 +155,7 @@ fn emb04_bench_json_shape_and_verification() {
 /// `--start-batch` keys and growing from there, and verifies its rows.
 #[test]
 fn thr03_bench_adaptive_traces_every_batch_from_its_start_size() {
-    let server = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let server = support::server_url().to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
         .args([
             "bench",
@@ -199,8 +201,7 @@ fn thr03_bench_adaptive_traces_every_batch_from_its_start_size() {
 /// verified; `engine-p1` is the unpartitioned path.
 #[test]
 fn par02_bench_engine_p_runs_at_each_partition_count() {
-    let server = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let server = support::server_url().to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
         .args([
             "bench",
@@ -244,8 +245,7 @@ fn par02_bench_engine_p_runs_at_each_partition_count() {
 /// asserted.
 #[test]
 fn flt01_bench_fleet_reports_each_database_count_and_the_idle_cost() {
-    let server = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let server = support::server_url().to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_backfill"))
         .args([
             "bench",

@@ -1,13 +1,18 @@
 //! The shop service runs both of its repairs against PostgreSQL through
 //! the library's public API alone (EMB-10).
 //!
-//! Needs `DATABASE_URL` (a server where the user may create databases);
-//! the test creates a database of its own, named `bft_emb10_..` so CI's
-//! cleanup drops it should the test die before it does.
+//! Runs against `DATABASE_URL` when it is set (a server where the user may
+//! create databases), else against a throwaway cluster from the machine's
+//! PostgreSQL binaries, as the library's own tests do. The test creates a
+//! database of its own, named `bft_emb10_..` so CI's cleanup drops it
+//! should the test die before it does. The throwaway cluster comes from
+//! the workspace's test harness crate, a dev-dependency only: the service
+//! itself depends on `backfill` alone.
 
 use backfill::host::Application;
 use backfill::State;
 use backfill_embedder_check::{run_repairs, Shop, EMAIL_NORM, ORDER_CENTS};
+use backfill_ephemeral::EphemeralPostgres;
 use diesel::sql_types::BigInt;
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
@@ -16,21 +21,34 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Rows seeded into each repaired table.
 const ROWS: i64 = 2_000;
 
-/// A database of this test's own on the server `DATABASE_URL` names.
+/// A database of this test's own on the server `DATABASE_URL` names, or
+/// on a throwaway cluster when it is unset.
 struct TestDatabase {
     server: String,
     name: String,
     url: String,
+    /// The throwaway cluster, stopped and removed when the value is
+    /// dropped (after the database itself).
+    _cluster: Option<EphemeralPostgres>,
 }
 
 impl TestDatabase {
     async fn create() -> Self {
-        let server = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
-            panic!(
-                "DATABASE_URL is not set: this test needs PostgreSQL, e.g. \
-                 DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres"
-            )
-        });
+        let (server, cluster) = match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.is_empty() => (url, None),
+            _ => {
+                let cluster = tokio::task::spawn_blocking(|| EphemeralPostgres::start("embedder"))
+                    .await
+                    .expect("start the throwaway cluster")
+                    .unwrap_or_else(|e| {
+                        panic!(
+                            "this test needs PostgreSQL: set DATABASE_URL, or install the \
+                             PostgreSQL server binaries (initdb, pg_ctl): {e}"
+                        )
+                    });
+                (cluster.url(), Some(cluster))
+            }
+        };
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .expect("the clock is after 1970")
@@ -38,18 +56,23 @@ impl TestDatabase {
         let name = format!("bft_emb10_{}_{nanos}", std::process::id());
         let mut conn = AsyncPgConnection::establish(&server)
             .await
-            .expect("connect to DATABASE_URL");
+            .expect("connect to the test server");
         conn.batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .expect("create the test database");
         let url = with_database(&server, &name);
-        Self { server, name, url }
+        Self {
+            server,
+            name,
+            url,
+            _cluster: cluster,
+        }
     }
 
     async fn drop_it(self) {
         let mut conn = AsyncPgConnection::establish(&self.server)
             .await
-            .expect("connect to DATABASE_URL");
+            .expect("connect to the test server");
         conn.batch_execute(&format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
             self.name
@@ -147,8 +170,8 @@ async fn emb10_an_embedder_runs_a_repair_through_the_facade_alone() {
     db.drop_it().await;
 }
 
-/// EMB-10: the test's own database sits on the server `DATABASE_URL`
-/// names, whatever the form of the URL.
+/// EMB-10: the test's own database sits on the test server, whatever the
+/// form of its URL.
 #[test]
 fn emb10_the_test_database_replaces_only_the_database_name() {
     assert_eq!(
