@@ -15,10 +15,14 @@
 //! - EMB-7 the runtime from a plain tokio context: `emb07_*`
 //! - EMB-8 a failed automatic start recorded, shown and waited on, then
 //!   retried; `wait_for` on a backfill that needs an operator: `emb08_*`
+//! - EMB-13 behind a real PgBouncer: refused at start in transaction mode,
+//!   run in session mode: `emb13_*` (`embed/pooler.rs`)
 //!
 //! Races (the gate must be closed while validation runs) are forced with
 //! the validation gate of `support::repairs::Hooks`, not with sleeps.
 
+#[path = "embed/pooler.rs"]
+mod pooler;
 mod support;
 
 use backfill::engine::WaitError;

@@ -125,6 +125,11 @@ pub enum HostError {
     /// The application's migrations failed.
     #[error("application migrations failed: {0}")]
     Migrate(String),
+    /// The database URL reaches PostgreSQL through a pooler in
+    /// transaction mode that loses the runtime's prepared statements
+    /// (EMB-13); the text names what was seen and the settings to change.
+    #[error("{0}")]
+    Pooler(String),
     /// A required ID has no local definition.
     #[error("the required set names {0:?}, which the application does not define")]
     UnknownRequired(String),
@@ -428,6 +433,18 @@ impl Embedded {
         };
         if let Some(id) = required.iter().find(|id| !registry.contains(id)) {
             return Err(HostError::UnknownRequired(id.clone()));
+        }
+        // Before anything else reaches the database: behind a pooler that
+        // loses prepared statements the migrations, the claims and the
+        // batches would fail one by one with a cause far from this one.
+        // An error of the probe itself (no server, a refused login) is
+        // left to the steps below, which report it as they always have.
+        let probe = tokio::time::timeout(
+            Duration::from_secs(10),
+            store::pooler_probe(&config.database_url),
+        );
+        if let Ok(Ok(Some(finding))) = probe.await {
+            return Err(HostError::Pooler(finding.message()));
         }
         if config.migrate {
             store::run_migrations(&config.database_url).await?;

@@ -22,6 +22,7 @@ mod outbox;
 mod pacing;
 mod partition;
 mod pool;
+mod pooler;
 mod prepared;
 mod progress;
 mod rollout;
@@ -48,6 +49,7 @@ pub use pool::{
     build_pool, build_pool_shrinking, connect_dedicated, database_recreate, run_embedded,
     run_migrations, url_with_database, Pool, PooledConn, MIGRATIONS,
 };
+pub use pooler::{pooler_probe, PoolerFinding};
 pub use prepared::{cached, Cached};
 pub use progress::*;
 pub use rollout::*;

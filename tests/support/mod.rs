@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod http;
 pub mod log;
+pub mod pgbouncer;
 pub mod prereq;
 pub mod repairs;
 pub mod standby;

@@ -2,7 +2,7 @@
 //! so that `cargo test --workspace` passes on a fresh machine with nothing
 //! typed before it: Debian's `chromium` and the pinned `playwright-core`
 //! for `tests/ui_browser.rs`, `node` for `tests/ui.rs`, `tmux` for
-//! `cli/tests/terminal.rs`.
+//! `cli/tests/terminal.rs`, `pgbouncer` for the pooler tests.
 //!
 //! A missing Debian package is installed with `apt-get` when the tests run
 //! as root; a missing `tests/ui/node_modules` is filled with `npm ci` from
@@ -83,6 +83,18 @@ pub fn tmux() -> PathBuf {
     static CELL: OnceLock<Provided> = OnceLock::new();
     provided(&CELL, || {
         debian_package("the terminal tests", "tmux", || on_path("tmux"))
+    })
+}
+
+/// `pgbouncer`, Debian's (in `/usr/sbin`, off a user's `PATH`), installed
+/// when missing.
+pub fn pgbouncer() -> PathBuf {
+    static CELL: OnceLock<Provided> = OnceLock::new();
+    provided(&CELL, || {
+        debian_package("the pooler tests", "pgbouncer", || {
+            on_path("pgbouncer")
+                .or_else(|| Some(PathBuf::from("/usr/sbin/pgbouncer")).filter(|p| p.exists()))
+        })
     })
 }
 
