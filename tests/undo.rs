@@ -594,6 +594,51 @@ async fn undo02_refusals_are_typed_and_change_nothing() {
     );
     assert_eq!(engine.get(ID).await.expect("row").state, State::Paused);
     server.stop().await;
+
+    // Another process whose definition of the ID declares no journal (an
+    // older build, a changed definition) is refused the same way: the
+    // refusal comes from the undo's row in PostgreSQL, not from what the
+    // local definition declares.
+    let unjournaled = SqlRepair::new(ID, "people")
+        .key("id")
+        .set("email_norm = lower(email)")
+        .validate_where("email_norm IS DISTINCT FROM lower(email)")
+        .batch_size(100)
+        .build()
+        .expect("definition");
+    let other = self::engine(&db, Registry::new().with(unjournaled).expect("registers"));
+    let before = db
+        .text(&format!(
+            "SELECT concat_ws('|', state, generation, checkpoint, \
+                 (SELECT count(*) FROM people WHERE email_norm IS NOT NULL)) AS v \
+             FROM backfill WHERE id = '{ID}'"
+        ))
+        .await;
+    let server = serve(admin(other.clone()));
+    for (action, key) in [("resume", "k-8"), ("retry", "k-9")] {
+        let refused = post(
+            &server.url,
+            &format!("/admin/backfills/{ID}/{action}"),
+            OPERATOR,
+            key,
+        )
+        .await;
+        assert_eq!(
+            (refused.status, refused.body["error"].as_str()),
+            (409, Some("undone")),
+            "{action}: {}",
+            refused.text
+        );
+    }
+    let after = db
+        .text(&format!(
+            "SELECT concat_ws('|', state, generation, checkpoint, \
+                 (SELECT count(*) FROM people WHERE email_norm IS NOT NULL)) AS v \
+             FROM backfill WHERE id = '{ID}'"
+        ))
+        .await;
+    assert_eq!(after, before, "nothing written");
+    server.stop().await;
 }
 
 /// UNDO-3: an undo is never undone, two undo requests (other keys, at

@@ -92,17 +92,21 @@ impl Engine {
     /// Refuse a resume or retry of a backfill that has an undo (UNDO-2):
     /// running it again would repair what the undo restores. Called with
     /// the original's row lock held.
+    ///
+    /// The undo's row decides, whatever the local definition declares: a
+    /// process whose definition of the ID lost its journal (an older
+    /// build, a changed definition) must not run an undone original again.
+    /// A row is the undo of `id` by its `undo_of`, not by its name alone.
     pub(super) async fn refuse_if_undone(
         &self,
         conn: &mut AsyncPgConnection,
         id: &str,
     ) -> Result<(), EngineError> {
-        if self.registry.journal(id).is_none() {
-            return Ok(());
-        }
         match store::backfill_get(conn, &undo_id(id)).await? {
-            Some(_) => Err(EngineError::Undone(id.to_string())),
-            None => Ok(()),
+            Some(undo) if undo.undo_of.as_deref() == Some(id) => {
+                Err(EngineError::Undone(id.to_string()))
+            }
+            _ => Ok(()),
         }
     }
 
