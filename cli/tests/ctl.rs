@@ -505,11 +505,12 @@ async fn thr04_ctl_set_changes_settings_and_refuses_bad_values() {
 /// forecast, why there is no sample) and changes nothing; `--json` prints
 /// the API's report; a K out of range is the server's 422 as one readable
 /// line with exit 2, and a K that is not a number is clap's, one line
-/// too. Guard: the query the client builds (without `batches` the server
-/// runs its default of 3, not 2).
+/// too; a dry run whose batch fails exits 8 after its report. Guards: the
+/// query the client builds (without `batches` the server runs its default
+/// of 3, not 2), the exit code of a failed batch.
 #[actix_rt::test]
 async fn dry01_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
-    let (db, engine, _hooks) = setup(10).await;
+    let (db, engine, hooks) = setup(10).await;
     let server = serve(admin(engine.clone()));
     let url = server.url.as_str();
     let before = snapshot(&db, ID).await;
@@ -538,6 +539,23 @@ async fn dry01_ctl_dry_run_prints_the_report_and_refuses_a_bad_k() {
         assert_eq!(out.stderr.trim().lines().count(), 1, "{k}: {}", out.stderr);
         assert!(out.stderr.contains(needle), "{k}: {}", out.stderr);
     }
+    assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
+
+    // A batch that fails in the dry run: the report names it, and the
+    // exit code is the dry run's own, so a script cannot take it for a
+    // clean preview.
+    *hooks.fail_after_mutate.lock() = Some(backfill::repair::RepairError::Fatal("boom".into()));
+    let out = ctl(url, Some(OPERATOR), &["dry-run", ID, "--batches", "2"]).await;
+    assert_eq!(out.code, 8, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("batch 1 failed (fatal)"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("batch 1 failed"), "{}", out.stderr);
+    let out = ctl(url, Some(OPERATOR), &["--json", "dry-run", ID]).await;
+    assert_eq!(out.code, 8, "{}", out.stderr);
     assert_eq!(snapshot(&db, ID).await, before, "nothing changed");
     server.stop().await;
 }

@@ -257,7 +257,15 @@ async fn dry_run(
     if json {
         print_json(&body);
     } else {
-        print!("{}", super::dry_run::report(&decode(body)?));
+        print!("{}", super::dry_run::report(&decode(body.clone())?));
+    }
+    // A batch that failed is what the dry run is for; a script must not
+    // read it as a clean preview.
+    if let Some(batch) = body["error"]["batch"].as_u64() {
+        return Err(CtlError::DryRunFailed(format!(
+            "dry run {id}: batch {batch} failed ({}); nothing was changed",
+            body["error"]["kind"].as_str().unwrap_or("error")
+        )));
     }
     Ok(())
 }

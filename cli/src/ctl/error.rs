@@ -2,7 +2,7 @@
 //! line with its exit code, and the bound that keeps every such line
 //! short.
 
-/// Exit codes (README's table).
+/// Exit codes (the operating guide's list).
 pub const EXIT_OK: i32 = 0;
 /// A command line the CLI or the server refuses as malformed.
 pub const EXIT_USAGE: i32 = 2;
@@ -14,6 +14,9 @@ pub const EXIT_NOT_FOUND: i32 = 6;
 /// The request was carried out and reports a failure: a validation whose
 /// postcondition does not hold.
 pub const EXIT_FAILED: i32 = 7;
+/// A dry run ran and one of its batches failed: the run it previews would
+/// fail there too (the report names the batch, its class and diagnostic).
+pub const EXIT_DRY_RUN_FAILED: i32 = 8;
 
 /// Errors of the CLI: one readable line and an exit code.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +33,8 @@ pub enum CtlError {
     NotFound(String),
     #[error("{0}")]
     Failed(String),
+    #[error("{0}")]
+    DryRunFailed(String),
 }
 
 impl CtlError {
@@ -41,6 +46,7 @@ impl CtlError {
             CtlError::Server(_) => EXIT_SERVER,
             CtlError::NotFound(_) => EXIT_NOT_FOUND,
             CtlError::Failed(_) => EXIT_FAILED,
+            CtlError::DryRunFailed(_) => EXIT_DRY_RUN_FAILED,
         }
     }
 

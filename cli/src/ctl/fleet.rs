@@ -142,15 +142,28 @@ fn report(body: &Value, action: &str, id: &str, json: bool) -> Result<(), CtlErr
         print_json(body);
     }
     let results = body["results"].as_array().cloned().unwrap_or_default();
-    let mut refused = 0;
+    let (mut refused, mut unavailable) = (0, 0);
     for r in &results {
         let status = r["status"].as_u64().unwrap_or(0);
         if !(200..300).contains(&status) {
             refused += 1;
         }
+        // No answer from the database (503, or none at all): sending the
+        // same request again may succeed, which the server error's exit
+        // code says; a database that answered and refused is a conflict.
+        if status >= 500 || status == 0 {
+            unavailable += 1;
+        }
         if !json {
             println!("{}", result_line(action, id, r));
         }
+    }
+    if unavailable > 0 {
+        return Err(CtlError::Server(format!(
+            "{action} {id}: {unavailable} of {} databases were unavailable; run it again \
+             once they are back (those that accepted it answer no change)",
+            results.len()
+        )));
     }
     if refused > 0 {
         return Err(CtlError::Conflict(format!(
@@ -268,6 +281,33 @@ fn eta(v: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// FLT-6: a fleet action's exit code follows what each database
+    /// answered: a database that did not answer (503) makes it the server
+    /// error's code, which a script may send again; one that answered and
+    /// refused (409) the conflict's; all accepted, success.
+    #[test]
+    fn flt06_a_fleet_action_exits_by_what_each_database_answered() {
+        let answered = |statuses: &[u64]| {
+            let results: Vec<Value> = statuses
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    json!({"database": format!("d{i}"), "status": s,
+                           "body": {"error": "x", "message": "m"}})
+                })
+                .collect();
+            report(&json!({ "results": results }), "pause", "a.v1", true).map_err(|e| e.code())
+        };
+        assert_eq!(answered(&[200, 200]), Ok(()));
+        assert_eq!(answered(&[200, 409]), Err(3));
+        assert_eq!(answered(&[200, 503]), Err(5));
+        assert_eq!(
+            answered(&[409, 503]),
+            Err(5),
+            "unavailable first: retrying may help"
+        );
+    }
 
     #[test]
     fn flt06_fleet_status_names_each_database_and_the_totals() {

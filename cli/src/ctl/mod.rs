@@ -5,8 +5,11 @@
 //! outcome. Unknown stays unknown and a failed refresh is shown as stale,
 //! never as zero (ADM-3).
 //!
-//! Exit codes: 0 ok, 2 usage (also 400/404/422), 3 conflict (409),
-//! 4 unauthorized (401/403), 5 server or network error.
+//! Exit codes ([`error`]'s constants, listed in the operating guide): 0
+//! ok, 2 usage (also 400/422), 3 conflict (409), 4 unauthorized
+//! (401/403), 5 server or network error (also a fleet database's 503),
+//! 6 no such backfill (404), 7 a validation that found the postcondition
+//! false, 8 a dry run whose batch failed.
 
 mod args;
 mod client;
