@@ -389,6 +389,13 @@ fn main() {
         sub.try_get_raw("operator_token").is_ok_and(|v| v.is_some())
             && sub.value_source("operator_token") == Some(ValueSource::CommandLine)
     });
+    let ctl_token_on_argv = matches.subcommand().is_some_and(|(name, sub)| {
+        name == "ctl" && sub.value_source("token") == Some(ValueSource::CommandLine)
+    });
+    let mut cli = cli;
+    if let Command::Ctl(args) = &mut cli.command {
+        args.token_on_argv = ctl_token_on_argv;
+    }
     let code = match run(cli, token_on_argv) {
         Ok(code) => code,
         Err(error) => {

@@ -19,12 +19,20 @@ struct Out {
 async fn ctl(url: &str, token: Option<&str>, args: &[&str]) -> Out {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_backfill"));
     cmd.arg("ctl").arg("--url").arg(url);
-    if let Some(t) = token {
-        cmd.arg("--token").arg(t);
-    }
     cmd.args(args)
         .env_remove("BACKFILL_TOKEN")
+        .env_remove("BACKFILL_TOKEN_FILE")
         .env_remove("BACKFILL_URL");
+    // The form the guide recommends: the environment, not the command
+    // line (which every local user can read, and which `ctl` warns of).
+    if let Some(t) = token {
+        cmd.env("BACKFILL_TOKEN", t);
+    }
+    run(cmd).await
+}
+
+/// Run a prepared `backfill ctl` command.
+async fn run(mut cmd: Command) -> Out {
     let out = actix_rt::task::spawn_blocking(move || cmd.output())
         .await
         .expect("join")
@@ -34,6 +42,80 @@ async fn ctl(url: &str, token: Option<&str>, args: &[&str]) -> Out {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// AUTH-5 in the client: `ctl` takes its token from BACKFILL_TOKEN, from
+/// a file named by --token-file or BACKFILL_TOKEN_FILE (its first line),
+/// or from --token, which works and warns once, in one line, that every
+/// local user can read it; an unreadable or empty token file is exit 2
+/// in one line and nothing is sent. Guards: the file source, the warning.
+#[actix_rt::test]
+async fn adm01_ctl_takes_its_token_from_env_a_file_or_argv_with_a_warning() {
+    let (_db, engine, _hooks) = setup(10).await;
+    let server = serve(admin(engine.clone()));
+    let url = server.url.as_str();
+    let dir = std::env::temp_dir().join(format!("bft-ctl-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{READER}\nignored second line\n")).expect("token file");
+    let empty = dir.join("empty");
+    std::fs::write(&empty, "\n").expect("empty file");
+    let base = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_backfill"));
+        cmd.env_remove("BACKFILL_TOKEN")
+            .env_remove("BACKFILL_TOKEN_FILE")
+            .env_remove("BACKFILL_URL")
+            .args(["ctl", "--url", url]);
+        cmd
+    };
+
+    let from_env = ctl(url, Some(READER), &["list"]).await;
+    assert_eq!(from_env.code, 0, "{}", from_env.stderr);
+    assert_eq!(from_env.stderr, "", "no warning for the environment");
+
+    let mut cmd = base();
+    cmd.arg("--token-file").arg(&file).arg("list");
+    let from_file = run(cmd).await;
+    assert_eq!(from_file.code, 0, "{}", from_file.stderr);
+    assert_eq!(from_file.stderr, "");
+    let mut cmd = base();
+    cmd.env("BACKFILL_TOKEN_FILE", &file).arg("list");
+    let from_file_env = run(cmd).await;
+    assert_eq!(from_file_env.code, 0, "{}", from_file_env.stderr);
+    assert_eq!(from_file_env.stdout, from_file.stdout);
+
+    let mut cmd = base();
+    cmd.args(["--token", READER, "list"]);
+    let from_argv = run(cmd).await;
+    assert_eq!(from_argv.code, 0, "{}", from_argv.stderr);
+    assert_eq!(from_argv.stderr.lines().count(), 1, "{}", from_argv.stderr);
+    assert!(
+        from_argv.stderr.contains("readable by every local user")
+            && from_argv.stderr.contains("BACKFILL_TOKEN")
+            && from_argv.stderr.contains("--token-file"),
+        "{}",
+        from_argv.stderr
+    );
+
+    for bad in [dir.join("missing"), empty] {
+        let mut cmd = base();
+        cmd.arg("--token-file").arg(&bad).arg("list");
+        let refused = run(cmd).await;
+        assert_eq!(refused.code, 2, "{}", refused.stderr);
+        assert_eq!(
+            refused.stderr.trim().lines().count(),
+            1,
+            "{}",
+            refused.stderr
+        );
+        assert!(
+            refused.stderr.contains("--token-file"),
+            "{}",
+            refused.stderr
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    server.stop().await;
 }
 
 /// ADM-1: list, start, pause, a conflict (exit 3), a bad token (exit 4), a

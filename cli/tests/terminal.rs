@@ -339,13 +339,15 @@ async fn ct12_ui_terminal_ctl_watch_fits_80_columns() {
     example::migrate(&db.url).await.expect("example schema");
     example::seed(&db.pool, 20000, 5).await.expect("seed");
     let server = serve(&db.url);
+    // The token in the environment, as the guide says to pass it (on the
+    // command line `ctl` would warn of it first).
     let argv: Vec<String> = [
+        "env",
+        &format!("BACKFILL_TOKEN={TOKEN}"),
         bin().as_str(),
         "ctl",
         "--url",
         &format!("http://{}", server.admin),
-        "--token",
-        TOKEN,
         "watch",
         "--interval",
         "0.3",

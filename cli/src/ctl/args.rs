@@ -13,9 +13,18 @@ pub struct CtlArgs {
     /// Base URL of the admin API.
     #[arg(long, env = "BACKFILL_URL", default_value = "http://127.0.0.1:8081")]
     pub url: String,
-    /// Bearer token.
+    /// Bearer token. Prefer BACKFILL_TOKEN or --token-file: the command
+    /// line is readable by every local user.
     #[arg(long, env = "BACKFILL_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A file holding the bearer token (its first line), instead of
+    /// --token.
+    #[arg(long, env = "BACKFILL_TOKEN_FILE", conflicts_with = "token")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Whether --token came on the command line (set by the binary, which
+    /// sees where each value came from): `ctl` then warns once.
+    #[arg(skip)]
+    pub token_on_argv: bool,
     /// Print the API's JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,

@@ -6,7 +6,7 @@ use super::args::{
 };
 use super::client::{decode, list_all, Client};
 use super::detail::{detail, settings_line};
-use super::error::CtlError;
+use super::error::{one_line, CtlError};
 use super::output::print_json;
 use super::table::table;
 use super::watch::watch;
@@ -23,7 +23,19 @@ pub(super) async fn dispatch(args: CtlArgs) -> Result<(), CtlError> {
         ));
     }
     let reason = checked_reason(&args)?;
-    let client = Client::new(args.url.clone(), args.token.clone()).with_reason(reason);
+    let token = match &args.token_file {
+        Some(path) => Some(token_from_file(path)?),
+        None => args.token.clone(),
+    };
+    if args.token_on_argv {
+        // AUTH-5, as the server warns of its own: /proc/<pid>/cmdline is
+        // readable by every local user.
+        eprintln!(
+            "backfill ctl: warning: --token on the command line is readable by every local \
+             user of this machine; pass it in BACKFILL_TOKEN or in a file named by --token-file"
+        );
+    }
+    let client = Client::new(args.url.clone(), token).with_reason(reason);
     let json = args.json;
     match &args.command {
         CtlCommand::List => list(&client, json).await,
@@ -240,6 +252,25 @@ async fn validate(client: &Client, id: &str, json: bool) -> Result<(), CtlError>
         )));
     }
     Ok(())
+}
+
+/// The token in the first line of `path` (`--token-file`), as the server
+/// reads its operator token file.
+fn token_from_file(path: &std::path::Path) -> Result<String, CtlError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CtlError::Usage(one_line(&format!(
+            "--token-file: cannot read {}: {}",
+            path.display(),
+            e.kind()
+        )))
+    })?;
+    match text.lines().next().map(str::trim) {
+        Some(token) if !token.is_empty() => Ok(token.to_string()),
+        _ => Err(CtlError::Usage(one_line(&format!(
+            "--token-file: the first line of {} is empty",
+            path.display()
+        )))),
+    }
 }
 
 /// `dry-run`: the batches run and rolled back, and the report. Sent once,
