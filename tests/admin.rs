@@ -1782,6 +1782,58 @@ async fn auth03_foreign_host_is_refused_in_trusted_network_mode() {
     assert_audit_complete(&db).await;
 }
 
+/// AUTH-3 on every route of a host's admin listener: in trusted-network
+/// mode `/metrics`, the web client and `/openapi.json` answer a foreign
+/// `Host` (a DNS-rebinding page's) with 421 and the JSON error, carry none
+/// of their content and are audited as one coalesced refusal; the
+/// loopback names are answered. Guard: the allow-list check in front of
+/// those routes (without it `/metrics` is served to any Host).
+#[actix_rt::test]
+async fn auth03_a_foreign_host_reads_no_route_of_a_trusted_listener() {
+    use backfill::host::{Application, Host, HostConfig};
+    use backfill::repair::{DefinitionError, Registry};
+    use support::http::request;
+    struct Nothing;
+    #[backfill::async_trait]
+    impl Application for Nothing {
+        fn registry(&self) -> Result<Registry, DefinitionError> {
+            Ok(Registry::new())
+        }
+    }
+    let db = support::test_db().await;
+    let mut config = HostConfig::new(db.url.clone());
+    config.listen = "127.0.0.1:0".parse().expect("address");
+    config.admin_listen = "127.0.0.1:0".parse().expect("address");
+    config.engine = support::engine_config();
+    config.admin_auth =
+        backfill::admin::AuthConfig::from_sources(None, None, true).expect("trusted network");
+    let host = Host::start(config, Nothing).await.expect("host");
+    let routes = ["/metrics", "/ui", "/ui/app.js", "/openapi.json"];
+    for path in routes {
+        let refused = request(
+            host.admin_addr,
+            "GET",
+            path,
+            &[("Host", "attacker.example")],
+            None,
+        )
+        .await;
+        assert_eq!(refused.status, 421, "{path}: {}", refused.text);
+        let body: Value = serde_json::from_str(&refused.text).expect("a JSON error");
+        assert_eq!(body["error"], "misdirected_request", "{path}");
+        assert!(
+            !refused.text.contains("backfill_") && !refused.text.contains("openapi"),
+            "{path} leaks: {}",
+            refused.text
+        );
+        let local = format!("localhost:{}", host.admin_addr.port());
+        let served = request(host.admin_addr, "GET", path, &[("Host", &local)], None).await;
+        assert_eq!(served.status, 200, "{path}: {}", served.text);
+    }
+    host.stop().await;
+    assert_eq!(coalesced(&db, "misdirected_request").await, "1|4");
+}
+
 /// AUTH-3: in both modes a state-changing request whose `Origin` or
 /// `Sec-Fetch-Site` says another site sent it (a cross-site form post
 /// needs no preflight) is refused with 403 `cross_site`: 300 of them

@@ -394,6 +394,24 @@ impl Admin {
         (need == Capability::Operate && cross_site(meta)).then_some(flood::Reason::CrossSite)
     }
 
+    /// Refuse a request to a route outside the admin API (`/metrics`, the
+    /// web client, `/openapi.json`) whose `Host` the boundary does not
+    /// answer for in trusted-network mode (AUTH-3): a DNS-rebinding page
+    /// must not read the metrics either. Counted and audited like every
+    /// refusal of the boundary.
+    pub(crate) async fn refuse_misdirected(
+        &self,
+        meta: &RequestMeta<'_>,
+        action: &str,
+    ) -> Result<(), AdminError> {
+        match self.boundary(meta, Capability::Read) {
+            Some(reason @ flood::Reason::Misdirected) => Err(self
+                .refuse(None, meta, ALL, action, reason, AdminError::Misdirected)
+                .await),
+            _ => Ok(()),
+        }
+    }
+
     /// Check the boundary, authenticate and authorize (AUTH-1..3). Every
     /// refusal (421, 403, 401) returns nothing protected and is counted
     /// into a coalesced audit row of its caller and window, and past a

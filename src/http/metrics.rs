@@ -27,7 +27,7 @@ use crate::lifecycle::State;
 use crate::readiness::{GateReport, Readiness};
 use crate::store::{self, Pool};
 use crate::throttle::health::{Reading, Signal, Snapshot};
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use backfill_actors::RuntimeMetrics;
 use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
@@ -68,9 +68,13 @@ struct Scrape {
 }
 
 async fn metrics(
+    req: HttpRequest,
     source: web::Data<MetricsSource>,
     admin: Option<web::Data<Admin>>,
 ) -> HttpResponse {
+    if let Some(refused) = super::host_allowed::refusal(&req, "metrics").await {
+        return refused;
+    }
     let (counts, partitions, journal, notifications) = match source.pool.get().await {
         Ok(mut conn) => (
             store::backfill_count_by_state(&mut conn).await.ok(),

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod fleet;
 mod headers;
+mod host_allowed;
 mod latency;
 pub mod metrics;
 pub mod serving;

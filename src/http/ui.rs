@@ -2,19 +2,25 @@
 //! no data and no secrets; everything it shows comes from the authorized
 //! admin API with the operator's token, kept in the browser session.
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 
 const INDEX: &str = include_str!("ui/index.html");
 const APP: &str = include_str!("ui/app.js");
 
-async fn index() -> HttpResponse {
+async fn index(req: HttpRequest) -> HttpResponse {
+    if let Some(refused) = super::host_allowed::refusal(&req, "ui").await {
+        return refused;
+    }
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .insert_header(("Cache-Control", "no-store"))
         .body(INDEX)
 }
 
-async fn app() -> HttpResponse {
+async fn app(req: HttpRequest) -> HttpResponse {
+    if let Some(refused) = super::host_allowed::refusal(&req, "ui").await {
+        return refused;
+    }
     HttpResponse::Ok()
         .content_type("text/javascript; charset=utf-8")
         .insert_header(("Cache-Control", "no-store"))

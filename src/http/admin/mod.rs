@@ -454,6 +454,9 @@ async fn me(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
     get, path = "/openapi.json", security(()),
     responses((status = 200, description = "The OpenAPI 3 document", content_type = "application/json"))
 )]
-async fn openapi_json() -> HttpResponse {
+async fn openapi_json(req: HttpRequest) -> HttpResponse {
+    if let Some(refused) = super::host_allowed::refusal(&req, "openapi").await {
+        return refused;
+    }
     HttpResponse::Ok().json(ApiDoc::openapi())
 }
