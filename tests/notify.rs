@@ -227,6 +227,73 @@ async fn ntf01_a_change_committed_while_no_sender_runs_is_delivered_later() {
     assert_eq!(outbox(&db, "delivered").await, 2);
 }
 
+/// NTF-2: a try is counted before it is sent. A sender that dies between
+/// its POST and recording the answer (its pass dropped while the receiver
+/// holds the request) leaves the row pending with the try counted; the
+/// next pass sends it again under the same event ID (the duplicate the
+/// receiver de-duplicates). A row during each of whose tries the sender
+/// dies ends dead after the configured tries, never retried without
+/// bound. Guard: `outbox_attempt` ahead of the POST (without it the
+/// attempts stay 0 and the poison row is sent forever).
+#[actix_rt::test]
+async fn ntf02_a_try_is_counted_before_its_post_so_a_crash_cannot_loop() {
+    let (db, engine, hooks) = setup(10).await;
+    let receiver = Receiver::start(204).await;
+    let sender = sender(&db, &receiver.url, 2);
+    assert!(sender.run_once().await.expect("pass").leading);
+    block(&engine, &hooks, Action::Start).await;
+    let attempts = || async {
+        db.text("SELECT concat_ws('|', status, attempts) AS v FROM backfill_outbox")
+            .await
+    };
+    // The sender dies while its POST is at the receiver: the pass is
+    // dropped once the request has arrived and before it is answered.
+    let crash = || async {
+        let _held = receiver.hold_next();
+        let before = receiver.got().len();
+        let pass = sender.run_once();
+        tokio::pin!(pass);
+        // The receiver's count, not its `arrived` notification: a permit
+        // left by an earlier delivery would end the wait before the POST.
+        let arrived = async {
+            while receiver.got().len() == before {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        tokio::select! {
+            done = &mut pass => panic!("the pass ended: {done:?}"),
+            () = arrived => {}
+        }
+    };
+    crash().await;
+    assert_eq!(attempts().await.as_deref(), Some("pending|1"));
+    // The next pass, after the backoff (1-2 ms), sends it again and it
+    // is delivered: two requests, one event ID.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(settle(&db, &sender).await.delivered, 1);
+    let got = receiver.got();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(
+        check_signed(&got[0]).event_id,
+        check_signed(&got[1]).event_id
+    );
+    assert_eq!(outbox(&db, "delivered").await, 1);
+
+    // A notification whose every try ends the sender: after the two tries
+    // it is dead and no longer sent.
+    db.exec("DELETE FROM backfill_outbox").await;
+    block(&engine, &hooks, Action::Retry).await;
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        crash().await;
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let pass = sender.run_once().await.expect("pass");
+    assert_eq!(pass.dead, 1, "{pass:?}");
+    assert_eq!(attempts().await.as_deref(), Some("dead|2"));
+    assert_eq!(receiver.got().len(), 4, "never sent a third time");
+}
+
 #[actix_rt::test]
 async fn ntf02_a_failing_receiver_ends_dead_and_never_holds_a_batch() {
     let (db, engine, hooks) = setup(40).await;

@@ -122,7 +122,24 @@ impl Sender {
                     store::outbox_enqueue_throttled(&mut conn, millis(self.config.throttled_after))
                         .await?;
             }
-            store::outbox_due(&mut conn, PER_PASS).await?
+            let due = store::outbox_due(&mut conn, PER_PASS).await?;
+            // Each try is counted before it is sent: a sender that dies
+            // after its POST has used it, and a row whose every try ended
+            // the sender is dead instead of retried forever (NTF-2). Its
+            // receiver may then get it twice, under one event ID.
+            let ids: Vec<uuid::Uuid> = due.iter().map(|row| row.event_id).collect();
+            let sent = store::outbox_attempt(
+                &mut conn,
+                &ids,
+                i32::try_from(self.config.max_attempts).unwrap_or(i32::MAX),
+                millis(self.config.backoff_base),
+                millis(self.config.backoff_max),
+            )
+            .await?;
+            pass.dead += due.len() - sent.len();
+            due.into_iter()
+                .filter(|row| sent.contains(&row.event_id))
+                .collect::<Vec<_>>()
         };
         let tries = futures_util::future::join_all(due.iter().map(|row| self.deliver(row))).await;
         let mut conn = self.pool.get().await.map_err(store::StoreError::from)?;

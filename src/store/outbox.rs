@@ -215,15 +215,67 @@ pub async fn outbox_due(
     .await?)
 }
 
-/// Record a delivery the receiver accepted. Fence: the row is still
-/// `pending`; `false` = it was not (already recorded).
+/// Count a try of each of `event_ids` before it is sent (NTF-2), so a
+/// sender that dies between its POST and recording the answer has still
+/// used the try: a row whose tries keep killing the sender ends `dead`
+/// after `max_attempts`, never retried without bound. Each try's next one
+/// is due after `least(base * 2^attempts, max)`, the backoff a failure
+/// would give it, so a try cut off by a crash is retried after it; a row
+/// that already used every try is marked `dead` instead of sent again.
+/// Fence: the row is still `pending`. The rows to send now, in the order
+/// given.
+pub async fn outbox_attempt(
+    conn: &mut AsyncPgConnection,
+    event_ids: &[uuid::Uuid],
+    max_attempts: i32,
+    backoff_base_ms: i64,
+    backoff_max_ms: i64,
+) -> Result<Vec<uuid::Uuid>, StoreError> {
+    #[derive(QueryableByName)]
+    struct Sent {
+        #[diesel(sql_type = Uuid)]
+        event_id: uuid::Uuid,
+    }
+    let rows: Vec<Sent> = super::cached(
+        diesel::sql_query(
+            "WITH tried AS (UPDATE backfill_outbox SET \
+                 status = CASE WHEN attempts >= $2 THEN 'dead' ELSE status END, \
+                 last_error = CASE WHEN attempts >= $2 \
+                     THEN 'the sender stopped during each of its tries' ELSE last_error END, \
+                 attempts = attempts + CASE WHEN attempts >= $2 THEN 0 ELSE 1 END, \
+                 next_attempt_at = clock_timestamp() \
+                     + least($3 * power(2, least(attempts, 30)), $4) * interval '1 millisecond', \
+                 updated_at = now() \
+             WHERE event_id = ANY($1) AND status = 'pending' \
+             RETURNING event_id, status) \
+             SELECT event_id FROM tried WHERE status = 'pending'",
+        )
+        .bind::<Array<Uuid>, _>(event_ids)
+        .bind::<Integer, _>(max_attempts)
+        .bind::<BigInt, _>(backoff_base_ms)
+        .bind::<BigInt, _>(backoff_max_ms),
+    )
+    .load(conn)
+    .await?;
+    let sent: std::collections::HashSet<uuid::Uuid> =
+        rows.into_iter().map(|r| r.event_id).collect();
+    Ok(event_ids
+        .iter()
+        .copied()
+        .filter(|id| sent.contains(id))
+        .collect())
+}
+
+/// Record a delivery the receiver accepted (its try was counted by
+/// [`outbox_attempt`]). Fence: the row is still `pending`; `false` = it
+/// was not (already recorded).
 pub async fn outbox_delivered(
     conn: &mut AsyncPgConnection,
     event_id: uuid::Uuid,
 ) -> Result<bool, StoreError> {
     let n = super::cached(
         diesel::sql_query(
-            "UPDATE backfill_outbox SET status = 'delivered', attempts = attempts + 1, \
+            "UPDATE backfill_outbox SET status = 'delivered', \
                  last_error = NULL, updated_at = now() \
              WHERE event_id = $1 AND status = 'pending'",
         )
@@ -234,10 +286,11 @@ pub async fn outbox_delivered(
     Ok(n == 1)
 }
 
-/// Record a failed try (`error` bounded, no URL or secret): the next try
-/// after `least(base * 2^attempts, max)`, or `dead` once `max_attempts`
-/// tries failed. Fence: the row is still `pending`; `None` = it was not.
-/// The status it was left in.
+/// Record a failed try (`error` bounded, no URL or secret; the try was
+/// counted by [`outbox_attempt`]): the next try after `least(base *
+/// 2^(attempts - 1), max)`, or `dead` once `max_attempts` tries failed.
+/// Fence: the row is still `pending`; `None` = it was not. The status it
+/// was left in.
 pub async fn outbox_failed(
     conn: &mut AsyncPgConnection,
     event_id: uuid::Uuid,
@@ -254,10 +307,11 @@ pub async fn outbox_failed(
     }
     let row: Option<Status> = super::cached(
         diesel::sql_query(
-            "UPDATE backfill_outbox SET attempts = attempts + 1, last_error = $2, \
-                 status = CASE WHEN attempts + 1 >= $3 THEN 'dead' ELSE 'pending' END, \
+            "UPDATE backfill_outbox SET last_error = $2, \
+                 status = CASE WHEN attempts >= $3 THEN 'dead' ELSE 'pending' END, \
                  next_attempt_at = clock_timestamp() \
-                     + least($4 * power(2, least(attempts, 30)), $5) * interval '1 millisecond', \
+                     + least($4 * power(2, least(greatest(attempts - 1, 0), 30)), $5) \
+                     * interval '1 millisecond', \
                  updated_at = now() \
              WHERE event_id = $1 AND status = 'pending' \
              RETURNING status",
