@@ -19,6 +19,9 @@ use backfill::{
     async_trait, AsyncPgConnection, Batches, Engine, Registry, Repair, RepairError,
     SelectThenMutate, SourceSet, SqlRepair, State, Validation,
 };
+// diesel and diesel-async as the library re-exports them: the very
+// versions it was built with, so this crate pins neither (EMB-10).
+use backfill::{diesel, diesel_async};
 use diesel::sql_types::{Array, BigInt, Nullable};
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
