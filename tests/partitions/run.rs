@@ -300,6 +300,91 @@ async fn par03_converged_action_fences_nothing_and_only_retry_resets_attempts() 
     assert_eq!(count_n(&db, 1).await, 400);
 }
 
+/// OBS-4 on a partition: each retryable failure is a timeline entry, also
+/// when its diagnostic repeats the last one word for word, and a throttle
+/// whose signal changes while the partition stays held back is recorded
+/// as a throttle of the new signal (a new reading of the same signal is
+/// not). Guards: the attempt count and the signal in the partition
+/// timeline trigger (without them the second error and the second
+/// throttle leave no entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn par03_a_partitions_repeated_errors_and_signal_changes_are_each_recorded() {
+    use backfill::__private::store;
+    let (db, engine, hooks) = started(400, 10, 2).await;
+    let mut claims = claim_all(&engine, 2).await;
+    *hooks.fail_after_mutate.lock() = Some(RepairError::Retryable("deadlock".into()));
+    for round in 0..2 {
+        let claim = if round == 0 {
+            &mut claims[0]
+        } else {
+            // The failure released the claim; take it again once its
+            // millisecond backoff has passed.
+            claims[0] = loop {
+                if let Some(claim) = engine.claim_next("w", &[]).await.unwrap() {
+                    break claim;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            };
+            &mut claims[0]
+        };
+        let error = engine.run_batch(claim).await.unwrap_err();
+        let class = error.classification().unwrap();
+        engine.record_failure(claim, &class).await.unwrap();
+    }
+    *hooks.fail_after_mutate.lock() = None;
+    let part = claims[0].partition.expect("a partition claim");
+    let entries = |kind: &'static str| {
+        let db = &db;
+        async move {
+            db.scalar(&format!(
+                "SELECT count(*) AS v FROM backfill_event \
+                 WHERE backfill_id = '{ID}' AND part = {part} AND kind = '{kind}'"
+            ))
+            .await
+        }
+    };
+    assert_eq!(entries("error").await, 2, "one entry per failure");
+
+    let other = &claims[1];
+    let other_part = other.partition.expect("a partition claim");
+    let mut conn = db.pool.get().await.expect("pool");
+    for signal in ["lock_waiters", "lock_waiters", "replication_lag"] {
+        let condition = serde_json::json!({"signal": signal, "value": 3.0, "threshold": 1.0});
+        let set = store::partition_throttle_set(
+            &mut conn,
+            ID,
+            other_part,
+            &other.worker,
+            other.generation,
+            Some(&condition),
+        )
+        .await
+        .expect("throttle");
+        assert!(set, "the claim in force writes its condition");
+    }
+    store::partition_throttle_set(
+        &mut conn,
+        ID,
+        other_part,
+        &other.worker,
+        other.generation,
+        None,
+    )
+    .await
+    .expect("unthrottle");
+    let kinds = db
+        .text(&format!(
+            "SELECT string_agg(kind || ':' || split_part(detail, ' ', 1), ',' ORDER BY seq) AS v \
+             FROM backfill_event WHERE backfill_id = '{ID}' AND part = {other_part} \
+               AND kind IN ('throttled', 'unthrottled')"
+        ))
+        .await;
+    assert_eq!(
+        kinds.as_deref(),
+        Some("throttled:lock_waiters,throttled:replication_lag,unthrottled:replication_lag")
+    );
+}
+
 /// The partitions' retry counts, by part.
 async fn attempts(db: &TestDb) -> String {
     db.text("SELECT string_agg(attempts::text, ',' ORDER BY part) AS v FROM backfill_partition")
