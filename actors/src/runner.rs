@@ -23,6 +23,10 @@ use actix::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The longest a runner waits on a pause between batches before it asks
+/// the gate again.
+const PAUSE_SLICE: Duration = Duration::from_secs(1);
+
 /// Stop after the current batch and give the claim back (shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -243,7 +247,10 @@ impl<B: Backend> Runner<B> {
     fn wait(&mut self, ctx: &mut Context<Self>, gate: Gate) {
         let delay = match gate {
             Gate::Go => Duration::ZERO,
-            Gate::Pause(delay) => delay,
+            // A long pause is waited in slices, the gate asked again after
+            // each: a live settings change (a shorter pause, THR-4) then
+            // takes effect within a slice, not after the old pause ended.
+            Gate::Pause(delay) => delay.min(PAUSE_SLICE),
             Gate::Throttled {
                 signal,
                 text,

@@ -50,6 +50,9 @@ pub struct MetricsSource {
 struct Scrape {
     /// Backfills per state; `None` when PostgreSQL could not be read.
     counts: Option<Vec<(State, i64)>>,
+    /// Each running backfill's rows done and whether it is throttled;
+    /// `None` when PostgreSQL could not be read.
+    running: Option<Vec<store::RunningProgress>>,
     /// Partitions per status; `None` when PostgreSQL could not be read.
     partitions: Option<[(&'static str, i64); 3]>,
     /// The journal's planner entry estimate and its bytes on disk (UNDO-4);
@@ -75,18 +78,20 @@ async fn metrics(
     if let Some(refused) = super::host_allowed::refusal(&req, "metrics").await {
         return refused;
     }
-    let (counts, partitions, journal, notifications) = match source.pool.get().await {
+    let (counts, partitions, journal, notifications, running) = match source.pool.get().await {
         Ok(mut conn) => (
             store::backfill_count_by_state(&mut conn).await.ok(),
             store::partition_count_by_status(&mut conn).await.ok(),
             store::journal_totals(&mut conn).await.ok(),
             store::outbox_count_by_status(&mut conn).await.ok(),
+            store::backfill_running_progress(&mut conn).await.ok(),
         ),
-        Err(_) => (None, None, None, None),
+        Err(_) => (None, None, None, None, None),
     };
     let report = source.readiness.evaluate().await;
     let scrape = Scrape {
         counts,
+        running,
         partitions,
         journal,
         notifications,
@@ -139,6 +144,9 @@ fn exposition(
 /// The families read at scrape time, with their values set.
 fn scrape_families(scrape: Scrape) -> prometheus::Result<Vec<Box<dyn Collector>>> {
     let mut out = lifecycle_families(scrape.counts.as_deref())?;
+    if let Some(running) = &scrape.running {
+        out.extend(running_families(running)?);
+    }
     // PAR-5: partitions of every partitioned backfill by status (bounded
     // labels, OBS-2); absent when they could not be read.
     if let Some(partitions) = scrape.partitions {
@@ -240,6 +248,38 @@ fn lifecycle_families(
         )?);
     }
     Ok(out)
+}
+
+/// Each running backfill's rows done and whether a throttle holds it
+/// back, labelled by its ID (OBS-3), so a stall alert can see one backfill
+/// that stopped while another progresses. The values come from PostgreSQL,
+/// so every process serving the database exports the same ones and a
+/// restart loses nothing; a backfill that leaves `running` leaves both.
+/// Bounded: backfills are finite, and at most 1000 are read.
+fn running_families(
+    running: &[store::RunningProgress],
+) -> prometheus::Result<Vec<Box<dyn Collector>>> {
+    let rows = IntGaugeVec::new(
+        Opts::new(
+            "backfill_running_rows_done",
+            "Rows a running backfill's committed batches changed so far, per backfill.",
+        ),
+        &["backfill"],
+    )?;
+    let throttled = IntGaugeVec::new(
+        Opts::new(
+            "backfill_running_throttled",
+            "Whether a throttle condition holds a running backfill back now (1) or not (0).",
+        ),
+        &["backfill"],
+    )?;
+    for r in running {
+        rows.with_label_values(&[r.id.as_str()]).set(r.rows_done);
+        throttled
+            .with_label_values(&[r.id.as_str()])
+            .set(i64::from(r.throttled));
+    }
+    Ok(vec![Box::new(rows), Box::new(throttled)])
 }
 
 /// One gauge family with one bounded label and a value per label value.

@@ -372,6 +372,43 @@ pub async fn backfill_settings_update(
     .optional()?)
 }
 
+/// One running backfill's progress as `/metrics` exports it.
+#[derive(Debug, Clone, PartialEq, QueryableByName)]
+pub struct RunningProgress {
+    /// The backfill's ID.
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    /// Rows its committed batches changed so far (a partitioned one's
+    /// summed over its partitions).
+    #[diesel(sql_type = BigInt)]
+    pub rows_done: i64,
+    /// Whether a throttle condition of the claim in force holds it (or
+    /// one of its partitions) back now.
+    #[diesel(sql_type = Bool)]
+    pub throttled: bool,
+}
+
+/// The backfills that are `running`, with their rows done and whether a
+/// current throttle condition holds them back (on the row, or on a
+/// partition, under that claim's generation), for a per-backfill stall
+/// alert (OBS-3). At most 1000, by ID. No lock.
+pub async fn backfill_running_progress(
+    conn: &mut AsyncPgConnection,
+) -> Result<Vec<RunningProgress>, StoreError> {
+    Ok(super::cached(diesel::sql_query(
+        "SELECT b.id, greatest(b.rows_done, (SELECT coalesce(sum(p.rows_done), 0)::bigint \
+                 FROM backfill_partition p WHERE p.backfill_id = b.id)) AS rows_done, \
+             (b.owner IS NOT NULL AND b.throttle IS NOT NULL \
+                  AND (b.throttle->>'generation')::bigint = b.generation) \
+             OR EXISTS (SELECT 1 FROM backfill_partition p WHERE p.backfill_id = b.id \
+                  AND p.owner IS NOT NULL AND p.throttle IS NOT NULL \
+                  AND (p.throttle->>'generation')::bigint = p.generation) AS throttled \
+         FROM backfill b WHERE b.state = 'running' ORDER BY b.id LIMIT 1000",
+    ))
+    .load(conn)
+    .await?)
+}
+
 /// Number of backfills per lifecycle state (metrics). No lock.
 pub async fn backfill_count_by_state(
     conn: &mut AsyncPgConnection,
