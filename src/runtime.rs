@@ -67,6 +67,10 @@ fn backend_error(error: EngineError) -> BackendError {
     BackendError(crate::repair::bounded(error.to_string()))
 }
 
+/// How many sessions recording one failure may lose before the failure is
+/// left unrecorded (see [`Engine::record`]).
+const RECORD_TRIES: u32 = 3;
+
 /// What recording an error produced, in the runtime's vocabulary.
 struct Recorded {
     disposition: Disposition,
@@ -108,7 +112,26 @@ impl Engine {
             let _ = self.release(claim).await;
             return Ok(Err(crate::repair::bounded(error.to_string())));
         };
-        match self.record_failure(claim, &class).await {
+        // The failure is recorded on a pooled session of its own, which the
+        // cause of the failure may have cut off too: when the server dies
+        // or is failed over (CLM-6), a session whose end the pool had not
+        // yet seen fails as well. Unrecorded, the error would leave the
+        // claim to expire (CLM-3) before anyone retried the backfill, so a
+        // lost session is tried again on another; a pool that cannot
+        // connect at all has already waited its connection timeout, and is
+        // not.
+        let mut tries = 1;
+        let recorded = loop {
+            match self.record_failure(claim, &class).await {
+                Err(EngineError::Store(e @ crate::store::StoreError::Database(_)))
+                    if tries < RECORD_TRIES && crate::store::is_transient(&e) =>
+                {
+                    tries += 1;
+                }
+                recorded => break recorded,
+            }
+        };
+        match recorded {
             Ok(FailureOutcome::Recorded {
                 state, attempts, ..
             }) => {

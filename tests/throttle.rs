@@ -23,6 +23,9 @@
 //! - THR-5 the admin view's reading refreshed while throttled, and a
 //!   partitioned backfill's own counters moving while it runs: `thr05_*`
 //!   (a stale replay lag and the throttle text are in `tests/health.rs`)
+//! - CLM-6 a backfill carries on through a failover to a promoted
+//!   standby, behind a multi-host URL, repairing each row once:
+//!   `failover::clm06_*`
 //!
 //! Batch cost is made real with `pg_sleep` per row in the repair's SET
 //! expression, so sizes and durations are PostgreSQL's, not a mock's; lag
@@ -34,6 +37,11 @@ mod support;
 /// THR-6..8: latency budgets under a real load.
 #[path = "latency/budget.rs"]
 mod budget;
+
+/// CLM-6: a failover to a promoted standby, on the same standby pairs as
+/// the replication-lag tests.
+#[path = "failover/promote.rs"]
+mod failover;
 
 use backfill::events::Event;
 use backfill::host::{AppError, Application, Embedded, Host, HostConfig, Spawned};

@@ -8,7 +8,8 @@
 //!
 //! [`EphemeralPostgres::standby_of`] adds a streaming standby of such a
 //! cluster (`pg_basebackup -R -X stream`), for tests of what a primary
-//! reports about its standbys.
+//! reports about its standbys; [`EphemeralPostgres::crash`] and
+//! [`EphemeralPostgres::promote`] turn such a pair into a failover.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -241,6 +242,22 @@ impl EphemeralPostgres {
     /// The URL of the cluster's `postgres` database.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Kill the server as a crash would (`pg_ctl stop -m immediate`: no
+    /// shutdown checkpoint, every session cut off mid-transaction), keeping
+    /// its directory (and log) until the value is dropped. Blocking.
+    pub fn crash(&self) -> Result<(), EphemeralError> {
+        let data = self.dir.join("data").display().to_string();
+        self.run(&self.pg_ctl, &["-D", &data, "-m", "immediate", "stop"])
+    }
+
+    /// Promote a standby of [`Self::standby_of`] to a primary
+    /// (`pg_ctl promote`), waiting until it has left recovery and accepts
+    /// writes. Blocking.
+    pub fn promote(&self) -> Result<(), EphemeralError> {
+        let data = self.dir.join("data").display().to_string();
+        self.run(&self.pg_ctl, &["-D", &data, "-w", "promote"])
     }
 
     /// Stop the cluster and remove its directory.

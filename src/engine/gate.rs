@@ -53,7 +53,17 @@ impl Engine {
             .registry
             .get(&claim.id)
             .ok_or_else(|| EngineError::NoDefinition(claim.id.clone()))?;
-        self.refresh_pacing(claim).await?;
+        // A refresh that loses its session (the server died or failed
+        // over, CLM-6) keeps the settings in force and is tried again at
+        // the next batch: the batch then meets the lost server itself and
+        // its failure is recorded (RT-1), where an error here would end the
+        // runner with nothing recorded and its claim left to expire. A pool
+        // that cannot connect at all has waited its connection timeout
+        // already, and the batch would only wait as long again.
+        match self.refresh_pacing(claim).await {
+            Err(EngineError::Store(e @ StoreError::Database(_))) if store::is_transient(&e) => {}
+            refreshed => refreshed?,
+        }
         let mut held = match outside_window(claim, &**def, chrono::Utc::now()) {
             Some(held) => Some(held),
             None => self.throttle_for(claim, &**def).await,

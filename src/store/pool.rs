@@ -64,12 +64,31 @@ pub async fn build_pool_shrinking(
     // Hand out pooled connections without a `SELECT 1` round trip per
     // checkout (the default `Verified` recycling): claims, renewals and a
     // runner's first batch check out a connection each, and that check was
-    // a round trip on each of them. `Fast` still refuses connections whose
-    // driver saw the socket close or that hold an open or broken
-    // transaction; a connection that died unnoticed fails its first
-    // statement, which the engine classifies as transient and retries
-    // (RT-1, RT-2).
-    config.recycling_method = RecyclingMethod::Fast;
+    // a round trip on each of them. The check kept instead costs nothing:
+    // a connection whose driver saw the socket close (its server died or
+    // was failed over, CLM-6) or whose transaction broke is dropped at
+    // checkout and the pool opens a fresh one. `Fast` checks that only
+    // when a connection is given back, so one that died while idle was
+    // handed out, failed the first statement of whoever took it, and a
+    // failure being recorded on it was lost: the runner then left its
+    // claim to expire instead of handing the backfill to its retry. A
+    // connection that died unnoticed still fails its first statement,
+    // which the engine classifies as transient and retries (RT-1, RT-2).
+    config.recycling_method = RecyclingMethod::CustomFunction(Box::new(|conn| {
+        use diesel_async::pooled_connection::PoolableConnection;
+        let broken = conn.is_broken();
+        async move {
+            if broken {
+                Err(diesel::result::Error::DatabaseError(
+                    diesel::result::DatabaseErrorKind::ClosedConnection,
+                    Box::new("the pooled connection was closed".to_string()),
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        .boxed()
+    }));
     config.custom_setup = Box::new(|url: &str| {
         let url = url.to_string();
         async move {

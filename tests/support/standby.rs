@@ -6,15 +6,23 @@
 //! `wal_level = replica` and WAL senders, the standby from
 //! `pg_basebackup -R -X stream` on a port of its own. Both are stopped and
 //! their directories removed when the pair is dropped.
+//!
+//! A pair can also fail over: [`StandbyPair::crash_primary`] kills the
+//! primary as a crash would and [`StandbyPair::promote_standby`] makes the
+//! standby the new primary, while a client that connects with
+//! [`StandbyPair::multi_host_url`] finds whichever of the two takes writes.
 
 use backfill_ephemeral::EphemeralPostgres;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use std::sync::Arc;
 
 /// A primary and its standby, both running.
 pub struct StandbyPair {
-    // Declared first so it is dropped (stopped) before its primary.
-    standby: EphemeralPostgres,
-    primary: EphemeralPostgres,
+    // Declared first so it is dropped (stopped) before its primary. Shared
+    // so that the blocking `pg_ctl` calls of a failover run on a blocking
+    // thread while the test's runtime (and a host on it) keeps running.
+    standby: Arc<EphemeralPostgres>,
+    primary: Arc<EphemeralPostgres>,
 }
 
 impl StandbyPair {
@@ -37,7 +45,10 @@ impl StandbyPair {
             .unwrap_or_else(|e| panic!("cannot start the primary: {e}"));
             let standby = EphemeralPostgres::standby_of(&primary, "standby", &standby)
                 .unwrap_or_else(|e| panic!("cannot start the standby: {e}"));
-            StandbyPair { standby, primary }
+            StandbyPair {
+                standby: Arc::new(standby),
+                primary: Arc::new(primary),
+            }
         })
         .await
         .expect("start the clusters");
@@ -53,6 +64,38 @@ impl StandbyPair {
     /// The standby's `postgres` database (read-only: it is in recovery).
     pub fn standby_url(&self) -> String {
         self.standby.url()
+    }
+
+    /// Both servers in one URL, the primary first, that connects only to
+    /// the one that accepts writes (`target_session_attrs=read-write`):
+    /// the primary until it dies, the standby once it is promoted.
+    pub fn multi_host_url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+            self.primary.port(),
+            self.standby.port()
+        )
+    }
+
+    /// Kill the primary as a crash would (`pg_ctl stop -m immediate`):
+    /// its sessions are cut off mid-transaction and whatever WAL it had
+    /// not yet sent is never streamed. Panics when it cannot.
+    pub async fn crash_primary(&self) {
+        let primary = self.primary.clone();
+        tokio::task::spawn_blocking(move || primary.crash())
+            .await
+            .expect("the crash task")
+            .unwrap_or_else(|e| panic!("cannot crash the primary: {e}"));
+    }
+
+    /// Promote the standby (`pg_ctl promote`), returning once it has left
+    /// recovery and accepts writes. Panics when it cannot.
+    pub async fn promote_standby(&self) {
+        let standby = self.standby.clone();
+        tokio::task::spawn_blocking(move || standby.promote())
+            .await
+            .expect("the promotion task")
+            .unwrap_or_else(|e| panic!("cannot promote the standby: {e}"));
     }
 
     /// A connection to the primary.
