@@ -408,6 +408,46 @@ async fn dry03_the_sample_needs_the_inspect_capability_and_is_truncated() {
     server.stop().await;
 }
 
+/// DRY-1: a dry run holds no more rows locked at once than one batch, as
+/// the real run does: while its third batch waits for a row another
+/// session holds (seen in `pg_locks`), a third session can lock every row
+/// of its first two batches at once (`NOWAIT`); the report states the
+/// most keys one batch held. Guard: the rollback to each batch's
+/// savepoint once it is measured (released instead, the first batches'
+/// rows stay locked until the end and `NOWAIT` fails).
+#[actix_rt::test]
+async fn dry01_a_dry_run_releases_each_batchs_row_locks_before_the_next() {
+    let (db, _) = setup().await;
+    // Lock waits long enough to look while the third batch waits.
+    let engine =
+        Engine::new(db.pool.clone(), registry(), support::admin::engine_config()).expect("engine");
+    let server = serve(admin(engine.clone()));
+    let mut holder = db.connect().await;
+    // Batches of ten keys over ids that are not multiples of ten: the
+    // third starts at 23.
+    holder
+        .batch_execute("BEGIN; SELECT 1 FROM items WHERE id = 25 FOR UPDATE")
+        .await
+        .expect("hold a row of the third batch");
+    let url = server.url.clone();
+    let running = actix_rt::spawn(async move { dry_run(&url, ID, "?batches=3", OPERATOR).await });
+    support::admin::wait_for_lock_waiters(&db, 1).await;
+    let mut prober = db.connect().await;
+    let probe = prober
+        .batch_execute("BEGIN; SELECT 1 FROM items WHERE id <= 22 FOR UPDATE NOWAIT; ROLLBACK")
+        .await;
+    holder.batch_execute("COMMIT").await.expect("release");
+    let report = running.await.expect("join");
+    assert!(
+        probe.is_ok(),
+        "the first two batches' rows were still locked: {probe:?}"
+    );
+    assert_eq!(report.status, 200, "{}", report.text);
+    assert_eq!(report.body["batches"].as_array().map(Vec::len), Some(3));
+    assert_eq!(report.body["max_keys_locked"], 10, "{}", report.text);
+    server.stop().await;
+}
+
 /// DRY-4: a batch that fails reports its classified error with its
 /// bounded diagnostic and changes nothing: a batch that waits for a row
 /// another session holds longer than the lock timeout is retryable (the

@@ -11,9 +11,9 @@
 
 use backfill::host::Application;
 use backfill::State;
+use backfill::{diesel, diesel_async};
 use backfill_embedder_check::{run_repairs, Shop, EMAIL_NORM, ORDER_CENTS};
 use backfill_ephemeral::EphemeralPostgres;
-use backfill::{diesel, diesel_async};
 use diesel::sql_types::BigInt;
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};

@@ -97,6 +97,11 @@ pub struct DryRunReport {
     pub sample: Option<Vec<SampleRow>>,
     /// Why there is no sample, when there is none.
     pub sample_note: Option<String>,
+    /// The most keys one batch selected: each batch is rolled back to
+    /// its savepoint as soon as it is measured, which ends its row locks,
+    /// so the dry run never holds more rows locked at once than this,
+    /// like the real run, which commits batch by batch.
+    pub max_keys_locked: u64,
     /// Always true: the dry run's transaction was rolled back.
     pub rolled_back: bool,
 }
@@ -230,6 +235,9 @@ fn cut_value(value: Value) -> Value {
 /// The batches as they ran.
 pub(super) struct Ran {
     pub(super) batches: Vec<DryBatch>,
+    /// The journal entries the batches wrote, read before each batch was
+    /// rolled back, up to the sample asked for.
+    pub(super) sample: Vec<crate::store::JournalEntry>,
     pub(super) error: Option<DryRunError>,
     pub(super) reached_bound: bool,
     /// The size the next batch would run with.

@@ -7,8 +7,9 @@
 //! back: the share lock on the backfill row (so no action changes its
 //! state, bound or checkpoint meanwhile), for a `pending` backfill the
 //! bound `start` would capture, the forecast's count, and the batches, one
-//! after the other, each in a savepoint so that a failed batch is reported
-//! and what the batches before it did stays readable. The batches run the
+//! after the other, each in a savepoint it is rolled back to once it is
+//! measured, so that a failed batch is reported and no batch's row locks
+//! outlive it. The batches run the
 //! registered repair's own batch body (`DynRepair::batch`, the same
 //! statements and checks as `run_batch`) with the size the live settings
 //! put in force, from the stored checkpoint; they never claim and never
@@ -141,12 +142,12 @@ impl Engine {
             }
             (Some(_), _) => Some(store::journal_seq_last(conn, id).await?),
         };
-        let ran = run_batches(conn, &plan, sizing, options.batches).await?;
-        if let Some(after_seq) = journal_from {
-            let entries =
-                store::journal_entries(conn, id, after_seq, i64::from(options.sample)).await?;
-            report.sample = Some(entries.into_iter().map(SampleRow::from).collect());
+        let sample = journal_from.map(|after_seq| (after_seq, options.sample));
+        let ran = run_batches(conn, &plan, sizing, options.batches, sample).await?;
+        if journal_from.is_some() {
+            report.sample = Some(ran.sample.iter().cloned().map(SampleRow::from).collect());
         }
+        report.max_keys_locked = ran.batches.iter().map(|b| b.keys).max().unwrap_or(0);
         let pause = Settings::from_stored(&row.settings).pause();
         report.forecast = Forecast::from_measured(rows, &ran, pause);
         report.batches = ran.batches;
@@ -282,6 +283,7 @@ fn blank_report(
         forecast: Forecast::unknown(),
         sample: None,
         sample_note: None,
+        max_keys_locked: 0,
         rolled_back: true,
     }
 }
@@ -336,15 +338,28 @@ async fn capture_ranges(
 }
 
 /// Up to `asked` batches through the plan's ranges, each in a savepoint,
-/// measured; the first that fails ends them.
+/// measured, then rolled back to it; the first that fails ends them. With
+/// `sample` (the last journal entry before the batches, and how many rows
+/// to sample), the rows each batch journaled are read before its
+/// rollback.
+///
+/// Rolling each batch back as soon as it is measured ends its row locks
+/// (an aborted subtransaction's locks go with it), so the dry run holds
+/// at most one batch's rows at a time, as the real run, which commits
+/// batch by batch, does; holding every batch until the final rollback
+/// would block the application longer than the run it previews. The next
+/// batch starts from the checkpoint the previous one would have
+/// committed, as in the real run.
 async fn run_batches(
     conn: &mut AsyncPgConnection,
     plan: &Plan<'_>,
     mut sizing: Sizing,
     asked: u32,
+    sample: Option<(i64, u32)>,
 ) -> Result<Ran, EngineError> {
     let tables = plan.def.tables();
     let mut ran = Ran {
+        sample: Vec::new(),
         batches: Vec::new(),
         error: None,
         reached_bound: plan.ranges.is_empty(),
@@ -374,9 +389,16 @@ async fn run_batches(
                 return Ok(ran);
             }
         };
-        store::dry_run_release(conn).await?;
         let wal_after = store::dry_run_wal_position(conn).await?;
         let rows_after = changes(conn, &tables).await?;
+        if let Some((after_seq, want)) = sample {
+            let left = i64::from(want) - i64::try_from(ran.sample.len()).unwrap_or(i64::MAX);
+            if left > 0 {
+                let entries = store::journal_entries(conn, plan.id, after_seq, left).await?;
+                ran.sample.extend(entries);
+            }
+        }
+        store::dry_run_rollback_to(conn).await?;
         // The checkpoint the real batch would commit: its last key, or
         // the range's end when no key was left.
         let (to, to_json) = match selected.last {

@@ -63,6 +63,11 @@ pub(super) fn report(r: &DryRunReport) -> String {
         );
     }
     out += "lock waits: unknown (PostgreSQL does not report them per statement)\n";
+    out += &format!(
+        "rows locked at once: at most one batch's ({} keys); each batch was rolled back, \
+         its locks released, once measured\n",
+        r.max_keys_locked
+    );
     if let Some(e) = &r.error {
         out += &format!("batch {} failed ({}): {}\n", e.batch, e.kind, e.message);
     }
