@@ -322,6 +322,7 @@ mod tests {
     fn ran(batches: Vec<DryBatch>) -> Ran {
         Ran {
             batches,
+            sample: Vec::new(),
             error: None,
             reached_bound: false,
             size: 10,
