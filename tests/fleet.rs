@@ -667,6 +667,94 @@ async fn flt01_databases_join_when_reachable_or_added_and_leave_when_removed() {
     drop_fleet_dbs(&names).await;
 }
 
+/// A TCP listener that accepts connections and never answers (a stuck
+/// proxy, a half-dead host), keeping each open; each accept is sent on
+/// the channel.
+async fn stuck_server() -> (String, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+            let _ = tx.send(());
+        }
+    });
+    (format!("postgres://postgres@127.0.0.1:{port}/stuck"), rx)
+}
+
+/// FLT-1: one database whose server accepts connections and never
+/// answers does not freeze the fleet. The fleet starts within its
+/// connection bound with that database unavailable, naming why, while the
+/// other completes; a refresh that is still waiting on it holds nothing
+/// another refresh needs: meanwhile a second refresh drains it and joins
+/// a new database. Guards: the connection attempt's bound (without it
+/// the start never returns), the start of unavailable databases outside
+/// the members lock (without it the second refresh waits for the first).
+#[actix_rt::test]
+async fn flt01_a_database_that_never_answers_freezes_nothing() {
+    let _serial = SERIAL.lock().await;
+    let names: Vec<String> = (0..2).map(|i| fleet_db_name("stuck", i)).collect();
+    let first = Database::new("first", create_fleet_db(&names[0]).await);
+    let (stuck_url, mut accepted) = stuck_server().await;
+    let tenants = Tenants::default();
+    *tenants.0.lock() = vec![first.clone(), Database::new("stuck", stuck_url)];
+    // A start that hangs fails here rather than hanging the suite.
+    let fleet = tokio::time::timeout(
+        Duration::from_secs(90),
+        Fleet::start(fleet_config(), tenants.clone(), events_registry()),
+    )
+    .await
+    .expect("the fleet started despite a database that never answers")
+    .unwrap();
+    let stuck = fleet.database("stuck").unwrap();
+    assert_eq!(stuck.availability, Availability::Unavailable);
+    assert!(
+        stuck
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("did not answer")),
+        "{stuck:?}"
+    );
+    wait_completed(&fleet, "first").await;
+    while accepted.try_recv().is_ok() {}
+
+    let added = Database::new("added", create_fleet_db(&names[1]).await);
+    let first_refresh_done = std::sync::atomic::AtomicBool::new(false);
+    let refresh = async {
+        fleet.run_once().await;
+        first_refresh_done.store(true, std::sync::atomic::Ordering::SeqCst);
+    };
+    let meanwhile = async {
+        // The first refresh is connecting to the stuck database.
+        accepted
+            .recv()
+            .await
+            .expect("the refresh tries the stuck database");
+        {
+            let mut listed = tenants.0.lock();
+            listed.retain(|d| d.name != "stuck");
+            listed.push(added.clone());
+        }
+        fleet.run_once().await;
+        assert!(
+            !first_refresh_done.load(std::sync::atomic::Ordering::SeqCst),
+            "the second refresh waited for the first"
+        );
+        let listed: Vec<String> = fleet.databases().into_iter().map(|d| d.name).collect();
+        assert_eq!(listed, ["added", "first"]);
+        assert_eq!(
+            fleet.database("added").unwrap().availability,
+            Availability::Available
+        );
+    };
+    tokio::join!(refresh, meanwhile);
+    wait_completed(&fleet, "added").await;
+    fleet.stop().await;
+    drop_fleet_dbs(&names).await;
+}
+
 /// Collects what a JSON log writes.
 #[derive(Clone, Default)]
 struct LogBuffer(Arc<parking_lot::Mutex<Vec<u8>>>);

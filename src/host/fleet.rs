@@ -505,36 +505,57 @@ impl Shared {
         if let Some(listed) = listed {
             self.follow(listed).await;
         }
-        let mut members = self.members.lock().await;
-        let probes = members.iter_mut().map(|(name, member)| async move {
-            match &member.embedded {
-                Some(embedded) => {
-                    let report = Settled::readiness(&mut member.settled, embedded).await;
+        // The running databases are probed under the lock (each probe is
+        // bounded by its pool's checkout timeout); the unavailable ones are
+        // started outside it, so a database that never answers holds no
+        // lock a join, a drain or a stop needs while its connection
+        // attempts run out.
+        let to_start: Vec<(String, String)> = {
+            let mut members = self.members.lock().await;
+            let probes = members.iter_mut().filter_map(|(name, member)| {
+                let embedded = member.embedded.as_ref()?;
+                let settled = &mut member.settled;
+                Some(async move {
+                    let report = Settled::readiness(settled, embedded).await;
                     (name.clone(), Probe::Report(report))
-                }
-                None => (
-                    name.clone(),
-                    match self.start_member(name, &member.url).await {
-                        Ok(embedded) => {
-                            let report = embedded.readiness.evaluate().await;
-                            member.embedded = Some(embedded);
-                            Probe::Started(report)
-                        }
-                        Err(reason) => Probe::Failed(reason),
-                    },
-                ),
+                })
+            });
+            for (name, probe) in join_all(probes).await {
+                let served = members
+                    .get(&name)
+                    .and_then(|m| m.embedded.as_ref().map(served));
+                self.record(&name, probe, served);
             }
-        });
-        let outcomes = join_all(probes).await;
-        for (name, probe) in outcomes {
-            let served = members
-                .get(&name)
-                .and_then(|m| m.embedded.as_ref().map(served));
-            self.record(&name, probe, served);
-        }
-        let refresh = self.refreshes.fetch_add(1, Ordering::Relaxed);
-        if refresh % (SETTLED_REFRESHES + 1) == SETTLED_REFRESHES {
-            self.adopt_rollouts(&members).await;
+            let refresh = self.refreshes.fetch_add(1, Ordering::Relaxed);
+            if refresh % (SETTLED_REFRESHES + 1) == SETTLED_REFRESHES {
+                self.adopt_rollouts(&members).await;
+            }
+            members
+                .iter()
+                .filter(|(_, m)| m.embedded.is_none())
+                .map(|(name, m)| (name.clone(), m.url.clone()))
+                .collect()
+        };
+        let started = join_all(to_start.into_iter().map(|(name, url)| async move {
+            let outcome = self.start_member(&name, &url).await;
+            (name, outcome)
+        }))
+        .await;
+        let mut members = self.members.lock().await;
+        for (name, outcome) in started {
+            match (members.get_mut(&name), outcome) {
+                // Still listed and still not running: it joins now.
+                (Some(member), Ok(embedded)) if member.embedded.is_none() => {
+                    let report = embedded.readiness.evaluate().await;
+                    let served = Some(served(&embedded));
+                    member.embedded = Some(embedded);
+                    self.record(&name, Probe::Started(report), served);
+                }
+                // Drained meanwhile: the runtime just started goes again.
+                (_, Ok(embedded)) => embedded.stop().await,
+                (Some(_), Err(reason)) => self.record(&name, Probe::Failed(reason), None),
+                (None, Err(_)) => {}
+            }
         }
     }
 

@@ -437,14 +437,19 @@ impl Embedded {
         // Before anything else reaches the database: behind a pooler that
         // loses prepared statements the migrations, the claims and the
         // batches would fail one by one with a cause far from this one.
-        // An error of the probe itself (no server, a refused login) is
-        // left to the steps below, which report it as they always have.
+        // A server that never answered is reported at once; any other
+        // error of the probe itself (no server, a refused login) is left
+        // to the steps below, which report it as they always have.
         let probe = tokio::time::timeout(
-            Duration::from_secs(10),
+            store::CONNECT_TIMEOUT * 2,
             store::pooler_probe(&config.database_url),
         );
-        if let Ok(Ok(Some(finding))) = probe.await {
-            return Err(HostError::Pooler(finding.message()));
+        match probe.await {
+            Ok(Ok(Some(finding))) => return Err(HostError::Pooler(finding.message())),
+            Ok(Err(StoreError::Pool(why))) if why == store::NO_ANSWER => {
+                return Err(StoreError::Pool(why).into())
+            }
+            _ => {}
         }
         if config.migrate {
             store::run_migrations(&config.database_url).await?;

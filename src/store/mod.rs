@@ -45,9 +45,10 @@ pub use lifecycle::*;
 pub use outbox::*;
 pub use pacing::*;
 pub use partition::*;
+pub(crate) use pool::NO_ANSWER;
 pub use pool::{
     build_pool, build_pool_shrinking, connect_dedicated, database_recreate, run_embedded,
-    run_migrations, url_with_database, Pool, PooledConn, MIGRATIONS,
+    run_migrations, url_with_database, Pool, PooledConn, CONNECT_TIMEOUT, MIGRATIONS,
 };
 pub use pooler::{pooler_probe, PoolerFinding};
 pub use prepared::{cached, Cached};

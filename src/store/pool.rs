@@ -95,7 +95,7 @@ pub async fn build_pool_shrinking(
             connection_runtime()
                 .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?
                 .spawn(async move {
-                    let mut conn = AsyncPgConnection::establish(&url).await?;
+                    let mut conn = establish(&url).await?;
                     // A session whose messages cannot be made untranslated
                     // still works; only the classification of its errors
                     // suffers, which `session_messages_untranslated` reports.
@@ -199,14 +199,18 @@ pub async fn run_migrations(url: &str) -> Result<(), StoreError> {
 /// Run any set of embedded migrations (the example application uses this
 /// for its own schema, kept apart from the framework's tables).
 pub async fn run_embedded(url: &str, migrations: EmbeddedMigrations) -> Result<(), StoreError> {
-    let url = url.to_string();
+    // Connected here, under the connection bound, and handed to the
+    // blocking thread: the migrations themselves may take as long as they
+    // take, but a server that never answers must not hang the start.
+    let conn = connect_dedicated(url)
+        .await
+        .map_err(|e| StoreError::Migration(format!("could not connect to run migrations: {e}")))?;
     let handle = connection_runtime()?.handle().clone();
     tokio::task::spawn_blocking(move || {
         let _guard = handle.enter();
-        let mut conn = <diesel_async::async_connection_wrapper::AsyncConnectionWrapper<
+        let mut conn = diesel_async::async_connection_wrapper::AsyncConnectionWrapper::<
             AsyncPgConnection,
-        > as diesel::Connection>::establish(&url)
-        .map_err(|_| StoreError::Migration("could not connect to run migrations".into()))?;
+        >::from(conn);
         conn.run_pending_migrations(migrations)
             .map(|_| ())
             .map_err(|e| StoreError::Migration(crate::failure::bounded(e.to_string())))
@@ -259,14 +263,39 @@ pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, S
 }
 
 /// A connection outside the pool (LISTEN, database administration),
-/// established on the connection runtime like pooled ones.
+/// established on the connection runtime like pooled ones, within
+/// [`CONNECT_TIMEOUT`].
 pub async fn connect_dedicated(url: &str) -> Result<AsyncPgConnection, StoreError> {
     let url = url.to_string();
     connection_runtime()?
-        .spawn(async move { AsyncPgConnection::establish(&url).await })
+        .spawn(async move { establish(&url).await })
         .await
         .map_err(|_| StoreError::Pool("connection task ended".into()))?
-        .map_err(|_| StoreError::Pool("could not connect to the database server".into()))
+        .map_err(|e| match e {
+            diesel::ConnectionError::BadConnection(why) if why == NO_ANSWER => {
+                StoreError::Pool(NO_ANSWER.into())
+            }
+            _ => StoreError::Pool("could not connect to the database server".into()),
+        })
+}
+
+/// How long one connection attempt may take, from the TCP connect through
+/// the startup and authentication exchange, before it counts as failed.
+/// tokio-postgres bounds only the socket's connect (`connect_timeout` in
+/// the URL), so a server that accepts the connection and never answers (a
+/// stuck proxy, a half-dead host) would otherwise hang every caller: a
+/// start, a fleet's join, a pooled checkout's background connect.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a connection attempt that ran out of [`CONNECT_TIMEOUT`] reports.
+pub(crate) const NO_ANSWER: &str =
+    "the database server did not answer within 10 s (connect, startup and authentication)";
+
+/// Establish one session within [`CONNECT_TIMEOUT`].
+async fn establish(url: &str) -> Result<AsyncPgConnection, diesel::ConnectionError> {
+    tokio::time::timeout(CONNECT_TIMEOUT, AsyncPgConnection::establish(url))
+        .await
+        .map_err(|_| diesel::ConnectionError::BadConnection(NO_ANSWER.into()))?
 }
 
 #[cfg(test)]
