@@ -4,8 +4,8 @@
 //! one file per area: `claims.rs` (CT-1, CLM-1), `batches.rs` (CT-2, CT-3,
 //! EX-5), `restart.rs` (CT-4), `stale.rs` (CT-5), `validation.rs` (CT-7,
 //! VAL-6), `failure.rs` (CT-8, RT-1), `overlap.rs` (EX-6),
-//! `registration.rs` (REG-1, REG-4, LC-1, EX-2) and `server_loop.rs`
-//! (EX-8).
+//! `registration.rs` (REG-1, REG-4, LC-1, EX-2), `server_loop.rs`
+//! (EX-8) and `privileges.rs` (EMB-12).
 //!
 //! Index (each test's doc comment names the guard whose removal fails it):
 //! - CT-1  claim race and takeover: `ct01_*`
@@ -41,6 +41,9 @@
 //!   journal (`undo01_*`), batches at an operator's size
 //!   (`ex08_a_batch_at_another_size_*`) and the batch contract
 //!   (`ex04_the_loop_refuses_*`)
+//! - EMB-12 no superuser: a database's plain owner migrates and serves it,
+//!   a service role with the operating guide's grants serves it with
+//!   migrations off: `emb12_*`
 //!
 //! Races are forced with gates (a channel between the repair's mutation and
 //! the batch's commit) and with a second connection holding row locks;
@@ -54,6 +57,8 @@ mod claims;
 mod failure;
 #[path = "conformance/overlap.rs"]
 mod overlap;
+#[path = "conformance/privileges.rs"]
+mod privileges;
 #[path = "conformance/registration.rs"]
 mod registration;
 #[path = "conformance/restart.rs"]
