@@ -145,6 +145,8 @@ pub fn describe(error: &DieselError) -> String {
                 // it could not give the client a server session in time.
                 _ if is_pooler_error(message) => "pooler unavailable",
                 _ if message.contains("does not exist") => "missing relation, column or function",
+                // 42501: the role lacks a privilege the statement needs.
+                _ if message.starts_with("permission denied") => "permission denied",
                 _ => "database error",
             };
             match info.constraint_name() {
@@ -204,6 +206,11 @@ const PREPARED_STATEMENT_STEP: &str = ": the server session does not have a stat
     enable the pooler's prepared statement support (PgBouncer 1.21+: max_prepared_statements), \
     then retry";
 
+/// What a permission error most likely means, and what to do: the
+/// runtime's role lacks a grant.
+const PERMISSION_STEP: &str = ": the runtime's role lacks a privilege this step needs (the \
+    operating guide's Roles and privileges lists the grants); grant it, then retry";
+
 /// Classify a database error raised by a repair's SQL (RT-1): transient
 /// conditions are retryable, a missing relation or column is an unmet
 /// prerequisite (blocked), and everything else is fatal.
@@ -234,6 +241,8 @@ pub fn classify(error: &DieselError) -> RepairError {
     };
     if retryable {
         RepairError::Retryable(text)
+    } else if text == "permission denied" {
+        RepairError::Blocked(format!("{text}{PERMISSION_STEP}"))
     } else if text == "prepared statement missing" {
         RepairError::Blocked(bounded(format!("{text}{PREPARED_STATEMENT_STEP}")))
     } else if text.starts_with("missing relation") {
@@ -284,5 +293,13 @@ mod tests {
             classify(&server_error(r#"relation "items" does not exist"#)),
             RepairError::Blocked(m) if m.starts_with("missing relation")
         ));
+        // 42501 blocks too, naming the grant to give, not the table.
+        match classify(&server_error("permission denied for table items")) {
+            RepairError::Blocked(m) => {
+                assert!(m.starts_with("permission denied: ") && m.ends_with("then retry"));
+                assert!(!m.contains("items"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

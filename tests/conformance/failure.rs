@@ -255,3 +255,33 @@ async fn rt01_a_lost_prepared_statement_blocks_naming_the_pooler() {
         "{diagnostic}"
     );
 }
+
+/// RT-1 against the server's own 42501: a statement the role may not run
+/// blocks (an operator's grant is the fix) with a diagnostic that points
+/// at the guide's grant list and names no table; it is never fatal.
+/// Guard: the permission case in `failure::describe`.
+#[tokio::test]
+async fn rt01_a_missing_grant_blocks_naming_the_fix() {
+    use backfill::__private::store::{classify, connect_dedicated};
+    use diesel_async::SimpleAsyncConnection;
+    let db = test_db().await;
+    db.exec("CREATE TABLE secret_items (id bigint PRIMARY KEY)")
+        .await;
+    let role = db.role();
+    db.exec(&format!("CREATE ROLE {role} LOGIN")).await;
+    let mut conn = connect_dedicated(&with_user(&db.url, &role))
+        .await
+        .expect("the role connects");
+    let denied = conn
+        .batch_execute("SELECT * FROM secret_items")
+        .await
+        .expect_err("no grant");
+    match classify(&denied) {
+        RepairError::Blocked(m) => {
+            assert!(m.starts_with("permission denied: "), "{m}");
+            assert!(m.contains("Roles and privileges"), "{m}");
+            assert!(!m.contains("secret_items"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
