@@ -1545,6 +1545,29 @@ async fn flt06_the_fleet_view_aggregates_filters_and_pauses_every_database() {
     ] {
         assert!(metrics.text.contains(line), "{line} in {}", metrics.text);
     }
+    // OBS-3: d0's resumed backfill runs (outside its window, throttled by
+    // it): its progress and throttle are exported per database, for the
+    // per-backfill stall alert; paused d1's is not.
+    let running: Vec<&str> = metrics
+        .text
+        .lines()
+        .filter(|l| l.starts_with("backfill_running_"))
+        .collect();
+    let d0 = |family: &str| {
+        running.iter().any(|l| {
+            l.starts_with(family)
+                && l.contains("database=\"d0\"")
+                && l.contains(&format!("backfill=\"{EVENTS}\""))
+        })
+    };
+    assert!(
+        d0("backfill_running_rows_done{") && d0("backfill_running_throttled{"),
+        "{running:?}"
+    );
+    assert!(
+        !running.iter().any(|l| l.contains("database=\"d1\"")),
+        "{running:?}"
+    );
     let (status, _) = fleet_call(addr, "GET", "/readyz", None, None).await;
     assert_eq!(status, 503);
     let (status, _) = fleet_call(addr, "GET", "/readyz?database=d0", None, None).await;

@@ -445,6 +445,28 @@ impl FleetAdmin {
         }
     }
 
+    /// Each served database's running backfills with their rows done and
+    /// whether a throttle holds them back, read from each database now
+    /// (for `/metrics`, OBS-3); a database that cannot be read is left
+    /// out, as its availability says.
+    pub async fn running_progress(&self) -> Vec<(String, Vec<crate::store::RunningProgress>)> {
+        let reads = self.members.members().into_iter().filter_map(|m| {
+            let admin = m.served()?.clone();
+            Some(async move {
+                let mut conn = admin.engine().pool().get().await.ok()?;
+                let rows = crate::store::backfill_running_progress(&mut conn)
+                    .await
+                    .ok()?;
+                Some((m.status.name, rows))
+            })
+        });
+        futures_util::future::join_all(reads)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
     /// Every database's status, as of the last probe (for `/metrics`).
     pub fn statuses(&self) -> Vec<DatabaseStatus> {
         self.members

@@ -399,7 +399,8 @@ async fn openapi_json() -> HttpResponse {
 /// as the fleet has databases. Every database's own families are on its
 /// single-database listener, not here.
 async fn metrics(admin: web::Data<FleetAdmin>) -> HttpResponse {
-    match fleet_exposition(&admin.statuses()) {
+    let running = admin.running_progress().await;
+    match fleet_exposition(&admin.statuses(), &running) {
         Ok(body) => HttpResponse::Ok()
             .content_type(prometheus::TEXT_FORMAT)
             .body(body),
@@ -412,7 +413,10 @@ async fn metrics(admin: web::Data<FleetAdmin>) -> HttpResponse {
     }
 }
 
-fn fleet_exposition(statuses: &[DatabaseStatus]) -> prometheus::Result<String> {
+fn fleet_exposition(
+    statuses: &[DatabaseStatus],
+    running: &[(String, Vec<crate::store::RunningProgress>)],
+) -> prometheus::Result<String> {
     use prometheus::{IntGaugeVec, Opts, Registry, TextEncoder};
     let databases = IntGaugeVec::new(
         Opts::new(
@@ -455,9 +459,37 @@ fn fleet_exposition(statuses: &[DatabaseStatus]) -> prometheus::Result<String> {
                 .set(i64::from(r));
         }
     }
+    // Each database's running backfills, as a single database's listener
+    // exports them, with the database named: the per-backfill stall
+    // alert then fires per database too (OBS-3).
+    let rows = IntGaugeVec::new(
+        Opts::new(
+            "backfill_running_rows_done",
+            "Rows a running backfill's committed batches changed so far, per database and backfill.",
+        ),
+        &["database", "backfill"],
+    )?;
+    let throttled = IntGaugeVec::new(
+        Opts::new(
+            "backfill_running_throttled",
+            "Whether a throttle condition holds a running backfill back now (1) or not (0).",
+        ),
+        &["database", "backfill"],
+    )?;
+    for (database, backfills) in running {
+        for b in backfills {
+            let labels = [database.as_str(), b.id.as_str()];
+            rows.with_label_values(&labels).set(b.rows_done);
+            throttled
+                .with_label_values(&labels)
+                .set(i64::from(b.throttled));
+        }
+    }
     let registry = Registry::new();
     registry.register(Box::new(databases))?;
     registry.register(Box::new(available))?;
     registry.register(Box::new(ready))?;
+    registry.register(Box::new(rows))?;
+    registry.register(Box::new(throttled))?;
     TextEncoder::new().encode_to_string(&registry.gather())
 }
