@@ -182,8 +182,10 @@ async fn gates_until_validated(db: &TestDb, migrate: bool) {
     host.stop().await;
 }
 
-/// OBS-3: `/metrics` exports each running backfill's rows done and
-/// whether a current throttle condition holds it back, labelled by its ID,
+/// OBS-3, THR-6: `/metrics` exports each running backfill's rows done,
+/// whether a current throttle condition holds it back and, while a
+/// latency budget paces it, the budget's reading and bound, labelled by
+/// its ID,
 /// read from PostgreSQL (what the per-backfill `BackfillStalled` alert
 /// reads); a backfill that leaves `running` leaves both series. Guard:
 /// `running_families` in the scrape.
@@ -255,10 +257,28 @@ async fn obs03_metrics_export_each_running_backfills_progress_and_throttle() {
         series(&metrics, "backfill_running_throttled").is_some_and(|l| l.ends_with(" 1")),
         "{metrics}"
     );
+    // A latency budget's condition (THR-6): its reading and bound too.
+    db.exec(&format!(
+        "UPDATE backfill SET throttle = jsonb_build_object('signal', 'latency', \
+             'value', 0.25, 'threshold', 0.05, 'generation', generation) WHERE id = '{ID}'"
+    ))
+    .await;
+    let metrics = get(host.admin_addr, "/metrics").await.text;
+    for line in [
+        format!("backfill_latency_budget_seconds{{backfill=\"{ID}\",kind=\"reading\"}} 0.25"),
+        format!("backfill_latency_budget_seconds{{backfill=\"{ID}\",kind=\"bound\"}} 0.05"),
+    ] {
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
     db.exec(&format!(
         "UPDATE backfill SET throttle = NULL WHERE id = '{ID}'"
     ))
     .await;
+    let metrics = get(host.admin_addr, "/metrics").await.text;
+    assert!(
+        !metrics.contains("backfill_latency_budget_seconds{"),
+        "{metrics}"
+    );
     patch(0, "fast").await;
     completed_and_ready(&host, &db).await;
     let metrics = get(host.admin_addr, "/metrics").await.text;

@@ -30,7 +30,9 @@ use crate::throttle::health::{Reading, Signal, Snapshot};
 use actix_web::{web, HttpRequest, HttpResponse};
 use backfill_actors::RuntimeMetrics;
 use prometheus::core::Collector;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 use std::sync::Arc;
 
 /// What the endpoint reads.
@@ -273,13 +275,31 @@ fn running_families(
         ),
         &["backfill"],
     )?;
+    // THR-6: a paced backfill's latency reading beside its bound, so a
+    // dashboard draws both on one time axis; absent while no budget paces
+    // it (or its reading is unknown).
+    let latency = GaugeVec::new(
+        Opts::new(
+            "backfill_latency_budget_seconds",
+            "A latency budget's reading and bound while it paces a running backfill, in seconds.",
+        ),
+        &["backfill", "kind"],
+    )?;
     for r in running {
         rows.with_label_values(&[r.id.as_str()]).set(r.rows_done);
         throttled
             .with_label_values(&[r.id.as_str()])
             .set(i64::from(r.throttled));
+        for (kind, value) in [
+            ("reading", r.latency_seconds),
+            ("bound", r.latency_bound_seconds),
+        ] {
+            if let Some(v) = value {
+                latency.with_label_values(&[r.id.as_str(), kind]).set(v);
+            }
+        }
     }
-    Ok(vec![Box::new(rows), Box::new(throttled)])
+    Ok(vec![Box::new(rows), Box::new(throttled), Box::new(latency)])
 }
 
 /// One gauge family with one bounded label and a value per label value.

@@ -386,12 +386,20 @@ pub struct RunningProgress {
     /// one of its partitions) back now.
     #[diesel(sql_type = Bool)]
     pub throttled: bool,
+    /// While its latency budget paces it (THR-6): the reading, in seconds
+    /// (the highest of its partitions'); `None` otherwise or unknown.
+    #[diesel(sql_type = Nullable<diesel::sql_types::Double>)]
+    pub latency_seconds: Option<f64>,
+    /// The bound that reading was judged against, in seconds.
+    #[diesel(sql_type = Nullable<diesel::sql_types::Double>)]
+    pub latency_bound_seconds: Option<f64>,
 }
 
-/// The backfills that are `running`, with their rows done and whether a
+/// The backfills that are `running`, with their rows done, whether a
 /// current throttle condition holds them back (on the row, or on a
-/// partition, under that claim's generation), for a per-backfill stall
-/// alert (OBS-3). At most 1000, by ID. No lock.
+/// partition, under that claim's generation) and, while a latency budget
+/// paces them, its reading and bound, for a per-backfill stall alert
+/// (OBS-3) and the budget's metrics (THR-6). At most 1000, by ID. No lock.
 pub async fn backfill_running_progress(
     conn: &mut AsyncPgConnection,
 ) -> Result<Vec<RunningProgress>, StoreError> {
@@ -402,8 +410,17 @@ pub async fn backfill_running_progress(
                   AND (b.throttle->>'generation')::bigint = b.generation) \
              OR EXISTS (SELECT 1 FROM backfill_partition p WHERE p.backfill_id = b.id \
                   AND p.owner IS NOT NULL AND p.throttle IS NOT NULL \
-                  AND (p.throttle->>'generation')::bigint = p.generation) AS throttled \
-         FROM backfill b WHERE b.state = 'running' ORDER BY b.id LIMIT 1000",
+                  AND (p.throttle->>'generation')::bigint = p.generation) AS throttled, \
+             l.value AS latency_seconds, l.bound AS latency_bound_seconds \
+         FROM backfill b LEFT JOIN LATERAL ( \
+             SELECT max((c.t->>'value')::float8) AS value, \
+                    max((c.t->>'threshold')::float8) AS bound \
+             FROM (SELECT b.throttle AS t, b.generation AS g, b.owner AS o \
+                   UNION ALL SELECT p.throttle, p.generation, p.owner \
+                   FROM backfill_partition p WHERE p.backfill_id = b.id) c \
+             WHERE c.o IS NOT NULL AND c.t->>'signal' = 'latency' \
+               AND (c.t->>'generation')::bigint = c.g) l ON true \
+         WHERE b.state = 'running' ORDER BY b.id LIMIT 1000",
     ))
     .load(conn)
     .await?)
