@@ -449,7 +449,9 @@ impl FleetAdmin {
     /// whether a throttle holds them back, read from each database now
     /// (for `/metrics`, OBS-3); a database that cannot be read is left
     /// out, as its availability says.
-    pub async fn running_progress(&self) -> Vec<(String, Vec<crate::store::RunningProgress>)> {
+    pub(crate) async fn running_progress(
+        &self,
+    ) -> Vec<(String, Vec<crate::store::RunningProgress>)> {
         let reads = self.members.members().into_iter().filter_map(|m| {
             let admin = m.served()?.clone();
             Some(async move {
