@@ -247,22 +247,23 @@ async fn obs03_metrics_export_each_running_backfills_progress_and_throttle() {
         "{metrics}"
     );
     // A condition of the claim in force, as a runner records it.
-    db.exec(&format!(
-        "UPDATE backfill SET throttle = jsonb_build_object('signal', 'lock_waiters', \
-             'value', 3, 'threshold', 1, 'generation', generation) WHERE id = '{ID}'"
-    ))
-    .await;
+    let condition = |signal: &str, value: f64, threshold: f64| {
+        let sql = format!(
+            "UPDATE backfill SET throttle = jsonb_build_object('signal', '{signal}', \
+                 'value', {value}, 'threshold', {threshold}, 'generation', generation) \
+             WHERE id = '{ID}'"
+        );
+        let db = &db;
+        async move { db.exec(&sql).await }
+    };
+    condition("lock_waiters", 3.0, 1.0).await;
     let metrics = get(host.admin_addr, "/metrics").await.text;
     assert!(
         series(&metrics, "backfill_running_throttled").is_some_and(|l| l.ends_with(" 1")),
         "{metrics}"
     );
     // A latency budget's condition (THR-6): its reading and bound too.
-    db.exec(&format!(
-        "UPDATE backfill SET throttle = jsonb_build_object('signal', 'latency', \
-             'value', 0.25, 'threshold', 0.05, 'generation', generation) WHERE id = '{ID}'"
-    ))
-    .await;
+    condition("latency", 0.25, 0.05).await;
     let metrics = get(host.admin_addr, "/metrics").await.text;
     for line in [
         format!("backfill_latency_budget_seconds{{backfill=\"{ID}\",kind=\"reading\"}} 0.25"),

@@ -774,6 +774,46 @@ impl backfill::host::Application for People {
     }
 }
 
+/// The operator token of the hosts below.
+const HOST_TOKEN: &str = "undo-operator-token-0123456789";
+
+/// A host over `db` serving [`People`] in automatic mode, its listeners
+/// on free ports, the operator token [`HOST_TOKEN`].
+async fn people_host(db: &TestDb) -> backfill::host::Host {
+    use backfill::host::{Host, HostConfig};
+    let mut config = HostConfig::new(db.url.clone());
+    config.listen = "127.0.0.1:0".parse().expect("address");
+    config.admin_listen = "127.0.0.1:0".parse().expect("address");
+    config.engine = support::engine_config();
+    config.runtime.poll_interval = std::time::Duration::from_millis(50);
+    config.admin_auth =
+        backfill::admin::AuthConfig::from_sources(Some(HOST_TOKEN), None, false).expect("auth");
+    Host::start(config, People).await.expect("host")
+}
+
+/// The operator's undo of `ID` over `host`'s admin listener with
+/// idempotency key `key`, run by the host to `completed`.
+async fn undo_on_host(host: &backfill::host::Host, key: &str) {
+    let bearer = format!("Bearer {HOST_TOKEN}");
+    let undo = support::http::request(
+        host.admin_addr,
+        "POST",
+        &format!("/admin/backfills/{ID}/undo"),
+        &[("Authorization", &bearer), ("Idempotency-Key", key)],
+        None,
+    )
+    .await;
+    assert_eq!(undo.status, 200, "{}", undo.text);
+    host.engine()
+        .wait_for(
+            UNDO,
+            &[State::Completed],
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .expect("the undo completed");
+}
+
 /// UNDO-2, UNDO-4: under a host (the actor runtime, the admin listener
 /// and `/metrics`), the automatic backfill completes, the undo started
 /// over HTTP is claimed and run to `completed` by the supervisor like any
@@ -782,38 +822,15 @@ impl backfill::host::Application for People {
 /// journal families of the scrape.
 #[actix_rt::test]
 async fn undo04_a_host_runs_the_undo_and_exports_the_journal() {
-    use backfill::host::{Host, HostConfig};
     use std::time::Duration;
-    use support::http::{get, request};
-    const TOKEN: &str = "undo-operator-token-0123456789";
+    use support::http::get;
     let (db, before) = people(600).await;
-    let mut config = HostConfig::new(db.url.clone());
-    config.listen = "127.0.0.1:0".parse().expect("address");
-    config.admin_listen = "127.0.0.1:0".parse().expect("address");
-    config.engine = support::engine_config();
-    config.runtime.poll_interval = Duration::from_millis(50);
-    config.admin_auth =
-        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).expect("auth");
-    let host = Host::start(config, People).await.expect("host");
-    let engine = host.engine().clone();
-    engine
+    let host = people_host(&db).await;
+    host.engine()
         .wait_for(ID, &[State::Completed], Duration::from_secs(60))
         .await
         .expect("completed");
-    let bearer = format!("Bearer {TOKEN}");
-    let undo = request(
-        host.admin_addr,
-        "POST",
-        &format!("/admin/backfills/{ID}/undo"),
-        &[("Authorization", &bearer), ("Idempotency-Key", "host-undo")],
-        None,
-    )
-    .await;
-    assert_eq!(undo.status, 200, "{}", undo.text);
-    engine
-        .wait_for(UNDO, &[State::Completed], Duration::from_secs(60))
-        .await
-        .expect("the undo completed");
+    undo_on_host(&host, "host-undo").await;
     assert_eq!(checksum(&db).await, before);
     db.exec("ANALYZE backfill_journal").await;
     let metrics = get(host.admin_addr, "/metrics").await.text;
@@ -843,12 +860,9 @@ async fn undo04_a_host_runs_the_undo_and_exports_the_journal() {
 /// backfill goes `failed`).
 #[actix_rt::test]
 async fn undo01_a_journaled_repair_gets_past_a_hot_row() {
-    use backfill::host::{Host, HostConfig};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
-    use support::http::request;
-    const TOKEN: &str = "undo-operator-token-0123456789";
     let (db, _) = people(2000).await;
     let repaired_columns = "SELECT md5(string_agg(concat_ws('|', id, email, email_norm), ',' \
                             ORDER BY id)) AS v FROM people";
@@ -875,14 +889,7 @@ async fn undo01_a_journaled_repair_gets_past_a_hot_row() {
         })
     };
     first.await.expect("the hot writer runs");
-    let mut config = HostConfig::new(db.url.clone());
-    config.listen = "127.0.0.1:0".parse().expect("address");
-    config.admin_listen = "127.0.0.1:0".parse().expect("address");
-    config.engine = support::engine_config();
-    config.runtime.poll_interval = Duration::from_millis(50);
-    config.admin_auth =
-        backfill::admin::AuthConfig::from_sources(Some(TOKEN), None, false).expect("auth");
-    let host = Host::start(config, People).await.expect("host");
+    let host = people_host(&db).await;
     let engine = host.engine().clone();
     let settled = engine
         .wait_for(
@@ -915,20 +922,7 @@ async fn undo01_a_journaled_repair_gets_past_a_hot_row() {
         Some("2000/2000/2000"),
         "one entry per row"
     );
-    let bearer = format!("Bearer {TOKEN}");
-    let undo = request(
-        host.admin_addr,
-        "POST",
-        &format!("/admin/backfills/{ID}/undo"),
-        &[("Authorization", &bearer), ("Idempotency-Key", "hot-undo")],
-        None,
-    )
-    .await;
-    assert_eq!(undo.status, 200, "{}", undo.text);
-    engine
-        .wait_for(UNDO, &[State::Completed], Duration::from_secs(60))
-        .await
-        .expect("the undo completed");
+    undo_on_host(&host, "hot-undo").await;
     assert_eq!(db.text(repaired_columns).await, before);
     assert_eq!(
         db.scalar("SELECT sum(touched)::bigint AS v FROM people")
