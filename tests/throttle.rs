@@ -19,7 +19,8 @@
 //!   commits nothing, the view naming the window and its next opening;
 //!   a window that includes the hour lets it complete: `flt03_*`
 //! - THR-6..8 a latency budget cuts the pace under a real load and
-//!   releases after it: `budget::thr06_*`
+//!   releases after it: `budget::thr06_*`; on the host's own request
+//!   latencies through the actix-web middleware: `host::thr07_*`
 //! - THR-5 the admin view's reading refreshed while throttled, and a
 //!   partitioned backfill's own counters moving while it runs: `thr05_*`
 //!   (a stale replay lag and the throttle text are in `tests/health.rs`)
@@ -37,6 +38,9 @@ mod support;
 /// THR-6..8: latency budgets under a real load.
 #[path = "latency/budget.rs"]
 mod budget;
+/// THR-7: a budget on the host's own request latencies.
+#[path = "latency/host.rs"]
+mod host;
 
 /// CLM-6: a failover to a promoted standby, on the same standby pairs as
 /// the replication-lag tests.
