@@ -34,8 +34,9 @@ use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use std::sync::Arc;
 use std::time::Duration;
 use support::http::{get, request};
+use support::log::Log;
 use support::repairs::{items_sql, Counter, Hooks};
-use support::{engine_config, test_db, TestDb};
+use support::{engine_config, eventually, test_db, TestDb};
 
 const ID: &str = "items.counter";
 const TOKEN: &str = "embed-operator-token-0123456789";
@@ -48,6 +49,9 @@ struct Shop {
     /// Above 1: the repair is the declarative one, split into this many
     /// partitions at `start`.
     partitions: u32,
+    /// The counter repair in two statements, so that the hooks' gate after
+    /// its mutation holds a batch open before its fenced commit.
+    gated: bool,
 }
 
 #[derive(diesel::QueryableByName)]
@@ -69,7 +73,11 @@ impl Application for Shop {
                 .build()?;
             return Registry::new().with(repair);
         }
-        Registry::new().with(Counter::new(ID, 10, self.hooks.clone()).one_statement())
+        let counter = Counter::new(ID, 10, self.hooks.clone());
+        if self.gated {
+            return Registry::new().with(counter);
+        }
+        Registry::new().with(counter.one_statement())
     }
 
     async fn migrate(&self, url: &str) -> Result<(), AppError> {
@@ -108,6 +116,7 @@ fn shop(hooks: &Arc<Hooks>) -> Shop {
         hooks: hooks.clone(),
         rows: 200,
         partitions: 1,
+        gated: false,
     }
 }
 
@@ -723,6 +732,125 @@ async fn emb01_partitioned_repair_runs_to_completed_in_the_host() {
             .await,
         200
     );
+    host.stop().await;
+}
+
+/// The value of one sample line (`name{labels} value`) of a scrape.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no sample {series} in {metrics}"))
+        .parse()
+        .unwrap()
+}
+
+/// OBS-1, CT-5: on the host's `/metrics`, a batch the fence rejects as a
+/// stale owner's counts in `backfill_stale_rejections_total` and under
+/// `backfill_batch_duration_seconds{outcome="stale"}` alike, once per
+/// `stale_owner_rejected` event; a batch an operator's pause rolls back
+/// counts under `outcome="paused"`, once per pause audited, and in neither
+/// stale family. The stale owner is made by a real takeover (a second
+/// engine claims after the lease expired) while the host's batch is held
+/// by the gate between mutation and commit. Guards: `BatchEnd::of` keeping
+/// a pause out of `stale`, and the runner counting the rejection.
+#[actix_rt::test]
+async fn obs01_a_stale_batch_counts_as_stale_on_both_families_a_paused_one_on_neither() {
+    let (log, _capture) = Log::capture();
+    let db = test_db().await;
+    let hooks = Hooks::new();
+    let app = Shop {
+        gated: true,
+        ..shop(&hooks)
+    };
+    let host = Host::start(config(&db, true, false), app).await.unwrap();
+    let rival = waiter(&db, &hooks).await;
+    let mut gate = hooks.gate_after_mutate();
+    host.engine().start(ID).await.unwrap();
+    gate.reached().await;
+    // Another process takes the expired claim over: the generation moves
+    // on, so the held batch's commit is a stale owner's.
+    db.expire_lease(ID).await;
+    let taken = rival
+        .claim_next("rival", &[])
+        .await
+        .unwrap()
+        .expect("takeover");
+    gate.release();
+    eventually("the stale runner exits", || async {
+        host.embedded
+            .runtime
+            .status()
+            .await
+            .unwrap()
+            .held
+            .is_empty()
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) AS v FROM items WHERE n <> 0")
+            .await,
+        0,
+        "the stale batch rolled back"
+    );
+    // Give the claim back so that the host runs the backfill again; its
+    // next batch is held and paused through the admin API.
+    hooks.clear_gates();
+    let mut gate = hooks.gate_after_mutate();
+    assert!(rival.release(&taken).await.unwrap());
+    host.embedded.runtime.wake();
+    gate.reached().await;
+    let auth = format!("Bearer {TOKEN}");
+    let paused = request(
+        host.admin_addr,
+        "POST",
+        &format!("/admin/backfills/{ID}/pause"),
+        &[("Authorization", &auth), ("Idempotency-Key", "obs01-pause")],
+        None,
+    )
+    .await;
+    assert_eq!(paused.status, 200, "{}", paused.text);
+    gate.release();
+    eventually("the paused runner exits", || async {
+        host.embedded
+            .runtime
+            .status()
+            .await
+            .unwrap()
+            .held
+            .is_empty()
+    })
+    .await;
+
+    let metrics = get(host.admin_addr, "/metrics").await.text;
+    let stale_events = log.lines("stale_owner_rejected").len() as f64;
+    let pauses = db
+        .scalar(&format!(
+            "SELECT count(*) AS v FROM backfill_audit \
+             WHERE backfill_id = '{ID}' AND action = 'pause' AND outcome = 'applied'"
+        ))
+        .await as f64;
+    assert_eq!(stale_events, 1.0, "{:?}", log.lines("stale_owner_rejected"));
+    assert_eq!(pauses, 1.0);
+    assert_eq!(
+        sample(&metrics, "backfill_stale_rejections_total"),
+        stale_events
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "backfill_batch_duration_seconds_count{outcome=\"stale\"}"
+        ),
+        stale_events
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "backfill_batch_duration_seconds_count{outcome=\"paused\"}"
+        ),
+        pauses
+    );
+    assert_eq!(state(host.engine()).await, State::Paused);
     host.stop().await;
 }
 

@@ -32,8 +32,14 @@ pub const DURATION_BUCKETS: [f64; 15] = [
 pub enum BatchEnd {
     /// Mutation and checkpoint committed.
     Committed,
-    /// The fence rejected the batch; it rolled back.
+    /// The fence rejected the batch of a stale owner; it rolled back. The
+    /// same batches, and only they, count in
+    /// `backfill_stale_rejections_total`.
     Stale,
+    /// An operator's pause took effect at the fence; the batch rolled
+    /// back. Kept apart from `stale` because a pause is no stale owner
+    /// and does not count in `backfill_stale_rejections_total`.
+    Paused,
     /// Any failure: recorded (retrying, blocked, failed), fail-closed, or
     /// a backend that could not make the outcome durable.
     Error,
@@ -41,13 +47,19 @@ pub enum BatchEnd {
 
 impl BatchEnd {
     /// Every label value, in exposition order.
-    pub const ALL: [BatchEnd; 3] = [BatchEnd::Committed, BatchEnd::Stale, BatchEnd::Error];
+    pub const ALL: [BatchEnd; 4] = [
+        BatchEnd::Committed,
+        BatchEnd::Stale,
+        BatchEnd::Paused,
+        BatchEnd::Error,
+    ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
             BatchEnd::Committed => "committed",
             BatchEnd::Stale => "stale",
+            BatchEnd::Paused => "paused",
             BatchEnd::Error => "error",
         }
     }
@@ -55,8 +67,8 @@ impl BatchEnd {
     fn of(outcome: &Result<StepOutcome, BackendError>) -> Self {
         match outcome {
             Ok(StepOutcome::Committed { .. }) => BatchEnd::Committed,
-            // A batch a pause rolled back ended at the fence all the same.
-            Ok(StepOutcome::Stale | StepOutcome::Paused) => BatchEnd::Stale,
+            Ok(StepOutcome::Stale) => BatchEnd::Stale,
+            Ok(StepOutcome::Paused) => BatchEnd::Paused,
             Ok(StepOutcome::Recorded { .. } | StepOutcome::FailClosed { .. }) | Err(_) => {
                 BatchEnd::Error
             }
@@ -134,7 +146,10 @@ pub struct RuntimeMetrics {
     /// Claims given back on shutdown (`backfill_claims_released_total`).
     pub claims_released: IntCounter,
     /// Batches or validations of a stale owner rejected by the fence at
-    /// commit, a pause's not counted (`backfill_stale_rejections_total`).
+    /// commit, a pause's batch not counted
+    /// (`backfill_stale_rejections_total`): the batches observed under
+    /// [`BatchEnd::Stale`] and the validations under
+    /// [`ValidationEnd::Stale`], so the counter and the histograms agree.
     pub stale_rejections: IntCounter,
     /// Batches started (`backfill_batches_attempted_total`).
     pub batches_attempted: IntCounter,
@@ -171,7 +186,7 @@ pub struct RuntimeMetrics {
     batch_duration: HistogramVec,
     /// The children of `batch_duration`, indexed like [`BatchEnd::ALL`]:
     /// resolved once, so an observation looks up no label values.
-    batch_durations: [Histogram; 3],
+    batch_durations: [Histogram; 4],
     validation_duration: HistogramVec,
     /// The children of `validation_duration`, indexed like
     /// [`ValidationEnd::ALL`].
@@ -523,6 +538,21 @@ mod tests {
             m.runners_throttled.desc()[0].fq_name,
             "backfill_runners_throttled"
         );
+    }
+
+    /// A stale owner's batch and a paused one both rolled back at the
+    /// fence, but only the first is a stale rejection: each lands under
+    /// its own outcome, so `outcome="stale"` counts what
+    /// `backfill_stale_rejections_total` counts.
+    #[test]
+    fn obs01_a_paused_batch_is_not_observed_as_stale() {
+        let metrics = RuntimeMetrics::new();
+        metrics.observe_batch(&Ok(StepOutcome::Stale), Duration::from_millis(1));
+        metrics.observe_batch(&Ok(StepOutcome::Paused), Duration::from_millis(1));
+        metrics.observe_batch(&Ok(StepOutcome::Paused), Duration::from_millis(1));
+        let count = |end| metrics.batch_duration(end).get_sample_count();
+        assert_eq!(count(BatchEnd::Stale), 1);
+        assert_eq!(count(BatchEnd::Paused), 2);
     }
 
     /// An observation lands under the outcome it is given and in seconds.
