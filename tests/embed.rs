@@ -854,6 +854,53 @@ async fn obs01_a_stale_batch_counts_as_stale_on_both_families_a_paused_one_on_ne
     host.stop().await;
 }
 
+/// OBS-1, VAL-4: an explicit validation that finds the postcondition
+/// false counts on the host's `/metrics` under
+/// `backfill_validations_rejected_total{kind="explicit"}`, once per
+/// `failure` audit row (its replay runs nothing and counts nothing), and
+/// not as a lifecycle rejection. Guard: `Admin::validate` counting into
+/// the host's runtime metrics.
+#[actix_rt::test]
+async fn obs01_a_failed_explicit_validation_counts_on_the_hosts_metrics() {
+    let db = test_db().await;
+    let hooks = Hooks::new();
+    let host = Host::start(config(&db, true, true), shop(&hooks))
+        .await
+        .unwrap();
+    completed_and_ready(&host, &db).await;
+    db.exec("UPDATE items SET n = 2 WHERE id = 3").await;
+    let auth = format!("Bearer {TOKEN}");
+    for _ in 0..2 {
+        let bad = request(
+            host.admin_addr,
+            "POST",
+            &format!("/admin/backfills/{ID}/validate"),
+            &[("Authorization", &auth), ("Idempotency-Key", "obs01-v")],
+            None,
+        )
+        .await;
+        assert_eq!(bad.status, 200, "{}", bad.text);
+        assert_eq!(bad.body["outcome"], "failure", "{}", bad.text);
+    }
+    let failures = db
+        .scalar(&format!(
+            "SELECT count(*) AS v FROM backfill_audit \
+             WHERE backfill_id = '{ID}' AND action = 'validate' AND outcome = 'failure'"
+        ))
+        .await as f64;
+    assert_eq!(failures, 1.0);
+    let metrics = get(host.admin_addr, "/metrics").await.text;
+    let rejected = |kind: &str| {
+        sample(
+            &metrics,
+            &format!("backfill_validations_rejected_total{{kind=\"{kind}\"}}"),
+        )
+    };
+    assert_eq!(rejected("explicit"), failures);
+    assert_eq!(rejected("lifecycle"), 0.0);
+    host.stop().await;
+}
+
 /// EMB-7: a plain tokio service (no actix system of its own) starts the
 /// runtime, starts a backfill and awaits its completion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

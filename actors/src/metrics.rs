@@ -13,7 +13,9 @@
 
 use crate::{BackendError, StepOutcome, ValidationOutcome};
 use prometheus::core::Collector;
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 use std::time::Duration;
 
 /// Upper bounds, in seconds, of the duration histograms' buckets (a final
@@ -173,8 +175,15 @@ pub struct RuntimeMetrics {
     /// (`backfill_validations_completed_total`).
     pub validations_completed: IntCounter,
     /// Lifecycle validations that found the postcondition false
-    /// (`backfill_validations_rejected_total`).
+    /// (`backfill_validations_rejected_total{kind="lifecycle"}`).
     pub validations_rejected: IntCounter,
+    /// Explicit (operator) validations whose definition found the
+    /// postcondition false, counted by the admin layer of the host that
+    /// answered them (`backfill_validations_rejected_total{kind="explicit"}`):
+    /// one family, so a sum over `kind` counts every rejection and a rule
+    /// that pages on a failed or blocked backfill selects `lifecycle`.
+    pub explicit_validations_rejected: IntCounter,
+    validations_rejected_by_kind: IntCounterVec,
     /// Lifecycle validations that errored
     /// (`backfill_validation_errors_total`).
     pub validation_errors: IntCounter,
@@ -300,14 +309,10 @@ const ERROR_COUNTERS: Definitions<4> = [
 ];
 
 /// How lifecycle validations ended.
-const VALIDATION_COUNTERS: Definitions<3> = [
+const VALIDATION_COUNTERS: Definitions<2> = [
     (
         "backfill_validations_completed_total",
         "Lifecycle validations that completed a backfill.",
-    ),
-    (
-        "backfill_validations_rejected_total",
-        "Lifecycle validations that found the postcondition false.",
     ),
     (
         "backfill_validation_errors_total",
@@ -328,8 +333,21 @@ impl RuntimeMetrics {
         let [batches_attempted, batches_committed, keys_committed] = counters(BATCH_COUNTERS);
         let [errors_retryable, errors_blocked, errors_failed, fail_closed] =
             counters(ERROR_COUNTERS);
-        let [validations_completed, validations_rejected, validation_errors] =
-            counters(VALIDATION_COUNTERS);
+        let [validations_completed, validation_errors] = counters(VALIDATION_COUNTERS);
+        // As for `counter`: the definition is a constant of this file. Both
+        // kinds are resolved up front, so each is exported from the first
+        // scrape at zero rather than absent.
+        let validations_rejected_by_kind = IntCounterVec::new(
+            Opts::new(
+                "backfill_validations_rejected_total",
+                "Validations whose definition found the postcondition false: lifecycle ones (the backfill is failed or blocked) and explicit ones (nothing changes).",
+            ),
+            &["kind"],
+        )
+        .expect("a valid counter definition");
+        let validations_rejected = validations_rejected_by_kind.with_label_values(&["lifecycle"]);
+        let explicit_validations_rejected =
+            validations_rejected_by_kind.with_label_values(&["explicit"]);
         let (batch_duration, batch_durations) = durations(
             "backfill_batch_duration_seconds",
             "Duration of one batch (select, mutate, fenced commit), by how it ended.",
@@ -357,6 +375,8 @@ impl RuntimeMetrics {
             fail_closed,
             validations_completed,
             validations_rejected,
+            explicit_validations_rejected,
+            validations_rejected_by_kind,
             validation_errors,
             runners_throttled: gauge(
                 "backfill_runners_throttled",
@@ -397,7 +417,7 @@ impl RuntimeMetrics {
             Box::new(self.errors_failed.clone()),
             Box::new(self.fail_closed.clone()),
             Box::new(self.validations_completed.clone()),
-            Box::new(self.validations_rejected.clone()),
+            Box::new(self.validations_rejected_by_kind.clone()),
             Box::new(self.validation_errors.clone()),
             Box::new(self.runners_throttled.clone()),
             Box::new(self.throttle_events.clone()),
@@ -510,7 +530,7 @@ mod tests {
     #[test]
     fn obs01_every_counter_exports_its_fields_name() {
         let m = RuntimeMetrics::new();
-        let fields: [(&str, &IntCounter); 18] = [
+        let fields: [(&str, &IntCounter); 17] = [
             ("claims_acquired", &m.claims_acquired),
             ("claims_taken_over", &m.claims_taken_over),
             ("claims_renewed", &m.claims_renewed),
@@ -526,7 +546,6 @@ mod tests {
             ("errors_failed", &m.errors_failed),
             ("fail_closed", &m.fail_closed),
             ("validations_completed", &m.validations_completed),
-            ("validations_rejected", &m.validations_rejected),
             ("validation_errors", &m.validation_errors),
             ("throttle_events", &m.throttle_events),
         ];
@@ -537,6 +556,33 @@ mod tests {
         assert_eq!(
             m.runners_throttled.desc()[0].fq_name,
             "backfill_runners_throttled"
+        );
+        // The two kinds of rejection are one family, told apart by label.
+        m.explicit_validations_rejected.inc();
+        let registry = Registry::new();
+        m.register(&registry).expect("register");
+        let family = registry
+            .gather()
+            .into_iter()
+            .find(|f| f.name() == "backfill_validations_rejected_total")
+            .expect("rejections");
+        let by_kind: Vec<(String, f64)> = family
+            .get_metric()
+            .iter()
+            .map(|s| {
+                let kind = s.get_label().iter().find(|l| l.name() == "kind");
+                (
+                    kind.expect("kind").value().to_string(),
+                    s.get_counter().get_value(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            by_kind,
+            [
+                ("explicit".to_string(), 1.0),
+                ("lifecycle".to_string(), 0.0)
+            ]
         );
     }
 

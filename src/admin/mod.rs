@@ -91,6 +91,10 @@ pub struct Admin {
     /// Hostnames answered in trusted-network mode (AUTH-3), normalized
     /// by [`hostname`].
     allowed_hosts: Arc<Vec<String>>,
+    /// The runtime metrics of the host serving this boundary: an explicit
+    /// validation runs here, without the actor runtime, and its rejection
+    /// must count on the same `/metrics` as a lifecycle one.
+    metrics: Option<Arc<backfill_actors::RuntimeMetrics>>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -138,7 +142,16 @@ impl Admin {
             waker: None,
             flood: Arc::new(FloodGate::new(FloodLimits::default())),
             allowed_hosts: Arc::new(LOOPBACK_HOSTS.map(String::from).to_vec()),
+            metrics: None,
         }
+    }
+
+    /// Count explicit validations that found the postcondition false in
+    /// `metrics` (`backfill_validations_rejected_total{kind="explicit"}`),
+    /// the runtime metrics the host's `/metrics` exports.
+    pub fn with_metrics(mut self, metrics: Arc<backfill_actors::RuntimeMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Answer in trusted-network mode also to requests whose `Host` names
@@ -778,10 +791,12 @@ impl Admin {
                 if let Some(reply) =
                     replay(conn, authority, id, action.as_str(), action.as_str(), key).await?
                 {
-                    return Ok(reply);
+                    // A replay ran nothing: its rejection was counted once.
+                    return Ok((reply, false));
                 }
                 let ExplicitValidation { row, outcome } = self.engine.validate_in(conn, id).await?;
                 let (response, keep) = validation_response(&row, outcome);
+                let rejected = response.outcome == "failure";
                 let body = to_json(&response)?;
                 store::audit_insert(
                     conn,
@@ -812,11 +827,17 @@ impl Admin {
                     )
                     .await?;
                 }
-                Ok(Reply { status: 200, body })
+                Ok((Reply { status: 200, body }, rejected))
             })
             .await;
         match result {
-            Ok(reply) => Ok(reply),
+            Ok((reply, rejected)) => {
+                // Counted once the outcome committed, as the audit row did.
+                if let (true, Some(metrics)) = (rejected, &self.metrics) {
+                    metrics.explicit_validations_rejected.inc();
+                }
+                Ok(reply)
+            }
             Err(e) => Err(self
                 .rejected(authority, id, action.as_str(), meta, e.into())
                 .await),

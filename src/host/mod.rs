@@ -580,6 +580,7 @@ impl Embedded {
             },
         )
         .with_allowed_hosts(self.allowed_hosts.iter().cloned())
+        .with_metrics(self.runtime.metrics().clone())
         .with_waker(Arc::new(move |_id: &str| runtime.wake()))
     }
 
