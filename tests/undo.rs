@@ -764,6 +764,64 @@ async fn undo04_prune_waits_for_the_undo_and_is_audited() {
     server.stop().await;
 }
 
+/// UNDO-4: a prune of a repair that keeps no journal is refused, 409
+/// `not_journaled` with a message naming why, and audited as such; the
+/// backfill is left as it was. Guard: the journal check of the prune
+/// (without it the answer is `applied` with nothing deleted).
+#[actix_rt::test]
+async fn undo04_prune_of_a_repair_without_a_journal_is_refused() {
+    const PLAIN: &str = "people.plain.v1";
+    let (db, _) = people(50).await;
+    let plain = SqlRepair::new(PLAIN, "people")
+        .key("id")
+        .set("touched = 1")
+        .validate_where("touched <> 1")
+        .build()
+        .expect("definition");
+    let engine = engine(&db, Registry::new().with(plain).expect("registers"));
+    engine.register().await.expect("register");
+    engine.start(PLAIN).await.expect("start");
+    drive(&engine).await;
+    let before = engine.get(PLAIN).await.expect("row");
+    assert_eq!(before.state, State::Completed);
+    let server = serve(admin(engine.clone()));
+
+    let prune = format!("/admin/backfills/{PLAIN}/journal/prune");
+    let refused = post(&server.url, &prune, OPERATOR, "p-1").await;
+    assert_eq!(
+        (refused.status, refused.body["error"].as_str()),
+        (409, Some("not_journaled")),
+        "{}",
+        refused.text
+    );
+    let message = refused.body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(PLAIN) && message.contains("keeps no journal"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(refused.body["current"]["state"], "completed");
+    let after = engine.get(PLAIN).await.expect("row");
+    assert_eq!(
+        (after.state, after.generation),
+        (before.state, before.generation)
+    );
+    let audit = db
+        .text(&format!(
+            "SELECT outcome || ': ' || detail AS v FROM backfill_audit \
+             WHERE backfill_id = '{PLAIN}' AND action = 'journal_prune' AND correlation = 'p-1'"
+        ))
+        .await;
+    assert!(
+        audit
+            .as_deref()
+            .is_some_and(|a| a.starts_with("not_journaled: ") && a.contains("keeps no journal")),
+        "{audit:?}"
+    );
+    support::admin::assert_audit_complete(&db).await;
+    server.stop().await;
+}
+
 /// The journaled repair as a host's application.
 struct People;
 

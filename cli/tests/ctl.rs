@@ -719,6 +719,28 @@ async fn undo02_ctl_undoes_shows_the_journal_and_prunes() {
     server.stop().await;
 }
 
+/// UNDO-4: `ctl journal prune` of a repair that keeps no journal is
+/// refused with exit 3 and one line saying it keeps none, never the
+/// "applied; the journal is deleted" of a prune. Guard: the server's
+/// journal check of the prune.
+#[actix_rt::test]
+async fn undo04_ctl_prune_of_a_repair_without_a_journal_exits_3() {
+    let (_db, engine, _hooks) = setup(5).await;
+    engine.start(ID).await.expect("start");
+    drive(&engine).await;
+    let server = serve(admin(engine.clone()));
+    let out = ctl(&server.url, Some(OPERATOR), &["journal", "prune", ID]).await;
+    assert_eq!(out.code, 3, "{} {}", out.stdout, out.stderr);
+    assert_eq!(out.stdout, "", "{}", out.stdout);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("keeps no journal") && out.stderr.contains(ID),
+        "{}",
+        out.stderr
+    );
+    server.stop().await;
+}
+
 /// AUD-3: `ctl audit` shows control and bidirectional characters that an
 /// audit row holds escaped, so none reaches the operator's terminal.
 /// Guard: `audit_text` (on the server's `AuditEntry` and again in `ctl`).

@@ -155,7 +155,8 @@ impl Admin {
     /// POST /admin/backfills/{id}/journal/prune (UNDO-4): 200 `applied`
     /// with the backfill's view (its journal now empty) and the count in
     /// the audit detail; 409 `journal_in_use` while the backfill runs or an
-    /// undo of it has not completed; 404 for an unknown ID.
+    /// undo of it has not completed, 409 `not_journaled` for a repair that
+    /// keeps no journal; 404 for an unknown ID.
     pub async fn journal_prune(
         &self,
         meta: &RequestMeta<'_>,

@@ -84,8 +84,8 @@ pub enum EngineError {
     #[error("backfill {:?} is completed: its settings no longer change", .0.id)]
     Completed(Box<BackfillRow>),
     /// The backfill's definition keeps no journal, so it cannot be undone
-    /// (UNDO-1). Nothing was changed.
-    #[error("backfill {0:?} keeps no journal: its repair declares none, so it cannot be undone")]
+    /// (UNDO-1) and has no journal to prune (UNDO-4). Nothing was changed.
+    #[error("backfill {0:?} keeps no journal: its repair declares none, so there is nothing to undo or prune")]
     NotJournaled(String),
     /// The backfill is itself an undo; undoing it is refused (UNDO-3: the
     /// fixed repair runs under a new stable ID). Nothing was changed.

@@ -112,8 +112,8 @@ impl Engine {
 
     /// Delete the journal of `id` inside the caller's transaction (UNDO-4),
     /// with the original's row lock and its undo's: refused while the
-    /// backfill runs (it still writes the journal) and while an undo of it
-    /// has not completed.
+    /// backfill runs (it still writes the journal), while an undo of it
+    /// has not completed, and for a repair that keeps no journal.
     pub(crate) async fn journal_prune_in(
         &self,
         conn: &mut AsyncPgConnection,
@@ -122,6 +122,16 @@ impl Engine {
         let row = store::backfill_lock(conn, id)
             .await?
             .ok_or_else(|| EngineError::UnknownBackfill(id.to_string()))?;
+        // A repair that declares no journal has none to delete: answering
+        // "applied, 0 rows" would read as if an undo had been given up.
+        // Rows left by an earlier definition that did journal (or of an ID
+        // this server has no definition for) are still pruned.
+        if self.registry.journal(id).is_none() {
+            let (_, _, entries) = store::journal_extent(conn, id).await?;
+            if entries == 0 {
+                return Err(EngineError::NotJournaled(id.to_string()));
+            }
+        }
         let in_use = |why: String| EngineError::JournalInUse {
             id: id.to_string(),
             why,

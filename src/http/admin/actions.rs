@@ -240,7 +240,7 @@ pub(super) async fn undo(
             headers(("Retry-After" = String, description = "Seconds to wait"))),
         (status = 403, description = "Lacks backfill:operate", body = ErrorBody),
         (status = 404, description = "No such backfill", body = ErrorBody),
-        (status = 409, description = "`journal_in_use`: the backfill runs (it may still write the journal) or an undo of it has not completed", body = ConflictBody),
+        (status = 409, description = "`journal_in_use`: the backfill runs (it may still write the journal) or an undo of it has not completed; `not_journaled`: its repair keeps no journal, so there is none to delete", body = ConflictBody),
         (status = 422, description = "Idempotency-Key reused for another action or backfill", body = ErrorBody),
         (status = 500, description = "Server error; nothing committed", body = ErrorBody),
         (status = 503, description = "Database unavailable; nothing committed", body = ErrorBody),
