@@ -1606,7 +1606,9 @@ async fn api03_a_coalesced_row_describes_the_first_request_of_its_window() {
         row("unauthorized").await.as_deref(),
         Some(
             "items.counter|pause|-|none|\
-             a bearer token with a backfill capability is required|2|127.0.0.1"
+             no bearer token was sent: a backfill capability is required (send the header \
+             `Authorization: Bearer <token>`; backfill ctl reads it from BACKFILL_TOKEN or \
+             --token-file)|2|127.0.0.1"
         ),
         "no correlation: the caller chose it (AUD-3)"
     );
@@ -2200,6 +2202,55 @@ async fn auth01_me_reports_the_callers_capabilities() {
         let refused = call(&server.url, "GET", "/admin/me", token, None).await;
         assert_eq!(refused.status, 401, "{}", refused.text);
         assert!(refused.body.get("capabilities").is_none());
+    }
+    server.stop().await;
+}
+
+/// AUTH-1: a 401 says whether a bearer token was sent (and never echoes
+/// it) and how one is passed, on a read and on an action; the code stays
+/// `unauthorized`. Guard: the `token_sent` of `AdminError::Unauthorized`.
+#[actix_rt::test]
+async fn auth01_a_401_tells_a_missing_token_from_a_refused_one() {
+    let (_db, engine, _hooks) = setup(1).await;
+    let server = serve(admin(engine.clone()));
+    let wrong = "not-a-known-token-0123";
+    for (method, path, key) in [
+        ("GET", "/admin/backfills".to_string(), None),
+        ("POST", format!("/admin/backfills/{ID}/pause"), Some("k-1")),
+    ] {
+        let none = call(&server.url, method, &path, None, key).await;
+        let refused = call(&server.url, method, &path, Some(wrong), key).await;
+        for r in [&none, &refused] {
+            assert_eq!(r.status, 401, "{}", r.text);
+            assert_eq!(r.body["error"], "unauthorized", "{}", r.text);
+            let message = r.body["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("Authorization: Bearer")
+                    && message.contains("BACKFILL_TOKEN")
+                    && message.contains("--token-file"),
+                "{}",
+                r.text
+            );
+            assert!(
+                !r.text.contains(wrong),
+                "the token is not echoed: {}",
+                r.text
+            );
+        }
+        assert!(
+            none.body["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("no bearer token was sent")),
+            "{}",
+            none.text
+        );
+        assert!(
+            refused.body["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("the bearer token sent matches no principal")),
+            "{}",
+            refused.text
+        );
     }
     server.stop().await;
 }

@@ -741,6 +741,49 @@ async fn undo04_ctl_prune_of_a_repair_without_a_journal_exits_3() {
     server.stop().await;
 }
 
+/// AUTH-1: `ctl`'s exit-4 line for a 401 tells no token from a refused
+/// one: without a token it names BACKFILL_TOKEN and --token-file, with a
+/// wrong one it says the token was refused (never printing it); a 403
+/// still names the missing capability. Guard: `Client::unauthorized_line`.
+#[actix_rt::test]
+async fn auth01_ctl_says_whether_a_token_was_given_or_refused() {
+    let (_db, engine, _hooks) = setup(1).await;
+    let server = serve(admin(engine.clone()));
+    let url = server.url.as_str();
+    let wrong = "wrong-token-0123456789";
+    let none = ctl(url, None, &["list"]).await;
+    assert_eq!(none.code, 4, "{}", none.stderr);
+    assert_eq!(none.stderr.trim().lines().count(), 1, "{}", none.stderr);
+    assert!(
+        none.stderr.contains("no token given")
+            && none.stderr.contains("BACKFILL_TOKEN")
+            && none.stderr.contains("--token-file"),
+        "{}",
+        none.stderr
+    );
+    let refused = ctl(url, Some(wrong), &["pause", ID]).await;
+    assert_eq!(refused.code, 4, "{}", refused.stderr);
+    assert_eq!(
+        refused.stderr.trim().lines().count(),
+        1,
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("refused the token given") && !refused.stderr.contains(wrong),
+        "{}",
+        refused.stderr
+    );
+    let forbidden = ctl(url, Some(READER), &["pause", ID]).await;
+    assert_eq!(forbidden.code, 4, "{}", forbidden.stderr);
+    assert!(
+        forbidden.stderr.contains("forbidden"),
+        "{}",
+        forbidden.stderr
+    );
+    server.stop().await;
+}
+
 /// AUD-3: `ctl audit` shows control and bidirectional characters that an
 /// audit row holds escaped, so none reaches the operator's terminal.
 /// Guard: `audit_text` (on the server's `AuditEntry` and again in `ctl`).

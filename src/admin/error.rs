@@ -13,8 +13,25 @@ use crate::throttle::settings::SettingsError;
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     /// 401: no bearer token, or one that matches no principal (AUTH-1).
-    #[error("a bearer token with a backfill capability is required")]
-    Unauthorized,
+    /// The message tells the two apart (never echoing the token) and
+    /// says how a token is passed, since "unauthorized" alone leaves an
+    /// operator guessing whether the token was lost or is wrong.
+    #[error(
+        "{}",
+        if *token_sent {
+            "the bearer token sent matches no principal: check it (it goes in the header \
+             `Authorization: Bearer <token>`; backfill ctl reads it from BACKFILL_TOKEN or \
+             --token-file)"
+        } else {
+            "no bearer token was sent: a backfill capability is required (send the header \
+             `Authorization: Bearer <token>`; backfill ctl reads it from BACKFILL_TOKEN or \
+             --token-file)"
+        }
+    )]
+    Unauthorized {
+        /// Whether the request carried a bearer token at all.
+        token_sent: bool,
+    },
     /// 403: the principal lacks the capability the request needs (AUTH-1).
     #[error("the principal lacks the {} capability", .0.as_str())]
     Forbidden(Capability),
@@ -83,10 +100,19 @@ pub enum AdminError {
 }
 
 impl AdminError {
+    /// The 401 of a request whose bearer token (`None`: no
+    /// `Authorization: Bearer` header) matched no principal. An empty
+    /// token counts as none sent: that is what a lost variable sends.
+    pub(crate) fn unauthorized(bearer: Option<&str>) -> Self {
+        AdminError::Unauthorized {
+            token_sent: bearer.is_some_and(|t| !t.is_empty()),
+        }
+    }
+
     /// HTTP status of the error.
     pub fn status(&self) -> u16 {
         match self {
-            AdminError::Unauthorized => 401,
+            AdminError::Unauthorized { .. } => 401,
             AdminError::Forbidden(_) => 403,
             AdminError::CrossSite => 403,
             AdminError::Misdirected => 421,
@@ -109,7 +135,7 @@ impl AdminError {
     /// Stable error code (also the audit outcome of a rejection).
     pub fn code(&self) -> &'static str {
         match self {
-            AdminError::Unauthorized => "unauthorized",
+            AdminError::Unauthorized { .. } => "unauthorized",
             AdminError::Forbidden(_) => "forbidden",
             AdminError::CrossSite => "cross_site",
             AdminError::Misdirected => "misdirected_request",

@@ -306,7 +306,7 @@ impl FleetAdmin {
         let authority = self
             .auth
             .authenticate(meta.bearer)
-            .ok_or(AdminError::Unauthorized)?;
+            .ok_or_else(|| AdminError::unauthorized(meta.bearer))?;
         if authority.can(capability) {
             Ok(authority)
         } else {
@@ -419,7 +419,7 @@ impl FleetAdmin {
         let authority = self
             .auth
             .authenticate(meta.bearer)
-            .ok_or(AdminError::Unauthorized)?;
+            .ok_or_else(|| AdminError::unauthorized(meta.bearer))?;
         Ok(CallerView {
             principal: authority.actor.clone(),
             authority: authority.source.to_string(),
@@ -437,7 +437,7 @@ impl FleetAdmin {
     pub fn member(&self, bearer: Option<&str>, name: &str) -> Result<Admin, AdminError> {
         self.auth
             .authenticate(bearer)
-            .ok_or(AdminError::Unauthorized)?;
+            .ok_or_else(|| AdminError::unauthorized(bearer))?;
         let member = self.chosen(Some(name))?.swap_remove(0);
         match member.served() {
             Some(admin) => Ok(admin.clone()),

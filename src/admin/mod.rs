@@ -482,7 +482,7 @@ impl Admin {
             Some(authority) => Ok(authority),
             None => {
                 let reason = flood::Reason::Unauthorized;
-                let error = AdminError::Unauthorized;
+                let error = AdminError::unauthorized(meta.bearer);
                 Err(self.refuse(None, meta, id, action, reason, error).await)
             }
         }

@@ -93,8 +93,9 @@ impl Client {
     }
 
     /// Map non-2xx statuses (other than a 409 conflict body the caller
-    /// renders) to errors; a 404 on a backfill's path names its ID.
-    fn check(response: Response, path: &str) -> Result<Response, CtlError> {
+    /// renders) to errors; a 404 on a backfill's path names its ID, a 401
+    /// says whether a token was given at all.
+    fn check(&self, response: Response, path: &str) -> Result<Response, CtlError> {
         let message = || {
             serde_json::from_value::<ErrorBody>(response.body.clone())
                 .map(|e| format!("{}: {}", e.error, e.message))
@@ -102,7 +103,8 @@ impl Client {
         };
         match response.status {
             200..=299 => Ok(response),
-            401 | 403 => Err(CtlError::Unauthorized(message())),
+            401 => Err(CtlError::Unauthorized(self.unauthorized_line())),
+            403 => Err(CtlError::Unauthorized(message())),
             409 => Err(CtlError::Conflict(conflict_line(&response.body))),
             // A fleet's listener answers 404 for a database it does not
             // serve (under `/databases/NAME`): that, not the ID, is wrong.
@@ -115,20 +117,40 @@ impl Client {
         }
     }
 
+    /// The line of a 401: whether this command sent a token, and where
+    /// `ctl` takes one from; never the token itself.
+    fn unauthorized_line(&self) -> String {
+        if self.token.as_deref().is_some_and(|t| !t.is_empty()) {
+            "unauthorized: the server refused the token given (it matches no principal); \
+             check the token in BACKFILL_TOKEN or the file named by --token-file"
+                .into()
+        } else {
+            "unauthorized: no token given; pass one in BACKFILL_TOKEN or in a file named by \
+             --token-file"
+                .into()
+        }
+    }
+
     pub(super) async fn get(&self, path: &str) -> Result<Value, CtlError> {
-        Ok(Self::check(self.send("GET", path, None, None).await?, path)?.body)
+        Ok(self
+            .check(self.send("GET", path, None, None).await?, path)?
+            .body)
     }
 
     /// POST a request that changes nothing (a dry run): sent once, without
     /// an idempotency key, since repeating it repeats no change.
     pub(super) async fn post(&self, path: &str) -> Result<Value, CtlError> {
-        Ok(Self::check(self.send("POST", path, None, None).await?, path)?.body)
+        Ok(self
+            .check(self.send("POST", path, None, None).await?, path)?
+            .body)
     }
 
     /// PUT `body` as JSON: a value set whole, which sending again sets
     /// again, so it needs no idempotency key.
     pub(super) async fn put_json(&self, path: &str, body: &Value) -> Result<Value, CtlError> {
-        Ok(Self::check(self.send("PUT", path, None, Some(body)).await?, path)?.body)
+        Ok(self
+            .check(self.send("PUT", path, None, Some(body)).await?, path)?
+            .body)
     }
 
     /// POST an action with one idempotency key (see [`Client::idempotent`]).
@@ -151,7 +173,7 @@ impl Client {
         loop {
             attempt += 1;
             let result = match self.send(method, path, Some(&key), body).await {
-                Ok(r) => Self::check(r, path),
+                Ok(r) => self.check(r, path),
                 Err(e) => Err(e),
             };
             match result {

@@ -92,7 +92,7 @@ pub(crate) fn error(e: &AdminError) -> HttpResponse {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::build(status);
     match e {
-        AdminError::Unauthorized => {
+        AdminError::Unauthorized { .. } => {
             response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
         }
         AdminError::TooManyRequests(seconds) => {
