@@ -2255,6 +2255,74 @@ async fn auth01_a_401_tells_a_missing_token_from_a_refused_one() {
     server.stop().await;
 }
 
+/// ADM-1: the 404 of an unknown backfill ID names, in `did_you_mean`, at
+/// most 3 registered or stored IDs nearest it (nearest first, none far
+/// away), on a read and on an action; a caller without a token or with
+/// too few capabilities is answered 401 or 403 first, with no IDs.
+/// Guard: `Admin::with_suggestions` at the HTTP boundary.
+#[actix_rt::test]
+async fn adm01_an_unknown_id_is_answered_with_the_nearest_known_ids() {
+    let (db, engine, _hooks) = setup(1).await;
+    // Stored IDs this process has no definition for, copied from ID's row.
+    for other in [
+        "items.counted",
+        "items.counter1",
+        "items.counter2",
+        "items.counter3",
+        "far.away.v1",
+    ] {
+        db.exec(&format!(
+            "INSERT INTO backfill SELECT (jsonb_populate_record(NULL::backfill, \
+             to_jsonb(b) || jsonb_build_object('id', '{other}'))).* FROM backfill b \
+             WHERE id = '{ID}'"
+        ))
+        .await;
+    }
+    let server = serve(admin(engine.clone()));
+    let typo = "items.countr";
+    let near = serde_json::json!(["items.counter", "items.counted", "items.counter1"]);
+    let read = call(
+        &server.url,
+        "GET",
+        &format!("/admin/backfills/{typo}"),
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(read.status, 404, "{}", read.text);
+    assert_eq!(read.body["error"], "not_found");
+    assert_eq!(read.body["did_you_mean"], near, "{}", read.text);
+    let pause = format!("/admin/backfills/{typo}/pause");
+    let act = call(&server.url, "POST", &pause, Some(OPERATOR), Some("k-1")).await;
+    assert_eq!(act.status, 404, "{}", act.text);
+    assert_eq!(act.body["did_you_mean"], near, "{}", act.text);
+    let far = call(
+        &server.url,
+        "GET",
+        "/admin/backfills/zzzz.nothing.v1",
+        Some(READER),
+        None,
+    )
+    .await;
+    assert_eq!(far.status, 404, "{}", far.text);
+    assert!(far.body.get("did_you_mean").is_none(), "{}", far.text);
+    for (token, status) in [
+        (None, 401),
+        (Some("not-a-known-token-0123"), 401),
+        (Some(READER), 403),
+    ] {
+        let refused = call(&server.url, "POST", &pause, token, Some("k-2")).await;
+        assert_eq!(refused.status, status, "{}", refused.text);
+        assert!(
+            refused.body.get("did_you_mean").is_none(),
+            "{}",
+            refused.text
+        );
+        assert!(!refused.text.contains("items.counter"), "{}", refused.text);
+    }
+    server.stop().await;
+}
+
 /// OBS-4: a backfill's timeline holds, in order, every change the runtime
 /// or an operator made, each recorded by the transaction that made it,
 /// and the operator actions that took effect: started, claimed, blocked

@@ -839,6 +839,16 @@ async fn adm01_ctl_answers_name_failures_ids_and_flags() {
     assert_eq!(typo.code, 6, "{}", typo.stderr);
     assert!(typo.stderr.contains("items.no-such.v1"), "{}", typo.stderr);
     assert_eq!(typo.stderr.trim().lines().count(), 1, "{}", typo.stderr);
+    // A near miss is answered with the ID it likely meant (ADM-1).
+    let near = ctl(url, Some(READER), &["show", "items.countr"]).await;
+    assert_eq!(near.code, 6, "{}", near.stderr);
+    assert_eq!(near.stderr.trim().lines().count(), 1, "{}", near.stderr);
+    assert!(
+        near.stderr
+            .contains(&format!("no backfill items.countr; did you mean {ID}?")),
+        "{}",
+        near.stderr
+    );
 
     let start = ctl(url, Some(OPERATOR), &["start", ID]).await;
     assert_eq!(start.code, 0, "{}", start.stderr);

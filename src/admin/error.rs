@@ -46,9 +46,15 @@ pub enum AdminError {
     /// 400: a malformed request; the message says what is wrong.
     #[error("{0}")]
     BadRequest(String),
-    /// 404: no backfill has this ID.
+    /// 404: no backfill has this ID. At the HTTP boundary a caller who
+    /// may read the list is told the nearest IDs (a typo's likely
+    /// intent); empty otherwise, and wherever nothing was looked up.
     #[error("no backfill with this ID")]
-    NotFound,
+    NotFound {
+        /// Up to [`MAX_SUGGESTIONS`](super::suggest::MAX_SUGGESTIONS)
+        /// known IDs nearest the one asked for.
+        did_you_mean: Vec<String>,
+    },
     /// 422: the idempotency key was already used for another action,
     /// backfill or body (ADM-4).
     #[error("this Idempotency-Key was already used for a different request")]
@@ -100,6 +106,13 @@ pub enum AdminError {
 }
 
 impl AdminError {
+    /// The 404 of an unknown backfill, before any suggestion is looked up.
+    pub(crate) fn not_found() -> Self {
+        AdminError::NotFound {
+            did_you_mean: Vec::new(),
+        }
+    }
+
     /// The 401 of a request whose bearer token (`None`: no
     /// `Authorization: Bearer` header) matched no principal. An empty
     /// token counts as none sent: that is what a lost variable sends.
@@ -117,7 +130,7 @@ impl AdminError {
             AdminError::CrossSite => 403,
             AdminError::Misdirected => 421,
             AdminError::BadRequest(_) => 400,
-            AdminError::NotFound => 404,
+            AdminError::NotFound { .. } => 404,
             AdminError::UnknownDatabase(_) => 404,
             AdminError::KeyReused => 422,
             AdminError::InvalidSettings(_) => 422,
@@ -140,7 +153,7 @@ impl AdminError {
             AdminError::CrossSite => "cross_site",
             AdminError::Misdirected => "misdirected_request",
             AdminError::BadRequest(_) => "bad_request",
-            AdminError::NotFound => "not_found",
+            AdminError::NotFound { .. } => "not_found",
             AdminError::UnknownDatabase(_) => "unknown_database",
             AdminError::KeyReused => "idempotency_key_reused",
             AdminError::InvalidSettings(_) => "invalid_settings",
@@ -165,6 +178,10 @@ impl AdminError {
                 AdminError::OutOfRange { field, .. } => Some(field.to_string()),
                 _ => None,
             },
+            did_you_mean: match self {
+                AdminError::NotFound { did_you_mean } => did_you_mean.clone(),
+                _ => Vec::new(),
+            },
         }
     }
 }
@@ -183,7 +200,7 @@ impl From<StoreError> for AdminError {
 impl From<EngineError> for AdminError {
     fn from(e: EngineError) -> Self {
         match e {
-            EngineError::UnknownBackfill(_) => AdminError::NotFound,
+            EngineError::UnknownBackfill(_) => AdminError::not_found(),
             EngineError::NoDefinition(_) => AdminError::NoDefinition,
             EngineError::InvalidSettings(e) => AdminError::InvalidSettings(e),
             EngineError::InvalidDryRun(message) => AdminError::OutOfRange {

@@ -22,6 +22,7 @@ mod reason;
 mod request;
 mod run_rate;
 mod settings;
+mod suggest;
 mod timeline;
 mod undo;
 pub(crate) mod view;
@@ -537,7 +538,7 @@ impl Admin {
         let mut conn = self.conn().await?;
         let row = store::backfill_get(&mut conn, id)
             .await?
-            .ok_or(AdminError::NotFound)?;
+            .ok_or_else(AdminError::not_found)?;
         let parts = store::partition_list(&mut conn, std::slice::from_ref(&row.id)).await?;
         let mut view = self.view_of_parts(&mut conn, &row, &parts).await?;
         self.journal_on(&mut conn, &mut view).await?;

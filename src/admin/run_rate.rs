@@ -409,7 +409,7 @@ impl Admin {
         let mut conn = self.conn().await?;
         let row = store::backfill_get(&mut conn, id)
             .await?
-            .ok_or(AdminError::NotFound)?;
+            .ok_or_else(AdminError::not_found)?;
         let ids = [row.id.clone()];
         let samples = store::progress_list(&mut conn, &ids, None).await?;
         let timeline = store::timeline_list(&mut conn, id, page_limit(Some(500))?).await?;

@@ -94,7 +94,7 @@ impl Admin {
         let mut conn = self.conn().await?;
         store::backfill_get(&mut conn, id)
             .await?
-            .ok_or(AdminError::NotFound)?;
+            .ok_or_else(AdminError::not_found)?;
         let rows = store::timeline_list(&mut conn, id, limit).await?;
         Ok(Timeline {
             backfill_id: id.to_string(),

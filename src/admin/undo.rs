@@ -63,7 +63,7 @@ impl Admin {
     ) -> Result<Refusal, TxError> {
         let row = store::backfill_get(conn, id)
             .await?
-            .ok_or(AdminError::NotFound)?;
+            .ok_or_else(AdminError::not_found)?;
         let message = bounded(error.to_string());
         let body = to_json(&ConflictBody {
             error: code.into(),
@@ -135,7 +135,7 @@ impl Admin {
         };
         let original = store::backfill_get(conn, id)
             .await?
-            .ok_or(AdminError::NotFound)?;
+            .ok_or_else(AdminError::not_found)?;
         let view = self.view_on(conn, &undo).await?;
         Ok(Done {
             status: 200,

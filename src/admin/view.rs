@@ -564,6 +564,11 @@ pub struct ErrorBody {
     /// one; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// For a `not_found` of a backfill route, asked by a caller who may
+    /// read: at most 3 known IDs within a small edit distance of the one
+    /// asked for, nearest first; absent when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub did_you_mean: Vec<String>,
 }
 
 /// The outcome of an explicit validation (VAL-4): exactly one of

@@ -288,6 +288,27 @@ pub async fn backfill_list(
     .await?)
 }
 
+/// Up to `limit` stored IDs whose length is within `lengths` (inclusive),
+/// ordered by ID: the candidates of a 404's suggestions, which are only
+/// ever a few characters longer or shorter than the ID asked for. No lock.
+pub async fn backfill_ids_by_length(
+    conn: &mut AsyncPgConnection,
+    lengths: std::ops::RangeInclusive<i32>,
+    limit: i64,
+) -> Result<Vec<String>, StoreError> {
+    let rows: Vec<IdRow> = super::cached(
+        diesel::sql_query(
+            "SELECT id FROM backfill WHERE length(id) BETWEEN $1 AND $2 ORDER BY id LIMIT $3",
+        )
+        .bind::<Integer, _>(*lengths.start())
+        .bind::<Integer, _>(*lengths.end())
+        .bind::<BigInt, _>(limit),
+    )
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
 /// Read the rows of the given IDs (readiness). No lock.
 pub async fn backfill_get_many(
     conn: &mut AsyncPgConnection,

@@ -111,7 +111,11 @@ impl Client {
             404 if response.body["error"] == "unknown_database" => {
                 Err(CtlError::NotFound(message()))
             }
-            404 => Err(CtlError::NotFound(not_found_line(path, message()))),
+            404 => Err(CtlError::NotFound(not_found_line(
+                path,
+                message(),
+                &response.body,
+            ))),
             400..=499 => Err(CtlError::Usage(message())),
             _ => Err(CtlError::Server(message())),
         }
@@ -188,14 +192,34 @@ impl Client {
 }
 
 /// The line of a 404: the ID the path names, so a typo is visible in the
-/// answer, or the server's message for any other path.
-fn not_found_line(path: &str, message: String) -> String {
+/// answer, with the server's nearest known IDs if it sent any, or the
+/// server's message for any other path.
+fn not_found_line(path: &str, message: String, body: &Value) -> String {
     match path
         .strip_prefix("/admin/backfills/")
         .and_then(|rest| rest.split(['/', '?']).next())
         .filter(|id| !id.is_empty())
     {
-        Some(id) => format!("not_found: no backfill {id}"),
+        Some(id) => {
+            // Only what parses as a stable ID is printed, and only a few:
+            // the server's text reaches the operator's terminal.
+            let near: Vec<&str> = body["did_you_mean"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .filter(|s| backfill::repair::validate_id(s).is_ok())
+                .take(3)
+                .collect();
+            if near.is_empty() {
+                format!("not_found: no backfill {id}")
+            } else {
+                format!(
+                    "not_found: no backfill {id}; did you mean {}?",
+                    near.join(", ")
+                )
+            }
+        }
         None => message,
     }
 }

@@ -4,7 +4,7 @@
 //! parameters and hands them to the admin layer, which authorizes, audits
 //! and answers.
 
-use super::answer::{error, query, reply, IdPath, Meta};
+use super::answer::{error, query, reply_for, IdPath, Meta};
 use crate::admin::{
     ActionResponse, Admin, BackfillView, ConflictBody, ErrorBody, RequestBody, ValidationResponse,
     MAX_BODY_BYTES,
@@ -23,7 +23,13 @@ pub(super) async fn act(
     action: Action,
 ) -> HttpResponse {
     let meta = Meta::from(&req);
-    reply(admin.act(&meta.as_meta(), &id.id, action).await)
+    reply_for(
+        &admin,
+        &meta,
+        &id.id,
+        admin.act(&meta.as_meta(), &id.id, action).await,
+    )
+    .await
 }
 
 /// `start`: capture the bound and enter `running` (docs/CONTRACT.md section 3).
@@ -219,7 +225,13 @@ pub(super) async fn undo(
     admin: web::Data<Admin>,
 ) -> HttpResponse {
     let meta = Meta::from(&req);
-    reply(admin.undo(&meta.as_meta(), &id.id).await)
+    reply_for(
+        &admin,
+        &meta,
+        &id.id,
+        admin.undo(&meta.as_meta(), &id.id).await,
+    )
+    .await
 }
 
 /// `journal prune`: delete the before-image journal of a backfill (UNDO-4).
@@ -252,7 +264,13 @@ pub(super) async fn journal_prune(
     admin: web::Data<Admin>,
 ) -> HttpResponse {
     let meta = Meta::from(&req);
-    reply(admin.journal_prune(&meta.as_meta(), &id.id).await)
+    reply_for(
+        &admin,
+        &meta,
+        &id.id,
+        admin.journal_prune(&meta.as_meta(), &id.id).await,
+    )
+    .await
 }
 
 /// The options of a dry run.
@@ -304,11 +322,10 @@ pub(super) async fn dry_run(
         Ok(q) => q,
         Err(e) => return error(&e),
     };
-    reply(
-        admin
-            .dry_run(&meta.as_meta(), &id.id, q.batches, q.sample)
-            .await,
-    )
+    let result = admin
+        .dry_run(&meta.as_meta(), &id.id, q.batches, q.sample)
+        .await;
+    reply_for(&admin, &meta, &id.id, result).await
 }
 
 /// A settings change (THR-4) as a JSON merge patch: each field named sets
@@ -407,5 +424,6 @@ pub(super) async fn settings(
         },
         Err(problem) => *problem,
     };
-    reply(admin.update_settings(&meta.as_meta(), &id.id, body).await)
+    let result = admin.update_settings(&meta.as_meta(), &id.id, body).await;
+    reply_for(&admin, &meta, &id.id, result).await
 }

@@ -2,7 +2,7 @@
 //! layer reads them, the path's backfill ID, and how a result or an error
 //! becomes a response (status, headers, JSON body).
 
-use crate::admin::{AdminError, Reply, RequestMeta, MAX_KEY_BYTES, REASON_HEADER};
+use crate::admin::{Admin, AdminError, Reply, RequestMeta, MAX_KEY_BYTES, REASON_HEADER};
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -120,6 +120,33 @@ pub(crate) fn reply(result: Result<Reply, AdminError>) -> HttpResponse {
             HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK)).json(body)
         }
         Err(e) => error(&e),
+    }
+}
+
+/// [`render`] for a route of backfill `id`: a 404 of an unknown ID gets
+/// the nearest known IDs in `did_you_mean` (for a caller who may read).
+pub(crate) async fn render_for<T: serde::Serialize>(
+    admin: &Admin,
+    meta: &Meta,
+    id: &str,
+    result: Result<T, AdminError>,
+) -> HttpResponse {
+    match result {
+        Err(e) => error(&admin.with_suggestions(&meta.as_meta(), id, e).await),
+        ok => render(ok),
+    }
+}
+
+/// [`reply`] for a route of backfill `id`, its 404 as [`render_for`]'s.
+pub(crate) async fn reply_for(
+    admin: &Admin,
+    meta: &Meta,
+    id: &str,
+    result: Result<Reply, AdminError>,
+) -> HttpResponse {
+    match result {
+        Err(e) => error(&admin.with_suggestions(&meta.as_meta(), id, e).await),
+        ok => reply(ok),
     }
 }
 

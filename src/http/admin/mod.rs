@@ -28,8 +28,8 @@ use actions::{
 pub(super) use actions::{read_body, SettingsPatch};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use answer::IdPath;
 pub(super) use answer::{error, query, render, Meta};
+use answer::{render_for, IdPath};
 use serde::Deserialize;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
@@ -190,6 +190,7 @@ async fn method_not_allowed(allow: &'static str) -> HttpResponse {
             error: "method_not_allowed".into(),
             message: format!("this path accepts only {allow}"),
             field: None,
+            did_you_mean: Vec::new(),
         })
 }
 
@@ -200,6 +201,7 @@ async fn no_route() -> HttpResponse {
         error: "not_found".into(),
         message: "no admin route for this path".into(),
         field: None,
+        did_you_mean: Vec::new(),
     })
 }
 
@@ -280,7 +282,13 @@ async fn list(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
 )]
 async fn detail(req: HttpRequest, id: web::Path<IdPath>, admin: web::Data<Admin>) -> HttpResponse {
     let meta = Meta::from(&req);
-    render(admin.detail(&meta.as_meta(), &id.id).await)
+    render_for(
+        &admin,
+        &meta,
+        &id.id,
+        admin.detail(&meta.as_meta(), &id.id).await,
+    )
+    .await
 }
 
 /// How many timeline entries to return.
@@ -323,7 +331,8 @@ async fn timeline(
         Ok(q) => q,
         Err(e) => return error(&e),
     };
-    render(admin.timeline(&meta.as_meta(), &id.id, q.limit).await)
+    let result = admin.timeline(&meta.as_meta(), &id.id, q.limit).await;
+    render_for(&admin, &meta, &id.id, result).await
 }
 
 /// A backfill's run chart (OBS-5): rows/s over the recorded run in equal
@@ -353,7 +362,13 @@ async fn run_chart(
     admin: web::Data<Admin>,
 ) -> HttpResponse {
     let meta = Meta::from(&req);
-    render(admin.run_chart(&meta.as_meta(), &id.id).await)
+    render_for(
+        &admin,
+        &meta,
+        &id.id,
+        admin.run_chart(&meta.as_meta(), &id.id).await,
+    )
+    .await
 }
 
 /// The audit log (AUD-1), newest first.
