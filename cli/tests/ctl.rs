@@ -784,6 +784,63 @@ async fn auth01_ctl_says_whether_a_token_was_given_or_refused() {
     server.stop().await;
 }
 
+/// No database: a fleet's listener as its routes are, without members.
+struct NoMembers;
+
+impl backfill::admin::FleetMembers for NoMembers {
+    fn members(&self) -> Vec<backfill::admin::FleetMember> {
+        Vec::new()
+    }
+    fn set_rollout(&self, _: &str, _: Option<u32>, _: chrono::DateTime<chrono::Utc>) {}
+    fn rollout(&self, _: &str) -> Option<u32> {
+        None
+    }
+}
+
+/// FLT-6: a single-database command pointed at a fleet's listener (whose
+/// routes are `/admin/fleet/...` and `/databases/NAME/admin/...`) exits 2
+/// with one line saying the URL is a fleet listener and what to use
+/// instead, with a token and without; never a bare "HTTP 404". Guard:
+/// `Client::fleet_hint`.
+#[actix_rt::test]
+async fn flt06_ctl_pointed_at_a_fleet_listener_says_so() {
+    use actix_web::{App, HttpServer};
+    use backfill::admin::{AuthConfig, FleetAdmin};
+    let principals = AuthConfig::parse_tokens_file(&tokens_file()).expect("tokens file");
+    let fleet = FleetAdmin::new(
+        std::sync::Arc::new(NoMembers),
+        AuthConfig::Tokens(principals),
+    );
+    let routes = backfill::http::fleet::FleetRoutes::new(fleet);
+    let server = HttpServer::new(move || {
+        let routes = routes.clone();
+        App::new().configure(move |cfg| routes.configure(cfg))
+    })
+    .workers(1)
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let url = format!("http://127.0.0.1:{}", server.addrs()[0].port());
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+
+    for (token, args) in [(Some(READER), &["list"][..]), (None, &["show", ID][..])] {
+        let out = ctl(&url, token, args).await;
+        assert_eq!(out.code, 2, "{args:?}: {} {}", out.stdout, out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("{url} is a fleet listener"))
+                && out.stderr.contains("backfill ctl fleet")
+                && out
+                    .stderr
+                    .contains(&format!("--url {url}/databases/<name>")),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    handle.stop(true).await;
+}
+
 /// AUD-3: `ctl audit` shows control and bidirectional characters that an
 /// audit row holds escaped, so none reaches the operator's terminal.
 /// Guard: `audit_text` (on the server's `AuditEntry` and again in `ctl`).

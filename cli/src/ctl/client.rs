@@ -135,26 +135,57 @@ impl Client {
         }
     }
 
+    /// [`Client::check`], and for a 404 without an error body on a
+    /// backfill path (no such route at all) a look whether the URL is a
+    /// fleet's listener, whose one-database routes live under
+    /// `/databases/NAME`: a bare "HTTP 404" would not tell the operator
+    /// that the URL, not the ID, is wrong.
+    async fn checked(&self, response: Response, path: &str) -> Result<Response, CtlError> {
+        let no_route = response.status == 404 && response.body.is_null();
+        match self.check(response, path) {
+            Err(CtlError::NotFound(line)) if no_route && path.starts_with("/admin/backfills") => {
+                Err(self.fleet_hint().await.unwrap_or(CtlError::NotFound(line)))
+            }
+            other => other,
+        }
+    }
+
+    /// The usage error for a fleet's listener, if `GET /admin/fleet`
+    /// answers as one: its overview, or a JSON 401/403 of the route
+    /// (a single database's listener answers that path 404).
+    async fn fleet_hint(&self) -> Option<CtlError> {
+        let probe = self.send("GET", "/admin/fleet", None, None).await.ok()?;
+        let fleet = match probe.status {
+            200 => probe.body.get("databases").is_some_and(Value::is_array),
+            401 | 403 => probe.body.get("error").is_some_and(Value::is_string),
+            _ => false,
+        };
+        let base = self.base.trim_end_matches('/');
+        fleet.then(|| {
+            CtlError::Usage(one_line(&format!(
+                "{base} is a fleet listener, not one database's admin API: use `backfill ctl \
+                 fleet ...` for the fleet, or --url {base}/databases/<name> for one database"
+            )))
+        })
+    }
+
     pub(super) async fn get(&self, path: &str) -> Result<Value, CtlError> {
-        Ok(self
-            .check(self.send("GET", path, None, None).await?, path)?
-            .body)
+        let response = self.send("GET", path, None, None).await?;
+        Ok(self.checked(response, path).await?.body)
     }
 
     /// POST a request that changes nothing (a dry run): sent once, without
     /// an idempotency key, since repeating it repeats no change.
     pub(super) async fn post(&self, path: &str) -> Result<Value, CtlError> {
-        Ok(self
-            .check(self.send("POST", path, None, None).await?, path)?
-            .body)
+        let response = self.send("POST", path, None, None).await?;
+        Ok(self.checked(response, path).await?.body)
     }
 
     /// PUT `body` as JSON: a value set whole, which sending again sets
     /// again, so it needs no idempotency key.
     pub(super) async fn put_json(&self, path: &str, body: &Value) -> Result<Value, CtlError> {
-        Ok(self
-            .check(self.send("PUT", path, None, Some(body)).await?, path)?
-            .body)
+        let response = self.send("PUT", path, None, Some(body)).await?;
+        Ok(self.checked(response, path).await?.body)
     }
 
     /// POST an action with one idempotency key (see [`Client::idempotent`]).
@@ -177,7 +208,7 @@ impl Client {
         loop {
             attempt += 1;
             let result = match self.send(method, path, Some(&key), body).await {
-                Ok(r) => self.check(r, path),
+                Ok(r) => self.checked(r, path).await,
                 Err(e) => Err(e),
             };
             match result {

@@ -6,7 +6,8 @@
 //! never as zero (ADM-3).
 //!
 //! Exit codes ([`error`]'s constants, listed in the operating guide): 0
-//! ok, 2 usage (also 400/422), 3 conflict (409), 4 unauthorized
+//! ok, 2 usage (also 400/422, and a `--url` that is a fleet's listener
+//! for a single-database command), 3 conflict (409), 4 unauthorized
 //! (401/403), 5 server or network error (also a fleet database's 503),
 //! 6 no such backfill (404), 7 a validation that found the postcondition
 //! false, 8 a dry run whose batch failed.
