@@ -122,7 +122,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn distance_counts_edits() {
+    fn adm01_distance_counts_edits() {
         assert_eq!(distance(b"items.counter", b"items.counter"), 0);
         assert_eq!(distance(b"items.countr", b"items.counter"), 1);
         assert_eq!(distance(b"items.cuonter", b"items.counter"), 2);
@@ -130,7 +130,7 @@ mod tests {
     }
 
     #[test]
-    fn nearest_is_bounded_ordered_and_excludes_far_ids() {
+    fn adm01_nearest_is_bounded_ordered_and_excludes_far_ids() {
         let known = ["a.v1", "a.v2", "a.v3", "a.v4", "zzzzzz.v9", "a.v1"]
             .map(String::from)
             .to_vec();
