@@ -578,8 +578,9 @@ async fn auth05_each_malformed_tokens_file_is_refused_naming_its_line() {
 /// NTF-1/NTF-2 across processes: the backfill completes and its
 /// notification is queued with the completion; the sender POSTs it and the
 /// receiver holds the request unanswered (the barrier: the delivery is in
-/// flight, not yet recorded), and the process is SIGKILLed there. A new
-/// process delivers it, with the same event ID, and records it delivered.
+/// flight, its try counted but its answer not recorded), and the process
+/// is SIGKILLed there. A new process delivers it, with the same event ID,
+/// and records it delivered.
 /// Guard: the outbox row written with the state change (without it the
 /// notification exists only in the killed process, or nowhere).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -608,13 +609,15 @@ async fn ntf01_sigkill_with_a_delivery_in_flight_redelivers_the_same_event_id() 
         (held.event.as_str(), held.backfill_id.as_str()),
         ("completed", TOUCH_COUNT_ID)
     );
+    // The try was counted before the POST (NTF-2); its answer was not
+    // recorded.
     assert_eq!(
         db.scalar(
-            "SELECT count(*) AS v FROM backfill_outbox WHERE status = 'pending' AND attempts = 0"
+            "SELECT count(*) AS v FROM backfill_outbox WHERE status = 'pending' AND attempts = 1"
         )
         .await,
         1,
-        "in flight, not recorded"
+        "in flight: the try counted, its outcome not recorded"
     );
     drop(release);
 
