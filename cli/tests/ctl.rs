@@ -506,7 +506,7 @@ async fn thr04_ctl_set_changes_settings_and_refuses_bad_values() {
     for (args, says) in [
         (
             &["set", ID, "--batch-size", "0"][..],
-            "--batch-size must be",
+            "must be a whole number between 1 and 100000",
         ),
         (&["set", ID, "--target-batch-ms", "50"][..], "exclude"),
         (&["set", ID, "--clear", "bogus"][..], "bogus"),
@@ -928,10 +928,30 @@ async fn adm01_ctl_answers_name_failures_ids_and_flags() {
         negative.stderr
     );
     assert!(
-        negative.stderr.contains("--pause-ms") && negative.stderr.contains("0 or more"),
+        negative.stderr.contains("--pause-ms") && negative.stderr.contains("between 0 and 3600000"),
         "{}",
         negative.stderr
     );
+    // A word and a number out of range are told the same bound, once.
+    let bound = format!(
+        "between 1 and {}",
+        backfill::throttle::settings::MAX_BATCH_SIZE
+    );
+    for bad in ["fast", "0"] {
+        let refused = ctl(url, Some(OPERATOR), &["set", ID, "--batch-size", bad]).await;
+        assert_eq!(refused.code, 2, "{bad}: {}", refused.stderr);
+        assert_eq!(
+            refused.stderr.trim().lines().count(),
+            1,
+            "{}",
+            refused.stderr
+        );
+        assert!(
+            refused.stderr.contains("--batch-size") && refused.stderr.contains(&bound),
+            "{bad}: {}",
+            refused.stderr
+        );
+    }
     let both = ctl(
         url,
         Some(OPERATOR),

@@ -187,56 +187,56 @@ pub enum JournalCommand {
 pub struct SetArgs {
     pub id: String,
     /// A fixed batch size (excludes --target-batch-ms).
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::BatchSize, s))]
     pub batch_size: Option<u64>,
     /// A target batch duration in ms: the size adapts toward it.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::TargetBatchMs, s))]
     pub target_batch_ms: Option<u64>,
     /// The smallest size the adaptive sizing may choose.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::MinBatchSize, s))]
     pub min_batch_size: Option<u64>,
     /// The largest size the adaptive sizing may choose.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::MaxBatchSize, s))]
     pub max_batch_size: Option<u64>,
     /// Pause between batches, in ms.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::PauseMs, s))]
     pub pause_ms: Option<u64>,
     /// Replication lag limit of every standby, in bytes.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::MaxLagBytes, s))]
     pub max_lag_bytes: Option<u64>,
     /// Replication lag limit of every standby, in ms.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::MaxLagMs, s))]
     pub max_lag_ms: Option<u64>,
     /// WAL generated per second, server-wide.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::MaxWalBytesPerS, s))]
     pub max_wal_bytes_per_s: Option<u64>,
     /// Sessions waiting for a lock on the repair's tables.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::MaxLockWaiters, s))]
     pub max_lock_waiters: Option<u64>,
     /// Age of the oldest open transaction of another session, in ms.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::MaxXactAgeMs, s))]
     pub max_xact_age_ms: Option<u64>,
     /// Partitions of a partitioned backfill running at once, fleet-wide.
-    #[arg(long, value_name = "N", value_parser = setting_value)]
+    #[arg(long, value_name = "N", value_parser = |s: &str| setting_value(Field::Concurrency, s))]
     pub concurrency: Option<u64>,
     /// The UTC hour (0-23) from which batches may start (a run window;
     /// set with --window-end-hour).
-    #[arg(long, value_name = "HOUR", value_parser = setting_value)]
+    #[arg(long, value_name = "HOUR", value_parser = |s: &str| setting_value(Field::WindowStartHour, s))]
     pub window_start_hour: Option<u64>,
     /// The UTC hour (0-23) from which batches may no longer start; before
     /// the start hour, the window wraps past midnight.
-    #[arg(long, value_name = "HOUR", value_parser = setting_value)]
+    #[arg(long, value_name = "HOUR", value_parser = |s: &str| setting_value(Field::WindowEndHour, s))]
     pub window_end_hour: Option<u64>,
     /// A latency budget: the percentile at most this percent of its
     /// baseline, measured while the backfill holds back (excludes
     /// --latency-max-us).
-    #[arg(long, value_name = "PCT", value_parser = setting_value)]
+    #[arg(long, value_name = "PCT", value_parser = |s: &str| setting_value(Field::LatencyRatioPct, s))]
     pub latency_ratio_pct: Option<u64>,
     /// A latency budget: the percentile at most this many microseconds.
-    #[arg(long, value_name = "US", value_parser = setting_value)]
+    #[arg(long, value_name = "US", value_parser = |s: &str| setting_value(Field::LatencyMaxUs, s))]
     pub latency_max_us: Option<u64>,
     /// The percentile a latency budget judges (default 99).
-    #[arg(long, value_name = "P", value_parser = setting_value)]
+    #[arg(long, value_name = "P", value_parser = |s: &str| setting_value(Field::LatencyPercentile, s))]
     pub latency_percentile: Option<u64>,
     /// Clear a setting (e.g. `pause-ms`); repeatable.
     #[arg(long, value_name = "NAME")]
@@ -300,11 +300,15 @@ pub(super) fn flag(field: Field) -> String {
     field.name().replace('_', "-")
 }
 
-/// A setting's value on the command line: a whole number, 0 or more (the
-/// server checks its range).
-fn setting_value(text: &str) -> Result<u64, String> {
-    text.parse()
-        .map_err(|_| "must be a whole number, 0 or more".to_string())
+/// A setting's value on the command line: a whole number within the
+/// field's range, the one the server checks, so a word and a number out
+/// of range are told the same bound in the same words.
+fn setting_value(field: Field, text: &str) -> Result<u64, String> {
+    let (lo, hi) = field.range();
+    match text.parse::<u64>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        _ => Err(format!("must be a whole number between {lo} and {hi}")),
+    }
 }
 
 /// A server's message about settings, in the CLI's words: each setting
