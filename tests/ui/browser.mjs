@@ -322,11 +322,12 @@ const scenarios = {
     // OBS-5: no rate was ever recorded: no chart, said so, never a flat line.
     await until("the run chart read", () => page.locator('#detail-body .run-section[data-read="true"]').count(), (n) => n === 1);
     check((await page.locator("#run-chart-empty").count()) === 1 && (await page.locator("#detail-body svg.chart").count()) === 0, "no chart without a rate");
-    // OBS-4: the timeline, newest first: the block with its diagnostic,
-    // the claim by its worker, the operator's start.
+    // OBS-4: the timeline, oldest first as `ctl history` prints it: the
+    // block with its diagnostic last, the claim by its worker, the
+    // operator's start.
     const timeline = await page.locator("#detail-body table.timeline tbody tr").evaluateAll((rs) => rs.map((r) => [...r.cells].slice(1).map((c) => c.innerText)));
     const rows = JSON.stringify(timeline);
-    check(JSON.stringify(timeline[0]) === JSON.stringify(["runtime", "state", "running → blocked", "—", `blocked: ${message}`]), `the block heads the timeline: ${rows}`);
+    check(JSON.stringify(timeline[timeline.length - 1]) === JSON.stringify(["runtime", "state", "running → blocked", "—", `blocked: ${message}`]), `the block ends the timeline: ${rows}`);
     check(timeline.some((c) => c[0] === "runtime" && c[1] === "claimed" && c[3] === "worker-1"), `the claim by its worker: ${rows}`);
     check(timeline.some((c) => c[0] === "operator" && c[1] === "start" && c[2] === "pending → running" && c[3] === "ops" && c[4] === "applied"), `the operator's start: ${rows}`);
     await shot("detail-blocked");

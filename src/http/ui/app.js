@@ -1330,7 +1330,7 @@ if (typeof document !== "undefined") {
     views: null, // the list's last good read
     detail: null, // the detail page's last good read
     audit: null, // its audit records
-    timeline: null, // its timeline entries, newest first
+    timeline: null, // its timeline entries as the API answers them, newest first
     chart: null, // its run chart (OBS-5)
     detailMissing: null, // the ID a 404 named
     lastOkAt: null, // local ms of the last good read of what the page shows
@@ -1686,8 +1686,10 @@ if (typeof document !== "undefined") {
         return `<tr class="audit-row"><td>${when(c.at)}</td><td>${escapeHtml(c.who)}</td><td>${escapeHtml(c.action)}</td><td>${escapeHtml(c.change)}</td>` +
           `<td><span class="outcome outcome-${escapeHtml(e.outcome)}">${escapeHtml(c.outcome)}</span></td><td class="num">${escapeHtml(c.generation)}</td><td>${escapeHtml(c.detail)}</td><td class="mono">${escapeHtml(c.correlation)}</td></tr>`;
       }).join("") + "</tbody></table>" : `<p class="muted">${auditRead ? "No audit records for this backfill." : notRead}</p>`;
-    const timeline = ui.timeline || [];
-    const timelineHtml = timeline.length ? `<table class="timeline"><caption class="sr-only">Timeline, newest first</caption><thead><tr>` +
+    // Oldest first, as `backfill ctl history` prints it: one order on
+    // every surface. The API answers newest first (its newest 100).
+    const timeline = [...(ui.timeline || [])].reverse();
+    const timelineHtml = timeline.length ? `<table class="timeline"><caption class="sr-only">Timeline, oldest first</caption><thead><tr>` +
       `<th scope="col">when</th><th scope="col">by</th><th scope="col">what</th><th scope="col">state</th><th scope="col">who</th><th scope="col">detail</th></tr></thead><tbody>` +
       timeline.map((e) => {
         const c = timelineCells(e);
