@@ -185,10 +185,35 @@ pub async fn test_db() -> TestDb {
     TestDb { url, name, pool }
 }
 
+/// The throwaway cluster every test binary without `DATABASE_URL` shares:
+/// the one an earlier binary started (its URL in `target/tmp`), while it
+/// still listens, else a new one, kept running for the next. Under the
+/// set-up lock, so binaries running at once start one between them; a
+/// whole `cargo test --workspace` then leaves one cluster behind, not one
+/// per binary.
 fn throwaway_cluster() -> Result<String, String> {
-    backfill_ephemeral::EphemeralPostgres::start("test")
+    let _lock = prereq::SetupLock::take()?;
+    let saved = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-cluster.url");
+    if let Ok(url) = std::fs::read_to_string(&saved) {
+        let url = url.trim().to_string();
+        let listens = url
+            .rsplit_once(':')
+            .and_then(|(_, rest)| rest.split('/').next()?.parse::<u16>().ok())
+            .is_some_and(|port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        if listens {
+            return Ok(url);
+        }
+    }
+    let url = backfill_ephemeral::EphemeralPostgres::start("test")
         .map(|pg| pg.keep())
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    std::fs::write(&saved, &url).map_err(|e| {
+        format!(
+            "cannot record the throwaway cluster in {}: {e}",
+            saved.display()
+        )
+    })?;
+    Ok(url)
 }
 
 /// Engine settings for tests: a long lease, a short lock timeout (a lock

@@ -293,10 +293,13 @@ fn say(line: &str) {
 /// the drop too). The file of a process that died holding it (its PID
 /// gone from `/proc`) is removed by the next one to wait. A lock file
 /// rather than `File::lock` because the crate's minimum Rust predates it.
-struct SetupLock(PathBuf);
+/// An exclusive lock file in `target/tmp`, held while one test binary
+/// sets something up that others share; released when dropped.
+pub struct SetupLock(PathBuf);
 
 impl SetupLock {
-    fn take() -> Result<Self, String> {
+    /// Wait for the lock (taking over one whose holder is gone).
+    pub fn take() -> Result<Self, String> {
         let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("setup.lock");
         loop {
             match std::fs::OpenOptions::new()
