@@ -44,6 +44,29 @@ fn config(db: &TestDb, bound: Duration) -> HostConfig {
     config
 }
 
+/// `items` with `rows` rows, and the repair `id` of them whose every batch
+/// sleeps `batch_delay.secs` (0.1 s) once: an uncorrelated subquery runs
+/// once per statement. So the backfill cannot finish before a test has
+/// seen the cut and the release, however fast the machine is; the test
+/// lifts the delay (`UPDATE batch_delay SET secs = 0`) once it has.
+pub(super) async fn delayed_items(db: &TestDb, id: &str, rows: i64) -> SqlRepair {
+    db.exec(&format!(
+        "CREATE TABLE items (id bigint PRIMARY KEY, n integer NOT NULL DEFAULT 0); \
+         INSERT INTO items (id) SELECT g FROM generate_series(1, {rows}) g; \
+         CREATE TABLE batch_delay (secs float8 NOT NULL); INSERT INTO batch_delay VALUES (0.1); \
+         CREATE FUNCTION batch_delay() RETURNS integer LANGUAGE plpgsql AS \
+           $$ BEGIN PERFORM pg_sleep(secs) FROM batch_delay; RETURN 0; END $$"
+    ))
+    .await;
+    SqlRepair::new(id, "items")
+        .key("id")
+        .set("n = n + 1 + (SELECT batch_delay())")
+        .validate_where("n <> 1")
+        .batch_size(1000)
+        .build()
+        .expect("definition")
+}
+
 /// A connection that holds the probe's row locked for `hold` at a time,
 /// back to back, until `stop` is set.
 fn hot_writer(db: &TestDb, hold: Duration, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
@@ -83,26 +106,9 @@ async fn condition(db: &TestDb) -> Option<String> {
 #[actix_rt::test]
 async fn thr06_a_budget_cuts_the_pace_under_load_and_releases_after_it() {
     let db = test_db().await;
-    db.exec(
-        "CREATE TABLE items (id bigint PRIMARY KEY, n integer NOT NULL DEFAULT 0); \
-         INSERT INTO items (id) SELECT g FROM generate_series(1, 600000) g; \
-         CREATE TABLE app_hot (id int PRIMARY KEY); INSERT INTO app_hot VALUES (1); \
-         CREATE TABLE batch_delay (secs float8 NOT NULL); INSERT INTO batch_delay VALUES (0.1); \
-         CREATE FUNCTION batch_delay() RETURNS integer LANGUAGE plpgsql AS \
-           $$ BEGIN PERFORM pg_sleep(secs) FROM batch_delay; RETURN 0; END $$",
-    )
-    .await;
-    // Each batch sleeps `batch_delay.secs` once (an uncorrelated subquery
-    // runs once per statement), so the backfill cannot finish before the
-    // test has seen the cut and the release, however fast the machine
-    // is; the test lifts the delay once it has.
-    let repair = SqlRepair::new(ID, "items")
-        .key("id")
-        .set("n = n + 1 + (SELECT batch_delay())")
-        .validate_where("n <> 1")
-        .batch_size(1000)
-        .build()
-        .unwrap();
+    let repair = delayed_items(&db, ID, 600_000).await;
+    db.exec("CREATE TABLE app_hot (id int PRIMARY KEY); INSERT INTO app_hot VALUES (1)")
+        .await;
     let spawned = Embedded::spawn(
         // A bound far above a point read's latency on a loaded machine
         // (the whole suite runs beside this test), far below the lock's

@@ -8,7 +8,6 @@ use backfill::host::{Embedded, HostConfig};
 use backfill::http::RecordLatency;
 use backfill::repair::Registry;
 use backfill::throttle::latency::{Budget, LatencyConfig, LatencyHandle, LatencySource, Target};
-use backfill::SqlRepair;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,23 +24,7 @@ const ID: &str = "items.host-budget.v1";
 #[actix_rt::test]
 async fn thr07_the_hosts_own_request_latency_paces_the_backfill() {
     let db = test_db().await;
-    db.exec(
-        "CREATE TABLE items (id bigint PRIMARY KEY, n integer NOT NULL DEFAULT 0); \
-         INSERT INTO items (id) SELECT g FROM generate_series(1, 200000) g; \
-         CREATE TABLE batch_delay (secs float8 NOT NULL); INSERT INTO batch_delay VALUES (0.1); \
-         CREATE FUNCTION batch_delay() RETURNS integer LANGUAGE plpgsql AS \
-           $$ BEGIN PERFORM pg_sleep(secs) FROM batch_delay; RETURN 0; END $$",
-    )
-    .await;
-    // As in the probe's test: a sleep per batch keeps the backfill running
-    // until the test has seen the cut and the release.
-    let repair = SqlRepair::new(ID, "items")
-        .key("id")
-        .set("n = n + 1 + (SELECT batch_delay())")
-        .validate_where("n <> 1")
-        .batch_size(1000)
-        .build()
-        .expect("definition");
+    let repair = super::budget::delayed_items(&db, ID, 200_000).await;
     let handle = LatencyHandle::new();
     let mut config = HostConfig::new(db.url.clone());
     config.migrate = true;
